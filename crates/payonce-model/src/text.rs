@@ -1,0 +1,201 @@
+//! Validated text newtypes. Each holds a string that passed its field's rules,
+//! and deserialisation runs the same rules, so an invalid value cannot exist.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::error::{Field, FieldError, Rule};
+
+/// Longest [`WithdrawalId`], in bytes of UTF-8.
+pub const WITHDRAWAL_ID_LEN_MAX: usize = 128;
+/// Longest [`RequestKey`] after trimming, in bytes of UTF-8.
+pub const REQUEST_KEY_LEN_MAX: usize = 255;
+/// Longest [`Destination`], in bytes of UTF-8.
+pub const DESTINATION_LEN_MAX: usize = 256;
+/// Longest free text ([`Reference`], [`Reason`], [`Actor`], [`Note`]), in bytes.
+pub const TEXT_LEN_MAX: usize = 1024;
+
+/// Whether a value made only of whitespace is acceptable.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Blank {
+    Allowed,
+    Refused,
+}
+
+/// The rules every text field shares: not empty, not longer than `len_max`,
+/// no control characters, and (unless allowed) not only whitespace.
+fn check_text(field: Field, value: &str, len_max: usize, blank: Blank) -> Result<(), FieldError> {
+    if value.is_empty() {
+        return Err(FieldError::new(field, Rule::Empty));
+    }
+    if value.len() > len_max {
+        return Err(FieldError::new(
+            field,
+            Rule::TooLong {
+                len: value.len(),
+                max: len_max,
+            },
+        ));
+    }
+    if let Some((offset, _)) = value.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(FieldError::new(field, Rule::ControlCharacter { offset }));
+    }
+    if blank == Blank::Refused && value.trim().is_empty() {
+        return Err(FieldError::new(field, Rule::Blank));
+    }
+    Ok(())
+}
+
+macro_rules! text_newtype {
+    (
+        $(#[$doc:meta])*
+        $name:ident, field: $field:expr, len_max: $len_max:expr, blank: $blank:expr,
+        normalise: |$raw:ident| $normalise:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+        #[serde(try_from = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `value` against this field's rules.
+            pub fn new(value: impl Into<String>) -> Result<Self, FieldError> {
+                Self::new_as($field, value)
+            }
+
+            /// Validates `value`, naming `field` in the error if it is refused.
+            fn new_as(field: Field, value: impl Into<String>) -> Result<Self, FieldError> {
+                let $raw: String = value.into();
+                let value: String = $normalise;
+                check_text(field, &value, $len_max, $blank)?;
+                Ok($name(value))
+            }
+
+            /// The validated text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = FieldError;
+            fn try_from(value: String) -> Result<Self, FieldError> {
+                Self::new(value)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = FieldError;
+            fn try_from(value: &str) -> Result<Self, FieldError> {
+                Self::new(value)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = FieldError;
+            fn from_str(value: &str) -> Result<Self, FieldError> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+    };
+}
+
+text_newtype! {
+    /// A withdrawal's identity: non-empty, not blank, at most
+    /// [`WITHDRAWAL_ID_LEN_MAX`] bytes, no control characters.
+    WithdrawalId, field: Field::WithdrawalId, len_max: WITHDRAWAL_ID_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// A client's request key. Surrounding whitespace is trimmed, so
+    /// `" req-1 "` and `"req-1"` are the same key; then it must be non-empty,
+    /// at most [`REQUEST_KEY_LEN_MAX`] bytes, with no control characters.
+    RequestKey, field: Field::RequestKey, len_max: REQUEST_KEY_LEN_MAX, blank: Blank::Allowed,
+    normalise: |raw| {
+        // Trim without reallocating when there is nothing to trim.
+        if raw.trim().len() == raw.len() { raw } else { raw.trim().to_owned() }
+    }
+}
+
+text_newtype! {
+    /// Where the money goes (an address or an account): not blank, at most
+    /// [`DESTINATION_LEN_MAX`] bytes, no control characters.
+    Destination, field: Field::Destination, len_max: DESTINATION_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// The rail's transaction reference (a hash, a payment id): not blank,
+    /// at most [`TEXT_LEN_MAX`] bytes, no control characters.
+    Reference, field: Field::Reference, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// Why a withdrawal was rejected or failed: not blank, at most
+    /// [`TEXT_LEN_MAX`] bytes, no control characters.
+    Reason, field: Field::Reason, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// Who acted: the person or service that requested a withdrawal, or the
+    /// operator who closed a key. Not blank, at most [`TEXT_LEN_MAX`] bytes,
+    /// no control characters.
+    Actor, field: Field::RequestedBy, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// An operator's note on a resolve or a release: not blank, at most
+    /// [`TEXT_LEN_MAX`] bytes, no control characters.
+    Note, field: Field::Note, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+impl Actor {
+    /// Validates an operator's name; a refusal names the `operator` field.
+    pub fn operator(value: impl Into<String>) -> Result<Self, FieldError> {
+        Self::new_as(Field::Operator, value)
+    }
+}

@@ -1,0 +1,512 @@
+//! The withdrawal request and its state machine.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::amount::{Amount, Currency};
+use crate::error::{Field, FieldError, Rule};
+use crate::fingerprint::Fingerprint;
+use crate::text::{Actor, Destination, Reason, Reference, WithdrawalId};
+
+/// Most references a withdrawal can have replaced by bumps. A rail that needs
+/// more replacements than this is stuck, and a person should look.
+pub const REPLACED_MAX: usize = 32;
+
+/// Where a withdrawal is in its life.
+///
+/// ```text
+/// requested -> approved -> sending -> sent -> confirmed
+///     |           |  \        \         \
+///     +-> rejected+   +------> failed <--+
+/// ```
+/// Rejected is reachable only while the money has not moved (requested or
+/// approved); failed from approved, sending or sent. Confirmed, rejected and
+/// failed are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WithdrawalState {
+    /// Asked for; nobody has approved it yet.
+    Requested,
+    /// Approved; not yet handed to the rail.
+    Approved,
+    /// Being handed to the rail; the money may be moving.
+    Sending,
+    /// The rail accepted it and gave a reference.
+    Sent,
+    /// The rail confirmed it. Terminal.
+    Confirmed,
+    /// Refused before any money moved. Terminal.
+    Rejected,
+    /// Failed after approval. Terminal.
+    Failed,
+}
+
+impl WithdrawalState {
+    /// Whether no transition leaves this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            WithdrawalState::Confirmed | WithdrawalState::Rejected | WithdrawalState::Failed
+        )
+    }
+
+    /// The state's name in messages and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            WithdrawalState::Requested => "requested",
+            WithdrawalState::Approved => "approved",
+            WithdrawalState::Sending => "sending",
+            WithdrawalState::Sent => "sent",
+            WithdrawalState::Confirmed => "confirmed",
+            WithdrawalState::Rejected => "rejected",
+            WithdrawalState::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for WithdrawalState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A transition a caller asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transition {
+    /// [`WithdrawalRequest::approve`].
+    Approve,
+    /// [`WithdrawalRequest::reject`].
+    Reject,
+    /// [`WithdrawalRequest::start_sending`].
+    StartSending,
+    /// [`WithdrawalRequest::mark_sent`].
+    MarkSent,
+    /// [`WithdrawalRequest::confirm`].
+    Confirm,
+    /// [`WithdrawalRequest::fail`].
+    Fail,
+    /// [`WithdrawalRequest::bump`].
+    Bump,
+}
+
+impl Transition {
+    /// The state this transition leads to.
+    pub fn target(self) -> WithdrawalState {
+        match self {
+            Transition::Approve => WithdrawalState::Approved,
+            Transition::Reject => WithdrawalState::Rejected,
+            Transition::StartSending => WithdrawalState::Sending,
+            Transition::MarkSent | Transition::Bump => WithdrawalState::Sent,
+            Transition::Confirm => WithdrawalState::Confirmed,
+            Transition::Fail => WithdrawalState::Failed,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Transition::Approve => "approve",
+            Transition::Reject => "reject",
+            Transition::StartSending => "start_sending",
+            Transition::MarkSent => "mark_sent",
+            Transition::Confirm => "confirm",
+            Transition::Fail => "fail",
+            Transition::Bump => "bump",
+        }
+    }
+}
+
+impl fmt::Display for Transition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a transition was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransitionRefusal {
+    /// The state machine has no such move from the current state.
+    NotAllowed,
+    /// The transition already happened with another reference.
+    DifferentReference {
+        /// The reference the withdrawal holds.
+        current: Reference,
+        /// The reference the caller brought.
+        requested: Reference,
+    },
+    /// The transition already happened with another reason.
+    DifferentReason {
+        /// The reason the withdrawal holds.
+        current: Reason,
+        /// The reason the caller brought.
+        requested: Reason,
+    },
+    /// The reference was replaced by a bump and can never come back.
+    ReplacedReference(Reference),
+    /// The withdrawal has been bumped [`REPLACED_MAX`] times already.
+    TooManyBumps,
+}
+
+/// A transition the state machine refuses: names the withdrawal, its current
+/// state, the transition asked for, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidTransition {
+    /// The withdrawal.
+    pub id: WithdrawalId,
+    /// Its state when the transition was asked for.
+    pub current: WithdrawalState,
+    /// The transition asked for; its target is `requested.target()`.
+    pub requested: Transition,
+    /// Why it was refused.
+    pub refusal: TransitionRefusal,
+}
+
+impl fmt::Display for InvalidTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let InvalidTransition {
+            id,
+            current,
+            requested,
+            refusal,
+        } = self;
+        let target = requested.target();
+        write!(
+            f,
+            "withdrawal {id} is {current}; {requested} (to {target}) refused: "
+        )?;
+        match refusal {
+            TransitionRefusal::NotAllowed => write!(f, "no move from {current} to {target}"),
+            TransitionRefusal::DifferentReference { current, requested } => {
+                write!(f, "it holds reference {current}, not {requested}")
+            }
+            TransitionRefusal::DifferentReason { current, requested } => {
+                write!(f, "it holds reason {current:?}, not {requested:?}")
+            }
+            TransitionRefusal::ReplacedReference(reference) => {
+                write!(f, "reference {reference} was replaced by a bump")
+            }
+            TransitionRefusal::TooManyBumps => {
+                write!(f, "it has been bumped {REPLACED_MAX} times already")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InvalidTransition {}
+
+/// A request to move money out of custody, as a value.
+///
+/// Every transition returns a new value and leaves `self` untouched. A
+/// transition that already happened, asked again with the same data, returns
+/// an equal value: a callback delivered twice changes nothing. The
+/// [`Fingerprint`] (id, amount, currency, destination) never changes.
+///
+/// Deserialisation checks the same invariants as the transitions: a value
+/// read from JSON or bincode is one the state machine could have produced.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "WithdrawalFields")]
+pub struct WithdrawalRequest {
+    id: WithdrawalId,
+    amount: Amount,
+    currency: Currency,
+    destination: Destination,
+    state: WithdrawalState,
+    reference: Option<Reference>,
+    reason: Option<Reason>,
+    requested_by: Actor,
+    replaced: Vec<Reference>,
+}
+
+/// The unchecked shape of a [`WithdrawalRequest`] as it arrives from serde.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WithdrawalFields {
+    id: WithdrawalId,
+    amount: Amount,
+    currency: Currency,
+    destination: Destination,
+    state: WithdrawalState,
+    #[serde(default)]
+    reference: Option<Reference>,
+    #[serde(default)]
+    reason: Option<Reason>,
+    requested_by: Actor,
+    #[serde(default)]
+    replaced: Vec<Reference>,
+}
+
+impl TryFrom<WithdrawalFields> for WithdrawalRequest {
+    type Error = FieldError;
+
+    fn try_from(fields: WithdrawalFields) -> Result<Self, FieldError> {
+        let WithdrawalFields {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        } = fields;
+        use WithdrawalState as S;
+        let refuse = |field, rule| Err(FieldError::new(field, rule));
+        let reference_required = matches!(state, S::Sent | S::Confirmed);
+        let reference_allowed = reference_required || state == S::Failed;
+        match (&reference, reference_required, reference_allowed) {
+            (None, true, _) => return refuse(Field::Reference, Rule::RequiredInState(state)),
+            (Some(_), _, false) => return refuse(Field::Reference, Rule::NotAllowedInState(state)),
+            _ => {}
+        }
+        let reason_required = matches!(state, S::Rejected | S::Failed);
+        match (&reason, reason_required) {
+            (None, true) => return refuse(Field::Reason, Rule::RequiredInState(state)),
+            (Some(_), false) => return refuse(Field::Reason, Rule::NotAllowedInState(state)),
+            _ => {}
+        }
+        if !replaced.is_empty() {
+            let Some(current) = &reference else {
+                return refuse(Field::Replaced, Rule::NotAllowedInState(state));
+            };
+            if replaced.len() > REPLACED_MAX {
+                return refuse(
+                    Field::Replaced,
+                    Rule::TooMany {
+                        count: replaced.len(),
+                        max: REPLACED_MAX,
+                    },
+                );
+            }
+            for (index, old) in replaced.iter().enumerate() {
+                if old == current || replaced[..index].contains(old) {
+                    return refuse(Field::Replaced, Rule::Repeated);
+                }
+            }
+        }
+        Ok(WithdrawalRequest {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        })
+    }
+}
+
+impl WithdrawalRequest {
+    /// A new request, in state [`WithdrawalState::Requested`].
+    pub fn new(
+        id: WithdrawalId,
+        amount: Amount,
+        currency: Currency,
+        destination: Destination,
+        requested_by: Actor,
+    ) -> Self {
+        WithdrawalRequest {
+            id,
+            amount,
+            currency,
+            destination,
+            state: WithdrawalState::Requested,
+            reference: None,
+            reason: None,
+            requested_by,
+            replaced: Vec::new(),
+        }
+    }
+
+    /// The withdrawal's identity.
+    pub fn id(&self) -> &WithdrawalId {
+        &self.id
+    }
+    /// How much.
+    pub fn amount(&self) -> Amount {
+        self.amount
+    }
+    /// In what.
+    pub fn currency(&self) -> &Currency {
+        &self.currency
+    }
+    /// To where.
+    pub fn destination(&self) -> &Destination {
+        &self.destination
+    }
+    /// Where it is in its life.
+    pub fn state(&self) -> WithdrawalState {
+        self.state
+    }
+    /// The rail's current transaction reference, once sent.
+    pub fn reference(&self) -> Option<&Reference> {
+        self.reference.as_ref()
+    }
+    /// Why it was rejected or failed.
+    pub fn reason(&self) -> Option<&Reason> {
+        self.reason.as_ref()
+    }
+    /// Who asked for it.
+    pub fn requested_by(&self) -> &Actor {
+        &self.requested_by
+    }
+    /// References replaced by bumps, oldest first.
+    pub fn replaced(&self) -> &[Reference] {
+        &self.replaced
+    }
+    /// What makes two requests the same withdrawal.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::new(
+            self.id.clone(),
+            self.amount,
+            self.currency.clone(),
+            self.destination.clone(),
+        )
+    }
+
+    fn refuse(&self, requested: Transition, refusal: TransitionRefusal) -> InvalidTransition {
+        InvalidTransition {
+            id: self.id.clone(),
+            current: self.state,
+            requested,
+            refusal,
+        }
+    }
+
+    /// A move with no data: `from` goes to the transition's target; already
+    /// being at the target is a repeat and changes nothing.
+    fn step(
+        &self,
+        transition: Transition,
+        from: &[WithdrawalState],
+    ) -> Result<Self, InvalidTransition> {
+        let target = transition.target();
+        if self.state == target {
+            return Ok(self.clone());
+        }
+        if !from.contains(&self.state) {
+            return Err(self.refuse(transition, TransitionRefusal::NotAllowed));
+        }
+        Ok(WithdrawalRequest {
+            state: target,
+            ..self.clone()
+        })
+    }
+
+    /// A move that records a reason (reject, fail).
+    fn step_with_reason(
+        &self,
+        transition: Transition,
+        from: &[WithdrawalState],
+        reason: Reason,
+    ) -> Result<Self, InvalidTransition> {
+        if self.state == transition.target() {
+            return match &self.reason {
+                Some(current) if *current == reason => Ok(self.clone()),
+                Some(current) => Err(self.refuse(
+                    transition,
+                    TransitionRefusal::DifferentReason {
+                        current: current.clone(),
+                        requested: reason,
+                    },
+                )),
+                None => Err(self.refuse(transition, TransitionRefusal::NotAllowed)),
+            };
+        }
+        let mut next = self.step(transition, from)?;
+        next.reason = Some(reason);
+        Ok(next)
+    }
+
+    /// Requested to approved.
+    pub fn approve(&self) -> Result<Self, InvalidTransition> {
+        self.step(Transition::Approve, &[WithdrawalState::Requested])
+    }
+
+    /// Requested or approved to rejected: only while no money has moved.
+    pub fn reject(&self, reason: Reason) -> Result<Self, InvalidTransition> {
+        self.step_with_reason(
+            Transition::Reject,
+            &[WithdrawalState::Requested, WithdrawalState::Approved],
+            reason,
+        )
+    }
+
+    /// Approved to sending.
+    pub fn start_sending(&self) -> Result<Self, InvalidTransition> {
+        self.step(Transition::StartSending, &[WithdrawalState::Approved])
+    }
+
+    /// Sending to sent, with the rail's reference. Delivered again with the
+    /// same reference it changes nothing; with another it is refused.
+    pub fn mark_sent(&self, reference: Reference) -> Result<Self, InvalidTransition> {
+        let transition = Transition::MarkSent;
+        if self.replaced.contains(&reference) {
+            return Err(self.refuse(transition, TransitionRefusal::ReplacedReference(reference)));
+        }
+        if self.state == WithdrawalState::Sent {
+            return match &self.reference {
+                Some(current) if *current == reference => Ok(self.clone()),
+                Some(current) => Err(self.refuse(
+                    transition,
+                    TransitionRefusal::DifferentReference {
+                        current: current.clone(),
+                        requested: reference,
+                    },
+                )),
+                None => Err(self.refuse(transition, TransitionRefusal::NotAllowed)),
+            };
+        }
+        let mut next = self.step(transition, &[WithdrawalState::Sending])?;
+        next.reference = Some(reference);
+        Ok(next)
+    }
+
+    /// Sent to confirmed.
+    pub fn confirm(&self) -> Result<Self, InvalidTransition> {
+        self.step(Transition::Confirm, &[WithdrawalState::Sent])
+    }
+
+    /// Approved, sending or sent to failed.
+    pub fn fail(&self, reason: Reason) -> Result<Self, InvalidTransition> {
+        self.step_with_reason(
+            Transition::Fail,
+            &[
+                WithdrawalState::Approved,
+                WithdrawalState::Sending,
+                WithdrawalState::Sent,
+            ],
+            reason,
+        )
+    }
+
+    /// A sent transaction replaced by another (a fee bump): the old reference
+    /// joins [`replaced`](Self::replaced) and can never come back. Bumping to
+    /// the current reference changes nothing.
+    pub fn bump(&self, reference: Reference) -> Result<Self, InvalidTransition> {
+        let transition = Transition::Bump;
+        if self.state != WithdrawalState::Sent {
+            return Err(self.refuse(transition, TransitionRefusal::NotAllowed));
+        }
+        if self.replaced.contains(&reference) {
+            return Err(self.refuse(transition, TransitionRefusal::ReplacedReference(reference)));
+        }
+        let Some(current) = &self.reference else {
+            return Err(self.refuse(transition, TransitionRefusal::NotAllowed));
+        };
+        if *current == reference {
+            return Ok(self.clone());
+        }
+        if self.replaced.len() >= REPLACED_MAX {
+            return Err(self.refuse(transition, TransitionRefusal::TooManyBumps));
+        }
+        let mut next = self.clone();
+        next.replaced.push(current.clone());
+        next.reference = Some(reference);
+        Ok(next)
+    }
+}

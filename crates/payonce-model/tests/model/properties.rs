@@ -1,0 +1,131 @@
+//! Invariants over arbitrary inputs: fingerprints never move, serde round
+//! trips are the identity, and no input makes a constructor panic.
+
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Note, Reason, Reference, RequestKey, WithdrawalId,
+    WithdrawalRequest, codec,
+};
+use proptest::prelude::*;
+
+use crate::make;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Approve,
+    Reject(String),
+    StartSending,
+    MarkSent(String),
+    Confirm,
+    Fail(String),
+    Bump(String),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    // Few distinct texts, so repeats and conflicts happen often.
+    let text =
+        prop::sample::select(vec!["0xa", "0xb", "0xc", "late", "node down"]).prop_map(String::from);
+    prop_oneof![
+        Just(Step::Approve),
+        text.clone().prop_map(Step::Reject),
+        Just(Step::StartSending),
+        text.clone().prop_map(Step::MarkSent),
+        Just(Step::Confirm),
+        text.clone().prop_map(Step::Fail),
+        text.prop_map(Step::Bump),
+    ]
+}
+
+fn apply(withdrawal: &WithdrawalRequest, step: &Step) -> Option<WithdrawalRequest> {
+    let result = match step {
+        Step::Approve => withdrawal.approve(),
+        Step::Reject(text) => withdrawal.reject(Reason::new(text.as_str()).unwrap()),
+        Step::StartSending => withdrawal.start_sending(),
+        Step::MarkSent(text) => withdrawal.mark_sent(Reference::new(text.as_str()).unwrap()),
+        Step::Confirm => withdrawal.confirm(),
+        Step::Fail(text) => withdrawal.fail(Reason::new(text.as_str()).unwrap()),
+        Step::Bump(text) => withdrawal.bump(Reference::new(text.as_str()).unwrap()),
+    };
+    result.ok()
+}
+
+proptest! {
+    #[test]
+    fn the_fingerprint_is_unchanged_by_any_sequence_of_transitions(steps in prop::collection::vec(step(), 0..24)) {
+        let original = make("w-1");
+        let mut withdrawal = original.clone();
+        for step in &steps {
+            if let Some(next) = apply(&withdrawal, step) {
+                // A repeated step is free: applying it again gives the same value.
+                let again = apply(&next, step);
+                prop_assert_eq!(again.as_ref(), Some(&next));
+                withdrawal = next;
+            }
+            prop_assert_eq!(withdrawal.fingerprint(), original.fingerprint());
+        }
+    }
+
+    #[test]
+    fn serde_round_trips_are_the_identity(steps in prop::collection::vec(step(), 0..24), amount in "[0-9]{1,20}(\\.[0-9]{1,8})?") {
+        let mut json = serde_json::to_value(make("w-1")).unwrap();
+        json["amount"] = amount.clone().into();
+        let Ok(mut withdrawal) = serde_json::from_value::<WithdrawalRequest>(json) else {
+            prop_assert!(Amount::parse(&amount).is_err());
+            return Ok(());
+        };
+        for step in &steps {
+            withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
+            let text = serde_json::to_string(&withdrawal).unwrap();
+            prop_assert_eq!(&serde_json::from_str::<WithdrawalRequest>(&text).unwrap(), &withdrawal);
+            let bytes = codec::encode(&withdrawal).unwrap();
+            prop_assert_eq!(&codec::decode::<WithdrawalRequest>(&bytes).unwrap(), &withdrawal);
+            prop_assert_eq!(codec::encode(&codec::decode::<WithdrawalRequest>(&bytes).unwrap()).unwrap(), bytes);
+        }
+    }
+
+    #[test]
+    fn no_string_makes_a_constructor_panic(text in any::<String>()) {
+        let _ = WithdrawalId::new(text.as_str());
+        let _ = RequestKey::new(text.as_str());
+        let _ = Amount::parse(&text);
+        let _ = Currency::new(&text);
+        let _ = Destination::new(text.as_str());
+        let _ = Reference::new(text.as_str());
+        let _ = Reason::new(text.as_str());
+        let _ = Actor::new(text.as_str());
+        let _ = Note::new(text.as_str());
+    }
+
+    #[test]
+    fn every_accepted_amount_prints_and_parses_to_itself(text in "[0-9]{1,30}(\\.[0-9]{1,30})?") {
+        if let Ok(amount) = Amount::parse(&text) {
+            prop_assert_eq!(Amount::parse(&amount.to_string()).unwrap(), amount);
+            prop_assert_eq!(amount.to_string(), Amount::parse(&amount.to_string()).unwrap().to_string());
+        }
+    }
+
+    #[test]
+    fn no_bytes_make_a_deserialiser_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = codec::decode::<WithdrawalRequest>(&bytes);
+        let _ = codec::decode::<Amount>(&bytes);
+        let _ = codec::decode::<RequestKey>(&bytes);
+        let _ = serde_json::from_slice::<WithdrawalRequest>(&bytes);
+    }
+
+    #[test]
+    fn mutated_encodings_decode_only_to_valid_values(steps in prop::collection::vec(step(), 0..12), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4)) {
+        let mut withdrawal = make("w-1");
+        for step in &steps {
+            withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
+        }
+        let mut bytes = codec::encode(&withdrawal).unwrap();
+        for (index, value) in flips {
+            let at = index.index(bytes.len());
+            bytes[at] = value;
+        }
+        if let Ok(decoded) = codec::decode::<WithdrawalRequest>(&bytes) {
+            // Whatever came back passed every rule: it re-encodes and round trips.
+            let again = codec::encode(&decoded).unwrap();
+            prop_assert_eq!(codec::decode::<WithdrawalRequest>(&again).unwrap(), decoded);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Replays every committed fuzz input (seed corpus and regression cases)
+//! through the property each target checks, on the stable toolchain, so a
+//! bug a fuzzer once found stays found without cargo-fuzz.
+
+use std::path::Path;
+
+use payonce_tests::fuzz::TARGETS;
+
+#[test]
+fn every_committed_fuzz_input_still_holds_its_property() {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut replayed = 0;
+    for (target, check) in TARGETS {
+        for folder in ["corpus", "regressions"] {
+            let dir = fuzz.join(folder).join(target);
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                let outcome = std::panic::catch_unwind(|| check(&bytes));
+                assert!(
+                    outcome.is_ok(),
+                    "{target}: {} breaks its property",
+                    path.display()
+                );
+                replayed += 1;
+            }
+        }
+        assert!(
+            fuzz.join("corpus").join(target).is_dir(),
+            "{target} has no committed seed corpus"
+        );
+    }
+    assert!(replayed >= TARGETS.len(), "only {replayed} inputs replayed");
+}

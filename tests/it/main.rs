@@ -1,0 +1,6 @@
+//! payonce's acceptance tests: behaviour seen across crate boundaries.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fuzz_regressions;
+mod model;
