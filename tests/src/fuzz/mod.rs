@@ -8,6 +8,9 @@ mod model_transitions;
 
 pub use self::model_transitions::model_transitions;
 
+/// A fuzz property: checks one input, panicking when the property fails.
+pub type Check = fn(&[u8]);
+
 /// Every fuzz target, by the name of its folder under `fuzz/corpus` and
 /// `fuzz/regressions`, with the function that checks one input.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("model_transitions", model_transitions)];
+pub const TARGETS: &[(&str, Check)] = &[("model_transitions", model_transitions)];
