@@ -1,0 +1,3 @@
+//! Benchmarks of payonce-log; see docs/performance.md.
+
+fn main() {}

@@ -1,0 +1,87 @@
+//! How a log is opened: its limits and what "durable" means.
+
+use crate::error::LogError;
+use crate::format::{
+    RECORD_MAX, RECORD_MAX_CEILING, SEAL_LEN, SEGMENT_HEADER_LEN, SEGMENT_LEN_MAX,
+    SEGMENT_LEN_MAX_CEILING, frame_len,
+};
+
+/// What survives when [`crate::Log::wait_durable`] has returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Durability {
+    /// Every record reported durable has been written and `fdatasync`ed,
+    /// and every new segment's header and directory entry synced before it
+    /// was used: it survives a process crash, a kernel panic and a power
+    /// loss (on a disk that honours flushes). The only setting for money.
+    #[default]
+    Always,
+    /// Records reported durable have been handed to the operating system but
+    /// never synced: they survive a process crash, not a power loss or a
+    /// kernel panic. For tests and benchmarks only; unsafe for money.
+    Never,
+}
+
+/// The settings of a log. A log must be reopened with limits at least as
+/// large as those it was written with, or its records are refused as too
+/// long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Most bytes in one record's payload. A length field above it on disk is
+    /// corruption. Default [`RECORD_MAX`]; at most [`RECORD_MAX_CEILING`].
+    pub record_max: u32,
+    /// Most bytes in one segment file, header and seal included; the log
+    /// rolls to a new segment before exceeding it. Default
+    /// [`SEGMENT_LEN_MAX`]; at most [`SEGMENT_LEN_MAX_CEILING`], and large
+    /// enough for a header, one record of `record_max` bytes and a seal.
+    pub segment_len_max: u64,
+    /// What a durable record survives.
+    pub durability: Durability,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            record_max: RECORD_MAX,
+            segment_len_max: SEGMENT_LEN_MAX,
+            durability: Durability::Always,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the settings against each other and the ceilings.
+    pub fn validate(&self) -> Result<(), LogError> {
+        if self.record_max > RECORD_MAX_CEILING {
+            return Err(LogError::InvalidConfig {
+                setting: "record_max",
+                value: u64::from(self.record_max),
+                rule: format!("at most {RECORD_MAX_CEILING}"),
+            });
+        }
+        if self.segment_len_max > SEGMENT_LEN_MAX_CEILING {
+            return Err(LogError::InvalidConfig {
+                setting: "segment_len_max",
+                value: self.segment_len_max,
+                rule: format!("at most {SEGMENT_LEN_MAX_CEILING}"),
+            });
+        }
+        let needed = self.segment_len_needed();
+        if self.segment_len_max < needed {
+            return Err(LogError::InvalidConfig {
+                setting: "segment_len_max",
+                value: self.segment_len_max,
+                rule: format!(
+                    "at least {needed}: a {SEGMENT_HEADER_LEN}-byte header, one record of \
+                     record_max = {} bytes framed, and a {SEAL_LEN}-byte seal",
+                    self.record_max
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The smallest segment that holds a header, one largest record and a seal.
+    fn segment_len_needed(&self) -> u64 {
+        SEGMENT_HEADER_LEN as u64 + frame_len(self.record_max) + SEAL_LEN as u64
+    }
+}

@@ -1,0 +1,214 @@
+//! Read-only access for audit tools: scans, iterators from any sequence
+//! number, and single records fetched by position. Never writes, never
+//! takes the writer lock, and tolerates a writer appending at the same time.
+
+use std::io;
+use std::sync::Arc;
+
+use crate::config::LogConfig;
+use crate::error::{Damage, LogError, OpenError, io_error};
+use crate::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN, frame_fields, frame_len, segment_name};
+use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
+use crate::scan::{Cursor, list_segments};
+use crate::storage::Storage;
+
+/// A log opened read-only.
+#[derive(Debug, Clone)]
+pub struct LogReader {
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+}
+
+impl LogReader {
+    /// Opens the log in `storage` read-only. A directory without a segment
+    /// file (or no directory) is [`LogError::NotALog`]. Nothing is verified
+    /// yet: [`LogReader::scan`] and [`LogReader::records_from`] verify what
+    /// they pass.
+    pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<LogReader, LogError> {
+        config.validate()?;
+        let not_a_log = || LogError::NotALog {
+            dir: storage.describe(""),
+        };
+        match list_segments(&*storage) {
+            Ok(segments) if segments.is_empty() => Err(not_a_log()),
+            Ok(_) => Ok(LogReader { storage, config }),
+            Err(LogError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Err(not_a_log())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Verifies the whole log, handing every record to `visit` in order, and
+    /// reports what it found, a torn tail included (the tail may be a write
+    /// in progress). Refuses damage that is not a torn tail, after visiting
+    /// the records before it.
+    pub fn scan<E>(
+        &self,
+        mut visit: impl FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<Recovery, OpenError<E>> {
+        let mut records = self.records_from(1)?;
+        while let Some(record) = records.next_record()? {
+            visit(record).map_err(OpenError::Visit)?;
+        }
+        Ok(records.recovery())
+    }
+
+    /// Records from `seq` on (from the first if `seq` is below it), starting
+    /// at the segment that holds `seq`, found by binary search over the
+    /// segment names. Every frame of that segment is verified, those before
+    /// `seq` too, since each checksum chains from the one before.
+    pub fn records_from(&self, seq: u64) -> Result<Records, LogError> {
+        let segments = list_segments(&*self.storage)?;
+        if segments.is_empty() {
+            return Err(LogError::NotALog {
+                dir: self.storage.describe(""),
+            });
+        }
+        let cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
+        Ok(Records {
+            cursor,
+            failed: false,
+        })
+    }
+
+    /// Reads and verifies the one record `seq` at `position`, as a scan
+    /// reported it, without scanning: its sequence number must match and its
+    /// checksum must verify chained from `position.chain`.
+    pub fn read_at(&self, seq: u64, position: Position) -> Result<Vec<u8>, LogError> {
+        let name = segment_name(position.segment);
+        let file = self.storage.describe(&name);
+        let corrupt = |damage, expected: String, found: String| LogError::Corrupt {
+            file: file.clone(),
+            offset: position.offset,
+            seq,
+            damage,
+            expected,
+            found,
+        };
+        if position.offset < SEGMENT_HEADER_LEN as u64 || !position.offset.is_multiple_of(8) {
+            return Err(corrupt(
+                Damage::Length,
+                "a frame offset past the header, a multiple of 8".to_owned(),
+                format!("offset {}", position.offset),
+            ));
+        }
+        let head = self
+            .storage
+            .read_range(&name, position.offset, FRAME_HEADER_LEN)
+            .map_err(|error| io_error("read", &file, error))?;
+        if head.len() < FRAME_HEADER_LEN {
+            return Err(corrupt(
+                Damage::Length,
+                format!("a {FRAME_HEADER_LEN}-byte frame header"),
+                format!("{} bytes before the end of the file", head.len()),
+            ));
+        }
+        let (stored, len, found_seq) = frame_fields(&head, 0);
+        if len > self.config.record_max {
+            return Err(corrupt(
+                Damage::Length,
+                format!("a record length of at most {}", self.config.record_max),
+                format!("length {len}"),
+            ));
+        }
+        if found_seq != seq {
+            return Err(corrupt(
+                Damage::Sequence,
+                format!("seq {seq}"),
+                format!("seq {found_seq}"),
+            ));
+        }
+        let body_len = frame_len(len) as usize - FRAME_HEADER_LEN;
+        let body = self
+            .storage
+            .read_range(&name, position.offset + FRAME_HEADER_LEN as u64, body_len)
+            .map_err(|error| io_error("read", &file, error))?;
+        if body.len() < body_len {
+            return Err(corrupt(
+                Damage::Length,
+                format!("a {}-byte frame", frame_len(len)),
+                format!(
+                    "{} bytes before the end of the file",
+                    FRAME_HEADER_LEN + body.len()
+                ),
+            ));
+        }
+        let mut hasher = crc32fast::Hasher::new_with_initial(position.chain);
+        hasher.update(&head[4..]);
+        hasher.update(&body);
+        let computed = hasher.finalize();
+        if computed != stored {
+            return Err(corrupt(
+                Damage::Checksum,
+                format!(
+                    "checksum {computed:#010x} (chained from {:#010x})",
+                    position.chain
+                ),
+                format!("stored checksum {stored:#010x}"),
+            ));
+        }
+        let mut payload = body;
+        payload.truncate(len as usize);
+        assert_eq!(payload.len(), len as usize);
+        Ok(payload)
+    }
+}
+
+/// Verified records in order, from a [`LogReader`]. Yields an error once and
+/// then ends; ends quietly at a torn tail, which [`Records::torn_tail`] then
+/// reports.
+#[derive(Debug)]
+pub struct Records {
+    cursor: Cursor,
+    failed: bool,
+}
+
+impl Records {
+    /// The next verified record, borrowed: no copy of the payload.
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, LogError> {
+        if self.failed {
+            return Ok(None);
+        }
+        match self.cursor.next_record() {
+            Ok(record) => Ok(record),
+            Err(error) => {
+                self.failed = true;
+                Err(error)
+            }
+        }
+    }
+
+    /// The torn tail found at the end, once the records are exhausted.
+    pub fn torn_tail(&self) -> Option<TornTail> {
+        let tail = self.cursor.tail.as_ref()?;
+        (tail.torn_len > 0).then_some(TornTail {
+            segment: tail.first_seq,
+            offset: tail.valid_end,
+            len: tail.torn_len,
+            saved_as: None,
+        })
+    }
+
+    /// What the walk found so far; complete once the records are exhausted.
+    pub fn recovery(&self) -> Recovery {
+        let (next_seq, _) = self.cursor.end_state();
+        Recovery {
+            records: self.cursor.records,
+            segments: self.cursor.segments_verified,
+            last_seq: next_seq.saturating_sub(1),
+            torn_tail: self.torn_tail(),
+            interrupted_roll: self.cursor.unsealed.is_some(),
+        }
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<OwnedRecord, LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_record()
+            .map(|record| record.map(|record| record.to_owned_record()))
+            .transpose()
+    }
+}

@@ -1,0 +1,655 @@
+//! Verification of a whole log, one frame at a time: the one place that
+//! decides what is a record, what is a torn tail and what is corruption.
+//! Writers, readers and iterators all walk the log through [`Cursor`].
+
+use crate::config::LogConfig;
+use crate::error::{Damage, LogError, io_error};
+use crate::format::{
+    ALIGN, FRAME_HEADER_LEN, Header, SEAL_LEN, SEAL_MARKER, SEGMENT_HEADER_LEN, chained_crc,
+    first_chain, frame_fields, frame_len, parse_segment_name, segment_name,
+};
+use crate::record::{Position, Record};
+use std::sync::Arc;
+
+use crate::storage::Storage;
+
+/// Who is scanning: a writer may repair what a crash left; a reader changes
+/// nothing and must tolerate a writer working at the same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Write,
+    Read,
+}
+
+/// The first sequence numbers of the segment files in `storage`, sorted.
+pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, LogError> {
+    let names = storage
+        .list()
+        .map_err(|error| io_error("list", &storage.describe(""), error))?;
+    let mut segments: Vec<u64> = names
+        .iter()
+        .filter_map(|name| parse_segment_name(name))
+        .collect();
+    segments.sort_unstable();
+    Ok(segments)
+}
+
+/// The last segment, as the scan left it.
+#[derive(Debug, Clone)]
+pub(crate) struct Tail {
+    pub(crate) first_seq: u64,
+    /// End of the last good frame (or of the header).
+    pub(crate) valid_end: u64,
+    /// Torn bytes after `valid_end`.
+    pub(crate) torn_len: u64,
+    /// The header is shorter than a header: the segment holds nothing.
+    pub(crate) header_torn: bool,
+}
+
+/// A second-to-last segment left unsealed by a roll cut short.
+#[derive(Debug, Clone)]
+pub(crate) struct Unsealed {
+    pub(crate) first_seq: u64,
+    pub(crate) valid_end: u64,
+    pub(crate) torn_len: u64,
+    /// The chain value its seal must continue from.
+    pub(crate) chain: u32,
+}
+
+/// A frame that does not verify.
+#[derive(Debug)]
+struct Bad {
+    damage: Damage,
+    expected: String,
+    found: String,
+    /// The frame's checksum verified: it is whole, so it cannot be torn.
+    whole: bool,
+}
+
+enum Step {
+    Record { len: usize, size: usize, crc: u32 },
+    Seal { next_seq: u64 },
+    End,
+    Bad(Bad),
+}
+
+/// A verifying walk over a log's segments.
+pub(crate) struct Cursor {
+    storage: Arc<dyn Storage>,
+    record_max: u32,
+    segment_len_max: u64,
+    mode: Mode,
+    segments: Vec<u64>,
+    index: usize,
+    loaded: bool,
+    done: bool,
+    /// Whether `seq` and `chain` come from the previous segment (or the log's
+    /// start), so the next header must continue them.
+    continuing: bool,
+    buf: Vec<u8>,
+    name: String,
+    first_seq: u64,
+    pos: usize,
+    /// The next expected sequence number.
+    seq: u64,
+    /// The chain value the next frame continues from.
+    chain: u32,
+    /// Records below this are verified but not handed out.
+    from: u64,
+    pub(crate) log_id: Option<u64>,
+    pub(crate) records: u64,
+    pub(crate) segments_verified: u64,
+    pub(crate) tail: Option<Tail>,
+    pub(crate) unsealed: Option<Unsealed>,
+}
+
+impl std::fmt::Debug for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cursor")
+            .field("segment", &self.name)
+            .field("offset", &self.pos)
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cursor {
+    /// A cursor over every segment of `segments` (sorted, non-empty), from
+    /// the start of the log.
+    pub(crate) fn new(
+        storage: Arc<dyn Storage>,
+        config: &LogConfig,
+        mode: Mode,
+        segments: Vec<u64>,
+    ) -> Cursor {
+        assert!(!segments.is_empty());
+        assert!(segments.windows(2).all(|pair| pair[0] < pair[1]));
+        Cursor {
+            storage,
+            record_max: config.record_max,
+            segment_len_max: config.segment_len_max,
+            mode,
+            segments,
+            index: 0,
+            loaded: false,
+            done: false,
+            continuing: true,
+            buf: Vec::new(),
+            name: String::new(),
+            first_seq: 0,
+            pos: 0,
+            seq: 1,
+            chain: 0,
+            from: 0,
+            log_id: None,
+            records: 0,
+            segments_verified: 0,
+            tail: None,
+            unsealed: None,
+        }
+    }
+
+    /// A cursor that starts at the segment holding `from` and hands out
+    /// records from `from` on. The segment's header is trusted for the chain
+    /// (it is checksummed); the log id is taken from the first segment.
+    pub(crate) fn starting_at(
+        storage: Arc<dyn Storage>,
+        config: &LogConfig,
+        segments: Vec<u64>,
+        from: u64,
+    ) -> Result<Cursor, LogError> {
+        let index = segments
+            .partition_point(|&first| first <= from)
+            .saturating_sub(1);
+        let mut cursor = Cursor::new(storage, config, Mode::Read, segments);
+        cursor.from = from;
+        if index > 0 {
+            cursor.log_id = Some(cursor.read_log_id(cursor.segments[0])?);
+            cursor.index = index;
+            cursor.continuing = false;
+        }
+        Ok(cursor)
+    }
+
+    fn read_log_id(&self, first_seq: u64) -> Result<u64, LogError> {
+        let name = segment_name(first_seq);
+        let bytes = self
+            .storage
+            .read_range(&name, 0, SEGMENT_HEADER_LEN)
+            .map_err(|error| io_error("read", &self.storage.describe(&name), error))?;
+        if bytes.len() < SEGMENT_HEADER_LEN {
+            return Err(self.corrupt_in(
+                &name,
+                0,
+                first_seq,
+                Damage::Header,
+                format!("a {SEGMENT_HEADER_LEN}-byte header"),
+                format!("{} bytes", bytes.len()),
+            ));
+        }
+        Header::decode(&bytes)
+            .map(|header| header.log_id)
+            .map_err(|fault| {
+                let (expected, found) = fault.expected_found();
+                self.corrupt_in(&name, 0, first_seq, Damage::Header, expected, found)
+            })
+    }
+
+    fn corrupt_in(
+        &self,
+        name: &str,
+        offset: u64,
+        seq: u64,
+        damage: Damage,
+        expected: String,
+        found: String,
+    ) -> LogError {
+        LogError::Corrupt {
+            file: self.storage.describe(name),
+            offset,
+            seq,
+            damage,
+            expected,
+            found,
+        }
+    }
+
+    fn corrupt(&self, offset: u64, damage: Damage, expected: String, found: String) -> LogError {
+        self.corrupt_in(&self.name, offset, self.seq, damage, expected, found)
+    }
+
+    fn is_last(&self) -> bool {
+        self.index + 1 == self.segments.len()
+    }
+
+    /// The next verified record, `None` at the end of the log.
+    #[inline]
+    pub(crate) fn next_record(&mut self) -> Result<Option<Record<'_>>, LogError> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if !self.loaded {
+                self.load_segment()?;
+                continue;
+            }
+            let offset = self.pos;
+            match self.step() {
+                Step::Record { len, size, crc } => {
+                    let seq = self.seq;
+                    let chain = self.chain;
+                    self.chain = crc;
+                    self.seq += 1;
+                    self.pos = offset + size;
+                    self.records += 1;
+                    if seq < self.from {
+                        continue;
+                    }
+                    let start = offset + FRAME_HEADER_LEN;
+                    let payload = &self.buf[start..start + len];
+                    assert_eq!(payload.len(), len);
+                    return Ok(Some(Record {
+                        seq,
+                        payload,
+                        position: Position {
+                            segment: self.first_seq,
+                            offset: offset as u64,
+                            chain,
+                        },
+                    }));
+                }
+                Step::Seal { next_seq } => self.end_sealed(offset, next_seq)?,
+                Step::End => self.end_unsealed(offset, None)?,
+                Step::Bad(bad) => self.end_unsealed(offset, Some(bad))?,
+            }
+        }
+    }
+
+    /// Examines the frame at `self.pos`.
+    #[inline]
+    fn step(&self) -> Step {
+        let buf = &self.buf;
+        let offset = self.pos;
+        let remaining = buf.len() - offset;
+        if remaining == 0 {
+            return Step::End;
+        }
+        if remaining < FRAME_HEADER_LEN {
+            return Step::Bad(Bad {
+                damage: Damage::Length,
+                expected: format!("a {FRAME_HEADER_LEN}-byte frame header"),
+                found: format!("{remaining} bytes before the end of the file"),
+                whole: false,
+            });
+        }
+        let (stored, len, seq) = frame_fields(buf, offset);
+        if len == SEAL_MARKER {
+            let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
+            if computed != stored {
+                return Step::Bad(self.checksum_bad(stored, computed, seq, "seal"));
+            }
+            return Step::Seal { next_seq: seq };
+        }
+        if len > self.record_max {
+            // A frame that verifies despite its length was written with a
+            // larger limit: refuse rather than cut a good record as torn.
+            let size = frame_len(len);
+            let whole = size <= remaining as u64
+                && chained_crc(self.chain, &buf[offset + 4..offset + size as usize]) == stored;
+            return Step::Bad(Bad {
+                damage: Damage::Length,
+                expected: format!("a record length of at most {}", self.record_max),
+                found: if whole {
+                    format!("a whole record of length {len}, written with a larger record_max")
+                } else {
+                    format!("length {len}")
+                },
+                whole,
+            });
+        }
+        let size = frame_len(len) as usize;
+        if size > remaining {
+            return Step::Bad(Bad {
+                damage: Damage::Length,
+                expected: format!("a {size}-byte frame (length {len})"),
+                found: format!("{remaining} bytes before the end of the file"),
+                whole: false,
+            });
+        }
+        let computed = chained_crc(self.chain, &buf[offset + 4..offset + size]);
+        if computed != stored {
+            return Step::Bad(self.checksum_bad(stored, computed, seq, "record"));
+        }
+        if seq != self.seq {
+            return Step::Bad(Bad {
+                damage: Damage::Sequence,
+                expected: format!("seq {}", self.seq),
+                found: format!("a whole record with seq {seq}"),
+                whole: true,
+            });
+        }
+        Step::Record {
+            len: len as usize,
+            size,
+            crc: stored,
+        }
+    }
+
+    fn checksum_bad(&self, stored: u32, computed: u32, seq: u64, what: &str) -> Bad {
+        Bad {
+            damage: Damage::Checksum,
+            expected: format!(
+                "{what} checksum {computed:#010x} (seq {} chained from {:#010x})",
+                self.seq, self.chain
+            ),
+            found: format!("stored checksum {stored:#010x}, seq field {seq}"),
+            whole: false,
+        }
+    }
+
+    /// Reads and checks the header of `segments[index]`.
+    fn load_segment(&mut self) -> Result<(), LogError> {
+        let first_seq = self.segments[self.index];
+        self.name = segment_name(first_seq);
+        self.first_seq = first_seq;
+        let describe = |storage: &Arc<dyn Storage>, name: &str| storage.describe(name);
+        let len = self
+            .storage
+            .len(&self.name)
+            .map_err(|error| io_error("stat", &describe(&self.storage, &self.name), error))?;
+        if len > self.segment_len_max {
+            return Err(LogError::SegmentTooLong {
+                file: describe(&self.storage, &self.name),
+                len,
+                max: self.segment_len_max,
+            });
+        }
+        self.buf = self
+            .storage
+            .read(&self.name, self.segment_len_max)
+            .map_err(|error| io_error("read", &describe(&self.storage, &self.name), error))?;
+        assert!(self.buf.len() as u64 <= self.segment_len_max);
+        if self.continuing && first_seq != self.seq {
+            let damage = if self.index == 0 || first_seq > self.seq {
+                Damage::MissingSegment
+            } else {
+                Damage::Sequence
+            };
+            return Err(self.corrupt(
+                0,
+                damage,
+                format!("a segment starting at seq {}", self.seq),
+                format!("segment {} (starting at seq {first_seq})", self.name),
+            ));
+        }
+        if self.buf.len() < SEGMENT_HEADER_LEN {
+            if self.is_last() {
+                // The newest segment's header never fully reached the disk:
+                // it holds no record, so it is a torn tail.
+                self.tail = Some(Tail {
+                    first_seq,
+                    valid_end: 0,
+                    torn_len: self.buf.len() as u64,
+                    header_torn: true,
+                });
+                self.done = true;
+                return Ok(());
+            }
+            return Err(self.corrupt(
+                0,
+                Damage::Header,
+                format!("a {SEGMENT_HEADER_LEN}-byte header"),
+                format!("{} bytes", self.buf.len()),
+            ));
+        }
+        let header = Header::decode(&self.buf[..SEGMENT_HEADER_LEN]).map_err(|fault| {
+            let (expected, found) = fault.expected_found();
+            self.corrupt(0, Damage::Header, expected, found)
+        })?;
+        if header.first_seq != first_seq {
+            return Err(self.corrupt(
+                24,
+                Damage::Name,
+                format!("first seq {first_seq}, as the file name says"),
+                format!("first seq {}", header.first_seq),
+            ));
+        }
+        match self.log_id {
+            None => self.log_id = Some(header.log_id),
+            Some(log_id) if log_id != header.log_id => {
+                return Err(self.corrupt(
+                    16,
+                    Damage::LogId,
+                    format!("log id {log_id:#018x}"),
+                    format!("log id {:#018x}", header.log_id),
+                ));
+            }
+            Some(_) => {}
+        }
+        if self.continuing {
+            let chain = if self.index == 0 {
+                first_chain(header.log_id)
+            } else {
+                self.chain
+            };
+            if header.chain != chain {
+                return Err(self.corrupt(
+                    32,
+                    Damage::Chain,
+                    format!("chain value {chain:#010x} carried from the previous segment"),
+                    format!("chain value {:#010x}", header.chain),
+                ));
+            }
+        }
+        self.seq = first_seq;
+        self.chain = header.chain;
+        self.continuing = true;
+        self.pos = SEGMENT_HEADER_LEN;
+        self.loaded = true;
+        self.segments_verified += 1;
+        Ok(())
+    }
+
+    /// A valid seal at `offset` closes the current segment.
+    fn end_sealed(&mut self, offset: usize, next_seq: u64) -> Result<(), LogError> {
+        let offset_u64 = offset as u64;
+        if next_seq != self.seq {
+            return Err(self.corrupt(
+                offset_u64,
+                Damage::Seal,
+                format!("a seal naming seq {}", self.seq),
+                format!("a seal naming seq {next_seq}"),
+            ));
+        }
+        let after = offset + SEAL_LEN;
+        if after != self.buf.len() {
+            return Err(self.corrupt(
+                after as u64,
+                Damage::Seal,
+                "nothing after the seal".to_owned(),
+                format!("{} bytes", self.buf.len() - after),
+            ));
+        }
+        if self.is_last() && self.mode == Mode::Read {
+            // A writer may have renamed the next segment into place after
+            // this scan listed the directory: look again.
+            let now = list_segments(&*self.storage)?;
+            self.segments
+                .extend(now.into_iter().filter(|&first| first > self.first_seq));
+        }
+        if self.is_last() {
+            return Err(self.corrupt(
+                offset_u64,
+                Damage::MissingSegment,
+                format!("segment {} named by the seal", segment_name(next_seq)),
+                "no such segment".to_owned(),
+            ));
+        }
+        self.index += 1;
+        self.loaded = false;
+        Ok(())
+    }
+
+    /// The current segment ends at `offset` without a seal, cleanly or with
+    /// the bad frame `bad`.
+    fn end_unsealed(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
+        let offset_u64 = offset as u64;
+        let torn_len = (self.buf.len() - offset) as u64;
+        if self.is_last() {
+            if let Some(bad) = bad {
+                if bad.whole {
+                    return Err(self.corrupt(offset_u64, bad.damage, bad.expected, bad.found));
+                }
+                if let Some(evidence) = self.evidence_after(offset) {
+                    return Err(self.corrupt(
+                        offset_u64,
+                        bad.damage,
+                        bad.expected,
+                        format!(
+                            "{}; a record that verifies follows at byte {evidence}, so this is \
+                             not a torn write",
+                            bad.found
+                        ),
+                    ));
+                }
+            }
+            self.tail = Some(Tail {
+                first_seq: self.first_seq,
+                valid_end: offset_u64,
+                torn_len,
+                header_torn: false,
+            });
+            self.done = true;
+            return Ok(());
+        }
+        // A roll cut short leaves the segment before the newest unsealed (or
+        // with part of its seal) while the newest holds no record yet.
+        let torn_seal = match &bad {
+            None => true,
+            Some(bad) => !bad.whole && torn_len <= SEAL_LEN as u64,
+        };
+        if torn_seal && self.index + 2 == self.segments.len() {
+            let next = segment_name(self.segments[self.index + 1]);
+            let next_len = self
+                .storage
+                .len(&next)
+                .map_err(|error| io_error("stat", &self.storage.describe(&next), error))?;
+            if next_len <= SEGMENT_HEADER_LEN as u64 {
+                self.unsealed = Some(Unsealed {
+                    first_seq: self.first_seq,
+                    valid_end: offset_u64,
+                    torn_len,
+                    chain: self.chain,
+                });
+                self.index += 1;
+                self.loaded = false;
+                return Ok(());
+            }
+            if self.mode == Mode::Read && self.sealed_since(offset)? {
+                self.index += 1;
+                self.loaded = false;
+                return Ok(());
+            }
+        }
+        Err(match bad {
+            Some(bad) => self.corrupt(offset_u64, bad.damage, bad.expected, bad.found),
+            None => self.corrupt(
+                offset_u64,
+                Damage::Seal,
+                format!("a seal naming seq {}", self.seq),
+                "the end of the file".to_owned(),
+            ),
+        })
+    }
+
+    /// Whether a writer has sealed the current segment at `offset` since it
+    /// was read: a reader can catch a roll between its steps.
+    fn sealed_since(&self, offset: usize) -> Result<bool, LogError> {
+        let bytes = self
+            .storage
+            .read_range(&self.name, offset as u64, SEAL_LEN + 1)
+            .map_err(|error| io_error("read", &self.storage.describe(&self.name), error))?;
+        if bytes.len() != SEAL_LEN {
+            return Ok(false);
+        }
+        let (stored, len, next_seq) = frame_fields(&bytes, 0);
+        Ok(len == SEAL_MARKER
+            && next_seq == self.seq
+            && chained_crc(self.chain, &bytes[4..SEAL_LEN]) == stored)
+    }
+
+    /// After a bad frame at `bad_offset` in the last segment, the offset of
+    /// a later frame that proves the damage is not a torn write: one that
+    /// verifies chained from the damaged frame's stored checksum, or from
+    /// the checksum recomputed over it (a flip in the checksum field itself),
+    /// or a pair of frames that verify as a chain on their own.
+    fn evidence_after(&self, bad_offset: usize) -> Option<usize> {
+        let buf = &self.buf;
+        let mut seeds: [Option<u32>; 2] = [None, None];
+        if bad_offset + FRAME_HEADER_LEN <= buf.len() {
+            let (stored, len, _) = frame_fields(buf, bad_offset);
+            seeds[0] = Some(stored);
+            if len <= self.record_max {
+                let size = frame_len(len) as usize;
+                if bad_offset + size <= buf.len() {
+                    seeds[1] = Some(chained_crc(
+                        self.chain,
+                        &buf[bad_offset + 4..bad_offset + size],
+                    ));
+                }
+            }
+        }
+        let mut candidate = bad_offset + ALIGN;
+        while candidate + FRAME_HEADER_LEN <= buf.len() {
+            if let Some((stored, size, seq)) = self.plausible_frame(candidate, bad_offset) {
+                let covered = &buf[candidate + 4..candidate + size];
+                for seed in seeds.iter().flatten() {
+                    if chained_crc(*seed, covered) == stored {
+                        return Some(candidate);
+                    }
+                }
+                let next = candidate + size;
+                if next + FRAME_HEADER_LEN <= buf.len()
+                    && let Some((next_stored, next_size, next_seq)) =
+                        self.plausible_frame(next, bad_offset)
+                    && next_seq == seq + 1
+                    && chained_crc(stored, &buf[next + 4..next + next_size]) == next_stored
+                {
+                    return Some(candidate);
+                }
+            }
+            candidate += ALIGN;
+        }
+        None
+    }
+
+    /// The frame at `offset` if its length fits the limit and the file, and
+    /// its sequence number is one that could follow a bad frame at
+    /// `bad_offset`: (stored checksum, frame size, seq).
+    fn plausible_frame(&self, offset: usize, bad_offset: usize) -> Option<(u32, usize, u64)> {
+        let buf = &self.buf;
+        let (stored, len, seq) = frame_fields(buf, offset);
+        let size = if len == SEAL_MARKER {
+            SEAL_LEN
+        } else if len <= self.record_max {
+            frame_len(len) as usize
+        } else {
+            return None;
+        };
+        if offset + size > buf.len() {
+            return None;
+        }
+        // Every frame takes at least FRAME_HEADER_LEN bytes, which bounds how
+        // many records fit between the damage and here.
+        let fit = ((offset - bad_offset) / FRAME_HEADER_LEN) as u64 + 1;
+        if seq < self.seq || seq > self.seq.saturating_add(fit) {
+            return None;
+        }
+        Some((stored, size, seq))
+    }
+
+    /// The chain value and next sequence number where the scan stopped.
+    pub(crate) fn end_state(&self) -> (u64, u32) {
+        (self.seq, self.chain)
+    }
+}

@@ -1,0 +1,197 @@
+//! Where the bytes go: one [`Storage`] is one log directory. The log only
+//! appends, syncs, renames and reads whole files or ranges, so the trait is
+//! small enough to implement in memory with faults ([`crate::MemStorage`]).
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// The name of the file whose lock marks the one writer of a directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// One log directory. Names are plain file names inside it, never paths.
+///
+/// Implementations must make [`Storage::rename`] atomic and let it replace
+/// an existing target, like POSIX `rename`.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// A name for `name` in messages: a path for files on disk. The empty
+    /// name stands for the directory itself.
+    fn describe(&self, name: &str) -> String;
+    /// The names of the files in the directory, in no particular order.
+    /// A missing directory is an error of kind `NotFound`.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// The current length of a file.
+    fn len(&self, name: &str) -> io::Result<u64>;
+    /// The whole file, or its first `len_max` bytes if it is longer.
+    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>>;
+    /// Up to `len` bytes from `offset`; fewer at the end of the file.
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Creates a new, empty file for appending; fails if it exists.
+    fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
+    /// Opens an existing file for appending.
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
+    /// Renames `from` to `to`, replacing `to` if it exists.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes a file.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Makes the directory's entries (creates, renames, removes) durable.
+    fn sync_dir(&self) -> io::Result<()>;
+    /// Takes the directory's exclusive writer lock, creating the directory if
+    /// it does not exist. `Ok(None)` means another writer holds it. The lock
+    /// is held until the returned guard is dropped.
+    fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>>;
+}
+
+/// A file open for appending.
+pub trait StorageFile: Send + fmt::Debug {
+    /// Appends all of `bytes` at the end of the file.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes the file's contents and length durable (`fdatasync`).
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Truncates or extends the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// The writer lock of a directory, released on drop.
+pub trait StorageLock: Send + Sync + fmt::Debug {}
+
+/// A log directory on the local file system.
+#[derive(Debug, Clone)]
+pub struct FsStorage {
+    dir: PathBuf,
+}
+
+impl FsStorage {
+    /// The log in directory `dir`. Nothing is touched until the log is opened.
+    pub fn new(dir: impl Into<PathBuf>) -> FsStorage {
+        FsStorage { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        assert!(
+            !name.is_empty() && !name.contains(std::path::is_separator),
+            "storage names are plain file names"
+        );
+        self.dir.join(name)
+    }
+}
+
+impl Storage for FsStorage {
+    fn describe(&self, name: &str) -> String {
+        if name.is_empty() {
+            self.dir.display().to_string()
+        } else {
+            self.dir.join(name).display().to_string()
+        }
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            // A name that is not UTF-8 is not one of ours.
+            if let Ok(name) = entry?.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn len(&self, name: &str) -> io::Result<u64> {
+        Ok(fs::metadata(self.path(name))?.len())
+    }
+
+    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
+        let file = File::open(self.path(name))?;
+        let len = file.metadata()?.len().min(len_max);
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.take(len_max).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut file = File::open(self.path(name))?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::with_capacity(len);
+        file.take(len as u64).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(self.path(name))?;
+        Ok(Box::new(FsFile { file }))
+    }
+
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        let file = OpenOptions::new().append(true).open(self.path(name))?;
+        Ok(Box::new(FsFile { file }))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::rename(self.path(from), self.path(to))
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        fs::remove_file(self.path(name))
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+
+    fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
+        if !self.dir.is_dir() {
+            fs::create_dir_all(&self.dir)?;
+            // The new directory's own entry must survive a power loss too.
+            if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.path(LOCK_FILE))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Box::new(FsLock { _file: file }))),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(error)) => Err(error),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FsFile {
+    file: File,
+}
+
+impl StorageFile for FsFile {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+/// Holding the open file holds the lock; closing it releases the lock.
+#[derive(Debug)]
+struct FsLock {
+    _file: File,
+}
+
+impl StorageLock for FsLock {}

@@ -1,0 +1,738 @@
+//! The one writer of a log: appends under a mutex into a pending buffer, and
+//! group-commits it to the active segment with one write and one fdatasync
+//! per batch, rolling to a new segment when the active one is full.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::config::{Durability, LogConfig};
+use crate::error::{LogError, OpenError, io_error};
+use crate::format::{
+    FRAME_HEADER_LEN, Header, SEAL_LEN, SEGMENT_HEADER_LEN, first_chain, frame_fields, frame_len,
+    is_segment_tmp_name, push_frame, seal_frame, segment_name, segment_tmp_name,
+};
+use crate::record::{Record, Recovery, TornTail};
+use crate::scan::{Cursor, Mode, list_segments};
+use crate::storage::{Storage, StorageFile, StorageLock};
+
+/// Pending bytes beyond which [`Log::append`] flushes before returning, so a
+/// caller that never waits cannot grow memory without bound.
+pub const PENDING_LEN_MAX: usize = 16 << 20;
+
+/// Most copies of torn bytes kept for one segment offset (a crash during
+/// recovery can leave earlier copies behind).
+const TORN_COPIES_MAX: u32 = 1000;
+
+/// Counters of a [`Log`], for monitoring and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogStats {
+    /// The last sequence number appended.
+    pub last_seq: u64,
+    /// The last sequence number on stable storage (see [`Durability`]).
+    pub durable_seq: u64,
+    /// Batches written, each with one `fdatasync` under
+    /// [`Durability::Always`] (a batch that rolls a segment syncs more).
+    pub flushes: u64,
+    /// Callers blocked in [`Log::wait_durable`] behind a flush in progress.
+    pub waiting: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Framed records appended since the last batch was taken.
+    pending: Vec<u8>,
+    /// An empty buffer kept for the next batch, so batching does not allocate.
+    spare: Vec<u8>,
+    next_seq: u64,
+    /// The checksum of the last appended record: the next one chains from it.
+    chain: u32,
+    durable_seq: u64,
+    flushing: bool,
+    waiting: u64,
+    flushes: u64,
+    poisoned: Option<Arc<LogError>>,
+}
+
+/// The segment being appended to. Only the thread leading a flush uses it.
+#[derive(Debug)]
+struct Active {
+    file: Box<dyn StorageFile>,
+    name: String,
+    len: u64,
+    /// The sequence number of the next record written to the file.
+    next_seq: u64,
+    /// The checksum of the last record in the file (the header's chain value
+    /// if it has none).
+    chain: u32,
+    unsynced: bool,
+}
+
+/// The writer of a log directory: `Send + Sync`, used through `&self` from
+/// many threads. Holds the directory's lock until dropped.
+///
+/// Dropping a `Log` that is not poisoned flushes what was appended (with the
+/// configured durability) and logs a warning if that fails.
+#[derive(Debug)]
+pub struct Log {
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+    log_id: u64,
+    state: Mutex<State>,
+    flushed: Condvar,
+    active: Mutex<Active>,
+    _lock: Box<dyn StorageLock>,
+}
+
+/// Clears `flushing` and poisons the log if the leader unwinds, so waiters
+/// are not left waiting for a flush that will never finish.
+struct LeaderGuard<'a> {
+    log: &'a Log,
+    finished: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut state = self.log.lock_state();
+        state.flushing = false;
+        state.poisoned.get_or_insert_with(|| {
+            Arc::new(LogError::Io {
+                op: "flush",
+                file: self.log.storage.describe(""),
+                source: io::Error::other("the thread writing a batch panicked"),
+            })
+        });
+        self.log.flushed.notify_all();
+    }
+}
+
+fn new_log_id() -> u64 {
+    let mut hasher = RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    hasher.write_u128(nanos);
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+impl Log {
+    /// Opens the log in `storage` for writing, creating it if the directory
+    /// is empty or missing. See [`Log::open_visiting`].
+    pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<(Log, Recovery), LogError> {
+        match Log::open_visiting(storage, config, |_| Ok::<(), Infallible>(())) {
+            Ok(opened) => Ok(opened),
+            Err(OpenError::Log(error)) => Err(error),
+            Err(OpenError::Visit(never)) => match never {},
+        }
+    }
+
+    /// Opens the log in `storage` for writing, handing every record to
+    /// `visit` as it is verified, in order, in the same pass.
+    ///
+    /// Takes the directory's writer lock, removes leftover temporary segment
+    /// files, verifies every segment and record, cuts a torn tail off the
+    /// last segment (after copying it aside to `<segment>.torn-<offset>`)
+    /// and finishes a segment roll a crash interrupted. Any other damage
+    /// refuses with [`LogError::Corrupt`]. A refusal can come after some
+    /// records were visited: discard what the visitor built on an error.
+    pub fn open_visiting<E>(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        mut visit: impl FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<(Log, Recovery), OpenError<E>> {
+        config.validate()?;
+        let dir = storage.describe("");
+        let lock = storage
+            .try_lock()
+            .map_err(|error| io_error("lock", &dir, error))?
+            .ok_or_else(|| LogError::Locked { dir: dir.clone() })?;
+        remove_tmp_debris(&*storage)?;
+        let segments = list_segments(&*storage)?;
+        if segments.is_empty() {
+            let log_id = new_log_id();
+            let header = Header {
+                log_id,
+                first_seq: 1,
+                chain: first_chain(log_id),
+            };
+            let file = create_segment(&*storage, config.durability, &header)?;
+            tracing::info!(dir = %dir, log_id = format_args!("{log_id:#018x}"), "created a new log");
+            let recovery = Recovery {
+                segments: 1,
+                ..Recovery::default()
+            };
+            let active = Active::fresh(file, &header);
+            return Ok((Log::new(storage, config, log_id, active, lock), recovery));
+        }
+
+        let mut cursor = Cursor::new(storage.clone(), &config, Mode::Write, segments);
+        while let Some(record) = cursor.next_record()? {
+            visit(record).map_err(OpenError::Visit)?;
+        }
+        let (next_seq, chain) = cursor.end_state();
+        let Some(tail) = cursor.tail.clone() else {
+            unreachable!("a finished scan describes the last segment");
+        };
+        let mut recovery = Recovery {
+            records: cursor.records,
+            segments: cursor.segments_verified,
+            last_seq: next_seq - 1,
+            torn_tail: None,
+            interrupted_roll: false,
+        };
+        let name = segment_name(tail.first_seq);
+        let (log_id, active) = if tail.header_torn {
+            // Keep the torn header's bytes, then put a whole segment in its
+            // place atomically (rename over it), so a crash during this
+            // repair leaves either the torn file or the new one.
+            let saved_as = save_aside(&*storage, &name, 0, tail.torn_len)?;
+            let (log_id, chain) = match cursor.log_id {
+                Some(log_id) => (log_id, chain),
+                None => {
+                    let log_id = new_log_id();
+                    (log_id, first_chain(log_id))
+                }
+            };
+            let header = Header {
+                log_id,
+                first_seq: tail.first_seq,
+                chain,
+            };
+            let file = create_segment(&*storage, Durability::Always, &header)?;
+            tracing::warn!(
+                file = %storage.describe(&name),
+                bytes = tail.torn_len,
+                saved_as = %saved_as,
+                "replaced a segment whose header was torn"
+            );
+            recovery.torn_tail = Some(TornTail {
+                segment: tail.first_seq,
+                offset: 0,
+                len: tail.torn_len,
+                saved_as: Some(saved_as),
+            });
+            recovery.segments += 1;
+            (log_id, Active::fresh(file, &header))
+        } else {
+            let Some(log_id) = cursor.log_id else {
+                unreachable!("a segment with a whole header gave the log id");
+            };
+            let mut file = storage
+                .open_append(&name)
+                .map_err(|error| io_error("open", &storage.describe(&name), error))?;
+            if tail.torn_len > 0 {
+                let saved_as =
+                    cut_tail(&*storage, &mut *file, &name, tail.valid_end, tail.torn_len)?;
+                recovery.torn_tail = Some(TornTail {
+                    segment: tail.first_seq,
+                    offset: tail.valid_end,
+                    len: tail.torn_len,
+                    saved_as: Some(saved_as),
+                });
+            }
+            let active = Active {
+                file,
+                name: name.clone(),
+                len: tail.valid_end,
+                next_seq,
+                chain,
+                unsynced: false,
+            };
+            (log_id, active)
+        };
+        if let Some(unsealed) = cursor.unsealed.clone() {
+            // The newest segment exists and holds no record: finish the roll
+            // by sealing the one before it.
+            let old = segment_name(unsealed.first_seq);
+            let mut file = storage
+                .open_append(&old)
+                .map_err(|error| io_error("open", &storage.describe(&old), error))?;
+            if unsealed.torn_len > 0 {
+                let saved_as = cut_tail(
+                    &*storage,
+                    &mut *file,
+                    &old,
+                    unsealed.valid_end,
+                    unsealed.torn_len,
+                )?;
+                recovery.torn_tail.get_or_insert(TornTail {
+                    segment: unsealed.first_seq,
+                    offset: unsealed.valid_end,
+                    len: unsealed.torn_len,
+                    saved_as: Some(saved_as),
+                });
+            }
+            assert_eq!(unsealed.chain, active.chain);
+            assert_eq!(tail.first_seq, next_seq);
+            let seal = seal_frame(unsealed.chain, tail.first_seq);
+            let describe = storage.describe(&old);
+            file.append(&seal)
+                .map_err(|error| io_error("write", &describe, error))?;
+            file.sync_data()
+                .map_err(|error| io_error("fdatasync", &describe, error))?;
+            tracing::info!(file = %describe, "sealed a segment whose roll a crash interrupted");
+            recovery.interrupted_roll = true;
+        }
+        tracing::info!(
+            dir = %dir,
+            records = recovery.records,
+            segments = recovery.segments,
+            last_seq = recovery.last_seq,
+            "opened log"
+        );
+        Ok((Log::new(storage, config, log_id, active, lock), recovery))
+    }
+
+    fn new(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        log_id: u64,
+        active: Active,
+        lock: Box<dyn StorageLock>,
+    ) -> Log {
+        let last_seq = active.next_seq - 1;
+        let state = State {
+            pending: Vec::new(),
+            spare: Vec::new(),
+            next_seq: active.next_seq,
+            chain: active.chain,
+            durable_seq: last_seq,
+            flushing: false,
+            waiting: 0,
+            flushes: 0,
+            poisoned: None,
+        };
+        Log {
+            storage,
+            config,
+            log_id,
+            state: Mutex::new(state),
+            flushed: Condvar::new(),
+            active: Mutex::new(active),
+            _lock: lock,
+        }
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the state is one of our assertions; the
+        // leader's guard has poisoned the log, so the state stays readable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_active(&self) -> MutexGuard<'_, Active> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Frames `payload` as the next record and returns its sequence number.
+    /// The record is not yet durable: see [`Log::wait_durable`]. Does no I/O
+    /// unless more than [`PENDING_LEN_MAX`] bytes are pending.
+    pub fn append(&self, payload: &[u8]) -> Result<u64, LogError> {
+        if payload.len() > self.config.record_max as usize {
+            return Err(LogError::RecordTooLarge {
+                len: payload.len() as u64,
+                max: u64::from(self.config.record_max),
+            });
+        }
+        let mut state = self.lock_state();
+        if let Some(cause) = &state.poisoned {
+            return Err(LogError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        let seq = state.next_seq;
+        assert!(seq < u64::MAX);
+        let chain = state.chain;
+        state.chain = push_frame(&mut state.pending, chain, seq, payload);
+        state.next_seq = seq + 1;
+        let overfull = state.pending.len() > PENDING_LEN_MAX;
+        drop(state);
+        if overfull {
+            self.wait_durable(seq)?;
+        }
+        Ok(seq)
+    }
+
+    /// Appends `payload` and waits until it is durable.
+    pub fn append_durable(&self, payload: &[u8]) -> Result<u64, LogError> {
+        let seq = self.append(payload)?;
+        self.wait_durable(seq)?;
+        Ok(seq)
+    }
+
+    /// Returns once record `seq` (and every record before it) is on stable
+    /// storage, as [`Durability`] defines it. Concurrent callers share one
+    /// write and one `fdatasync`: the first caller finding no flush running
+    /// writes everything pending; the others wait for it.
+    pub fn wait_durable(&self, seq: u64) -> Result<(), LogError> {
+        let mut state = self.lock_state();
+        loop {
+            if let Some(cause) = &state.poisoned {
+                return Err(LogError::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            if seq <= state.durable_seq {
+                return Ok(());
+            }
+            if seq >= state.next_seq {
+                return Err(LogError::NotAppended {
+                    seq,
+                    last_seq: state.next_seq - 1,
+                });
+            }
+            if state.flushing {
+                state.waiting += 1;
+                state = self
+                    .flushed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state.waiting -= 1;
+                continue;
+            }
+            state = self.lead_flush(state);
+        }
+    }
+
+    /// Takes everything pending, writes it without holding the state lock,
+    /// then publishes the outcome and wakes every waiter.
+    fn lead_flush<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        assert!(!state.flushing);
+        let spare = std::mem::take(&mut state.spare);
+        let batch = std::mem::replace(&mut state.pending, spare);
+        let last_seq = state.next_seq - 1;
+        let last_chain = state.chain;
+        assert!(
+            !batch.is_empty(),
+            "records above the durable seq are pending"
+        );
+        state.flushing = true;
+        drop(state);
+
+        let mut guard = LeaderGuard {
+            log: self,
+            finished: false,
+        };
+        let result = self.write_batch(&batch, last_seq, last_chain);
+        let mut state = self.lock_state();
+        guard.finished = true;
+        state.flushing = false;
+        state.flushes += 1;
+        match result {
+            Ok(()) => {
+                assert!(last_seq > state.durable_seq);
+                state.durable_seq = last_seq;
+            }
+            Err(error) => {
+                tracing::error!(error = %error, "log write failed; the log is poisoned until reopened");
+                state.poisoned = Some(Arc::new(error));
+                state.pending.clear();
+            }
+        }
+        let mut batch = batch;
+        batch.clear();
+        if state.spare.capacity() < batch.capacity() {
+            state.spare = batch;
+        }
+        self.flushed.notify_all();
+        state
+    }
+
+    /// Writes `batch` (whole frames, seqs continuing the active segment) and
+    /// syncs it, rolling to new segments as they fill.
+    fn write_batch(&self, batch: &[u8], last_seq: u64, last_chain: u32) -> Result<(), LogError> {
+        let mut active = self.lock_active();
+        let room_max = self.config.segment_len_max - SEAL_LEN as u64;
+        let mut rest = batch;
+        loop {
+            let room = room_max - active.len;
+            let (cut, count, chain) = fitting_prefix(rest, room, active.next_seq, active.chain);
+            if cut > 0 {
+                assert!(active.len + cut as u64 <= room_max);
+                active.write(&*self.storage, &rest[..cut])?;
+                active.len += cut as u64;
+                active.next_seq += count;
+                active.chain = chain;
+            }
+            rest = &rest[cut..];
+            if rest.is_empty() {
+                break;
+            }
+            assert!(
+                active.len > SEGMENT_HEADER_LEN as u64,
+                "a valid config fits the largest record in an empty segment"
+            );
+            self.roll(&mut active)?;
+        }
+        assert_eq!(active.next_seq, last_seq + 1);
+        assert_eq!(active.chain, last_chain);
+        if self.config.durability == Durability::Always && active.unsynced {
+            active.sync(&*self.storage)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment with a seal and makes a new one active, in
+    /// the order docs/log-format.md explains.
+    fn roll(&self, active: &mut Active) -> Result<(), LogError> {
+        let always = self.config.durability == Durability::Always;
+        let storage = &*self.storage;
+        // 1. Everything in the old segment is durable before the new exists.
+        if always && active.unsynced {
+            active.sync(storage)?;
+        }
+        // 2-4. The new segment: temporary name, header, sync, rename, dir sync.
+        let header = Header {
+            log_id: self.log_id,
+            first_seq: active.next_seq,
+            chain: active.chain,
+        };
+        let file = create_segment(storage, self.config.durability, &header)?;
+        // 5. Seal the old segment: it now names its successor, which exists.
+        let seal = seal_frame(active.chain, active.next_seq);
+        active.write(storage, &seal)?;
+        if always {
+            active.sync(storage)?;
+        }
+        tracing::info!(
+            from = %storage.describe(&active.name),
+            to = %segment_name(header.first_seq),
+            "rolled to a new segment"
+        );
+        // 6. Only now do records go to the new segment.
+        *active = Active::fresh(file, &header);
+        Ok(())
+    }
+
+    /// Waits until every record appended so far is durable and returns the
+    /// last of them (0 if none).
+    pub fn sync(&self) -> Result<u64, LogError> {
+        let last_seq = self.last_seq();
+        self.wait_durable(last_seq)?;
+        Ok(last_seq)
+    }
+
+    /// The last sequence number appended (durable or not); 0 if none.
+    pub fn last_seq(&self) -> u64 {
+        self.lock_state().next_seq - 1
+    }
+
+    /// The last sequence number known durable; 0 if none.
+    pub fn durable_seq(&self) -> u64 {
+        self.lock_state().durable_seq
+    }
+
+    /// The random identity written in every segment header of this log.
+    pub fn log_id(&self) -> u64 {
+        self.log_id
+    }
+
+    /// The configuration the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Counters for monitoring and benchmarks.
+    pub fn stats(&self) -> LogStats {
+        let state = self.lock_state();
+        LogStats {
+            last_seq: state.next_seq - 1,
+            durable_seq: state.durable_seq,
+            flushes: state.flushes,
+            waiting: state.waiting,
+        }
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        // While unwinding, a second panic would abort: leave it to reopening.
+        if std::thread::panicking() {
+            return;
+        }
+        let unflushed = {
+            let state = self.lock_state();
+            state.poisoned.is_none() && state.next_seq - 1 > state.durable_seq
+        };
+        if unflushed && let Err(error) = self.sync() {
+            tracing::warn!(error = %error, "flushing the log on drop failed");
+        }
+    }
+}
+
+impl Active {
+    fn fresh(file: Box<dyn StorageFile>, header: &Header) -> Active {
+        Active {
+            file,
+            name: segment_name(header.first_seq),
+            len: SEGMENT_HEADER_LEN as u64,
+            next_seq: header.first_seq,
+            chain: header.chain,
+            unsynced: false,
+        }
+    }
+
+    fn write(&mut self, storage: &dyn Storage, bytes: &[u8]) -> Result<(), LogError> {
+        self.unsynced = true;
+        self.file
+            .append(bytes)
+            .map_err(|error| io_error("write", &storage.describe(&self.name), error))
+    }
+
+    fn sync(&mut self, storage: &dyn Storage) -> Result<(), LogError> {
+        self.file
+            .sync_data()
+            .map_err(|error| io_error("fdatasync", &storage.describe(&self.name), error))?;
+        self.unsynced = false;
+        Ok(())
+    }
+}
+
+/// The longest prefix of whole frames in `batch` that fits in `room` bytes:
+/// (bytes, frames, checksum of the last frame). Asserts that the frames
+/// continue `next_seq` and `chain` without a gap.
+fn fitting_prefix(batch: &[u8], room: u64, next_seq: u64, chain: u32) -> (usize, u64, u32) {
+    let mut offset = 0;
+    let mut count = 0;
+    let mut last_chain = chain;
+    while offset < batch.len() {
+        assert!(offset + FRAME_HEADER_LEN <= batch.len());
+        let (crc, len, seq) = frame_fields(batch, offset);
+        assert_eq!(seq, next_seq + count, "pending frames are contiguous");
+        let size = frame_len(len) as usize;
+        assert!(offset + size <= batch.len());
+        if (offset + size) as u64 > room {
+            break;
+        }
+        offset += size;
+        count += 1;
+        last_chain = crc;
+    }
+    (offset, count, last_chain)
+}
+
+/// Creates the segment `header` describes: temporary name, header, sync,
+/// rename into place (replacing a torn file of that name), directory sync.
+fn create_segment(
+    storage: &dyn Storage,
+    durability: Durability,
+    header: &Header,
+) -> Result<Box<dyn StorageFile>, LogError> {
+    let always = durability == Durability::Always;
+    let tmp = segment_tmp_name(header.first_seq);
+    let name = segment_name(header.first_seq);
+    let mut file = storage
+        .create_new(&tmp)
+        .map_err(|error| io_error("create", &storage.describe(&tmp), error))?;
+    file.append(&header.encode())
+        .map_err(|error| io_error("write", &storage.describe(&tmp), error))?;
+    if always {
+        file.sync_data()
+            .map_err(|error| io_error("fdatasync", &storage.describe(&tmp), error))?;
+    }
+    storage
+        .rename(&tmp, &name)
+        .map_err(|error| io_error("rename", &storage.describe(&tmp), error))?;
+    if always {
+        storage
+            .sync_dir()
+            .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
+    }
+    Ok(file)
+}
+
+/// Removes temporary segment files: a roll that crashed before its rename.
+fn remove_tmp_debris(storage: &dyn Storage) -> Result<(), LogError> {
+    let names = storage
+        .list()
+        .map_err(|error| io_error("list", &storage.describe(""), error))?;
+    let mut removed = false;
+    for name in names.iter().filter(|name| is_segment_tmp_name(name)) {
+        tracing::warn!(file = %storage.describe(name), "removing a segment a crash left half made");
+        storage
+            .remove(name)
+            .map_err(|error| io_error("remove", &storage.describe(name), error))?;
+        removed = true;
+    }
+    if removed {
+        storage
+            .sync_dir()
+            .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes of `name` from `offset` to a new file beside it,
+/// durably, and returns the copy's name.
+fn save_aside(
+    storage: &dyn Storage,
+    name: &str,
+    offset: u64,
+    len: u64,
+) -> Result<String, LogError> {
+    let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
+    let bytes = storage
+        .read_range(name, offset, len_usize)
+        .map_err(|error| io_error("read", &storage.describe(name), error))?;
+    assert_eq!(bytes.len() as u64, len, "torn bytes are read back whole");
+    let existing: BTreeSet<String> = storage
+        .list()
+        .map_err(|error| io_error("list", &storage.describe(""), error))?
+        .into_iter()
+        .collect();
+    let base = format!("{name}.torn-{offset}");
+    let aside = std::iter::once(base.clone())
+        .chain((1..=TORN_COPIES_MAX).map(|copy| format!("{base}.{copy}")))
+        .find(|candidate| !existing.contains(candidate))
+        .ok_or_else(|| LogError::Io {
+            op: "save torn bytes",
+            file: storage.describe(&base),
+            source: io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{TORN_COPIES_MAX} copies exist already"),
+            ),
+        })?;
+    let describe = storage.describe(&aside);
+    let mut file = storage
+        .create_new(&aside)
+        .map_err(|error| io_error("create", &describe, error))?;
+    file.append(&bytes)
+        .map_err(|error| io_error("write", &describe, error))?;
+    file.sync_data()
+        .map_err(|error| io_error("fdatasync", &describe, error))?;
+    storage
+        .sync_dir()
+        .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
+    Ok(aside)
+}
+
+/// Saves the torn bytes of `name` after `valid_end`, then truncates the file
+/// there and syncs it. Returns where the bytes were saved.
+fn cut_tail(
+    storage: &dyn Storage,
+    file: &mut dyn StorageFile,
+    name: &str,
+    valid_end: u64,
+    torn_len: u64,
+) -> Result<String, LogError> {
+    let saved_as = save_aside(storage, name, valid_end, torn_len)?;
+    let describe = storage.describe(name);
+    file.set_len(valid_end)
+        .map_err(|error| io_error("truncate", &describe, error))?;
+    file.sync_data()
+        .map_err(|error| io_error("fdatasync", &describe, error))?;
+    tracing::warn!(
+        file = %describe,
+        offset = valid_end,
+        bytes = torn_len,
+        saved_as = %saved_as,
+        "cut a torn tail off the log"
+    );
+    Ok(saved_as)
+}

@@ -1,0 +1,217 @@
+//! Storage failures poison the writer: nothing is reported durable that was
+//! not synced, and reopening recovers what reached the disk.
+
+use std::io;
+use std::thread;
+
+use payonce_log::{Fault, Log, LogError};
+
+use crate::support::{
+    Env, append_payloads, expected, on_both, open_collect, payload, payloads, small_config,
+};
+
+/// Asserts `result` is `Poisoned` by an I/O failure of `op`; returns the cause's kind.
+#[track_caller]
+fn assert_poisoned<T: std::fmt::Debug>(result: Result<T, LogError>, op: &str) -> io::ErrorKind {
+    match result {
+        Err(error @ LogError::Poisoned { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("reopen the log"), "{message}");
+            let LogError::Poisoned { cause } = error else {
+                unreachable!()
+            };
+            match cause.as_ref() {
+                LogError::Io {
+                    op: found, source, ..
+                } => {
+                    assert_eq!(*found, op, "the poison names the original failure");
+                    source.kind()
+                }
+                other => panic!("poisoned by {other:?}, expected an I/O failure of {op}"),
+            }
+        }
+        other => panic!("expected a poisoned writer, got {other:?}"),
+    }
+}
+
+/// Every later call on `log` is refused with the same poison.
+#[track_caller]
+fn stays_poisoned(log: &Log, op: &str, durable_seq: u64) {
+    assert_poisoned(log.append(b"later"), op);
+    assert_poisoned(log.wait_durable(log.last_seq()), op);
+    assert_poisoned(log.sync(), op);
+    assert_poisoned(log.append_durable(b"later"), op);
+    assert_eq!(
+        log.durable_seq(),
+        durable_seq,
+        "nothing more is reported durable"
+    );
+}
+
+#[test]
+fn a_failed_fdatasync_poisons_that_call_and_every_later_one() {
+    // Guards against retrying an fsync that may have dropped the data, and reporting success.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 3);
+        env.faults.arm(Fault::SyncFails { nth: 1 });
+        let seq = log.append(&payload(4)).unwrap();
+        assert_poisoned(log.wait_durable(seq), "fdatasync");
+        stays_poisoned(&log, "fdatasync", 3);
+        drop(log);
+        let (_, _, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert!(payloads(&seen).starts_with(&expected(3)));
+    });
+}
+
+#[test]
+fn callers_already_waiting_when_a_sync_fails_are_poisoned_too() {
+    // Guards against a waiter behind a failed flush being told its record is durable.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        let hold = env.faults.hold_syncs();
+        thread::scope(|scope| {
+            let leader = scope.spawn(|| log.append_durable(b"leader"));
+            hold.wait_for_blocked(1);
+            let follower = scope.spawn(|| log.append_durable(b"follower"));
+            while log.stats().waiting < 1 {
+                thread::yield_now();
+            }
+            env.faults.arm(Fault::SyncFails { nth: 1 });
+            hold.release();
+            assert_poisoned(leader.join().unwrap(), "fdatasync");
+            assert_poisoned(follower.join().unwrap(), "fdatasync");
+        });
+        stays_poisoned(&log, "fdatasync", 0);
+    });
+}
+
+#[test]
+fn a_failed_write_poisons_the_writer() {
+    // Guards against a lost write being followed by writes that leave a hole.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 2);
+        env.faults.arm(Fault::WriteFails { nth: 1 });
+        assert_poisoned(log.append_durable(&payload(3)), "write");
+        stays_poisoned(&log, "write", 2);
+        drop(log);
+        let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(2));
+        assert_eq!(recovery.torn_tail, None);
+        append_payloads(&log, 1);
+    });
+}
+
+#[test]
+fn a_short_write_poisons_and_its_partial_record_is_a_torn_tail_after_reopening() {
+    // Guards against a partly written record being returned, or refusing to open after it.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 2);
+        env.faults.arm(Fault::WriteShort { nth: 1, landed: 11 });
+        assert_poisoned(log.append_durable(&payload(3)), "write");
+        drop(log);
+        let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(2));
+        assert_eq!(recovery.torn_tail.unwrap().len, 11);
+        append_payloads(&log, 1);
+        drop(log);
+        let (_, _, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(3));
+    });
+}
+
+#[test]
+fn running_out_of_space_mid_record_poisons_and_reopening_cuts_the_partial_record() {
+    // Guards against a full disk leaving a half record that is returned or blocks the log.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 3);
+        env.faults.arm(Fault::NoSpace { budget: 30 });
+        for seq in 4..=6 {
+            log.append(&[seq as u8; 40]).unwrap();
+        }
+        let kind = assert_poisoned(log.sync(), "write");
+        assert_eq!(kind, io::ErrorKind::StorageFull);
+        stays_poisoned(&log, "write", 3);
+        drop(log);
+        env.faults.disarm_all();
+        let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(3));
+        let tail = recovery.torn_tail.unwrap();
+        assert_eq!(tail.len, 30);
+    });
+}
+
+/// Appends until the log has rolled at least once past `segments` segments.
+fn append_until_roll(env: &Env, log: &Log) -> Result<u64, LogError> {
+    let segments = env.disk.segments().len();
+    let mut seq = 0;
+    for _ in 0..100 {
+        seq = log.append_durable(&payload(log.last_seq() + 1))?;
+        if env.disk.segments().len() > segments {
+            break;
+        }
+    }
+    Ok(seq)
+}
+
+#[test]
+fn a_failure_at_any_step_of_a_roll_poisons_and_reopening_recovers() {
+    // Guards against a roll that fails half way leaving a log that will not open,
+    // or one that lost acknowledged records.
+    let faults = [
+        ("create", Fault::CreateFails { nth: 1 }),
+        ("rename", Fault::RenameFails { nth: 1 }),
+        ("sync directory", Fault::DirSyncFails { nth: 1 }),
+    ];
+    for (op, fault) in faults {
+        on_both(|env| {
+            let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+            append_payloads(&log, 3);
+            let durable = log.durable_seq();
+            env.faults.arm(fault);
+            assert_poisoned(append_until_roll(env, &log), op);
+            let acknowledged = log.durable_seq();
+            assert!(acknowledged >= durable);
+            drop(log);
+            let (log, _, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert!(seen.len() as u64 >= acknowledged);
+            assert_eq!(payloads(&seen), expected(seen.len() as u64), "{op}");
+            assert!(!env.disk.names().iter().any(|name| name.ends_with(".tmp")));
+            append_until_roll(env, &log).unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_failed_seal_write_leaves_a_roll_that_reopening_finishes() {
+    // Guards against the window between a new segment's rename and the old one's seal.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 3);
+        // Fill the first segment without rolling, then fail the write after
+        // the new segment's header: the seal.
+        let segments = env.disk.segments().len();
+        let mut next = log.last_seq() + 1;
+        loop {
+            let len = env.disk.bytes(&env.disk.segments()[segments - 1]).len();
+            let frame = 16 + payload(next).len().div_ceil(8) * 8;
+            if len + frame + 16 > 400 {
+                break;
+            }
+            log.append_durable(&payload(next)).unwrap();
+            next += 1;
+        }
+        // The roll writes the new header (write 1), then the seal (write 2).
+        env.faults.arm(Fault::WriteFails { nth: 2 });
+        // A record of the largest size cannot fit either.
+        let last_payload = vec![9; 64];
+        assert_poisoned(log.append_durable(&last_payload), "write");
+        drop(log);
+        let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert!(recovery.interrupted_roll, "{recovery:?}");
+        assert_eq!(payloads(&seen), expected(next - 1));
+    });
+}

@@ -1,0 +1,415 @@
+//! Opening after damage: a torn tail is cut (after saving it), an
+//! interrupted roll is finished, and everything else is refused without
+//! ever returning changed data.
+
+use payonce_log::{Damage, Log, LogError, LogReader, OpenError, TornTail};
+
+use crate::support::{
+    Env, Frame, Kind, Seen, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
+    open_collect, payload, payloads, small_config,
+};
+
+/// A log of `count` records whose last segment holds at least two records.
+fn multi_segment_log(env: &Env, count: u64) -> Vec<String> {
+    build_log(env, &small_config(), count);
+    let segments = env.disk.segments();
+    assert!(segments.len() >= 3);
+    let last = env.disk.bytes(segments.last().unwrap());
+    assert!(frames(&last).len() >= 2, "the last segment holds records");
+    segments
+}
+
+#[test]
+fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records() {
+    // Guards against a write cut short losing complete records or returning a partial one.
+    for kind in [Kind::Fs, Kind::Mem] {
+        let source = Env::new(kind);
+        let count = 20;
+        let segments = multi_segment_log(&source, count);
+        let last_name = segments.last().unwrap().clone();
+        let files = source.disk.files();
+        let last = &files[&last_name];
+        let (start, seq) = *frames(last).last().unwrap();
+        assert_eq!(seq, Some(count));
+        for len in start..=last.len() {
+            let env = Env::with_files(kind, &files);
+            env.disk.put(&last_name, &last[..len]);
+            let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            let complete = if len == last.len() { count } else { count - 1 };
+            assert_eq!(payloads(&seen), expected(complete), "{kind:?} cut at {len}");
+            let torn = len - start;
+            if torn == 0 || len == last.len() {
+                assert_eq!(recovery.torn_tail, None);
+            } else {
+                let saved_as = format!("{last_name}.torn-{start}");
+                assert_eq!(
+                    recovery.torn_tail,
+                    Some(TornTail {
+                        segment: last_name[..20].parse().unwrap(),
+                        offset: start as u64,
+                        len: torn as u64,
+                        saved_as: Some(saved_as.clone()),
+                    })
+                );
+                assert_eq!(env.disk.bytes(&saved_as), &last[start..len]);
+                assert_eq!(env.disk.bytes(&last_name), &last[..start]);
+            }
+            // The log goes on from the last complete record.
+            assert_eq!(
+                log.append_durable(&payload(complete + 1)).unwrap(),
+                complete + 1
+            );
+            drop(log);
+            let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert_eq!(payloads(&seen), expected(complete + 1));
+            assert_eq!(recovery.torn_tail, None);
+        }
+    }
+}
+
+#[test]
+fn truncating_the_last_segments_header_at_any_byte_recovers_every_earlier_record() {
+    // Guards against a torn segment header being refused, or costing earlier records.
+    for kind in [Kind::Fs, Kind::Mem] {
+        let source = Env::new(kind);
+        let segments = multi_segment_log(&source, 20);
+        let last_name = segments.last().unwrap().clone();
+        let first_in_last: u64 = last_name[..20].parse().unwrap();
+        let files = source.disk.files();
+        for len in 0..40 {
+            let env = Env::with_files(kind, &files);
+            env.disk.put(&last_name, &files[&last_name][..len]);
+            let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert_eq!(
+                payloads(&seen),
+                expected(first_in_last - 1),
+                "{kind:?} cut at {len}"
+            );
+            let tail = recovery.torn_tail.unwrap();
+            assert_eq!(
+                (tail.segment, tail.offset, tail.len),
+                (first_in_last, 0, len as u64)
+            );
+            let saved_as = tail.saved_as.unwrap();
+            assert_eq!(env.disk.bytes(&saved_as), &files[&last_name][..len]);
+            assert_eq!(
+                log.append_durable(&payload(first_in_last)).unwrap(),
+                first_in_last
+            );
+            drop(log);
+            let (_, _, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert_eq!(payloads(&seen), expected(first_in_last));
+        }
+    }
+}
+
+#[test]
+fn a_torn_header_on_the_only_segment_starts_the_log_afresh() {
+    // Guards against a log that crashed while being created refusing to open forever.
+    on_both(|env| {
+        env.disk.put("00000000000000000001.log", b"PAYONCE\0\x01\0");
+        let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert!(seen.is_empty());
+        assert_eq!(recovery.torn_tail.unwrap().len, 10);
+        assert_eq!(log.append_durable(b"first").unwrap(), 1);
+    });
+}
+
+/// Opens `env` read-only and for writing, and checks that neither returns
+/// changed data: each either recovers a torn tail in `last` (returning a
+/// prefix of the records) or refuses naming `file`.
+fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str) {
+    let context = format!("{:?}: bit flipped in {file} at byte {at}", env.kind);
+    let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
+    let mut read = Vec::new();
+    let scanned = reader.scan(|record| {
+        read.push(record.payload.to_vec());
+        Ok::<(), ()>(())
+    });
+    assert_eq!(
+        read,
+        expected(read.len() as u64),
+        "{context}: reader returned changed data"
+    );
+    let opened = open_collect(&env.storage, &small_config());
+    match (&opened, scanned) {
+        (Ok((_, recovery, seen)), Ok(scan)) => {
+            assert_eq!(payloads(seen), expected(seen.len() as u64), "{context}");
+            assert!(
+                (seen.len() as u64) < count,
+                "{context}: the flip went unnoticed"
+            );
+            assert_eq!(file, last, "{context}: only the last segment may be cut");
+            let tail = recovery
+                .torn_tail
+                .as_ref()
+                .expect("a recovery cuts a torn tail");
+            assert!(
+                tail.offset as usize <= at,
+                "{context}: cut after the damage"
+            );
+            assert_eq!(scan.torn_tail.map(|tail| tail.offset), Some(tail.offset));
+            assert_eq!(scan.records, recovery.records, "{context}");
+        }
+        (Err(_), Err(OpenError::Log(scan_error))) => {
+            let expected_file = env.describe(file);
+            let (offset, _, _) = assert_corrupt(opened.map(|_| ()), &expected_file);
+            assert!(
+                offset as usize <= at,
+                "{context}: refusal at {offset}, after the damage"
+            );
+            assert_corrupt::<()>(Err(scan_error), &expected_file);
+        }
+        (opened, scanned) => {
+            panic!("{context}: reader and writer disagree: {opened:?} / {scanned:?}")
+        }
+    }
+}
+
+#[test]
+fn a_flipped_bit_at_any_byte_never_changes_returned_data() {
+    // Guards against any byte of the log going unchecked.
+    for kind in [Kind::Fs, Kind::Mem] {
+        let source = Env::new(kind);
+        let count = 20;
+        let segments = multi_segment_log(&source, count);
+        let last = segments.last().unwrap().clone();
+        let files = source.disk.files();
+        for name in &segments {
+            for at in 0..files[name].len() {
+                let env = Env::with_files(kind, &files);
+                let mut bytes = files[name].clone();
+                bytes[at] ^= 1 << (at % 8);
+                env.disk.put(name, &bytes);
+                check_flip(&env, count, name, at, &last);
+            }
+        }
+    }
+}
+
+/// The last segment's name and bytes, and its frames, of a fresh 20-record log.
+fn last_segment(env: &Env) -> (String, Vec<u8>, Vec<Frame>) {
+    let segments = multi_segment_log(env, 20);
+    let name = segments.last().unwrap().clone();
+    let bytes = env.disk.bytes(&name);
+    let frames = frames(&bytes);
+    (name, bytes, frames)
+}
+
+#[test]
+fn damage_followed_by_a_valid_record_in_the_last_segment_is_refused_not_cut() {
+    // Guards against mid-log corruption being mistaken for a torn tail and cut away.
+    on_both(|env| {
+        let (name, mut bytes, frames) = last_segment(env);
+        let (offset, seq) = frames[0];
+        bytes[offset + 16] ^= 0x40;
+        env.disk.put(&name, &bytes);
+        let error = Log::open(env.storage.clone(), small_config()).map(|_| ());
+        let message = error.as_ref().unwrap_err().to_string();
+        let (at, at_seq, damage) = assert_corrupt(error, &env.describe(&name));
+        assert_eq!(
+            (at, at_seq, damage),
+            (offset as u64, seq.unwrap(), Damage::Checksum)
+        );
+        assert!(message.contains("not a torn write"), "{message}");
+        assert_eq!(env.disk.bytes(&name), bytes, "nothing was cut");
+    });
+}
+
+#[test]
+fn a_flipped_checksum_field_followed_by_a_valid_record_is_refused() {
+    // Guards against damage to a checksum field hiding that the records after it are intact.
+    on_both(|env| {
+        let (name, mut bytes, frames) = last_segment(env);
+        let (offset, seq) = frames[0];
+        bytes[offset] ^= 0x01;
+        env.disk.put(&name, &bytes);
+        let (at, at_seq, _) = assert_corrupt(
+            Log::open(env.storage.clone(), small_config()).map(|_| ()),
+            &env.describe(&name),
+        );
+        assert_eq!((at, at_seq), (offset as u64, seq.unwrap()));
+    });
+}
+
+#[test]
+fn several_damaged_frames_followed_by_two_valid_records_are_refused() {
+    // Guards against wide damage being cut as a torn tail because no frame chains from it.
+    on_both(|env| {
+        let build = Env::new(env.kind);
+        let (log, _) = Log::open(build.storage.clone(), small_config()).unwrap();
+        let last_frames = || frames(&build.disk.bytes(build.disk.segments().last().unwrap()));
+        while log.last_seq() < 20 || last_frames().len() < 4 {
+            append_payloads(&log, 1);
+        }
+        drop(log);
+        let name = build.disk.segments().last().unwrap().clone();
+        let mut bytes = build.disk.bytes(&name);
+        let frames = frames(&bytes);
+        // Garble the whole of the first two frames.
+        for byte in &mut bytes[frames[0].0..frames[2].0] {
+            *byte = 0xA5;
+        }
+        for (name, file) in build.disk.files() {
+            env.disk.put(&name, &file);
+        }
+        env.disk.put(&name, &bytes);
+        let (at, _, _) = assert_corrupt(
+            Log::open(env.storage.clone(), small_config()).map(|_| ()),
+            &env.describe(&name),
+        );
+        assert_eq!(at, frames[0].0 as u64);
+    });
+}
+
+#[test]
+fn an_interrupted_roll_is_finished_at_open() {
+    // Guards against a crash between creating a segment and sealing the old one
+    // being refused, or leaving the old segment unsealed.
+    for torn_seal in [0, 5, 16] {
+        on_both(|env| {
+            let segments = multi_segment_log(env, 20);
+            let (old, new) = (&segments[segments.len() - 2], &segments[segments.len() - 1]);
+            let first_in_new: u64 = new[..20].parse().unwrap();
+            // The state a crash before the seal reached the disk leaves: the
+            // new segment holds only its header; the old lacks its seal.
+            let old_bytes = env.disk.bytes(old);
+            let sealed_len = old_bytes.len();
+            let mut unsealed = old_bytes[..sealed_len - 16].to_vec();
+            if torn_seal > 0 {
+                // Part (or a garbled whole) of the seal landed.
+                let mut seal = old_bytes[sealed_len - 16..sealed_len - 16 + torn_seal].to_vec();
+                seal[0] ^= 0xFF;
+                unsealed.extend_from_slice(&seal);
+            }
+            env.disk.put(old, &unsealed);
+            env.disk.put(new, &env.disk.bytes(new)[..40]);
+            let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert!(recovery.interrupted_roll);
+            assert_eq!(payloads(&seen), expected(first_in_new - 1));
+            assert_eq!(recovery.torn_tail.is_some(), torn_seal > 0);
+            assert_eq!(
+                env.disk.bytes(old),
+                old_bytes[..sealed_len],
+                "the seal is back"
+            );
+            append_payloads(&log, 3);
+            drop(log);
+            let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+            assert!(!recovery.interrupted_roll);
+            assert_eq!(payloads(&seen), expected(first_in_new + 2));
+        });
+    }
+}
+
+#[test]
+fn an_unsealed_segment_before_one_holding_records_is_refused() {
+    // Guards against a lost seal being excused when the next segment already has records.
+    on_both(|env| {
+        let segments = multi_segment_log(env, 20);
+        let old = &segments[segments.len() - 2];
+        let bytes = env.disk.bytes(old);
+        env.disk.put(old, &bytes[..bytes.len() - 16]);
+        let (at, _, damage) = assert_corrupt(
+            Log::open(env.storage.clone(), small_config()).map(|_| ()),
+            &env.describe(old),
+        );
+        assert_eq!((at, damage), ((bytes.len() - 16) as u64, Damage::Seal));
+    });
+}
+
+#[test]
+fn a_stale_record_copied_to_the_end_is_never_returned() {
+    // Guards against a replayed old record being accepted because its own checksum verifies.
+    on_both(|env| {
+        let (name, mut bytes, frames) = last_segment(env);
+        let (offset, _) = frames[0];
+        let size = frames[1].0 - offset;
+        let stale = bytes[offset..offset + size].to_vec();
+        bytes.extend_from_slice(&stale);
+        env.disk.put(&name, &bytes);
+        let (_, recovery, seen): (_, _, Vec<Seen>) =
+            open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(20));
+        assert_eq!(recovery.torn_tail.unwrap().len as usize, size);
+    });
+}
+
+#[test]
+fn a_record_written_with_a_larger_limit_is_refused_not_cut() {
+    // Guards against a smaller record_max at reopen cutting a good last record as torn.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        log.append_durable(&[1; 10]).unwrap();
+        log.append_durable(&[2; 60]).unwrap();
+        drop(log);
+        let config = payonce_log::LogConfig {
+            record_max: 32,
+            ..small_config()
+        };
+        let name = env.disk.segments()[0].clone();
+        let (_, seq, damage) = assert_corrupt(
+            Log::open(env.storage.clone(), config).map(|_| ()),
+            &env.describe(&name),
+        );
+        assert_eq!((seq, damage), (2, Damage::Length));
+        assert_eq!(env.disk.bytes(&name).len(), 40 + 32 + 80);
+    });
+}
+
+#[test]
+fn a_visitor_error_stops_the_open() {
+    // Guards against a ledger replay failure being ignored or the log opening anyway.
+    on_both(|env| {
+        build_log(env, &small_config(), 10);
+        let mut visited = 0;
+        let result = Log::open_visiting(env.storage.clone(), small_config(), |record| {
+            visited += 1;
+            if record.seq == 4 {
+                Err("bad event")
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(result, Err(OpenError::Visit("bad event"))));
+        assert_eq!(visited, 4);
+        // The lock was released with the failed open.
+        assert!(Log::open(env.storage.clone(), small_config()).is_ok());
+    });
+}
+
+#[test]
+fn a_crash_while_saving_a_torn_tail_is_recovered_on_the_next_open() {
+    // Guards against recovery itself being unsafe to interrupt.
+    on_both(|env| {
+        let (name, bytes, frames) = last_segment(env);
+        let (offset, _) = *frames.last().unwrap();
+        env.disk.put(&name, &bytes[..offset + 7]);
+        // A previous recovery saved the bytes and crashed before truncating.
+        env.disk
+            .put(&format!("{name}.torn-{offset}"), &bytes[offset..offset + 7]);
+        let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
+        assert_eq!(payloads(&seen), expected(19));
+        let saved_as = recovery.torn_tail.unwrap().saved_as.unwrap();
+        assert_eq!(saved_as, format!("{name}.torn-{offset}.1"));
+        assert_eq!(env.disk.bytes(&saved_as), &bytes[offset..offset + 7]);
+    });
+}
+
+#[test]
+fn refusals_are_errors_not_panics_for_truncated_non_last_segments() {
+    // Guards against a short middle segment being read past its end.
+    on_both(|env| {
+        let segments = multi_segment_log(env, 20);
+        env.disk.put(&segments[1], b"PAYONCE");
+        let result = Log::open(env.storage.clone(), small_config()).map(|_| ());
+        let (_, _, damage) = assert_corrupt(result, &env.describe(&segments[1]));
+        assert_eq!(damage, Damage::Header);
+        assert!(matches!(
+            LogReader::open(env.storage.clone(), small_config())
+                .unwrap()
+                .scan(|_| Ok::<(), ()>(())),
+            Err(OpenError::Log(LogError::Corrupt { .. }))
+        ));
+    });
+}

@@ -1,0 +1,264 @@
+//! Fixtures: the same test body on a real directory and in memory, raw
+//! access to the files for tampering, and deterministic payloads.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use payonce_log::{
+    Durability, Faults, FaultyStorage, FsStorage, Log, LogConfig, LogError, MemStorage, OpenError,
+    Position, Recovery, Storage,
+};
+use tempfile::TempDir;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Fs,
+    Mem,
+}
+
+/// One log directory under test, with its fault plan and raw file access.
+pub(crate) struct Env {
+    pub(crate) kind: Kind,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) faults: Faults,
+    pub(crate) disk: Disk,
+    _dir: Option<TempDir>,
+}
+
+/// The files of a log directory, touched behind the log's back.
+pub(crate) enum Disk {
+    Fs(PathBuf),
+    Mem(MemStorage),
+}
+
+impl Env {
+    pub(crate) fn new(kind: Kind) -> Env {
+        match kind {
+            Kind::Fs => {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("log");
+                let faulty = FaultyStorage::new(Arc::new(FsStorage::new(&path)));
+                Env {
+                    kind,
+                    faults: faulty.faults().clone(),
+                    storage: Arc::new(faulty),
+                    disk: Disk::Fs(path),
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Mem => {
+                let mem = MemStorage::new();
+                Env {
+                    kind,
+                    faults: mem.faults().clone(),
+                    storage: Arc::new(mem.clone()),
+                    disk: Disk::Mem(mem),
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    /// A fresh directory of the same kind holding exactly `files`.
+    pub(crate) fn with_files(kind: Kind, files: &BTreeMap<String, Vec<u8>>) -> Env {
+        let env = Env::new(kind);
+        if let Disk::Fs(path) = &env.disk {
+            std::fs::create_dir_all(path).unwrap();
+        }
+        for (name, bytes) in files {
+            env.disk.put(name, bytes);
+        }
+        env
+    }
+
+    pub(crate) fn describe(&self, name: &str) -> String {
+        self.storage.describe(name)
+    }
+}
+
+/// Runs `body` on a real directory, then in memory, saying which on failure.
+pub(crate) fn on_both(body: impl Fn(&Env)) {
+    for kind in [Kind::Fs, Kind::Mem] {
+        eprintln!("--- on {kind:?} storage");
+        body(&Env::new(kind));
+    }
+}
+
+impl Disk {
+    pub(crate) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match self {
+            Disk::Fs(path) => match std::fs::read_dir(path) {
+                Ok(entries) => entries
+                    .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            Disk::Mem(mem) => mem.list().unwrap(),
+        };
+        names.sort();
+        names
+    }
+
+    /// Segment file names, oldest first.
+    pub(crate) fn segments(&self) -> Vec<String> {
+        self.names()
+            .into_iter()
+            .filter(|name| name.len() == 24 && name.ends_with(".log"))
+            .collect()
+    }
+
+    pub(crate) fn bytes(&self, name: &str) -> Vec<u8> {
+        match self {
+            Disk::Fs(path) => std::fs::read(path.join(name)).unwrap(),
+            Disk::Mem(mem) => mem.file(name).unwrap(),
+        }
+    }
+
+    pub(crate) fn put(&self, name: &str, bytes: &[u8]) {
+        match self {
+            Disk::Fs(path) => {
+                std::fs::create_dir_all(path).unwrap();
+                std::fs::write(path.join(name), bytes).unwrap();
+            }
+            Disk::Mem(mem) => mem.put_file(name, bytes),
+        }
+    }
+
+    pub(crate) fn remove(&self, name: &str) {
+        match self {
+            Disk::Fs(path) => std::fs::remove_file(path.join(name)).unwrap(),
+            Disk::Mem(mem) => mem.remove(name).unwrap(),
+        }
+    }
+
+    pub(crate) fn rename(&self, from: &str, to: &str) {
+        match self {
+            Disk::Fs(path) => std::fs::rename(path.join(from), path.join(to)).unwrap(),
+            Disk::Mem(mem) => mem.rename(from, to).unwrap(),
+        }
+    }
+
+    /// Every file and its bytes.
+    pub(crate) fn files(&self) -> BTreeMap<String, Vec<u8>> {
+        self.names()
+            .into_iter()
+            .filter(|name| name != "LOCK")
+            .map(|name| {
+                let bytes = self.bytes(&name);
+                (name, bytes)
+            })
+            .collect()
+    }
+}
+
+/// Small segments, so a few dozen records span several of them.
+pub(crate) fn small_config() -> LogConfig {
+    LogConfig {
+        record_max: 64,
+        segment_len_max: 400,
+        durability: Durability::Always,
+    }
+}
+
+/// The payload of record `seq`: 0 to 47 bytes that name it.
+pub(crate) fn payload(seq: u64) -> Vec<u8> {
+    let len = (seq * 7 % 48) as usize;
+    (0..len).map(|i| (seq as usize * 31 + i) as u8).collect()
+}
+
+/// What a verified record looked like to a visitor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) seq: u64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) position: Position,
+}
+
+/// Opens for writing, collecting every record the open verified.
+pub(crate) fn open_collect(
+    storage: &Arc<dyn Storage>,
+    config: &LogConfig,
+) -> Result<(Log, Recovery, Vec<Seen>), LogError> {
+    let mut seen = Vec::new();
+    let opened = Log::open_visiting(storage.clone(), config.clone(), |record| {
+        seen.push(Seen {
+            seq: record.seq,
+            payload: record.payload.to_vec(),
+            position: record.position,
+        });
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match opened {
+        Ok((log, recovery)) => Ok((log, recovery, seen)),
+        Err(OpenError::Log(error)) => Err(error),
+        Err(OpenError::Visit(never)) => match never {},
+    }
+}
+
+/// Appends `payload(seq)` for `count` more records and waits for them.
+pub(crate) fn append_payloads(log: &Log, count: u64) {
+    for _ in 0..count {
+        let seq = log.last_seq() + 1;
+        assert_eq!(log.append(&payload(seq)).unwrap(), seq);
+    }
+    log.sync().unwrap();
+}
+
+/// A log with `count` records of `payload(seq)` in `env`, closed again.
+pub(crate) fn build_log(env: &Env, config: &LogConfig, count: u64) {
+    let (log, _) = Log::open(env.storage.clone(), config.clone()).unwrap();
+    append_payloads(&log, count);
+}
+
+/// The payloads of records 1..=count.
+pub(crate) fn expected(count: u64) -> Vec<Vec<u8>> {
+    (1..=count).map(payload).collect()
+}
+
+pub(crate) fn payloads(seen: &[Seen]) -> Vec<Vec<u8>> {
+    seen.iter().map(|record| record.payload.clone()).collect()
+}
+
+/// A frame's byte offset in its segment and its seq (`None` for a seal).
+pub(crate) type Frame = (usize, Option<u64>);
+
+/// The frames of a segment's bytes, in order.
+pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
+    let mut offset = 40;
+    let mut frames = Vec::new();
+    while offset + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
+        let seq = u64::from_le_bytes(bytes[offset + 8..offset + 16].try_into().unwrap());
+        if len == u32::MAX {
+            frames.push((offset, None));
+            offset += 16;
+        } else {
+            frames.push((offset, Some(seq)));
+            offset += 16 + (len as usize).div_ceil(8) * 8;
+        }
+    }
+    frames
+}
+
+/// Asserts `result` is a `Corrupt` refusal naming `file`; returns its offset
+/// and seq.
+#[track_caller]
+pub(crate) fn assert_corrupt<T: std::fmt::Debug>(
+    result: Result<T, LogError>,
+    file: &str,
+) -> (u64, u64, payonce_log::Damage) {
+    match result {
+        Err(LogError::Corrupt {
+            file: found,
+            offset,
+            seq,
+            damage,
+            ..
+        }) => {
+            assert_eq!(found, file, "the refusal names the damaged file");
+            (offset, seq, damage)
+        }
+        other => panic!("expected a refusal naming {file}, got {other:?}"),
+    }
+}
