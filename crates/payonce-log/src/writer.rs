@@ -23,6 +23,10 @@ use crate::storage::{Storage, StorageFile, StorageLock};
 /// caller that never waits cannot grow memory without bound.
 pub const PENDING_LEN_MAX: usize = 16 << 20;
 
+/// Most batches one caller of [`Log::wait_durable`] flushes in a row for
+/// others once its own record is durable.
+const LEADER_FLUSHES_MAX: u32 = 8;
+
 /// Most copies of torn bytes kept for one segment offset (a crash during
 /// recovery can leave earlier copies behind).
 const TORN_COPIES_MAX: u32 = 1000;
@@ -52,6 +56,10 @@ struct State {
     chain: u32,
     durable_seq: u64,
     flushing: bool,
+    /// The number of flushes started; the one in progress if `flushing`.
+    flush_gen: u64,
+    /// The last seq of the batch being flushed.
+    flush_target: u64,
     waiting: u64,
     flushes: u64,
     poisoned: Option<Arc<LogError>>,
@@ -82,7 +90,10 @@ pub struct Log {
     config: LogConfig,
     log_id: u64,
     state: Mutex<State>,
-    flushed: Condvar,
+    /// Waiters for flush `generation` wait on `flushed[generation % 2]`: those the flush
+    /// in progress covers, and those that need the next one, are woken
+    /// separately, so a finished flush wakes only the callers it satisfied.
+    flushed: [Condvar; 2],
     active: Mutex<Active>,
     _lock: Box<dyn StorageLock>,
 }
@@ -108,7 +119,7 @@ impl Drop for LeaderGuard<'_> {
                 source: io::Error::other("the thread writing a batch panicked"),
             })
         });
-        self.log.flushed.notify_all();
+        self.log.wake_everyone();
     }
 }
 
@@ -305,6 +316,8 @@ impl Log {
             chain: active.chain,
             durable_seq: last_seq,
             flushing: false,
+            flush_gen: 0,
+            flush_target: 0,
             waiting: 0,
             flushes: 0,
             poisoned: None,
@@ -314,7 +327,7 @@ impl Log {
             config,
             log_id,
             state: Mutex::new(state),
-            flushed: Condvar::new(),
+            flushed: [Condvar::new(), Condvar::new()],
             active: Mutex::new(active),
             _lock: lock,
         }
@@ -372,6 +385,7 @@ impl Log {
     /// writes everything pending; the others wait for it.
     pub fn wait_durable(&self, seq: u64) -> Result<(), LogError> {
         let mut state = self.lock_state();
+        let mut led = 0;
         loop {
             if let Some(cause) = &state.poisoned {
                 return Err(LogError::Poisoned {
@@ -379,6 +393,21 @@ impl Log {
                 });
             }
             if seq <= state.durable_seq {
+                // A leader that is already running goes on with what others
+                // appended during its flush, so the disk never idles while the
+                // woken waiters are still being scheduled; bounded so its own
+                // caller is not kept forever.
+                let more = !state.pending.is_empty() && state.waiting > 0;
+                if led > 0 && more && !state.flushing {
+                    if led < LEADER_FLUSHES_MAX {
+                        state = self.lead_flush(state);
+                        led += 1;
+                        continue;
+                    }
+                    // Hand over: one of those waiting for the next flush
+                    // leads it (waking them all would only make them queue).
+                    self.flushed[Self::condvar(state.flush_gen + 1)].notify_one();
+                }
                 return Ok(());
             }
             if seq >= state.next_seq {
@@ -388,15 +417,16 @@ impl Log {
                 });
             }
             if state.flushing {
+                let generation = state.flush_gen + u64::from(seq > state.flush_target);
                 state.waiting += 1;
-                state = self
-                    .flushed
+                state = self.flushed[Self::condvar(generation)]
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
                 state.waiting -= 1;
                 continue;
             }
             state = self.lead_flush(state);
+            led += 1;
         }
     }
 
@@ -413,6 +443,9 @@ impl Log {
             "records above the durable seq are pending"
         );
         state.flushing = true;
+        state.flush_gen += 1;
+        state.flush_target = last_seq;
+        let generation = state.flush_gen;
         drop(state);
 
         let mut guard = LeaderGuard {
@@ -433,6 +466,8 @@ impl Log {
                 tracing::error!(error = %error, "log write failed; the log is poisoned until reopened");
                 state.poisoned = Some(Arc::new(error));
                 state.pending.clear();
+                // Those waiting for the next flush must hear of it too.
+                self.flushed[Self::condvar(generation + 1)].notify_all();
             }
         }
         let mut batch = batch;
@@ -440,8 +475,18 @@ impl Log {
         if state.spare.capacity() < batch.capacity() {
             state.spare = batch;
         }
-        self.flushed.notify_all();
+        self.flushed[Self::condvar(generation)].notify_all();
         state
+    }
+
+    fn condvar(generation: u64) -> usize {
+        (generation % 2) as usize
+    }
+
+    fn wake_everyone(&self) {
+        for condvar in &self.flushed {
+            condvar.notify_all();
+        }
     }
 
     /// Writes `batch` (whole frames, seqs continuing the active segment) and
