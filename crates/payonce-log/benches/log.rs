@@ -9,6 +9,8 @@
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
 //! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3).
 
+// A benchmark that cannot read or write has nothing to report: a panic with
+// its location is the report, as in a test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::{self, OpenOptions};

@@ -19,8 +19,7 @@ fn the_default_config_is_valid_and_uses_the_named_limits() {
 
 #[test]
 fn out_of_range_limits_are_refused_before_anything_is_created() {
-    // Guards against a config under which a record could not fit a segment, or a
-    // segment could not be read into memory.
+    // Guards against configs where a record cannot fit a segment or a segment cannot fit memory.
     let cases = [
         (
             LogConfig {

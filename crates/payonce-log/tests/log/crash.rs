@@ -157,8 +157,7 @@ fn run(seed: u64) {
 
 #[test]
 fn acknowledged_records_survive_any_simulated_power_loss() {
-    // Guards against reporting a record durable before it is, and against a
-    // crash at any point (mid-roll included) making the log refuse to open.
+    // Guards against records reported durable too early, and crashes that make the log unopenable.
     let seeds: Vec<u64> = match std::env::var("PAYONCE_LOG_SEED") {
         Ok(seed) => vec![seed.parse().expect("PAYONCE_LOG_SEED is a number")],
         Err(_) => (0..400).collect(),

@@ -159,8 +159,7 @@ fn append_until_roll(env: &Env, log: &Log) -> Result<u64, LogError> {
 
 #[test]
 fn a_failure_at_any_step_of_a_roll_poisons_and_reopening_recovers() {
-    // Guards against a roll that fails half way leaving a log that will not open,
-    // or one that lost acknowledged records.
+    // Guards against a half-done roll leaving a log that will not open or lost records.
     let faults = [
         ("create", Fault::CreateFails { nth: 1 }),
         ("rename", Fault::RenameFails { nth: 1 }),

@@ -264,8 +264,7 @@ fn several_damaged_frames_followed_by_two_valid_records_are_refused() {
 
 #[test]
 fn an_interrupted_roll_is_finished_at_open() {
-    // Guards against a crash between creating a segment and sealing the old one
-    // being refused, or leaving the old segment unsealed.
+    // Guards against refusing, or leaving unsealed, a roll cut between rename and seal.
     for torn_seal in [0, 5, 16] {
         on_both(|env| {
             let segments = multi_segment_log(env, 20);
