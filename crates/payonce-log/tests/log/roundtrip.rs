@@ -6,8 +6,7 @@ use payonce_log::{
 use std::sync::Arc;
 
 use crate::support::{
-    Env, Kind, append_payloads, build_log, expected, on_both, open_collect, payload, payloads,
-    small_config,
+    append_payloads, build_log, expected, on_both, open_collect, payload, payloads, small_config,
 };
 
 #[test]
@@ -195,13 +194,14 @@ fn empty_payloads_round_trip() {
 #[test]
 fn dropping_a_writer_flushes_what_was_appended() {
     // Guards against appended records silently vanishing when the writer is dropped.
-    let env = Env::new(Kind::Mem);
-    let config = small_config();
-    let (log, _) = Log::open(env.storage.clone(), config.clone()).unwrap();
-    for seq in 1..=9 {
-        log.append(&payload(seq)).unwrap();
-    }
-    drop(log);
-    let (_, _, seen) = open_collect(&env.storage, &config).unwrap();
-    assert_eq!(payloads(&seen), expected(9));
+    on_both(|env| {
+        let config = small_config();
+        let (log, _) = Log::open(env.storage.clone(), config.clone()).unwrap();
+        for seq in 1..=9 {
+            log.append(&payload(seq)).unwrap();
+        }
+        drop(log);
+        let (_, _, seen) = open_collect(&env.storage, &config).unwrap();
+        assert_eq!(payloads(&seen), expected(9));
+    });
 }
