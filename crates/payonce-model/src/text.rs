@@ -92,6 +92,15 @@ macro_rules! text_newtype {
             }
         }
 
+        // Reading a validated string as a `&str` cannot break its rules, so
+        // it derefs like one; there is no `DerefMut`.
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0
@@ -191,6 +200,55 @@ text_newtype! {
     /// [`TEXT_LEN_MAX`] bytes, no control characters.
     Note, field: Field::Note, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
     normalise: |raw| raw
+}
+
+impl WithdrawalId {
+    /// The id a ledger mints for the withdrawal created by the event with
+    /// sequence number `seq`: `w-<seq>`. Unique within one ledger because
+    /// sequence numbers are.
+    pub fn minted(seq: u64) -> Self {
+        // Digits and a dash: far below the length limit, no control characters.
+        let id = format!("w-{seq}");
+        debug_assert!(
+            check_text(
+                Field::WithdrawalId,
+                &id,
+                WITHDRAWAL_ID_LEN_MAX,
+                Blank::Refused
+            )
+            .is_ok()
+        );
+        WithdrawalId(id)
+    }
+}
+
+impl Reason {
+    /// A reason made from any text, such as an error's message: control
+    /// characters are escaped (`\n`), the text is cut at [`TEXT_LEN_MAX`]
+    /// bytes on a character boundary, and blank text becomes
+    /// `(no message)`. Never fails, so recording why something failed cannot
+    /// itself fail.
+    pub fn lossy(text: &str) -> Self {
+        const ELLIPSIS: &str = "...";
+        let mut reason = String::with_capacity(text.len().min(TEXT_LEN_MAX));
+        for c in text.chars() {
+            let piece: String = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                c.to_string()
+            };
+            if reason.len() + piece.len() > TEXT_LEN_MAX - ELLIPSIS.len() {
+                reason.push_str(ELLIPSIS);
+                break;
+            }
+            reason.push_str(&piece);
+        }
+        if reason.trim().is_empty() {
+            reason = "(no message)".to_owned();
+        }
+        debug_assert!(check_text(Field::Reason, &reason, TEXT_LEN_MAX, Blank::Refused).is_ok());
+        Reason(reason)
+    }
 }
 
 impl Actor {
