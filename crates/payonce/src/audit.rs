@@ -1,0 +1,151 @@
+//! Read-only access for auditors: verify a whole log, or read its events
+//! from any point. Never writes and never takes the writer lock, so it is
+//! safe beside a running service and on a copy of a production directory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use payonce_log::{
+    FsStorage, LogConfig, LogReader, OpenError, Position, Records, Storage, TornTail,
+};
+use payonce_model::Currency;
+use rust_decimal::Decimal;
+
+use crate::error::{Divergence, LedgerError};
+use crate::event::Event;
+use crate::replay::{decode_event, rederive};
+use crate::state::{State, apply};
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Events replayed.
+    pub events: u64,
+    /// Segment files read.
+    pub segments: u64,
+    /// Request keys with a record at the end.
+    pub keys: usize,
+    /// Keys with an unknown outcome at the end.
+    pub in_flight: usize,
+    /// Funds held per currency at the end.
+    pub held: BTreeMap<Currency, Decimal>,
+    /// Refusals recorded.
+    pub refusals: u64,
+    /// Recorded decisions the code would not make again, in log order.
+    pub divergences: Vec<Divergence>,
+    /// Damage at the end of the log that looks like a cut-short write (or a
+    /// write in progress). Reported, never repaired here.
+    pub torn_tail: Option<TornTail>,
+    /// The state the replay ended in.
+    pub state: State,
+}
+
+impl VerifyReport {
+    /// Whether the log holds no problem: no divergence and no torn tail.
+    pub fn is_clean(&self) -> bool {
+        self.divergences.is_empty() && self.torn_tail.is_none()
+    }
+}
+
+/// Verifies the ledger in `dir`: every checksum and chain link, and every
+/// recorded decision re-derived from the state before it. Divergences are
+/// collected, not fatal; damage that is not a torn tail, or a record that is
+/// not an event, stops the verification with an error naming its place.
+pub fn verify(dir: impl AsRef<Path>) -> Result<VerifyReport, LedgerError> {
+    verify_on(Arc::new(FsStorage::new(dir.as_ref())), LogConfig::default())
+}
+
+/// [`verify`] on any storage.
+pub fn verify_on(
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+) -> Result<VerifyReport, LedgerError> {
+    let reader = LogReader::open(storage, config)?;
+    let mut state = State::new();
+    let mut divergences = Vec::new();
+    let recovery = reader
+        .scan(|record| {
+            let event = decode_event(record.seq, record.payload)?;
+            if let Some(divergence) = rederive(&state, &event) {
+                divergences.push(divergence);
+            }
+            // The log is what happened: keep replaying it as written.
+            apply(&mut state, &event);
+            Ok(())
+        })
+        .map_err(|error| match error {
+            OpenError::Log(error) => LedgerError::Log(error),
+            OpenError::Visit(error) => error,
+        })?;
+    Ok(VerifyReport {
+        events: recovery.records,
+        segments: recovery.segments,
+        keys: state.key_count(),
+        in_flight: state.in_flight().len(),
+        held: state.held_totals().clone(),
+        refusals: state.refusal_count(),
+        divergences,
+        torn_tail: recovery.torn_tail,
+        state,
+    })
+}
+
+/// The events of a ledger's log, read-only.
+#[derive(Debug, Clone)]
+pub struct EventLog {
+    reader: LogReader,
+}
+
+/// Events in log order from some sequence number, each verified as read.
+#[derive(Debug)]
+pub struct Events {
+    records: Records,
+}
+
+impl EventLog {
+    /// Opens the log in `dir` read-only. A directory that is not a payonce
+    /// log is an error naming it.
+    pub fn open(dir: impl AsRef<Path>) -> Result<EventLog, LedgerError> {
+        EventLog::open_on(Arc::new(FsStorage::new(dir.as_ref())), LogConfig::default())
+    }
+
+    /// [`EventLog::open`] on any storage.
+    pub fn open_on(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EventLog, LedgerError> {
+        Ok(EventLog {
+            reader: LogReader::open(storage, config)?,
+        })
+    }
+
+    /// Events from `seq` on.
+    pub fn events_from(&self, seq: u64) -> Result<Events, LedgerError> {
+        Ok(Events {
+            records: self.reader.records_from(seq)?,
+        })
+    }
+
+    /// The one event `seq` at `position` (as an earlier read reported it),
+    /// read and checksum-verified without scanning.
+    pub fn event_at(&self, seq: u64, position: Position) -> Result<Event, LedgerError> {
+        let payload = self.reader.read_at(seq, position)?;
+        decode_event(seq, &payload)
+    }
+}
+
+impl Events {
+    /// The next event and where it is; `None` at the end of the log.
+    pub fn next_event(&mut self) -> Result<Option<(Event, Position)>, LedgerError> {
+        match self.records.next_record()? {
+            Some(record) => Ok(Some((
+                decode_event(record.seq, record.payload)?,
+                record.position,
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// A torn tail met at the end of the log, once the events run out.
+    pub fn torn_tail(&self) -> Option<TornTail> {
+        self.records.torn_tail()
+    }
+}

@@ -1,0 +1,74 @@
+//! The submission ledger: makes sure a withdrawal leaves custody at most once.
+//!
+//! A custody service calls [`Ledger::submit`] in front of every send. A
+//! **request key** answers "is this call a repeat?": the same key with the
+//! same withdrawal replays the recorded outcome and never sends again. A
+//! **withdrawal claim** answers "does another caller already own this money
+//! movement?": a second key for a claimed withdrawal is refused with a
+//! [`Refusal::Claimed`] that names the holder key. A send that fails or
+//! panics leaves its key claimed with an unknown outcome until an operator
+//! [`resolve`](Ledger::resolve)s or [`release`](Ledger::release)s it.
+//!
+//! - The logic is pure: [`decide`] judges a [`Command`] against the
+//!   [`State`]; [`apply`] is the only code that changes it.
+//! - The shell, [`Ledger`], appends each decision to a checksummed log
+//!   (`payonce-log`) and puts a claim on stable storage before the send runs,
+//!   and an outcome before `submit` returns it.
+//! - Opening replays the log, re-deriving every recorded decision;
+//!   [`verify`] does the same read-only for auditors.
+//!
+//! It does not talk to a rail (it calls the `send` it is given), expire
+//! anything, or guess: nothing but an operator closes an in-flight key.
+//!
+//! ```
+//! use payonce::{Ledger, NewWithdrawal, SendFailure};
+//! use payonce_model::{Reference, WithdrawalRequest};
+//!
+//! fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
+//!     // Hand the withdrawal to the rail here; it answers with a reference.
+//!     let failed = |error: &dyn std::error::Error| SendFailure::Failed(error.to_string());
+//!     let reference = Reference::new("0xfeed").map_err(|e| failed(&e))?;
+//!     let sending = request.approve().and_then(|w| w.start_sending()).map_err(|e| failed(&e))?;
+//!     sending.mark_sent(reference).map_err(|e| failed(&e))
+//! }
+//! fn never(_: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
+//!     unreachable!("the rail is not called again")
+//! }
+//!
+//! let dir = tempfile::tempdir()?;
+//! let ledger = Ledger::open(dir.path())?;
+//! let request = ledger.create(NewWithdrawal {
+//!     amount: "25.00".parse()?,
+//!     currency: "USDC".parse()?,
+//!     destination: "0xabc".parse()?,
+//!     requested_by: "alice".parse()?,
+//! })?;
+//! let outcome = ledger.submit("req-1", request.clone(), rail)?;
+//! // A retry replays the outcome without calling the rail.
+//! assert_eq!(ledger.submit("req-1", request.clone(), never)?, outcome);
+//! // Another key for the same withdrawal is refused, naming the holder.
+//! let refused = ledger.submit("req-2", request, never).unwrap_err();
+//! assert_eq!(refused.refusal().and_then(|r| r.holder()).map(|k| k.as_str()), Some("req-1"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+mod audit;
+mod command;
+mod decide;
+mod error;
+mod event;
+mod ledger;
+mod refusal;
+mod replay;
+mod state;
+mod time;
+
+pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on};
+pub use crate::command::{Command, FailureCause, SendResult};
+pub use crate::decide::{Decision, decide};
+pub use crate::error::{Divergence, LedgerError, SendFailure, SubmitError};
+pub use crate::event::{Event, EventDecodeError, EventKind, SCHEMA_VERSION, command_key};
+pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, Ticket};
+pub use crate::refusal::{HolderState, Refusal, RefusalKind};
+pub use crate::replay::{decode_event, rederive};
+pub use crate::state::{Hold, InFlight, Record, State, apply};
+pub use crate::time::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};

@@ -1,0 +1,246 @@
+//! A ledger on in-memory storage with a manual clock, a rail that counts
+//! sends, and helpers to reopen and compare.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use payonce::{
+    Config, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Timestamp,
+};
+use payonce_log::MemStorage;
+use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
+
+/// 2026-11-30T12:00:00Z.
+pub const START: Timestamp = Timestamp::from_unix_nanos(1_796_040_000_000_000_000);
+
+pub struct Fixture {
+    pub storage: MemStorage,
+    pub clock: Arc<ManualClock>,
+    pub config: Config,
+    ledger: Option<Ledger>,
+}
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Fixture::new()
+    }
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        Fixture::with(|_| {})
+    }
+
+    pub fn with(adjust: impl FnOnce(&mut Config)) -> Fixture {
+        let storage = MemStorage::new();
+        let clock = Arc::new(ManualClock::new(START));
+        let mut config = Config {
+            clock: clock.clone(),
+            ..Config::default()
+        };
+        adjust(&mut config);
+        let ledger = Ledger::open_on(Arc::new(storage.clone()), config.clone()).unwrap();
+        Fixture {
+            storage,
+            clock,
+            config,
+            ledger: Some(ledger),
+        }
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        self.ledger.as_ref().expect("the fixture's ledger is open")
+    }
+
+    /// A new withdrawal minted by the ledger: 25 USDC to 0xabc.
+    pub fn withdrawal(&self) -> WithdrawalRequest {
+        self.withdrawal_of("25.00")
+    }
+
+    pub fn withdrawal_of(&self, amount: &str) -> WithdrawalRequest {
+        self.ledger()
+            .create(NewWithdrawal {
+                amount: Amount::parse(amount).unwrap(),
+                currency: Currency::new("USDC").unwrap(),
+                destination: Destination::new("0xabc").unwrap(),
+                requested_by: Actor::new("alice").unwrap(),
+            })
+            .unwrap()
+    }
+
+    /// Closes the ledger and opens it again on the same storage.
+    pub fn reopen(&mut self) {
+        // The open ledger holds the writer lock: close it first.
+        self.ledger = None;
+        self.ledger =
+            Some(Ledger::open_on(Arc::new(self.storage.clone()), self.config.clone()).unwrap());
+    }
+
+    pub fn tick(&self) {
+        self.clock.advance(Duration::from_secs(1));
+    }
+
+    /// What a caller can ask the ledger about these keys and withdrawals.
+    pub fn answers(&self, keys: &[&str], withdrawals: &[&WithdrawalRequest]) -> Answers {
+        Answers {
+            outcomes: keys.iter().map(|key| self.ledger().outcome(key)).collect(),
+            claims: withdrawals
+                .iter()
+                .map(|w| self.ledger().claimed_by(w.id()).map(|k| k.to_string()))
+                .collect(),
+            holds: withdrawals
+                .iter()
+                .map(|w| self.ledger().held(w.id()).map(|h| h.amount.to_string()))
+                .collect(),
+            in_flight: self
+                .ledger()
+                .in_flight()
+                .into_iter()
+                .map(without_send_running)
+                .collect(),
+            totals: self
+                .ledger()
+                .held_totals()
+                .into_iter()
+                .map(|(c, t)| (c.to_string(), t.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Closes and reopens, then checks every answer is what it was.
+    pub fn assert_same_after_reopen(&mut self, keys: &[&str], withdrawals: &[&WithdrawalRequest]) {
+        let before = self.answers(keys, withdrawals);
+        let state = self.ledger().state();
+        self.reopen();
+        assert_eq!(
+            self.answers(keys, withdrawals),
+            before,
+            "answers changed across a reopen"
+        );
+        assert_same_projections(&state, &self.ledger().state());
+    }
+}
+
+/// Whether a send is running is about this process, not the log.
+fn without_send_running(mut entry: InFlight) -> InFlight {
+    entry.send_running = false;
+    entry
+}
+
+pub fn assert_same_projections(a: &State, b: &State) {
+    let records = |s: &State| {
+        let mut r: Vec<_> = s.records().map(|(k, r)| (k.clone(), r.clone())).collect();
+        r.sort_by(|x, y| x.0.cmp(&y.0));
+        r
+    };
+    let claims = |s: &State| {
+        let mut c: Vec<_> = s.claims().map(|(w, k)| (w.clone(), k.clone())).collect();
+        c.sort();
+        c
+    };
+    let holds = |s: &State| {
+        let mut h: Vec<_> = s.holds().map(|(w, h)| (w.clone(), h.clone())).collect();
+        h.sort_by(|x, y| x.0.cmp(&y.0));
+        h
+    };
+    assert_eq!(records(a), records(b), "records differ");
+    assert_eq!(claims(a), claims(b), "claims differ");
+    assert_eq!(holds(a), holds(b), "holds differ");
+    assert_eq!(a.held_totals(), b.held_totals(), "held totals differ");
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Answers {
+    outcomes: Vec<Option<WithdrawalRequest>>,
+    claims: Vec<Option<String>>,
+    holds: Vec<Option<String>>,
+    in_flight: Vec<InFlight>,
+    totals: Vec<(String, String)>,
+}
+
+/// A simulated rail: counts sends per withdrawal, answers as scripted.
+#[derive(Clone, Default)]
+pub struct Rail {
+    sends: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+#[derive(Debug)]
+pub struct RailDown;
+
+impl std::fmt::Display for RailDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("rail timed out")
+    }
+}
+
+impl Rail {
+    fn count(&self, request: &WithdrawalRequest) {
+        *self
+            .sends
+            .lock()
+            .unwrap()
+            .entry(request.id().to_string())
+            .or_default() += 1;
+    }
+
+    /// Sends count of `request`'s withdrawal.
+    pub fn sends(&self, request: &WithdrawalRequest) -> usize {
+        self.sends
+            .lock()
+            .unwrap()
+            .get(request.id().as_str())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn total(&self) -> usize {
+        self.sends.lock().unwrap().values().sum()
+    }
+
+    /// A send that succeeds with reference `0x<id>`.
+    pub fn ok(
+        &self,
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
+    {
+        move |request| {
+            self.count(request);
+            Ok(sent(request, &format!("0x{}", request.id())))
+        }
+    }
+
+    /// A send that times out: the outcome is unknown.
+    pub fn timeout(
+        &self,
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
+    {
+        move |request| {
+            self.count(request);
+            Err(SendFailure::Failed(RailDown))
+        }
+    }
+
+    /// A send the rail refuses cleanly.
+    pub fn refuse(
+        &self,
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
+    {
+        move |request| {
+            self.count(request);
+            Err(SendFailure::Rejected(
+                payonce_model::Reason::new("insufficient hot wallet balance").unwrap(),
+            ))
+        }
+    }
+}
+
+/// `request` moved to sent with `reference`.
+pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+    request
+        .approve()
+        .unwrap()
+        .start_sending()
+        .unwrap()
+        .mark_sent(Reference::new(reference).unwrap())
+        .unwrap()
+}

@@ -1,0 +1,16 @@
+//! The ledger through its public API: the seed's scenarios, races, crashes
+//! and a model check.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod fixture;
+mod model;
+mod races;
+mod scenarios;
+
+pub use fixture::*;

@@ -1,0 +1,369 @@
+//! Random operation sequences against a small reference model of the seed's
+//! in-memory semantics: the ledger must give the same answers, survive
+//! reopening with the same answers, and never call the rail twice for one
+//! withdrawal unless an operator saw that nothing was sent.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use payonce::{RefusalKind, SendFailure, SubmitError};
+use payonce_model::{Fingerprint, Reason, WithdrawalId, WithdrawalRequest, WithdrawalState};
+use proptest::prelude::*;
+
+use crate::{Fixture, sent};
+
+const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4"];
+
+#[derive(Debug, Clone, Copy)]
+enum Send {
+    /// The rail moves the money and answers.
+    Succeed,
+    /// The rail moves the money, then the call times out.
+    TimeoutAfterSending,
+    /// The call fails before reaching the rail.
+    FailBeforeSending,
+    /// The rail refuses cleanly.
+    Refuse,
+    /// The rail client panics before sending.
+    Panic,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create {
+        amount: u8,
+    },
+    Submit {
+        key: usize,
+        withdrawal: usize,
+        send: Send,
+    },
+    Record {
+        key: usize,
+        withdrawal: usize,
+    },
+    /// An operator looks at the rail and resolves or releases the key,
+    /// according to what the rail really did.
+    Operator {
+        key: usize,
+    },
+    /// Anybody resolves a key with some state of a withdrawal.
+    Resolve {
+        key: usize,
+        withdrawal: usize,
+        ending: u8,
+    },
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0..KEYS.len();
+    let withdrawal = 0..6usize;
+    let send = prop_oneof![
+        4 => Just(Send::Succeed),
+        2 => Just(Send::TimeoutAfterSending),
+        1 => Just(Send::FailBeforeSending),
+        2 => Just(Send::Refuse),
+        1 => Just(Send::Panic),
+    ];
+    prop_oneof![
+        2 => (1..3u8).prop_map(|amount| Op::Create { amount }),
+        6 => (key.clone(), withdrawal.clone(), send).prop_map(|(key, withdrawal, send)| Op::Submit { key, withdrawal, send }),
+        1 => (key.clone(), withdrawal.clone()).prop_map(|(key, withdrawal)| Op::Record { key, withdrawal }),
+        2 => key.clone().prop_map(|key| Op::Operator { key }),
+        1 => (key, withdrawal, 0..3u8).prop_map(|(key, withdrawal, ending)| Op::Resolve { key, withdrawal, ending }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// What a call answered, reduced to what the model can predict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Outcome(Box<WithdrawalRequest>),
+    Done,
+    Refused(RefusalKind),
+    Rejected,
+    SendFailed,
+    Panicked,
+}
+
+/// The seed's `Submissions`, plus holds and minted ids, in plain maps.
+#[derive(Default)]
+struct Model {
+    records: HashMap<String, (Fingerprint, Option<WithdrawalRequest>)>,
+    claims: HashMap<WithdrawalId, String>,
+    holds: HashSet<WithdrawalId>,
+}
+
+impl Model {
+    /// The claim checks shared by submit, record and resolve of a new key.
+    fn take(&mut self, key: &str, fingerprint: &Fingerprint) -> Result<(), Answer> {
+        let id = fingerprint.id();
+        if self.claims.get(id).is_some_and(|holder| holder != key) {
+            return Err(Answer::Refused(RefusalKind::Conflict));
+        }
+        self.claims.insert(id.clone(), key.to_owned());
+        self.records
+            .insert(key.to_owned(), (fingerprint.clone(), None));
+        self.holds.insert(id.clone());
+        Ok(())
+    }
+
+    /// Looks the key up first, as the seed's `_claim` does.
+    fn lookup(&self, key: &str, fingerprint: &Fingerprint) -> Option<Answer> {
+        let (recorded, outcome) = self.records.get(key)?;
+        Some(if recorded != fingerprint {
+            Answer::Refused(RefusalKind::Conflict)
+        } else {
+            match outcome {
+                Some(outcome) => Answer::Outcome(Box::new(outcome.clone())),
+                None => Answer::Refused(RefusalKind::InFlight),
+            }
+        })
+    }
+
+    fn settle(&mut self, key: &str, outcome: &WithdrawalRequest) {
+        if let Some(record) = self.records.get_mut(key) {
+            record.1 = Some(outcome.clone());
+        }
+        if matches!(
+            outcome.state(),
+            WithdrawalState::Sent
+                | WithdrawalState::Confirmed
+                | WithdrawalState::Failed
+                | WithdrawalState::Rejected
+        ) {
+            self.holds.remove(outcome.id());
+        }
+    }
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut f = Fixture::new();
+    let mut model = Model::default();
+    let mut withdrawals: Vec<WithdrawalRequest> = Vec::new();
+    // The rail's truth: money movements per withdrawal, and which key moved it.
+    let mut moved: HashMap<WithdrawalId, usize> = HashMap::new();
+    let mut moved_by: HashMap<String, WithdrawalRequest> = HashMap::new();
+
+    for op in ops {
+        match op {
+            Op::Create { amount } => {
+                let w = f.withdrawal_of(&amount.to_string());
+                prop_assert!(
+                    withdrawals.iter().all(|other| other.id() != w.id()),
+                    "minted ids repeat"
+                );
+                withdrawals.push(w);
+            }
+            Op::Submit {
+                key,
+                withdrawal,
+                send,
+            } => {
+                let Some(w) = withdrawals.get(withdrawal).cloned() else {
+                    continue;
+                };
+                let key = KEYS[key];
+                let fingerprint = w.fingerprint();
+                let mut sends = false;
+                let expected = match model.lookup(key, &fingerprint) {
+                    Some(answer) => answer,
+                    None => match model.take(key, &fingerprint) {
+                        Err(answer) => answer,
+                        Ok(()) => {
+                            sends = true;
+                            match send {
+                                Send::Succeed => {
+                                    let outcome = sent(&w, &format!("0x{}-{key}", w.id()));
+                                    model.settle(key, &outcome);
+                                    Answer::Outcome(Box::new(outcome))
+                                }
+                                Send::TimeoutAfterSending | Send::FailBeforeSending => {
+                                    Answer::SendFailed
+                                }
+                                Send::Refuse => {
+                                    model.holds.remove(w.id());
+                                    Answer::Rejected
+                                }
+                                Send::Panic => Answer::Panicked,
+                            }
+                        }
+                    },
+                };
+                let mut rail_calls = 0;
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    f.ledger().submit(key, w.clone(), |request| {
+                        rail_calls += 1;
+                        match send {
+                            Send::Succeed | Send::TimeoutAfterSending => {
+                                *moved.entry(request.id().clone()).or_default() += 1;
+                                moved_by.insert(key.to_owned(), request.clone());
+                            }
+                            _ => {}
+                        }
+                        match send {
+                            Send::Succeed => {
+                                Ok(sent(request, &format!("0x{}-{key}", request.id())))
+                            }
+                            Send::TimeoutAfterSending | Send::FailBeforeSending => {
+                                Err(SendFailure::Failed("timed out"))
+                            }
+                            Send::Refuse => {
+                                Err(SendFailure::Rejected(Reason::new("no funds").unwrap()))
+                            }
+                            Send::Panic => panic!("rail client bug"),
+                        }
+                    })
+                }));
+                let answer = match result {
+                    Err(_) => Answer::Panicked,
+                    Ok(Ok(outcome)) => Answer::Outcome(Box::new(outcome)),
+                    Ok(Err(SubmitError::Rejected { .. })) => Answer::Rejected,
+                    Ok(Err(SubmitError::Send(_))) => Answer::SendFailed,
+                    Ok(Err(error)) => Answer::Refused(error.refusal_kind().expect("a refusal")),
+                };
+                prop_assert_eq!(&answer, &expected, "submit {} {}", key, w.id());
+                prop_assert_eq!(
+                    rail_calls,
+                    usize::from(sends),
+                    "send calls for {} {}",
+                    key,
+                    w.id()
+                );
+            }
+            Op::Record { key, withdrawal } => {
+                let Some(w) = withdrawals.get(withdrawal).cloned() else {
+                    continue;
+                };
+                let key = KEYS[key];
+                let fingerprint = w.fingerprint();
+                let expected = match model.lookup(key, &fingerprint) {
+                    Some(answer) => answer,
+                    None => match model.take(key, &fingerprint) {
+                        Err(answer) => answer,
+                        Ok(()) => {
+                            model.settle(key, &w);
+                            Answer::Outcome(Box::new(w.clone()))
+                        }
+                    },
+                };
+                let answer = match f.ledger().record(key, w.clone()) {
+                    Ok(outcome) => Answer::Outcome(Box::new(outcome)),
+                    Err(error) => Answer::Refused(error.refusal_kind().expect("a refusal")),
+                };
+                prop_assert_eq!(answer, expected, "record {}", key);
+            }
+            Op::Operator { key } => {
+                let key = KEYS[key];
+                let Some((fingerprint, None)) = model.records.get(key).cloned() else {
+                    continue;
+                };
+                let truth = moved_by
+                    .get(key)
+                    .filter(|w| w.id() == fingerprint.id())
+                    .cloned();
+                match truth {
+                    Some(request) => {
+                        let outcome = sent(&request, &format!("0x{}-{key}", request.id()));
+                        f.ledger()
+                            .resolve(key, outcome.clone(), "found on the rail", "ops")
+                            .unwrap();
+                        model.settle(key, &outcome);
+                    }
+                    None => {
+                        f.ledger()
+                            .release(key, "nothing on the rail", "ops")
+                            .unwrap();
+                        if model.claims.get(fingerprint.id()).map(String::as_str) == Some(key) {
+                            model.claims.remove(fingerprint.id());
+                            model.holds.remove(fingerprint.id());
+                        }
+                        model.records.remove(key);
+                    }
+                }
+            }
+            Op::Resolve {
+                key,
+                withdrawal,
+                ending,
+            } => {
+                let Some(w) = withdrawals.get(withdrawal).cloned() else {
+                    continue;
+                };
+                let key = KEYS[key];
+                let outcome = match ending {
+                    0 => sent(&w, &format!("0xr-{}", w.id())),
+                    1 => sent(&w, &format!("0xr-{}", w.id())).confirm().unwrap(),
+                    _ => w
+                        .approve()
+                        .unwrap()
+                        .fail(Reason::new("rail says failed").unwrap())
+                        .unwrap(),
+                };
+                let fingerprint = w.fingerprint();
+                let expected = match model.records.get(key).cloned() {
+                    None => match model.take(key, &fingerprint) {
+                        Err(answer) => answer,
+                        Ok(()) => {
+                            model.settle(key, &outcome);
+                            Answer::Done
+                        }
+                    },
+                    Some((recorded, _)) if recorded != fingerprint => {
+                        Answer::Refused(RefusalKind::Conflict)
+                    }
+                    Some((_, None)) => {
+                        model.settle(key, &outcome);
+                        Answer::Done
+                    }
+                    Some((_, Some(existing))) if existing == outcome => Answer::Done,
+                    Some((_, Some(_))) => Answer::Refused(RefusalKind::Conflict),
+                };
+                let answer = match f.ledger().resolve(key, outcome, "callback", "webhook") {
+                    Ok(()) => Answer::Done,
+                    Err(error) => Answer::Refused(error.refusal_kind().expect("a refusal")),
+                };
+                prop_assert_eq!(answer, expected, "resolve {}", key);
+            }
+            Op::Reopen => f.assert_same_after_reopen(KEYS, &withdrawals.iter().collect::<Vec<_>>()),
+        }
+        for key in KEYS {
+            let expected = model
+                .records
+                .get(*key)
+                .and_then(|(_, outcome)| outcome.clone());
+            prop_assert_eq!(f.ledger().outcome(key), expected, "outcome of {}", key);
+        }
+        for w in &withdrawals {
+            let holder = f.ledger().claimed_by(w.id()).map(|k| k.to_string());
+            prop_assert_eq!(
+                holder.as_ref(),
+                model.claims.get(w.id()),
+                "holder of {}",
+                w.id()
+            );
+            prop_assert_eq!(
+                f.ledger().held(w.id()).is_some(),
+                model.holds.contains(w.id()),
+                "hold of {}",
+                w.id()
+            );
+            prop_assert!(
+                moved.get(w.id()).copied().unwrap_or(0) <= 1,
+                "{} left custody twice",
+                w.id()
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_ledger_agrees_with_the_reference_model(ops in prop::collection::vec(op(), 1..40)) {
+        run(ops)?;
+    }
+}
