@@ -2,7 +2,7 @@
 //! sequence number and time, encoded through the model's codec.
 
 use payonce_model::codec::{self, CodecError};
-use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalRequest};
+use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, FailureCause, SendResult};
@@ -187,6 +187,33 @@ impl EventKind {
             | EventKind::Released { key, .. } => Some(key),
             EventKind::Refused { command, refusal } => command_key(command).or(refusal.key()),
             EventKind::Opened { .. } | EventKind::Created { .. } => None,
+        }
+    }
+
+    /// The withdrawal the event names, if it names one. Events that carry
+    /// only a key (`send_rejected`, `send_failed`, `released`) are about the
+    /// withdrawal that key held at the time: an auditor attributes them by
+    /// replaying the claims.
+    pub fn withdrawal(&self) -> Option<&WithdrawalId> {
+        match self {
+            EventKind::Created { withdrawal } => Some(withdrawal.id()),
+            EventKind::Claimed { request, .. } | EventKind::Recorded { request, .. } => {
+                Some(request.id())
+            }
+            EventKind::Completed { outcome, .. } | EventKind::Resolved { outcome, .. } => {
+                Some(outcome.id())
+            }
+            EventKind::Refused { command, refusal } => match command {
+                Command::Claim { request, .. } | Command::Record { request, .. } => {
+                    Some(request.id())
+                }
+                Command::Resolve { outcome, .. } => Some(outcome.id()),
+                _ => refusal.withdrawal(),
+            },
+            EventKind::Opened { .. }
+            | EventKind::SendRejected { .. }
+            | EventKind::SendFailed { .. }
+            | EventKind::Released { .. } => None,
         }
     }
 

@@ -174,6 +174,17 @@ impl Refusal {
         }
     }
 
+    /// The withdrawal the refusal is about, when it names one.
+    pub fn withdrawal(&self) -> Option<&WithdrawalId> {
+        match self {
+            Refusal::Claimed { withdrawal, .. }
+            | Refusal::InFlight { withdrawal, .. }
+            | Refusal::UnknownWithdrawal { withdrawal }
+            | Refusal::NotAsCreated { withdrawal, .. } => Some(withdrawal),
+            _ => None,
+        }
+    }
+
     /// The key holding the withdrawal, when another key does.
     pub fn holder(&self) -> Option<&RequestKey> {
         match self {
