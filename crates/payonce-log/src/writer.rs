@@ -563,6 +563,18 @@ impl Log {
         Ok(last_seq)
     }
 
+    /// `Err(Poisoned)` once a write has failed: callers that decide on
+    /// what the log holds check this first, since what they hold in memory
+    /// may include records that never reached the disk.
+    pub fn check(&self) -> Result<(), LogError> {
+        match &self.lock_state().poisoned {
+            Some(cause) => Err(LogError::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The last sequence number appended (durable or not); 0 if none.
     pub fn last_seq(&self) -> u64 {
         self.lock_state().next_seq - 1

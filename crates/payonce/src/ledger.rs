@@ -224,6 +224,9 @@ impl Ledger {
     /// waits until everything the decision saw is on stable storage.
     fn execute(&self, command: &Command) -> Result<Executed, LedgerError> {
         let mut state = self.lock_state()?;
+        // Fail closed: after a failed write the state may hold events that
+        // never reached the disk, so nothing is decided from it.
+        self.inner.log.check()?;
         let decision = match decide(&state, command) {
             Ok(decision) => decision,
             Err(refusal) => {
@@ -235,7 +238,7 @@ impl Ledger {
                     };
                     // The refusal stands whether or not its audit record lands.
                     if let Err(error) = self.append(&mut state, kind) {
-                        warn!(%error, "could not record a refusal in the log");
+                        warn!(%error, %refusal, "could not record a refusal in the log");
                     }
                 }
                 return Err(LedgerError::Refused(refusal));
@@ -380,7 +383,9 @@ impl Ledger {
                     Ok(outcome)
                 }
                 EventKind::SendRejected { reason, .. } => {
-                    warn!(%reason, "the rail refused; hold released, the key stays claimed until released or resolved");
+                    warn!(
+                        key = %key,
+                        withdrawal = %withdrawal,%reason, "the rail refused; hold released, the key stays claimed until released or resolved");
                     Err(SubmitError::Rejected {
                         key,
                         withdrawal,
@@ -392,13 +397,17 @@ impl Ledger {
                     error,
                     ..
                 } => {
-                    warn!(%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
+                    warn!(
+                        key = %key,
+                        withdrawal = %withdrawal,%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
                     Err(SubmitError::Ledger(LedgerError::Refused(
                         Refusal::OutcomeMismatch { key, differences },
                     )))
                 }
                 EventKind::SendFailed { error, .. } => {
-                    warn!(%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
+                    warn!(
+                        key = %key,
+                        withdrawal = %withdrawal,%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
                     match send_error {
                         Some(send_error) => Err(SubmitError::Send(send_error)),
                         None => unexpected_event(),
@@ -408,7 +417,7 @@ impl Ledger {
             },
             (Ok(other), ..) => unexpected(other),
             (Err(cause), SendResult::Sent(outcome), _) => {
-                warn!(%cause, "the send succeeded but its outcome could not be recorded; the key stays in flight");
+                warn!(key = %key, withdrawal = %withdrawal, %cause, "the send succeeded but its outcome could not be recorded; the key stays in flight");
                 Err(SubmitError::Unrecorded {
                     key,
                     outcome: Box::new(outcome.clone()),
@@ -416,7 +425,7 @@ impl Ledger {
                 })
             }
             (Err(cause), SendResult::Rejected(reason), _) => {
-                warn!(%cause, %reason, "the rail refused, but recording it failed: the hold stays");
+                warn!(key = %key, withdrawal = %withdrawal, %cause, %reason, "the rail refused, but recording it failed: the hold stays");
                 Err(SubmitError::Rejected {
                     key,
                     withdrawal,
@@ -424,7 +433,7 @@ impl Ledger {
                 })
             }
             (Err(cause), _, Some(send_error)) => {
-                warn!(%cause, "the send failed and recording it failed too; the claim stands");
+                warn!(key = %key, withdrawal = %withdrawal, %cause, "the send failed and recording it failed too; the claim stands");
                 Err(SubmitError::Send(send_error))
             }
             (Err(cause), ..) => Err(SubmitError::Ledger(cause)),

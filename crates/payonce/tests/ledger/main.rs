@@ -8,7 +8,9 @@
     unreachable_pub
 )]
 
+mod durability;
 mod fixture;
+mod logs;
 mod model;
 mod races;
 mod scenarios;

@@ -1,0 +1,323 @@
+//! What the ledger does when storage fails, when the log lies, and what it
+//! writes: faults fail closed, divergences are caught, refusals are kept.
+
+use std::sync::Arc;
+
+use payonce::{
+    Config, Event, EventKind, EventLog, Ledger, LedgerError, Refusal, SCHEMA_VERSION, SubmitError,
+    Timestamp, verify_on,
+};
+use payonce_log::{Fault, Log, LogConfig, LogError, MemStorage};
+use payonce_model::{Field, Rule};
+
+use crate::{Fixture, Rail, START, sent};
+
+fn events(storage: &MemStorage) -> Vec<Event> {
+    let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    let mut events = log.events_from(1).unwrap();
+    let mut all = Vec::new();
+    while let Some((event, _)) = events.next_event().unwrap() {
+        all.push(event);
+    }
+    all
+}
+
+#[test]
+fn events_carry_the_schema_their_sequence_number_and_the_clocks_time() {
+    let f = Fixture::new();
+    f.tick();
+    let w = f.withdrawal();
+    f.ledger()
+        .submit("req-1", w.clone(), Rail::default().ok())
+        .unwrap();
+
+    let events = events(&f.storage);
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(kinds, ["opened", "created", "claimed", "completed"]);
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event.schema, SCHEMA_VERSION);
+        assert_eq!(event.seq, index as u64 + 1);
+    }
+    assert_eq!(events[0].at, START);
+    assert_eq!(events[1].at, START.plus(std::time::Duration::from_secs(1)));
+}
+
+#[test]
+fn refusals_are_recorded_for_audit_and_change_nothing() {
+    let f = Fixture::new();
+    let rail = Rail::default();
+    let w = f.withdrawal();
+    f.ledger().submit("req-1", w.clone(), rail.ok()).unwrap();
+    let before = f.ledger().state();
+
+    let refused = f
+        .ledger()
+        .submit("req-2", w.clone(), rail.ok())
+        .unwrap_err();
+    // Refusals are not synced before returning; the next sync carries them.
+    f.ledger().sync().unwrap();
+
+    let last = events(&f.storage).pop().unwrap();
+    let EventKind::Refused { command, refusal } = &last.kind else {
+        panic!("{last:?}")
+    };
+    assert_eq!(Some(refusal), refused.refusal());
+    assert_eq!(payonce::command_key(command).unwrap().as_str(), "req-2");
+    let after = f.ledger().state();
+    crate::assert_same_projections(&before, &after);
+    assert_eq!(after.refusal_count(), 1);
+}
+
+#[test]
+fn refusals_are_not_recorded_when_switched_off() {
+    let f = Fixture::with(|config| config.log_refusals = false);
+    let rail = Rail::default();
+    let w = f.withdrawal();
+    f.ledger().submit("req-1", w.clone(), rail.ok()).unwrap();
+    let count = events(&f.storage).len();
+
+    f.ledger()
+        .submit("req-2", w.clone(), rail.ok())
+        .unwrap_err();
+    f.ledger().sync().unwrap();
+
+    assert_eq!(events(&f.storage).len(), count);
+    assert_eq!(f.ledger().state().refusal_count(), 0);
+}
+
+#[test]
+fn invalid_input_is_a_typed_error_and_writes_nothing() {
+    let f = Fixture::new();
+    let w = f.withdrawal();
+    let count = events(&f.storage).len();
+
+    let error = f
+        .ledger()
+        .submit("  ", w.clone(), Rail::default().ok())
+        .unwrap_err();
+    let SubmitError::Ledger(LedgerError::Invalid(field)) = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(
+        (field.field, &field.rule),
+        (Field::RequestKey, &Rule::Empty)
+    );
+    let error = f.ledger().release("req-1", "", "ops").unwrap_err();
+    assert!(
+        matches!(&error, LedgerError::Invalid(e) if e.field == Field::Note),
+        "{error}"
+    );
+    let error = f
+        .ledger()
+        .resolve("req\u{7}", sent(&w, "0x1"), "n", "ops")
+        .unwrap_err();
+    assert!(
+        matches!(&error, LedgerError::Invalid(e) if e.field == Field::RequestKey),
+        "{error}"
+    );
+    let error = f.ledger().release("req-1", "n", "\u{1b}[31m").unwrap_err();
+    assert!(
+        matches!(&error, LedgerError::Invalid(e) if e.field == Field::Operator),
+        "{error}"
+    );
+
+    assert_eq!(events(&f.storage).len(), count);
+}
+
+#[test]
+fn a_storage_error_while_claiming_means_the_send_never_runs() {
+    let f = Fixture::new();
+    let rail = Rail::default();
+    let w = f.withdrawal();
+    f.storage.faults().arm(Fault::SyncFails { nth: 1 });
+
+    let error = f
+        .ledger()
+        .submit("req-1", w.clone(), rail.ok())
+        .unwrap_err();
+
+    assert!(
+        matches!(error, SubmitError::Ledger(LedgerError::Log(_))),
+        "{error}"
+    );
+    assert_eq!(rail.total(), 0, "nothing was sent on an unsynced claim");
+}
+
+#[test]
+fn a_poisoned_log_refuses_every_later_write_until_reopened() {
+    let mut f = Fixture::new();
+    let rail = Rail::default();
+    let (w1, w2) = (f.withdrawal(), f.withdrawal());
+    f.storage.faults().arm(Fault::SyncFails { nth: 1 });
+    f.ledger()
+        .submit("req-1", w1.clone(), rail.ok())
+        .unwrap_err();
+    f.storage.faults().disarm_all();
+
+    for _ in 0..2 {
+        let error = f
+            .ledger()
+            .submit("req-2", w2.clone(), rail.ok())
+            .unwrap_err();
+        let SubmitError::Ledger(LedgerError::Log(LogError::Poisoned { .. })) = &error else {
+            panic!("{error}")
+        };
+    }
+    assert!(matches!(
+        f.ledger().release("req-1", "n", "ops"),
+        Err(LedgerError::Log(LogError::Poisoned { .. }))
+    ));
+    assert_eq!(rail.total(), 0);
+
+    f.reopen();
+    f.ledger().submit("req-2", w2.clone(), rail.ok()).unwrap();
+    assert_eq!(rail.total(), 1);
+}
+
+#[test]
+fn an_outcome_that_cannot_be_recorded_is_handed_back_with_the_error() {
+    let f = Fixture::new();
+    let w = f.withdrawal();
+    let storage = f.storage.clone();
+
+    let error = f
+        .ledger()
+        .submit("req-1", w.clone(), |request| {
+            // The claim is synced; now the disk goes.
+            storage.faults().arm(Fault::SyncFails { nth: 1 });
+            Rail::default().ok()(request)
+        })
+        .unwrap_err();
+
+    let SubmitError::Unrecorded { key, outcome, .. } = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(key.as_str(), "req-1");
+    assert_eq!(
+        outcome.reference().unwrap().as_str(),
+        format!("0x{}", w.id())
+    );
+    assert!(error.to_string().contains("resolve the key"), "{error}");
+}
+
+/// Appends hand-made events to a log, as a buggy or tampered writer would.
+fn forge(storage: &MemStorage, kinds: Vec<EventKind>) {
+    let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    let first = log.last_seq() + 1;
+    for (index, kind) in kinds.into_iter().enumerate() {
+        let event = Event {
+            schema: SCHEMA_VERSION,
+            seq: first + index as u64,
+            at: Timestamp::default(),
+            kind,
+        };
+        log.append(&event.encode().unwrap()).unwrap();
+    }
+    log.sync().unwrap();
+}
+
+#[test]
+fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
+    let mut f = Fixture::new();
+    let w = f.withdrawal();
+    f.ledger()
+        .submit("req-1", w.clone(), Rail::default().ok())
+        .unwrap();
+    let storage = f.storage.clone();
+    let config = f.config.clone();
+    drop(f);
+    // A second claim of a claimed withdrawal, as if a writer skipped the check.
+    forge(
+        &storage,
+        vec![EventKind::Claimed {
+            key: "req-2".parse().unwrap(),
+            request: w.clone(),
+        }],
+    );
+
+    let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
+
+    let LedgerError::Divergence(divergence) = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(divergence.seq, 5);
+    assert!(matches!(divergence.recorded, EventKind::Claimed { .. }));
+    assert!(
+        matches!(&divergence.recomputed, Err(Refusal::Claimed { holder, .. }) if holder.as_str() == "req-1")
+    );
+    let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();
+    assert_eq!(report.divergences.len(), 1);
+    assert_eq!(report.divergences[0].seq, 5);
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
+    let storage = MemStorage::new();
+    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    log.append_durable(b"\x01\x00not an event").unwrap();
+    drop(log);
+
+    let error = Ledger::open_on(Arc::new(storage), Config::default()).unwrap_err();
+
+    assert!(
+        matches!(error, LedgerError::BadEvent { seq: 2, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("log record 2"), "{error}");
+}
+
+#[test]
+fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
+    let storage = MemStorage::new();
+    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    let event = Event {
+        schema: SCHEMA_VERSION,
+        seq: 7,
+        at: Timestamp::default(),
+        kind: EventKind::Opened {
+            accept_foreign_ids: false,
+        },
+    };
+    log.append_durable(&event.encode().unwrap()).unwrap();
+    drop(log);
+
+    let error = Ledger::open_on(Arc::new(storage), Config::default()).unwrap_err();
+
+    assert!(
+        matches!(error, LedgerError::MisplacedEvent { seq: 2, found: 7 }),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_ledger_is_send_sync_and_cheap_to_clone() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Ledger>();
+    let f = Fixture::new();
+    let clone = f.ledger().clone();
+    let w = f.withdrawal();
+    clone.record("req-1", w.clone()).unwrap();
+    assert_eq!(
+        f.ledger().outcome("req-1"),
+        Some(w),
+        "a clone is the same ledger"
+    );
+}
+
+#[test]
+fn a_second_ledger_on_the_same_directory_is_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = Ledger::open(dir.path()).unwrap();
+    let error = Ledger::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(error, LedgerError::Log(LogError::Locked { .. })),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("locked by another writer"),
+        "{error}"
+    );
+}
