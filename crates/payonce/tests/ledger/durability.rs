@@ -218,7 +218,7 @@ fn forge(storage: &MemStorage, kinds: Vec<EventKind>) {
 
 #[test]
 fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
-    let mut f = Fixture::new();
+    let f = Fixture::new();
     let w = f.withdrawal();
     f.ledger()
         .submit("req-1", w.clone(), Rail::default().ok())

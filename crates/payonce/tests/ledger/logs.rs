@@ -68,8 +68,8 @@ impl Subscriber for Capture {
 fn captured(run: impl FnOnce()) -> Vec<Captured> {
     let capture = Capture::default();
     tracing::subscriber::with_default(capture.clone(), run);
-    let events = capture.events.lock().unwrap().clone();
-    events
+    let events = capture.events.lock().unwrap();
+    events.clone()
 }
 
 #[test]
