@@ -3,10 +3,14 @@
 use std::fmt;
 use std::str::FromStr;
 
+use std::sync::Arc;
+
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Field, FieldError, Rule};
+use crate::text::deserialize_validated;
 
 /// Most significant digits in an [`Amount`]: what a 96-bit decimal holds exactly.
 pub const AMOUNT_DIGITS_MAX: usize = 28;
@@ -25,8 +29,7 @@ pub const CURRENCY_LEN_MAX: usize = 12;
 /// Parsed from text only (never from a float), so `0.1` is exactly one tenth.
 /// Equal values are equal whatever their written scale: `25.00` and `25.0`
 /// are the same amount, and both display in the canonical form `25`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Amount(Decimal);
 
 impl Amount {
@@ -138,18 +141,85 @@ impl TryFrom<String> for Amount {
     }
 }
 
+/// Most a canonical mantissa can be: 28 nines.
+const MANTISSA_MAX: u128 = 9_999_999_999_999_999_999_999_999_999;
+
+impl Amount {
+    /// The amount with `mantissa` × 10^-`scale`, if it is positive,
+    /// canonical (no trailing zero after the point) and within the limits.
+    fn from_parts(mantissa: u128, scale: u8) -> Result<Self, FieldError> {
+        let refuse = |rule| Err(FieldError::new(Field::Amount, rule));
+        if mantissa == 0 {
+            return refuse(Rule::NotPositive);
+        }
+        if mantissa > MANTISSA_MAX {
+            return refuse(Rule::TooManyDigits {
+                digits: mantissa.ilog10() as usize + 1,
+                max: AMOUNT_DIGITS_MAX,
+            });
+        }
+        if usize::from(scale) > AMOUNT_DECIMALS_MAX {
+            return refuse(Rule::TooManyDecimals {
+                decimals: usize::from(scale),
+                max: AMOUNT_DECIMALS_MAX,
+            });
+        }
+        if scale > 0 && mantissa.is_multiple_of(10) {
+            // Equal amounts have one encoding; anything else was not written
+            // by `serialize`.
+            return refuse(Rule::NotADecimal);
+        }
+        match Decimal::try_from_i128_with_scale(mantissa as i128, u32::from(scale)) {
+            Ok(value) => Ok(Amount(value)),
+            Err(_) => refuse(Rule::NotADecimal),
+        }
+    }
+}
+
 impl Serialize for Amount {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Text, not a number: JSON numbers are floats to most readers.
-        serializer.collect_str(&self.0)
+        if serializer.is_human_readable() {
+            // Text, not a number: JSON numbers are floats to most readers.
+            serializer.collect_str(&self.0)
+        } else {
+            // Binary formats get the exact parts: no parsing on the way back.
+            // Normalised and positive, so the mantissa fits and is canonical.
+            let mantissa = self.0.mantissa().unsigned_abs();
+            let scale = self.0.scale() as u8;
+            (mantissa, scale).serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            return deserialize_validated(deserializer, Amount::parse);
+        }
+        struct Parts;
+        impl<'de> Visitor<'de> for Parts {
+            type Value = Amount;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an amount's mantissa and scale")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Amount, A::Error> {
+                let mantissa: u128 = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let scale: u8 = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                Amount::from_parts(mantissa, scale).map_err(de::Error::custom)
+            }
+        }
+        deserializer.deserialize_tuple(2, Parts)
     }
 }
 
 /// A currency or asset code: 2 to 12 ASCII letters or digits, stored
 /// upper-case, so `usdc` and `USDC` are the same currency.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(try_from = "String")]
-pub struct Currency(String);
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Currency(Arc<str>);
 
 impl Currency {
     /// Validates and upper-cases a currency code.
@@ -170,7 +240,11 @@ impl Currency {
         if let Some(offset) = code.bytes().position(|b| !b.is_ascii_alphanumeric()) {
             return refuse(Rule::NotAlphanumeric { offset });
         }
-        Ok(Currency(code.to_ascii_uppercase()))
+        if code.bytes().any(|b| b.is_ascii_lowercase()) {
+            Ok(Currency(Arc::from(code.to_ascii_uppercase())))
+        } else {
+            Ok(Currency(Arc::from(code)))
+        }
     }
 
     /// The upper-case code.
@@ -187,7 +261,7 @@ impl fmt::Display for Currency {
 
 impl fmt::Debug for Currency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(&*self.0, f)
     }
 }
 
@@ -202,6 +276,12 @@ impl TryFrom<String> for Currency {
     type Error = FieldError;
     fn try_from(code: String) -> Result<Self, FieldError> {
         Currency::new(&code)
+    }
+}
+
+impl<'de> Deserialize<'de> for Currency {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_validated(deserializer, Currency::new)
     }
 }
 

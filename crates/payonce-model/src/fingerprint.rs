@@ -82,6 +82,10 @@ impl Fingerprint {
         }
     }
 
+    pub(crate) fn into_fields(self) -> (WithdrawalId, Amount, Currency, Destination) {
+        (self.id, self.amount, self.currency, self.destination)
+    }
+
     /// The withdrawal id.
     pub fn id(&self) -> &WithdrawalId {
         &self.id
@@ -99,39 +103,53 @@ impl Fingerprint {
         &self.destination
     }
 
+    /// Whether `request` is this withdrawal: same id, amount, currency and
+    /// destination. Builds nothing.
+    pub fn matches(&self, request: &crate::WithdrawalRequest) -> bool {
+        self.id == *request.id()
+            && self.amount == request.amount()
+            && self.currency == *request.currency()
+            && self.destination == *request.destination()
+    }
+
     /// Every field that differs, in a fixed order, with both values; empty
     /// when the fingerprints are equal.
     pub fn differences(&self, other: &Fingerprint) -> Vec<Difference> {
         let mut differences = Vec::new();
-        let mut compare = |field, ours: String, theirs: String| {
-            if ours != theirs {
-                differences.push(Difference {
-                    field,
-                    ours,
-                    theirs,
-                });
-            }
-        };
+        // Text only for what differs: equal fingerprints cost no allocation.
+        let mut compare =
+            |field, ours: &dyn fmt::Display, theirs: &dyn fmt::Display, equal: bool| {
+                if !equal {
+                    differences.push(Difference {
+                        field,
+                        ours: ours.to_string(),
+                        theirs: theirs.to_string(),
+                    });
+                }
+            };
         compare(
             FingerprintField::Id,
-            self.id.to_string(),
-            other.id.to_string(),
+            &self.id,
+            &other.id,
+            self.id == other.id,
         );
-        // Amounts display canonically, so 25.0 and 25.00 compare equal here.
         compare(
             FingerprintField::Amount,
-            self.amount.to_string(),
-            other.amount.to_string(),
+            &self.amount,
+            &other.amount,
+            self.amount == other.amount,
         );
         compare(
             FingerprintField::Currency,
-            self.currency.to_string(),
-            other.currency.to_string(),
+            &self.currency,
+            &other.currency,
+            self.currency == other.currency,
         );
         compare(
             FingerprintField::Destination,
-            self.destination.to_string(),
-            other.destination.to_string(),
+            &self.destination,
+            &other.destination,
+            self.destination == other.destination,
         );
         differences
     }

@@ -50,6 +50,6 @@ pub use crate::text::{
     RequestKey, TEXT_LEN_MAX, WITHDRAWAL_ID_LEN_MAX, WithdrawalId,
 };
 pub use crate::withdrawal::{
-    InvalidTransition, REPLACED_MAX, Transition, TransitionRefusal, WithdrawalRequest,
+    InvalidTransition, Progress, REPLACED_MAX, Transition, TransitionRefusal, WithdrawalRequest,
     WithdrawalState,
 };

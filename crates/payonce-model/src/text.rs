@@ -5,7 +5,10 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize, Serializer};
+use std::sync::Arc;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Field, FieldError, Rule};
 
@@ -56,22 +59,22 @@ macro_rules! text_newtype {
         normalise: |$raw:ident| $normalise:expr
     ) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-        #[serde(try_from = "String")]
-        pub struct $name(String);
+        ///
+        /// Cloning is cheap: the text is shared, not copied.
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates `value` against this field's rules.
-            pub fn new(value: impl Into<String>) -> Result<Self, FieldError> {
-                Self::new_as($field, value)
+            pub fn new(value: impl AsRef<str>) -> Result<Self, FieldError> {
+                Self::new_as($field, value.as_ref())
             }
 
-            /// Validates `value`, naming `field` in the error if it is refused.
-            fn new_as(field: Field, value: impl Into<String>) -> Result<Self, FieldError> {
-                let $raw: String = value.into();
-                let value: String = $normalise;
-                check_text(field, &value, $len_max, $blank)?;
-                Ok($name(value))
+            /// Validates `$raw`, naming `field` in the error if it is refused.
+            fn new_as(field: Field, $raw: &str) -> Result<Self, FieldError> {
+                let normalised: &str = $normalise;
+                check_text(field, normalised, $len_max, $blank)?;
+                Ok($name(Arc::from(normalised)))
             }
 
             /// The validated text.
@@ -82,7 +85,7 @@ macro_rules! text_newtype {
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(&self.0, f)
+                fmt::Debug::fmt(&*self.0, f)
             }
         }
 
@@ -136,7 +139,7 @@ macro_rules! text_newtype {
 
         impl From<$name> for String {
             fn from(value: $name) -> String {
-                value.0
+                value.0.to_string()
             }
         }
 
@@ -145,7 +148,41 @@ macro_rules! text_newtype {
                 serializer.serialize_str(&self.0)
             }
         }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                // Validates straight from the borrowed text: one allocation,
+                // for the value kept.
+                deserialize_validated(deserializer, |text| Self::new(text))
+            }
+        }
     };
+}
+
+/// A serde visitor that reads a string and validates it with `build`.
+struct ValidatingVisitor<F>(F);
+
+impl<'de, T, F: FnOnce(&str) -> Result<T, FieldError>> Visitor<'de> for ValidatingVisitor<F> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+        (self.0)(text).map_err(E::custom)
+    }
+}
+
+/// Deserialises a string through `build`, which validates it.
+pub(crate) fn deserialize_validated<'de, D, T>(
+    deserializer: D,
+    build: impl FnOnce(&str) -> Result<T, FieldError>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    deserializer.deserialize_str(ValidatingVisitor(build))
 }
 
 text_newtype! {
@@ -160,10 +197,7 @@ text_newtype! {
     /// `" req-1 "` and `"req-1"` are the same key; then it must be non-empty,
     /// at most [`REQUEST_KEY_LEN_MAX`] bytes, with no control characters.
     RequestKey, field: Field::RequestKey, len_max: REQUEST_KEY_LEN_MAX, blank: Blank::Allowed,
-    normalise: |raw| {
-        // Trim without reallocating when there is nothing to trim.
-        if raw.trim().len() == raw.len() { raw } else { raw.trim().to_owned() }
-    }
+    normalise: |raw| raw.trim()
 }
 
 text_newtype! {
@@ -218,7 +252,7 @@ impl WithdrawalId {
             )
             .is_ok()
         );
-        WithdrawalId(id)
+        WithdrawalId(Arc::from(id))
     }
 }
 
@@ -247,13 +281,13 @@ impl Reason {
             reason = "(no message)".to_owned();
         }
         debug_assert!(check_text(Field::Reason, &reason, TEXT_LEN_MAX, Blank::Refused).is_ok());
-        Reason(reason)
+        Reason(Arc::from(reason))
     }
 }
 
 impl Actor {
     /// Validates an operator's name; a refusal names the `operator` field.
-    pub fn operator(value: impl Into<String>) -> Result<Self, FieldError> {
-        Self::new_as(Field::Operator, value)
+    pub fn operator(value: impl AsRef<str>) -> Result<Self, FieldError> {
+        Self::new_as(Field::Operator, value.as_ref())
     }
 }

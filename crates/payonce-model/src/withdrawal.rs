@@ -300,7 +300,90 @@ impl TryFrom<WithdrawalFields> for WithdrawalRequest {
     }
 }
 
+/// Everything about a withdrawal but its [`Fingerprint`]: its state, what
+/// the rail said, and who asked. Only ever taken from a valid
+/// [`WithdrawalRequest`], so putting it back together with a fingerprint
+/// always gives a valid one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Progress {
+    state: WithdrawalState,
+    reference: Option<Reference>,
+    reason: Option<Reason>,
+    requested_by: Actor,
+    replaced: Vec<Reference>,
+}
+
+impl Progress {
+    /// Where the withdrawal is in its life.
+    pub fn state(&self) -> WithdrawalState {
+        self.state
+    }
+    /// The rail's current transaction reference, once sent.
+    pub fn reference(&self) -> Option<&Reference> {
+        self.reference.as_ref()
+    }
+}
+
 impl WithdrawalRequest {
+    /// Splits the request into what identifies it and what has happened to
+    /// it, so a store can keep one copy of the fingerprint per withdrawal.
+    pub fn into_parts(self) -> (Fingerprint, Progress) {
+        let WithdrawalRequest {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        } = self;
+        let progress = Progress {
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        };
+        (
+            Fingerprint::new(id, amount, currency, destination),
+            progress,
+        )
+    }
+
+    /// Puts a request back together from [`into_parts`](Self::into_parts).
+    pub fn from_parts(fingerprint: Fingerprint, progress: Progress) -> Self {
+        let (id, amount, currency, destination) = fingerprint.into_fields();
+        let Progress {
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        } = progress;
+        WithdrawalRequest {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced,
+        }
+    }
+
+    /// Whether this request's progress is `progress`. Builds nothing.
+    pub fn has_progress(&self, progress: &Progress) -> bool {
+        self.state == progress.state
+            && self.reference == progress.reference
+            && self.reason == progress.reason
+            && self.requested_by == progress.requested_by
+            && self.replaced == progress.replaced
+    }
+
     /// A new request, in state [`WithdrawalState::Requested`].
     pub fn new(
         id: WithdrawalId,

@@ -338,3 +338,56 @@ fn differences_name_each_field_with_both_values() {
         ("w-1", "w-2")
     );
 }
+
+#[test]
+fn a_binary_amount_is_exact_and_only_its_canonical_encoding_decodes() {
+    let amount = Amount::parse("25.50").unwrap();
+    let bytes = codec::encode(&amount).unwrap();
+    // Mantissa 255 and scale 1, fixed-width little-endian: no text to parse.
+    assert_eq!(bytes.len(), 17);
+    assert_eq!(codec::decode::<Amount>(&bytes).unwrap(), amount);
+
+    let parts = |mantissa: u128, scale: u8| {
+        let mut bytes = mantissa.to_le_bytes().to_vec();
+        bytes.push(scale);
+        codec::decode::<Amount>(&bytes)
+    };
+    assert_eq!(parts(255, 1).unwrap(), amount);
+    assert!(
+        parts(2550, 2).is_err(),
+        "a trailing zero is not the canonical form"
+    );
+    assert!(
+        parts(0, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("amount is not greater than zero")
+    );
+    assert!(
+        parts(10u128.pow(28), 0)
+            .unwrap_err()
+            .to_string()
+            .contains("significant digits")
+    );
+    assert!(
+        parts(1, 29)
+            .unwrap_err()
+            .to_string()
+            .contains("digits after the point")
+    );
+}
+
+#[test]
+fn a_request_splits_into_fingerprint_and_progress_and_back() {
+    let bumped = crate::sent("w-1", "0xa")
+        .bump(Reference::new("0xb").unwrap())
+        .unwrap();
+    let (fingerprint, progress) = bumped.clone().into_parts();
+    assert_eq!(fingerprint, bumped.fingerprint());
+    assert!(fingerprint.matches(&bumped));
+    assert!(bumped.has_progress(&progress));
+    assert!(!make("w-1").has_progress(&progress));
+    assert_eq!(progress.state(), payonce_model::WithdrawalState::Sent);
+    assert_eq!(WithdrawalRequest::from_parts(fingerprint, progress), bumped);
+    assert!(!make("w-1").fingerprint().matches(&make("w-2")));
+}
