@@ -5,7 +5,8 @@ use payonce_model::codec::{self, CodecError};
 use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, FailureCause, SendResult};
+use crate::command::{Command, FailureCause};
+use crate::decide::{Ask, Sent};
 use crate::refusal::Refusal;
 use crate::time::Timestamp;
 
@@ -114,45 +115,41 @@ impl EventKind {
     /// The command that produces this event, so replay can ask `decide` again
     /// and compare. For a refusal, the refused command.
     pub fn command(&self) -> Command {
+        self.ask().to_command()
+    }
+
+    /// [`EventKind::command`], borrowed.
+    pub(crate) fn ask(&self) -> Ask<'_> {
         match self {
-            EventKind::Opened { accept_foreign_ids } => Command::Open {
+            EventKind::Opened { accept_foreign_ids } => Ask::Open {
                 accept_foreign_ids: *accept_foreign_ids,
             },
-            EventKind::Created { withdrawal } => Command::Create {
+            EventKind::Created { withdrawal } => Ask::Create {
                 amount: withdrawal.amount(),
-                currency: withdrawal.currency().clone(),
-                destination: withdrawal.destination().clone(),
-                requested_by: withdrawal.requested_by().clone(),
+                currency: withdrawal.currency(),
+                destination: withdrawal.destination(),
+                requested_by: withdrawal.requested_by(),
             },
-            EventKind::Claimed { key, request } => Command::Claim {
-                key: key.clone(),
-                request: request.clone(),
+            EventKind::Claimed { key, request } => Ask::Claim { key, request },
+            EventKind::Recorded { key, request } => Ask::Record { key, request },
+            EventKind::Completed { key, outcome } => Ask::Complete {
+                key,
+                result: Sent::Outcome(outcome),
             },
-            EventKind::Recorded { key, request } => Command::Record {
-                key: key.clone(),
-                request: request.clone(),
-            },
-            EventKind::Completed { key, outcome } => Command::Complete {
-                key: key.clone(),
-                result: SendResult::Sent(outcome.clone()),
-            },
-            EventKind::SendRejected { key, reason } => Command::Complete {
-                key: key.clone(),
-                result: SendResult::Rejected(reason.clone()),
+            EventKind::SendRejected { key, reason } => Ask::Complete {
+                key,
+                result: Sent::Rejected(reason),
             },
             EventKind::SendFailed { key, error, cause } => match cause {
                 // The send returned another withdrawal: replay re-derives the
                 // refusal from the outcome it returned.
-                FailureCause::OutcomeMismatch { outcome, .. } => Command::Complete {
-                    key: key.clone(),
-                    result: SendResult::Sent((**outcome).clone()),
+                FailureCause::OutcomeMismatch { outcome, .. } => Ask::Complete {
+                    key,
+                    result: Sent::Outcome(outcome),
                 },
-                _ => Command::Complete {
-                    key: key.clone(),
-                    result: SendResult::Failed {
-                        error: error.clone(),
-                        cause: cause.clone(),
-                    },
+                _ => Ask::Complete {
+                    key,
+                    result: Sent::Failed { error, cause },
                 },
             },
             EventKind::Resolved {
@@ -160,18 +157,14 @@ impl EventKind {
                 outcome,
                 note,
                 by,
-            } => Command::Resolve {
-                key: key.clone(),
-                outcome: outcome.clone(),
-                note: note.clone(),
-                by: by.clone(),
+            } => Ask::Resolve {
+                key,
+                outcome,
+                note,
+                by,
             },
-            EventKind::Released { key, note, by } => Command::Release {
-                key: key.clone(),
-                note: note.clone(),
-                by: by.clone(),
-            },
-            EventKind::Refused { command, .. } => command.clone(),
+            EventKind::Released { key, note, by } => Ask::Release { key, note, by },
+            EventKind::Refused { command, .. } => command.ask(),
         }
     }
 

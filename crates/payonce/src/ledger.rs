@@ -564,7 +564,7 @@ impl Ledger {
     /// The outcome recorded for `key`; `None` if unknown or in flight.
     pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
         let key = key.trim();
-        self.read(|state| state.outcome(key).cloned())
+        self.read(|state| state.outcome(key))
     }
 
     /// The key that holds withdrawal `id`.
@@ -579,12 +579,17 @@ impl Ledger {
 
     /// The funds held for withdrawal `id`.
     pub fn held(&self, id: &str) -> Option<Hold> {
-        self.read(|state| state.held(id).cloned())
+        self.read(|state| state.held(id))
     }
 
     /// Held funds per currency.
     pub fn held_totals(&self) -> BTreeMap<Currency, Decimal> {
         self.read(|state| state.held_totals().clone())
+    }
+
+    /// Sequence number of the last event decided, durable or not.
+    pub fn last_seq(&self) -> u64 {
+        self.read(State::last_seq)
     }
 
     /// A copy of the whole state: for audits and tests.
@@ -605,7 +610,7 @@ impl Ledger {
 
     /// Whether `id` names a withdrawal this ledger created.
     pub fn was_created(&self, id: &WithdrawalId) -> bool {
-        self.read(|state| state.created(id).is_some())
+        self.read(|state| state.was_created(id))
     }
 }
 

@@ -2,9 +2,9 @@
 //! recorded decision on the way, so a log the code would not have written is
 //! caught rather than believed.
 
-use crate::decide::{Decision, decide};
+use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::state::{State, apply};
 
 /// Decodes the event stored as log record `seq`.
@@ -22,21 +22,15 @@ pub fn decode_event(seq: u64, payload: &[u8]) -> Result<Event, LedgerError> {
 /// Asks `decide` again, from `state`, for the command behind `event`.
 /// `None` when it agrees with what was recorded.
 pub fn rederive(state: &State, event: &Event) -> Option<Divergence> {
-    let recomputed = decide(state, &event.kind.command());
-    let agrees = match (&event.kind, &recomputed) {
-        (EventKind::Refused { refusal, .. }, Err(again)) => refusal == again,
-        (recorded, Ok(Decision::Append(again))) => recorded == again,
-        _ => false,
-    };
-    if agrees {
-        None
-    } else {
-        Some(Divergence {
-            seq: event.seq,
-            recorded: event.kind.clone(),
-            recomputed,
-        })
+    if decides_again(state, &event.kind) {
+        return None;
     }
+    let recomputed = decide(state, &event.kind.command());
+    Some(Divergence {
+        seq: event.seq,
+        recorded: event.kind.clone(),
+        recomputed,
+    })
 }
 
 /// Decodes, re-derives and applies log record `seq`; a divergence is an

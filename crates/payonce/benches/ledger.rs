@@ -1,0 +1,285 @@
+//! payonce ledger benchmarks, a plain `main` that prints tables:
+//! `cargo bench -p payonce --bench ledger`.
+//!
+//! - Durable submits (claim and outcome both synced) with 1, 8 and 64
+//!   threads, beside the raw write + fdatasync rate of the same disk,
+//!   measured in the same run.
+//! - Opening (replaying and re-deriving) logs of 1M and 10M events: time and
+//!   peak memory, each in a fresh child process.
+//! - Resident bytes per claimed withdrawal, beyond the text of their keys
+//!   and ids.
+//!
+//! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
+//! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3);
+//! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,10000000`).
+
+// A benchmark that cannot read or write has nothing to report: a panic with
+// its location is the report, as in a test.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use payonce::{Config, Ledger, NewWithdrawal, SendFailure};
+use payonce_log::{Durability, LogConfig};
+use payonce_model::{Reference, WithdrawalRequest};
+
+/// A claim or outcome event is about this big on disk; the raw loop writes
+/// the same size.
+const EVENT_LEN: usize = 200;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(index) = args.iter().position(|arg| arg == "--open-child") {
+        open_child(Path::new(&args[index + 1]));
+        return;
+    }
+    // `--build DIR EVENTS`: leave a log behind, for profiling an open.
+    if let Some(index) = args.iter().position(|arg| arg == "--build") {
+        build_log(
+            Path::new(&args[index + 1]),
+            args[index + 2].parse().unwrap(),
+        );
+        return;
+    }
+    let base = std::env::var_os("PAYONCE_BENCH_DIR")
+        .map(Into::into)
+        .unwrap_or_else(std::env::temp_dir);
+    let secs: u64 = std::env::var("PAYONCE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let sizes: Vec<u64> = std::env::var("PAYONCE_BENCH_EVENTS")
+        .unwrap_or_else(|_| "1000000,10000000".to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    let duration = Duration::from_secs(secs);
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    println!(
+        "payonce ledger benchmarks in {} ({} cores, {secs} s per durable run)\n",
+        dir.path().display(),
+        thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    let raw = raw_fdatasync_rate(dir.path(), duration);
+    let limit = raw / 2.0;
+    println!("| measurement | submits/s | vs half the raw fdatasync rate |");
+    println!("| --- | ---: | ---: |");
+    println!(
+        "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | {limit:.0} | 100% |"
+    );
+    for threads in [1, 8, 64] {
+        let rate = durable_submits(dir.path(), threads, duration);
+        println!(
+            "| durable submit, {threads} thread{} | {rate:.0} | {:.0}% |",
+            plural(threads),
+            rate / limit * 100.0
+        );
+    }
+    println!();
+
+    println!(
+        "| log | withdrawals | open time | events/s | peak memory | resident bytes per claimed withdrawal, beyond key and id text |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for events in sizes {
+        let ledger_dir = dir.path().join(format!("replay-{events}"));
+        let (withdrawals, text_bytes) = build_log(&ledger_dir, events);
+        let opened = open_in_child(&ledger_dir);
+        let per_withdrawal = (opened.resident_after_kib - opened.resident_before_kib) as f64
+            * 1024.0
+            / withdrawals as f64;
+        println!(
+            "| {events} events | {withdrawals} | {:.2} s | {:.0} | {} MiB | {:.0} |",
+            opened.seconds,
+            opened.events as f64 / opened.seconds,
+            opened.peak_kib / 1024,
+            per_withdrawal - text_bytes,
+        );
+        fs::remove_dir_all(&ledger_dir).unwrap();
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn raw_fdatasync_rate(dir: &Path, duration: Duration) -> f64 {
+    let path = dir.join("raw-fdatasync");
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let block = [0x5Au8; EVENT_LEN];
+    let start = Instant::now();
+    let mut count = 0u64;
+    while start.elapsed() < duration {
+        file.write_all(&block).unwrap();
+        file.sync_data().unwrap();
+        count += 1;
+    }
+    let rate = count as f64 / start.elapsed().as_secs_f64();
+    fs::remove_file(path).unwrap();
+    rate
+}
+
+fn new_withdrawal(ledger: &Ledger) -> WithdrawalRequest {
+    ledger
+        .create(NewWithdrawal {
+            amount: "25.00".parse().unwrap(),
+            currency: "USDC".parse().unwrap(),
+            destination: "0x52908400098527886E0F7030069857D2E4169EE7"
+                .parse()
+                .unwrap(),
+            requested_by: "bench".parse().unwrap(),
+        })
+        .unwrap()
+}
+
+/// The rail: answers at once with a reference.
+fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
+    let reference = Reference::new(format!("0x{:0>64}", request.id().as_str())).unwrap();
+    Ok(request
+        .approve()
+        .unwrap()
+        .start_sending()
+        .unwrap()
+        .mark_sent(reference)
+        .unwrap())
+}
+
+/// `threads` threads each submitting new withdrawals for `duration`, with
+/// the durable defaults. Withdrawals are created before the clock starts:
+/// creating is not what is measured.
+fn durable_submits(dir: &Path, threads: usize, duration: Duration) -> f64 {
+    let ledger_dir = dir.join(format!("submit-{threads}"));
+    let ledger = Ledger::open(&ledger_dir).unwrap();
+    // Enough for any thread at several times the expected rate.
+    let per_thread = (duration.as_secs() as usize * 60_000 / threads).max(2_000);
+    let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
+        .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
+        .collect();
+    ledger.sync().unwrap();
+    let start = Instant::now();
+    let deadline = start + duration;
+    let submitted: usize = thread::scope(|scope| {
+        let workers: Vec<_> = prepared
+            .iter()
+            .enumerate()
+            .map(|(thread, withdrawals)| {
+                let ledger = &ledger;
+                scope.spawn(move || {
+                    let mut count = 0;
+                    for (index, request) in withdrawals.iter().enumerate() {
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        ledger
+                            .submit(&format!("t{thread}-{index}"), request.clone(), rail)
+                            .unwrap();
+                        count += 1;
+                    }
+                    assert!(
+                        Instant::now() >= deadline,
+                        "ran out of prepared withdrawals"
+                    );
+                    count
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap())
+            .sum()
+    });
+    let rate = submitted as f64 / start.elapsed().as_secs_f64();
+    drop(ledger);
+    fs::remove_dir_all(ledger_dir).unwrap();
+    rate
+}
+
+/// Fills a ledger with about `events` events (created, claimed, completed
+/// per withdrawal) without syncing each. Returns the withdrawals and the
+/// average bytes of key plus id text.
+fn build_log(dir: &Path, events: u64) -> (u64, f64) {
+    let config = Config {
+        log: LogConfig {
+            durability: Durability::Never,
+            ..LogConfig::default()
+        },
+        ..Config::default()
+    };
+    let ledger = Ledger::open_with(dir, config).unwrap();
+    let withdrawals = events / 3;
+    let mut text = 0usize;
+    for index in 0..withdrawals {
+        let request = new_withdrawal(&ledger);
+        let key = format!("req-{index:08}");
+        text += key.len() + request.id().len();
+        ledger.submit(&key, request, rail).unwrap();
+    }
+    ledger.sync().unwrap();
+    (withdrawals, text as f64 / withdrawals as f64)
+}
+
+struct Opened {
+    seconds: f64,
+    events: u64,
+    peak_kib: u64,
+    resident_before_kib: u64,
+    resident_after_kib: u64,
+}
+
+/// Opens the ledger in a fresh process, so peak memory is the open's alone.
+fn open_in_child(dir: &Path) -> Opened {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .arg("--open-child")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let field = |name: &str| -> String {
+        text.split_whitespace()
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .unwrap()
+            .to_owned()
+    };
+    Opened {
+        seconds: field("seconds").parse().unwrap(),
+        events: field("events").parse().unwrap(),
+        peak_kib: field("peak_kib").parse().unwrap(),
+        resident_before_kib: field("before_kib").parse().unwrap(),
+        resident_after_kib: field("after_kib").parse().unwrap(),
+    }
+}
+
+fn status_kib(name: &str) -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|line| line.starts_with(name)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn open_child(dir: &Path) {
+    let before = status_kib("VmRSS:");
+    let start = Instant::now();
+    let ledger = Ledger::open(dir).unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    let events = ledger.last_seq();
+    let after = status_kib("VmRSS:");
+    let peak = status_kib("VmHWM:");
+    println!(
+        "seconds={seconds} events={events} peak_kib={peak} before_kib={before} after_kib={after}"
+    );
+    drop(ledger);
+}
