@@ -238,8 +238,16 @@ impl Cursor {
                 Step::Record { len, size, crc } => {
                     let seq = self.seq;
                     let chain = self.chain;
+                    let Some(next) = self.seq.checked_add(1) else {
+                        return Err(self.corrupt(
+                            offset as u64,
+                            Damage::Sequence,
+                            "a seq below u64::MAX".to_owned(),
+                            format!("seq {}", self.seq),
+                        ));
+                    };
                     self.chain = crc;
-                    self.seq += 1;
+                    self.seq = next;
                     self.pos = offset + size;
                     self.records += 1;
                     if seq < self.from {
@@ -579,16 +587,28 @@ impl Cursor {
     }
 
     /// After a bad frame at `bad_offset` in the last segment, the offset of
-    /// a later frame that proves the damage is not a torn write: one that
-    /// verifies chained from the damaged frame's stored checksum, or from
-    /// the checksum recomputed over it (a flip in the checksum field itself),
-    /// or a pair of frames that verify as a chain on their own.
+    /// a later frame that proves the damage is not a torn write:
+    ///
+    /// - one that verifies chained from the damaged frame's stored checksum,
+    ///   or from the checksum recomputed over it (a flip in the checksum
+    ///   field itself);
+    /// - unless the damaged frame looks like a write cut short (its own
+    ///   sequence number, a plausible length, a body running past the end of
+    ///   the file), also a pair of frames that verify as a chain on their
+    ///   own, or a well-formed frame carrying the very next sequence number
+    ///   (damage that took out the checksum and the body together).
+    ///
+    /// Inside a cut-short frame every byte to the end of the file is that
+    /// frame's own payload, which a client may have chosen: frames found
+    /// there prove nothing unless they chain from the damaged frame itself.
     fn evidence_after(&self, bad_offset: usize) -> Option<usize> {
         let buf = &self.buf;
         let mut seeds: [Option<u32>; 2] = [None, None];
+        let mut cut_short = true;
         if bad_offset + FRAME_HEADER_LEN <= buf.len() {
-            let (stored, len, _) = frame_fields(buf, bad_offset);
+            let (stored, len, seq) = frame_fields(buf, bad_offset);
             seeds[0] = Some(stored);
+            cut_short = false;
             if len <= self.record_max {
                 let size = frame_len(len) as usize;
                 if bad_offset + size <= buf.len() {
@@ -596,6 +616,8 @@ impl Cursor {
                         self.chain,
                         &buf[bad_offset + 4..bad_offset + size],
                     ));
+                } else {
+                    cut_short = seq == self.seq;
                 }
             }
         }
@@ -608,14 +630,21 @@ impl Cursor {
                         return Some(candidate);
                     }
                 }
-                let next = candidate + size;
-                if next + FRAME_HEADER_LEN <= buf.len()
-                    && let Some((next_stored, next_size, next_seq)) =
-                        self.plausible_frame(next, bad_offset)
-                    && next_seq == seq + 1
-                    && chained_crc(stored, &buf[next + 4..next + next_size]) == next_stored
-                {
-                    return Some(candidate);
+                if !cut_short {
+                    if seq == self.seq.saturating_add(1)
+                        && candidate >= bad_offset + FRAME_HEADER_LEN
+                    {
+                        return Some(candidate);
+                    }
+                    let next = candidate + size;
+                    if next + FRAME_HEADER_LEN <= buf.len()
+                        && let Some((next_stored, next_size, next_seq)) =
+                            self.plausible_frame(next, bad_offset)
+                        && next_seq == seq + 1
+                        && chained_crc(stored, &buf[next + 4..next + next_size]) == next_stored
+                    {
+                        return Some(candidate);
+                    }
                 }
             }
             candidate += ALIGN;

@@ -235,6 +235,16 @@ impl Log {
             let Some(log_id) = cursor.log_id else {
                 unreachable!("a segment with a whole header gave the log id");
             };
+            // A log written with a larger segment limit cannot take its seal
+            // under this one: refuse before changing anything.
+            if tail.valid_end + SEAL_LEN as u64 > config.segment_len_max {
+                return Err(LogError::SegmentTooLong {
+                    file: storage.describe(&name),
+                    len: tail.valid_end,
+                    max: config.segment_len_max,
+                }
+                .into());
+            }
             let mut file = storage
                 .open_append(&name)
                 .map_err(|error| io_error("open", &storage.describe(&name), error))?;
@@ -247,6 +257,18 @@ impl Log {
                     len: tail.torn_len,
                     saved_as: Some(saved_as),
                 });
+            }
+            if config.durability == Durability::Always {
+                // What the scan read may be only in the page cache (a process
+                // crash between write and fdatasync): make it durable before
+                // durable_seq claims it.
+                file.sync_data()
+                    .map_err(|error| io_error("fdatasync", &storage.describe(&name), error))?;
+                // And the directory entries, which a run under
+                // `Durability::Never` may have left unsynced.
+                storage
+                    .sync_dir()
+                    .map_err(|error| io_error("sync directory", &dir, error))?;
             }
             let active = Active {
                 file,

@@ -7,6 +7,7 @@
 mod concurrency;
 mod config;
 mod crash;
+mod edges;
 mod faults;
 mod reader;
 mod recovery;
