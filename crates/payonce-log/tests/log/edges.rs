@@ -249,15 +249,15 @@ fn random_damage_never_panics_or_changes_data() {
         let reader_storage = storage.clone();
         let cfg = config.clone();
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-            if let Ok(reader) = LogReader::open(reader_storage, cfg.clone()) {
-                if let Ok(mut records) = reader.records_from(1 + round % 41) {
-                    while let Ok(Some(record)) = records.next_record() {
-                        assert_eq!(
-                            record.payload,
-                            &payload(record.seq)[..],
-                            "reader returned changed data"
-                        );
-                    }
+            if let Ok(reader) = LogReader::open(reader_storage, cfg.clone())
+                && let Ok(mut records) = reader.records_from(1 + round % 41)
+            {
+                while let Ok(Some(record)) = records.next_record() {
+                    assert_eq!(
+                        record.payload,
+                        &payload(record.seq)[..],
+                        "reader returned changed data"
+                    );
                 }
             }
             open_collect(&storage, &cfg)

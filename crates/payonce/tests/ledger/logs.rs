@@ -3,7 +3,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Mutex, OnceLock};
+use std::thread::{self, ThreadId};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -13,6 +14,7 @@ use crate::{Fixture, Rail};
 
 #[derive(Debug, Clone)]
 struct Captured {
+    thread: ThreadId,
     level: Level,
     fields: Vec<(String, String)>,
 }
@@ -26,11 +28,14 @@ impl Captured {
     }
 }
 
-/// Keeps every event's level and fields; spans are not needed here.
-#[derive(Default, Clone)]
+/// The test binary's global subscriber: keeps every event with the thread
+/// that emitted it. Global rather than scoped, because tracing caches each
+/// callsite's interest process-wide and tests run in parallel: a scoped
+/// subscriber can miss a callsite first met on another thread.
+#[derive(Default)]
 struct Capture {
-    events: Arc<Mutex<Vec<Captured>>>,
-    spans: Arc<AtomicU64>,
+    events: Mutex<Vec<Captured>>,
+    spans: AtomicU64,
 }
 
 struct Fields(Vec<(String, String)>);
@@ -44,7 +49,7 @@ impl Visit for Fields {
     }
 }
 
-impl Subscriber for Capture {
+impl Subscriber for &'static Capture {
     fn enabled(&self, _: &Metadata<'_>) -> bool {
         true
     }
@@ -56,20 +61,39 @@ impl Subscriber for Capture {
     fn event(&self, event: &Event<'_>) {
         let mut fields = Fields(Vec::new());
         event.record(&mut fields);
-        self.events.lock().unwrap().push(Captured {
+        let captured = Captured {
+            thread: thread::current().id(),
             level: *event.metadata().level(),
             fields: fields.0,
-        });
+        };
+        self.events.lock().unwrap().push(captured);
     }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
 }
 
+fn capture() -> &'static Capture {
+    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let capture: &'static Capture = Box::leak(Box::default());
+        tracing::subscriber::set_global_default(capture)
+            .expect("no other global subscriber in this binary");
+        capture
+    })
+}
+
+/// Events `run` emitted on this thread.
 fn captured(run: impl FnOnce()) -> Vec<Captured> {
-    let capture = Capture::default();
-    tracing::subscriber::with_default(capture.clone(), run);
+    let capture = capture();
+    let before = capture.events.lock().unwrap().len();
+    run();
+    let me = thread::current().id();
     let events = capture.events.lock().unwrap();
-    events.clone()
+    events[before..]
+        .iter()
+        .filter(|event| event.thread == me)
+        .cloned()
+        .collect()
 }
 
 #[test]
