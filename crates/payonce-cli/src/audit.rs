@@ -1,0 +1,542 @@
+//! The read-only audit commands that replay the log: `verify`, `state`,
+//! `inflight` and `export`. (`history` has its own module: it can use the
+//! audit index.)
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::ops::ControlFlow;
+
+use payonce::{Divergence, State, Timestamp, apply, rederive};
+use serde::Serialize;
+
+use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
+use crate::duration::format_age;
+use crate::error::CliError;
+use crate::escape::Escaped;
+use crate::index;
+use crate::logdir::open_log;
+use crate::run::{Env, Status};
+use crate::table::Table;
+use crate::views::{
+    EventView, InFlightView, RecordView, TornTailView, in_flight_table, records, warn_torn_tail,
+};
+
+/// Most divergences listed one by one; the rest are counted. A log that the
+/// code disagrees with everywhere would otherwise print itself whole.
+pub const DIVERGENCES_LISTED_MAX: usize = 100;
+
+macro_rules! say {
+    ($out:expr) => {
+        writeln!($out).map_err(CliError::output)
+    };
+    ($out:expr, $($arg:tt)*) => {
+        writeln!($out, $($arg)*).map_err(CliError::output)
+    };
+}
+
+fn held_map(state: &State) -> BTreeMap<String, String> {
+    state
+        .held_totals()
+        .iter()
+        // A total keeps the scale of the arithmetic that made it (10.0
+        // after adding and removing 7.5); print it as an amount prints.
+        .map(|(currency, total)| (currency.to_string(), total.normalize().to_string()))
+        .collect()
+}
+
+fn held_words(held: &BTreeMap<String, String>) -> String {
+    if held.is_empty() {
+        return "none".to_owned();
+    }
+    held.iter()
+        .map(|(currency, total)| format!("{total} {currency}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `verify`'s report.
+#[derive(Debug, Serialize)]
+struct VerifyView {
+    dir: String,
+    clean: bool,
+    events: u64,
+    segments: usize,
+    keys: usize,
+    in_flight: usize,
+    held: BTreeMap<String, String>,
+    refusals: u64,
+    divergence_count: usize,
+    divergences: Vec<DivergenceView>,
+    torn_tail: Option<TornTailView>,
+}
+
+#[derive(Debug, Serialize)]
+struct DivergenceView {
+    seq: u64,
+    recorded_event: &'static str,
+    message: String,
+}
+
+impl DivergenceView {
+    fn new(divergence: &Divergence) -> Self {
+        DivergenceView {
+            seq: divergence.seq,
+            recorded_event: divergence.recorded.name(),
+            message: divergence.to_string(),
+        }
+    }
+}
+
+/// `payonce verify DIR`: every checksum and chain link, and every recorded
+/// decision re-derived from the state before it, as `payonce::verify` does,
+/// with a progress bar.
+pub(crate) fn verify(
+    args: &VerifyArgs,
+    env: &Env,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let log = open_log(&args.dir, env.progress_for(args.json))?;
+    let segments = log.segment_files()?.len();
+    let mut state = State::new();
+    let mut divergences = Vec::new();
+    let mut divergence_count = 0;
+    let walked = log.walk(1, |event, _| {
+        if let Some(divergence) = rederive(&state, event) {
+            divergence_count += 1;
+            if divergences.len() < DIVERGENCES_LISTED_MAX {
+                divergences.push(DivergenceView::new(&divergence));
+            }
+        }
+        // The log is what happened: keep replaying it as written.
+        apply(&mut state, event);
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let view = VerifyView {
+        dir: log.dir.display().to_string(),
+        clean: divergence_count == 0 && walked.torn_tail.is_none(),
+        events: walked.events,
+        segments,
+        keys: state.key_count(),
+        in_flight: state.in_flight().len(),
+        held: held_map(&state),
+        refusals: state.refusal_count(),
+        divergence_count,
+        divergences,
+        torn_tail: walked
+            .torn_tail
+            .as_ref()
+            .map(|t| TornTailView::new(&log, t)),
+    };
+    let status = Status::problem_if(!view.clean);
+    if args.json {
+        say!(out, "{}", to_json(&view))?;
+        return Ok(status);
+    }
+    say!(out, "verified {}", Escaped(&view.dir))?;
+    say!(out, "  events     {}", view.events)?;
+    say!(out, "  segments   {}", view.segments)?;
+    say!(
+        out,
+        "  keys       {} ({} in flight)",
+        view.keys,
+        view.in_flight
+    )?;
+    say!(out, "  held       {}", Escaped(&held_words(&view.held)))?;
+    say!(out, "  refusals   {}", view.refusals)?;
+    if view.clean {
+        say!(
+            out,
+            "clean: every checksum and chain link verifies, and every recorded decision is the \
+             one the code makes again"
+        )?;
+        return Ok(status);
+    }
+    say!(out, "problems:")?;
+    for divergence in &view.divergences {
+        say!(
+            out,
+            "  divergence at seq {}: {}",
+            divergence.seq,
+            Escaped(&divergence.message)
+        )?;
+    }
+    if view.divergence_count > view.divergences.len() {
+        say!(
+            out,
+            "  ... and {} more divergences",
+            view.divergence_count - view.divergences.len()
+        )?;
+    }
+    if let Some(torn) = &walked.torn_tail {
+        say!(out, "  {}", Escaped(&log.describe_torn_tail(torn)))?;
+    }
+    Ok(status)
+}
+
+/// Where `state --at` stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// After this sequence number (0: before any event).
+    Seq(u64),
+    /// After every event up to the first one stamped later than this.
+    Time(Timestamp),
+    /// The end of the log.
+    End,
+}
+
+/// Reads `--at`: digits are a sequence number, anything else an RFC 3339
+/// time.
+pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
+    let Some(text) = text else {
+        return Ok(Point::End);
+    };
+    let refuse = || CliError::BadPoint {
+        text: text.chars().take(64).collect(),
+    };
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map(Point::Seq).map_err(|_| refuse());
+    }
+    text.parse().map(Point::Time).map_err(|_| refuse())
+}
+
+/// `state`'s report.
+#[derive(Debug, Serialize)]
+struct StateView {
+    dir: String,
+    /// The last event applied; 0 before any.
+    seq: u64,
+    at: Option<String>,
+    event: Option<&'static str>,
+    /// For `--at TIME`: the time asked about.
+    asked_time: Option<String>,
+    records: Vec<RecordView>,
+    claims: Vec<ClaimView>,
+    in_flight: Vec<InFlightView>,
+    holds: Vec<HoldView>,
+    held_totals: BTreeMap<String, String>,
+    refusals: u64,
+    torn_tail: Option<TornTailView>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClaimView {
+    withdrawal: String,
+    key: String,
+}
+
+#[derive(Debug, Serialize)]
+struct HoldView {
+    withdrawal: String,
+    amount: String,
+    currency: String,
+}
+
+/// `payonce state DIR [--at SEQ|TIME]`: replays up to the point and shows
+/// what the ledger believed then.
+pub(crate) fn state(
+    args: &StateArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let point = parse_point(args.at.as_deref())?;
+    let log = open_log(&args.dir, env.progress_for(args.json))?;
+    // With an index, a time is placed without reading: the replay then
+    // stops at the first event stamped later, at the latest at `bound`.
+    let bound = match point {
+        Point::Time(time) if !args.no_index => index::time_bound(&log, time, err)?,
+        _ => None,
+    };
+    let mut state = State::new();
+    let mut last = None;
+    let walked = log.walk(1, |event, _| {
+        let past = match point {
+            Point::Seq(seq) => event.seq > seq,
+            Point::Time(time) => event.at > time || bound.is_some_and(|b| event.seq >= b),
+            Point::End => false,
+        };
+        if past {
+            return Ok(ControlFlow::Break(()));
+        }
+        apply(&mut state, event);
+        last = Some((event.seq, event.at, event.kind.name()));
+        Ok(ControlFlow::Continue(()))
+    })?;
+    if let Point::Seq(seq) = point
+        && seq > walked.last_seq
+    {
+        return Err(CliError::PointPastEnd {
+            seq,
+            last_seq: walked.last_seq,
+        });
+    }
+    let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
+    let mut claims: Vec<ClaimView> = state
+        .claims()
+        .map(|(withdrawal, key)| ClaimView {
+            withdrawal: withdrawal.to_string(),
+            key: key.to_string(),
+        })
+        .collect();
+    // In the order the keys claimed them, as the records are listed.
+    let claimed_seq = |key: Option<&str>| {
+        key.and_then(|key| state.record(key))
+            .map_or(u64::MAX, |record| record.claimed_seq())
+    };
+    claims.sort_by_key(|claim| (claimed_seq(Some(&claim.key)), claim.withdrawal.clone()));
+    let mut holds: Vec<HoldView> = state
+        .holds()
+        .map(|(withdrawal, hold)| HoldView {
+            withdrawal: withdrawal.to_string(),
+            amount: hold.amount.to_string(),
+            currency: hold.currency.to_string(),
+        })
+        .collect();
+    holds.sort_by_key(|hold| {
+        let holder = state.claimed_by(&hold.withdrawal).map(|key| key.as_str());
+        (claimed_seq(holder), hold.withdrawal.clone())
+    });
+    let now = last.map_or(env.now, |(_, at, _)| at);
+    let view = StateView {
+        dir: log.dir.display().to_string(),
+        seq: last.map_or(0, |(seq, _, _)| seq),
+        at: last.map(|(_, at, _)| at.to_string()),
+        event: last.map(|(_, _, name)| name),
+        asked_time: match point {
+            Point::Time(time) => Some(time.to_string()),
+            _ => None,
+        },
+        records: records(&state),
+        claims,
+        in_flight: state
+            .in_flight()
+            .iter()
+            .map(|entry| InFlightView::new(entry, now))
+            .collect(),
+        holds,
+        held_totals: held_map(&state),
+        refusals: state.refusal_count(),
+        torn_tail: walked
+            .torn_tail
+            .as_ref()
+            .map(|t| TornTailView::new(&log, t)),
+    };
+    let status = Status::problem_if(torn);
+    if args.json {
+        say!(out, "{}", to_json(&view))?;
+        return Ok(status);
+    }
+    match (&view.at, view.event) {
+        (Some(at), Some(event)) => say!(
+            out,
+            "state of {} after seq {} ({}, {})",
+            Escaped(&view.dir),
+            view.seq,
+            at,
+            event
+        )?,
+        _ => say!(out, "state of {} before any event", Escaped(&view.dir))?,
+    }
+    if let Some(asked) = &view.asked_time {
+        say!(
+            out,
+            "every event stamped at or before {asked}; the next event, if any, is stamped later"
+        )?;
+    }
+    say!(out)?;
+    say!(
+        out,
+        "records: {}, {} in flight",
+        count(view.records.len(), "key"),
+        view.in_flight.len()
+    )?;
+    if !view.records.is_empty() {
+        let mut table = Table::new(&[
+            "key",
+            "withdrawal",
+            "amount",
+            "claimed (seq)",
+            "outcome",
+            "reference / reason / last error",
+        ]);
+        for record in &view.records {
+            let detail = [&record.reference, &record.reason, &record.last_error]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            table.row(vec![
+                record.key.clone(),
+                record.withdrawal.clone(),
+                format!("{} {}", record.amount, record.currency),
+                format!("{} ({})", record.claimed_at, record.claimed_seq),
+                record.outcome.clone(),
+                if detail.is_empty() {
+                    "-".to_owned()
+                } else {
+                    detail
+                },
+            ]);
+        }
+        table.write(out, 2)?;
+    }
+    say!(out)?;
+    say!(
+        out,
+        "claims: {} held by a key",
+        count(view.claims.len(), "withdrawal")
+    )?;
+    if !view.claims.is_empty() {
+        let mut table = Table::new(&["withdrawal", "claimed by key"]);
+        for claim in &view.claims {
+            table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
+        }
+        table.write(out, 2)?;
+    }
+    say!(out)?;
+    say!(
+        out,
+        "in flight: {} with an unknown outcome (ages as of seq {})",
+        count(view.in_flight.len(), "key"),
+        view.seq
+    )?;
+    if !view.in_flight.is_empty() {
+        in_flight_table(&view.in_flight).write(out, 2)?;
+    }
+    say!(out)?;
+    say!(
+        out,
+        "holds: {}; held in total: {}",
+        count(view.holds.len(), "withdrawal"),
+        Escaped(&held_words(&view.held_totals))
+    )?;
+    if !view.holds.is_empty() {
+        let mut table = Table::new(&["withdrawal", "held"]);
+        for hold in &view.holds {
+            table.row(vec![
+                hold.withdrawal.clone(),
+                format!("{} {}", hold.amount, hold.currency),
+            ]);
+        }
+        table.write(out, 2)?;
+    }
+    say!(out)?;
+    say!(out, "refusals so far: {}", view.refusals)?;
+    Ok(status)
+}
+
+/// `inflight`'s report.
+#[derive(Debug, Serialize)]
+struct InflightReport {
+    dir: String,
+    now: String,
+    older_than_seconds: Option<u64>,
+    keys: Vec<InFlightView>,
+    torn_tail: Option<TornTailView>,
+}
+
+/// `payonce inflight DIR [--older-than D]`: the operator's queue.
+pub(crate) fn inflight(
+    args: &InflightArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let log = open_log(&args.dir, env.progress_for(args.json))?;
+    let mut state = State::new();
+    let walked = log.walk(1, |event, _| {
+        apply(&mut state, event);
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
+    let keys: Vec<InFlightView> = state
+        .in_flight()
+        .iter()
+        .filter(|entry| {
+            args.older_than
+                .is_none_or(|older_than| env.now.since(entry.claimed_at) > older_than)
+        })
+        .map(|entry| InFlightView::new(entry, env.now))
+        .collect();
+    let overdue = args.older_than.is_some() && !keys.is_empty();
+    let report = InflightReport {
+        dir: log.dir.display().to_string(),
+        now: env.now.to_string(),
+        older_than_seconds: args.older_than.map(|d| d.as_secs()),
+        keys,
+        torn_tail: walked
+            .torn_tail
+            .as_ref()
+            .map(|t| TornTailView::new(&log, t)),
+    };
+    let status = Status::problem_if(torn || overdue);
+    if args.json {
+        say!(out, "{}", to_json(&report))?;
+        return Ok(status);
+    }
+    let threshold = args.older_than.map_or_else(String::new, |d| {
+        format!(" claimed more than {} ago", format_age(d))
+    });
+    say!(
+        out,
+        "{} in flight{threshold} in {} (now {})",
+        count(report.keys.len(), "key"),
+        Escaped(&report.dir),
+        report.now
+    )?;
+    if !report.keys.is_empty() {
+        in_flight_table(&report.keys).write(out, 2)?;
+        say!(
+            out,
+            "Each key's outcome is unknown. Look at the rail, then `payonce resolve` (it was \
+             sent) or `payonce release` (nothing was sent); see docs/operations.md."
+        )?;
+    }
+    Ok(status)
+}
+
+/// `payonce export DIR [--from SEQ] [--to SEQ]`: one JSON object per line.
+pub(crate) fn export(
+    args: &ExportArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let from = args.from.unwrap_or(1);
+    let to = args.to.unwrap_or(u64::MAX);
+    if from > to {
+        return Err(CliError::Usage {
+            message: format!("--from {from} is after --to {to}: nothing to export"),
+        });
+    }
+    // Export's output is JSON, so it never draws a progress bar.
+    let log = open_log(&args.dir, env.progress_for(true))?;
+    let walked = log.walk(from, |event, _| {
+        if event.seq < from {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if event.seq > to {
+            return Ok(ControlFlow::Break(()));
+        }
+        let view = EventView::new(event, event.kind.withdrawal(), false);
+        say!(out, "{}", to_json(&view))?;
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
+    Ok(Status::problem_if(torn))
+}
+
+/// `1 key`, `2 keys`.
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// One line of JSON. Reports are plain data, so this cannot fail.
+pub(crate) fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\":\"{error}\"}}"))
+}

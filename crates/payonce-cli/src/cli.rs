@@ -1,0 +1,250 @@
+//! The command line, as clap parses it. Every command has `--help`; every
+//! reporting command has `--json`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  the command worked and found nothing wrong
+  1  the command worked and found a problem: damage in the log (reported with its
+     file, offset and sequence number), a divergence, a torn tail, or (inflight)
+     keys in flight longer than --older-than
+  2  a usage or input error: a bad argument, a missing directory, a directory that
+     is not a payonce log, an unknown key or withdrawal, a bad outcome file, a
+     refusal by the ledger, or the writer lock held by another process";
+
+const AUDIT_NOTE: &str = "\
+Audit commands never take the writer lock and never change the log (history and
+state may bring the audit index beside it up to date), so they are safe beside a
+running service and on a copy of a production directory. Text from the log is
+printed with control characters escaped.";
+
+/// payonce: audit a submission ledger's log, close keys left in flight, and
+/// see the ledger at work in a demo.
+#[derive(Debug, Parser)]
+#[command(name = "payonce", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Checksums, chain and a re-derivation of every recorded decision.
+    ///
+    /// Prints a summary (events, segments, keys, in flight, holds by
+    /// currency, refusals) and every problem with its location. Exit code 1
+    /// if there is damage, a divergence or a torn tail.
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    Verify(VerifyArgs),
+    /// Every event that touched a request key or a withdrawal, in order,
+    /// each decision explained in words.
+    ///
+    /// Events that name only a key (send_rejected, send_failed, released)
+    /// belong to the withdrawal that key held at the time. Uses the audit
+    /// index (`payonce index`) when present, after bringing it up to date;
+    /// every record it points to is read back from the log and verified.
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    History(HistoryArgs),
+    /// What the ledger believed at a point in the log: records, claims,
+    /// keys in flight, holds.
+    ///
+    /// Replays the log up to `--at` (a sequence number, or an RFC 3339 time:
+    /// every event up to the first stamped later than it), without
+    /// re-deriving decisions (that is `verify`'s job).
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    State(StateArgs),
+    /// The operator's queue: keys whose outcome is unknown, with their
+    /// withdrawal, amount, age and last send error.
+    ///
+    /// With `--older-than`, only keys claimed longer ago than that are
+    /// listed, and the exit code is 1 if there is any.
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    Inflight(InflightArgs),
+    /// Every event as one JSON object per line.
+    ///
+    /// Each line: seq, at (RFC 3339), at_unix_nanos, schema, event (its
+    /// name), key, withdrawal (when the event names one) and kind (the
+    /// event's full content).
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    Export(ExportArgs),
+    /// Close a key in flight with what happened: "I looked; here is the
+    /// outcome".
+    ///
+    /// Opens the ledger for writing (refused while a service holds its
+    /// lock), checks the outcome against the key's claim, records the note
+    /// and the operator, and prints the key's resulting state. See
+    /// docs/operations.md before using it.
+    #[command(after_help = EXIT_CODES)]
+    Resolve(ResolveArgs),
+    /// Release a key in flight: "I looked; nothing was sent". Drops the
+    /// key, its claim and its hold, so the withdrawal can be sent again.
+    ///
+    /// Never release a key whose send may have reached the rail: the next
+    /// submission sends the money a second time. Opens the ledger for
+    /// writing (refused while a service holds its lock). See
+    /// docs/operations.md before using it.
+    #[command(after_help = EXIT_CODES)]
+    Release(ReleaseArgs),
+    /// Build or update the audit index beside the log (DIR/audit-index).
+    ///
+    /// The index maps withdrawal ids and request keys to the events that
+    /// touched them, and times to sequence numbers, so `history` need not
+    /// scan. It is derived data: deleting it loses nothing. An index built
+    /// from another log, or that no longer matches this one, is rebuilt.
+    #[command(after_help = EXIT_CODES)]
+    Index(IndexArgs),
+    /// Play the incidents that pay a user twice (a client retry, a phone and
+    /// a laptop, a re-drive, a replayed webhook, a rail timeout, a rail
+    /// refusal) against a simulated rail on a real, durable ledger, and show
+    /// that every withdrawal was sent once.
+    ///
+    /// Leaves the ledger's directory behind and prints the commands to
+    /// audit it.
+    #[command(after_help = EXIT_CODES)]
+    Demo(DemoArgs),
+}
+
+/// `payonce verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce history`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("subject").required(true).args(["key", "withdrawal"]))]
+pub struct HistoryArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The request key whose history to show.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The withdrawal id whose history to show.
+    #[arg(long)]
+    pub withdrawal: Option<String>,
+    /// Scan the log even if an audit index is present.
+    #[arg(long)]
+    pub no_index: bool,
+    /// Print the history as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce state`.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// A sequence number (`42`) or an RFC 3339 time (`2026-11-30T12:03:07Z`,
+    /// `2026-11-30T13:03:07+01:00`); the end of the log if absent.
+    #[arg(long, value_name = "SEQ|TIME")]
+    pub at: Option<String>,
+    /// Do not use the audit index to find where a time falls.
+    #[arg(long)]
+    pub no_index: bool,
+    /// Print the state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce inflight`.
+#[derive(Debug, Args)]
+pub struct InflightArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// List only keys claimed longer ago than this (45s, 30m, 2h, 1d,
+    /// 1h30m); exit 1 if there is any.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Print the queue as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The first sequence number to export (default: the first event).
+    #[arg(long, value_name = "SEQ")]
+    pub from: Option<u64>,
+    /// The last sequence number to export (default: the last event).
+    #[arg(long, value_name = "SEQ")]
+    pub to: Option<u64>,
+}
+
+/// `payonce resolve`.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The request key to close.
+    pub key: String,
+    /// A JSON file holding the withdrawal as it is now (the same id, amount,
+    /// currency and destination as the key's claim), such as one with state
+    /// "sent" and the rail's reference.
+    #[arg(long, value_name = "FILE.json")]
+    pub outcome: PathBuf,
+    /// Why you believe it: what you looked at on the rail.
+    #[arg(long)]
+    pub note: String,
+    /// Who you are (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+    /// Accept a withdrawal id this ledger did not mint, as a service
+    /// configured with `accept_foreign_ids` does.
+    #[arg(long)]
+    pub accept_foreign_ids: bool,
+    /// Print the key's resulting state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The request key to release.
+    pub key: String,
+    /// Why you believe nothing was sent: what you looked at on the rail.
+    #[arg(long)]
+    pub note: String,
+    /// Who you are (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+    /// Print the key's resulting state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce index`.
+#[derive(Debug, Args)]
+pub struct IndexArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// Throw the existing index away and build it again from the log.
+    #[arg(long)]
+    pub rebuild: bool,
+}
+
+/// `payonce demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to create the ledger: a new or empty directory (default: a new
+    /// directory under the system's temporary directory).
+    pub dir: Option<PathBuf>,
+}

@@ -1,0 +1,732 @@
+//! `payonce demo`: the incidents that pay a user twice, played against a simulated
+//! rail on a real, durable ledger, showing that each withdrawal leaves
+//! custody once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use payonce::{
+    Claim, Clock, Config, Ledger, LedgerError, ManualClock, NewWithdrawal, SendFailure,
+    SubmitError, SystemClock, Timestamp, VerifyReport,
+};
+use payonce_model::{Reason, Reference, WithdrawalRequest};
+
+use crate::cli::DemoArgs;
+use crate::error::CliError;
+use crate::escape::Escaped;
+use crate::explain::outcome_words;
+use crate::run::Status;
+
+/// Extra attempts at reopening the ledger while the lock looks held.
+const REOPEN_ATTEMPTS_MAX: u32 = 100;
+/// Attempts at finding an unused name for the default demo directory.
+const DIRECTORY_ATTEMPTS_MAX: u32 = 100;
+
+/// What the demo did, for the caller to check.
+#[derive(Debug)]
+pub struct DemoReport {
+    /// The ledger's directory, left behind for auditing.
+    pub dir: PathBuf,
+    /// Transfers the simulated rail carried out, per withdrawal id.
+    pub sends: BTreeMap<String, u32>,
+    /// Calls to the simulated rail, per withdrawal id: a clean refusal is a
+    /// call without a transfer.
+    pub calls: BTreeMap<String, u32>,
+    /// Every refusal the ledger gave during the story, as text.
+    pub refusals: Vec<String>,
+    /// Whether every answer was the same after closing and reopening.
+    pub same_after_reopen: bool,
+    /// Events replayed by the reopening.
+    pub replayed_events: u64,
+    /// `payonce::verify` on the directory afterwards.
+    pub verify: VerifyReport,
+}
+
+/// Why the simulated rail did not give an outcome.
+#[derive(Debug)]
+struct RailError(String);
+
+impl fmt::Display for RailError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the rail does with the next send.
+#[derive(Debug, Clone, Copy)]
+enum Behaviour {
+    /// Sends and answers with a reference.
+    Answer,
+    /// Sends, but the answer never arrives: the caller sees a timeout.
+    TimeOutAfterSending,
+    /// Refuses cleanly: nothing leaves the account.
+    Refuse,
+}
+
+/// A rail that counts what it does per withdrawal.
+#[derive(Debug, Default)]
+struct Rail {
+    book: Mutex<RailBook>,
+}
+
+#[derive(Debug, Default)]
+struct RailBook {
+    transfers: BTreeMap<String, Vec<Reference>>,
+    calls: BTreeMap<String, u32>,
+    next_reference: u32,
+}
+
+impl Rail {
+    fn book(&self) -> std::sync::MutexGuard<'_, RailBook> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn send(
+        &self,
+        request: &WithdrawalRequest,
+        behaviour: Behaviour,
+    ) -> Result<WithdrawalRequest, SendFailure<RailError>> {
+        let failed =
+            |error: &dyn std::error::Error| SendFailure::Failed(RailError(error.to_string()));
+        let mut book = self.book();
+        *book.calls.entry(request.id().to_string()).or_default() += 1;
+        if let Behaviour::Refuse = behaviour {
+            return Err(SendFailure::Rejected(Reason::lossy(
+                "hot wallet below its floor; nothing was broadcast",
+            )));
+        }
+        book.next_reference += 1;
+        let reference = Reference::new(format!("0xd3m0{:04}", book.next_reference))
+            .map_err(|error| failed(&error))?;
+        book.transfers
+            .entry(request.id().to_string())
+            .or_default()
+            .push(reference.clone());
+        match behaviour {
+            Behaviour::TimeOutAfterSending => Err(SendFailure::Failed(RailError(
+                "timed out after 30s waiting for the rail's answer".to_owned(),
+            ))),
+            _ => request
+                .approve()
+                .and_then(|w| w.start_sending())
+                .and_then(|w| w.mark_sent(reference))
+                .map_err(|error| failed(&error)),
+        }
+    }
+
+    /// What an operator finds on the rail's explorer for a withdrawal.
+    fn lookup(&self, request: &WithdrawalRequest) -> Option<Reference> {
+        self.book()
+            .transfers
+            .get(request.id().as_str())
+            .and_then(|references| references.last().cloned())
+    }
+}
+
+/// The story being told: the ledger, its clock, the rail, and what it
+/// prints.
+struct Story<'a> {
+    dir: PathBuf,
+    config: Config,
+    clock: Arc<ManualClock>,
+    ledger: Option<Ledger>,
+    rail: Rail,
+    refusals: Vec<String>,
+    out: &'a mut dyn Write,
+}
+
+fn failed(step: impl Into<String>) -> CliError {
+    CliError::DemoFailed { step: step.into() }
+}
+
+impl Story<'_> {
+    fn say(&mut self, text: &str) -> Result<(), CliError> {
+        writeln!(self.out, "{}", Escaped(text)).map_err(CliError::output)
+    }
+
+    /// A line of the story, stamped with the story's clock.
+    fn step(&mut self, text: &str) -> Result<(), CliError> {
+        let now = self.clock.now().to_string();
+        let time = now.get(11..19).unwrap_or(&now).to_owned();
+        self.say(&format!("   [{time}] {text}"))
+    }
+
+    fn ledger(&self) -> Result<&Ledger, CliError> {
+        self.ledger
+            .as_ref()
+            .ok_or_else(|| failed("the ledger is closed"))
+    }
+
+    fn ledger_error(&self, error: LedgerError) -> CliError {
+        CliError::from_ledger(&self.dir, error)
+    }
+
+    fn tick(&self, seconds: u64) {
+        self.clock.advance(Duration::from_secs(seconds));
+    }
+
+    fn create(
+        &mut self,
+        amount: &str,
+        currency: &str,
+        destination: &str,
+        by: &str,
+    ) -> Result<WithdrawalRequest, CliError> {
+        let field = |error: payonce_model::FieldError| failed(format!("a demo value: {error}"));
+        let new = NewWithdrawal {
+            amount: amount.parse().map_err(field)?,
+            currency: currency.parse().map_err(field)?,
+            destination: destination.parse().map_err(field)?,
+            requested_by: by.parse().map_err(field)?,
+        };
+        self.tick(2);
+        let created = self
+            .ledger()?
+            .create(new)
+            .map_err(|e| self.ledger_error(e))?;
+        Ok(created)
+    }
+
+    fn submit(
+        &mut self,
+        key: &str,
+        request: &WithdrawalRequest,
+        behaviour: Behaviour,
+    ) -> Result<Result<WithdrawalRequest, SubmitError<RailError>>, CliError> {
+        self.tick(3);
+        let ledger = self.ledger()?.clone();
+        let rail = &self.rail;
+        let result = ledger.submit(key, request.clone(), |r| rail.send(r, behaviour));
+        if let Err(error) = &result
+            && let Some(refusal) = error.refusal()
+        {
+            self.refusals.push(refusal.to_string());
+        }
+        Ok(result)
+    }
+
+    /// Submits and expects the rail to send.
+    fn submit_sent(
+        &mut self,
+        key: &str,
+        request: &WithdrawalRequest,
+    ) -> Result<WithdrawalRequest, CliError> {
+        match self.submit(key, request, Behaviour::Answer)? {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => Err(failed(format!("{key} was expected to send: {error}"))),
+        }
+    }
+
+    /// Submits and expects a refusal, returned as text.
+    fn submit_refused(
+        &mut self,
+        key: &str,
+        request: &WithdrawalRequest,
+    ) -> Result<String, CliError> {
+        match self.submit(key, request, Behaviour::Answer)? {
+            Err(error) if error.refusal().is_some() => Ok(error.to_string()),
+            Err(error) => Err(failed(format!("{key} was expected to be refused: {error}"))),
+            Ok(outcome) => Err(failed(format!(
+                "{key} was expected to be refused, but got {}",
+                outcome_words(&outcome)
+            ))),
+        }
+    }
+
+    fn sent(
+        request: &WithdrawalRequest,
+        reference: Reference,
+    ) -> Result<WithdrawalRequest, CliError> {
+        request
+            .approve()
+            .and_then(|w| w.start_sending())
+            .and_then(|w| w.mark_sent(reference))
+            .map_err(|error| failed(format!("building the outcome: {error}")))
+    }
+
+    /// What a caller can ask the ledger, to compare across a reopening.
+    fn answers(
+        &self,
+        keys: &[&str],
+        withdrawals: &[&WithdrawalRequest],
+    ) -> Result<String, CliError> {
+        let ledger = self.ledger()?;
+        let mut answers = String::new();
+        for key in keys {
+            answers.push_str(&format!("{key}: {:?}\n", ledger.outcome(key)));
+        }
+        for withdrawal in withdrawals {
+            let id = withdrawal.id().as_str();
+            answers.push_str(&format!(
+                "{id}: {:?} {:?}\n",
+                ledger.claimed_by(id),
+                ledger.held(id)
+            ));
+        }
+        let mut in_flight = ledger.in_flight();
+        for entry in &mut in_flight {
+            // Whether a send runs is about this process, not the log.
+            entry.send_running = false;
+        }
+        answers.push_str(&format!("{in_flight:?}\n{:?}\n", ledger.held_totals()));
+        Ok(answers)
+    }
+}
+
+/// Opens the ledger again after closing it in this process. The writer
+/// lock is an `flock` on an open file: a child process that another thread
+/// of this process is spawning holds a copy of that file until it executes
+/// its program, so for that moment the lock just released still looks
+/// held. Retrying briefly rides that out; a lock held for real (a running
+/// service) still fails.
+fn reopen(dir: &Path, config: &Config) -> Result<Ledger, LedgerError> {
+    let mut attempt = 0;
+    loop {
+        match Ledger::open_with(dir, config.clone()) {
+            Err(LedgerError::Log(payonce_log::LogError::Locked { .. }))
+                if attempt < REOPEN_ATTEMPTS_MAX =>
+            {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// `250 USDC`.
+fn money(request: &WithdrawalRequest) -> String {
+    format!("{} {}", request.amount(), request.currency())
+}
+
+/// Picks a new directory under the system's temporary directory.
+fn default_directory() -> Result<PathBuf, CliError> {
+    let base = std::env::temp_dir();
+    let stamp = SystemClock.now().unix_nanos();
+    for attempt in 0..DIRECTORY_ATTEMPTS_MAX {
+        let dir = base.join(format!(
+            "payonce-demo-{}-{stamp}-{attempt}",
+            std::process::id()
+        ));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(error) => {
+                return Err(CliError::Io {
+                    doing: format!("creating {}", dir.display()),
+                    error,
+                });
+            }
+        }
+    }
+    Err(CliError::Io {
+        doing: format!("finding an unused directory name in {}", base.display()),
+        error: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+    })
+}
+
+/// A path as a shell word, quoted when it needs to be.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+:".contains(c))
+    {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// `payonce demo [DIR]`.
+pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => default_directory()?,
+    };
+    let report = run_demo(&dir, out)?;
+    let each_once = report.sends.values().all(|&sends| sends == 1);
+    Ok(Status::problem_if(!each_once || !report.verify.is_clean()))
+}
+
+/// Plays the demo in `dir` (new or empty), printing the story to `out`.
+pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError> {
+    if dir.exists() {
+        let in_use = std::fs::read_dir(dir)
+            .map(|mut entries| entries.next().is_some())
+            .unwrap_or(true);
+        if in_use {
+            return Err(CliError::DemoDirectoryInUse {
+                dir: dir.to_owned(),
+            });
+        }
+    }
+    // The story spans about an hour that ends now, so ages and `--at`
+    // times read naturally; whole seconds keep the times short.
+    let start = SystemClock.now().minus(Duration::from_secs(3600));
+    let start = Timestamp::from_unix_nanos(start.unix_nanos() / 1_000_000_000 * 1_000_000_000);
+    let clock = Arc::new(ManualClock::new(start));
+    let config = Config {
+        clock: clock.clone(),
+        ..Config::default()
+    };
+    let ledger =
+        Ledger::open_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
+    let mut story = Story {
+        dir: dir.to_owned(),
+        config,
+        clock,
+        ledger: Some(ledger),
+        rail: Rail::default(),
+        refusals: Vec::new(),
+        out,
+    };
+    play(&mut story)
+}
+
+fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
+    let dir = story.dir.clone();
+    story.say(
+        "payonce demo: the incidents that pay a user twice, against a simulated rail that counts its sends,",
+    )?;
+    story.say("on a real, durable ledger (every claim is on disk before its send).")?;
+    story.say(&format!("ledger directory: {}", dir.display()))?;
+    story.say("story clock: starts an hour ago and moves on with each step")?;
+
+    story.say("")?;
+    story.say("1. A client retries a request whose answer it did not get.")?;
+    let w1 = story.create("250.00", "USDC", "0x4f3c9a1e", "alice")?;
+    let first = story.submit_sent("alice-web-1", &w1)?;
+    story.step(&format!(
+        "alice-web-1 submits {} ({}): the rail sends it: {}",
+        w1.id(),
+        money(&w1),
+        outcome_words(&first)
+    ))?;
+    let again = story.submit_sent("alice-web-1", &w1)?;
+    if again != first {
+        return Err(failed("the retry did not replay the first outcome"));
+    }
+    story.step(&format!(
+        "alice-web-1 retries: replayed {}; the rail was not called",
+        outcome_words(&again)
+    ))?;
+
+    story.say("")?;
+    story.say("2. A phone and a laptop submit the same withdrawal under two keys.")?;
+    let w2 = story.create("1200.00", "EUR", "DE89370400440532013000", "bob")?;
+    story.tick(3);
+    let ledger = story.ledger()?.clone();
+    let ticket = match ledger
+        .claim("bob-phone-7f3a", w2.clone())
+        .map_err(|e| story.ledger_error(e))?
+    {
+        Claim::Granted(ticket) => ticket,
+        Claim::Replayed(_) => return Err(failed("the phone's first claim replayed")),
+    };
+    story.step(&format!(
+        "bob-phone-7f3a claims {} ({}); its send starts",
+        w2.id(),
+        money(&w2)
+    ))?;
+    let refused = story.submit_refused("bob-laptop-91c2", &w2)?;
+    story.step(&format!(
+        "bob-laptop-91c2 submits {} while the phone's send runs: {refused}",
+        w2.id()
+    ))?;
+    let result = story.rail.send(ticket.request(), Behaviour::Answer);
+    let outcome = ledger
+        .complete(ticket, result)
+        .map_err(|e| failed(format!("the phone's send: {e}")))?;
+    story.step(&format!(
+        "the phone's send returns: {}",
+        outcome_words(&outcome)
+    ))?;
+    let refused = story.submit_refused("bob-laptop-91c2", &w2)?;
+    story.step(&format!("bob-laptop-91c2 tries again: {refused}"))?;
+
+    story.say("")?;
+    story.say("3. An operator re-drives a queue item under a fresh key.")?;
+    let w3 = story.create("75.50", "USDC", "0x91be04d2", "carol")?;
+    let sent3 = story.submit_sent("queue-item-311", &w3)?;
+    story.step(&format!(
+        "queue-item-311 sends {}: {}, but the queue never records the answer",
+        w3.id(),
+        outcome_words(&sent3)
+    ))?;
+    let refused = story.submit_refused("redrive-ops-311", &w3)?;
+    story.step(&format!(
+        "the operator's re-drive as redrive-ops-311: {refused}"
+    ))?;
+
+    story.say("")?;
+    story.say(
+        "4. A provider's webhook is replayed and handled as a new instruction under a fresh key.",
+    )?;
+    let w4 = story.create(
+        "0.5",
+        "BTC",
+        "bc1qxy2kgdygjrsqtzq2n0yrf2493p83kkfjhx0wlh",
+        "dave",
+    )?;
+    let sent4 = story.submit_sent("dave-api-5521", &w4)?;
+    story.step(&format!(
+        "dave-api-5521 sends {}: {}",
+        w4.id(),
+        outcome_words(&sent4)
+    ))?;
+    let confirmed = sent4
+        .confirm()
+        .map_err(|e| failed(format!("confirming: {e}")))?;
+    story.tick(3);
+    let webhook = ledger.resolve(
+        "webhook-evt-8812",
+        confirmed,
+        "provider callback: confirmed",
+        "webhook-handler",
+    );
+    let refused = match webhook {
+        Err(LedgerError::Refused(refusal)) => {
+            story.refusals.push(refusal.to_string());
+            refusal.to_string()
+        }
+        Err(error) => {
+            return Err(failed(format!(
+                "the webhook's resolve failed otherwise: {error}"
+            )));
+        }
+        Ok(()) => {
+            return Err(failed(
+                "the webhook resolved a withdrawal another key holds",
+            ));
+        }
+    };
+    story.step(&format!(
+        "the replayed webhook resolves under webhook-evt-8812: refused: {refused}"
+    ))?;
+
+    story.say("")?;
+    story.say(
+        "5. The rail times out after sending; the key stays in flight until an operator looks.",
+    )?;
+    let w5 = story.create("3000.00", "USDT", "0x7d2e55aa", "erin")?;
+    match story.submit("erin-app-77", &w5, Behaviour::TimeOutAfterSending)? {
+        Err(SubmitError::Send(error)) => story.step(&format!(
+            "erin-app-77 submits {} ({}): {error}; the outcome is unknown, so the key stays claimed and the funds held",
+            w5.id(),
+            money(&w5)
+        ))?,
+        other => return Err(failed(format!("the timeout was expected, got {other:?}"))),
+    }
+    let in_flight_at = story.clock.now();
+    let refused = story.submit_refused("erin-app-77", &w5)?;
+    story.step(&format!(
+        "erin-app-77 retries: {refused}; the rail was not called"
+    ))?;
+    let refused = story.submit_refused("erin-app-78", &w5)?;
+    story.step(&format!("erin-app-78 tries a fresh key: {refused}"))?;
+    story.tick(40 * 60);
+    let queue = story.ledger()?.in_flight();
+    story.step(&format!(
+        "40 minutes later the operator's queue (payonce inflight) holds {}: {}",
+        crate::audit::count(queue.len(), "key"),
+        queue
+            .iter()
+            .map(|k| format!("{} for {}", k.key, k.withdrawal))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    let found = story
+        .rail
+        .lookup(&w5)
+        .ok_or_else(|| failed("the timed-out transfer is not on the rail"))?;
+    let outcome5 = Story::sent(&w5, found.clone())?;
+    story.tick(60);
+    ledger
+        .resolve(
+            "erin-app-77",
+            outcome5,
+            &format!("found {found} on the rail's explorer after the timeout"),
+            "ops-frank",
+        )
+        .map_err(|e| story.ledger_error(e))?;
+    story.step(&format!(
+        "ops-frank finds {found} on the rail and resolves erin-app-77 as sent"
+    ))?;
+    let replayed = story.submit_sent("erin-app-77", &w5)?;
+    story.step(&format!(
+        "erin-app-77 retries: replayed {}",
+        outcome_words(&replayed)
+    ))?;
+
+    story.say("")?;
+    story.say(
+        "6. The rail refuses cleanly: the hold is released, the key released, and a retry sends.",
+    )?;
+    let w6 = story.create("500.00", "USDC", "0x2b8f61c0", "grace")?;
+    match story.submit("grace-web-3", &w6, Behaviour::Refuse)? {
+        Err(error @ SubmitError::Rejected { .. }) => story.step(&format!(
+            "grace-web-3 submits {} ({}): {error}",
+            w6.id(),
+            money(&w6)
+        ))?,
+        other => {
+            return Err(failed(format!(
+                "the rail's refusal was expected, got {other:?}"
+            )));
+        }
+    }
+    let held = story.ledger()?.held(w6.id());
+    story.step(&format!(
+        "funds held for {}: {}; grace-web-3 still claims it with an unknown outcome",
+        w6.id(),
+        held.map_or_else(
+            || "none".to_owned(),
+            |h| format!("{} {}", h.amount, h.currency)
+        )
+    ))?;
+    let refused = story.submit_refused("grace-web-3", &w6)?;
+    story.step(&format!("grace-web-3 retries at once: {refused}"))?;
+    if story.rail.lookup(&w6).is_some() {
+        return Err(failed("the refused send left a transfer on the rail"));
+    }
+    story.tick(5 * 60);
+    ledger
+        .release(
+            "grace-web-3",
+            "rail refused before broadcast; nothing on chain for this withdrawal",
+            "ops-frank",
+        )
+        .map_err(|e| story.ledger_error(e))?;
+    story.step("ops-frank checks the rail, finds nothing sent, and releases grace-web-3")?;
+    let sent6 = story.submit_sent("grace-web-3", &w6)?;
+    story.step(&format!(
+        "grace-web-3 retries: the rail sends it: {}",
+        outcome_words(&sent6)
+    ))?;
+    drop(ledger);
+
+    story.say("")?;
+    let keys = [
+        "alice-web-1",
+        "bob-phone-7f3a",
+        "bob-laptop-91c2",
+        "queue-item-311",
+        "redrive-ops-311",
+        "dave-api-5521",
+        "webhook-evt-8812",
+        "erin-app-77",
+        "erin-app-78",
+        "grace-web-3",
+    ];
+    let withdrawals = [&w1, &w2, &w3, &w4, &w5, &w6];
+    let before = story.answers(&keys, &withdrawals)?;
+    let events = story.ledger()?.state().last_seq();
+    story.ledger = None;
+    let reopened = reopen(&dir, &story.config).map_err(|e| story.ledger_error(e))?;
+    story.ledger = Some(reopened);
+    let after = story.answers(&keys, &withdrawals)?;
+    let same_after_reopen = before == after;
+    story.say(&format!(
+        "Closed and reopened the ledger: {events} events replayed, every decision re-derived; every answer is {}.",
+        if same_after_reopen { "the same" } else { "NOT the same" }
+    ))?;
+    story.ledger = None;
+
+    let (sends, calls) = {
+        let book = story.rail.book();
+        let sends: BTreeMap<String, u32> = book
+            .calls
+            .keys()
+            .map(|id| {
+                (
+                    id.clone(),
+                    book.transfers.get(id).map_or(0, |t| t.len() as u32),
+                )
+            })
+            .collect();
+        (sends, book.calls.clone())
+    };
+    story.say("")?;
+    story.say("The rail's count of transfers per withdrawal:")?;
+    for withdrawal in &withdrawals {
+        let id = withdrawal.id().to_string();
+        let count = &sends.get(&id).copied().unwrap_or(0);
+        let calls_here = calls.get(&id).copied().unwrap_or(0);
+        let note = if calls_here > *count {
+            format!(" (called {calls_here} times: the rail refused the first)")
+        } else {
+            String::new()
+        };
+        story.say(&format!(
+            "  {id}: {count} transfer{}{note}",
+            if *count == 1 { "" } else { "s" }
+        ))?;
+    }
+    let each_once = sends.values().all(|&count| count == 1);
+    story.say(if each_once {
+        "Each withdrawal left custody exactly once."
+    } else {
+        "A WITHDRAWAL WAS SENT TWICE OR NOT AT ALL."
+    })?;
+
+    let verify = payonce::verify(&dir).map_err(|e| story.ledger_error(e))?;
+    let held = if verify.held.is_empty() {
+        "none".to_owned()
+    } else {
+        verify
+            .held
+            .iter()
+            .map(|(c, t)| format!("{t} {c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    story.say("")?;
+    story.say(&format!(
+        "verify: {} events in {} segment(s), {} keys, {} in flight, held: {held}, {} refusals: {}",
+        verify.events,
+        verify.segments,
+        verify.keys,
+        verify.in_flight,
+        verify.refusals,
+        if verify.is_clean() {
+            "clean"
+        } else {
+            "PROBLEMS FOUND"
+        }
+    ))?;
+
+    let d = shell_word(&dir);
+    story.say("")?;
+    story.say("Audit what it left behind (with cargo, write `cargo run -p payonce-cli --release --` for `payonce`):")?;
+    story.say(&format!("  payonce verify {d}"))?;
+    story.say(&format!(
+        "  payonce history {d} --withdrawal {}    # the timeout an operator resolved",
+        w5.id()
+    ))?;
+    story.say(&format!(
+        "  payonce history {d} --key bob-phone-7f3a    # the key that held off the laptop"
+    ))?;
+    story.say(&format!(
+        "  payonce state {d} --at {in_flight_at}    # while erin-app-77 was in flight"
+    ))?;
+    story.say(&format!("  payonce inflight {d}"))?;
+    story.say(&format!("  payonce export {d}"))?;
+    story.say(&format!(
+        "  payonce index {d}    # then history answers from the index"
+    ))?;
+
+    Ok(DemoReport {
+        dir,
+        sends,
+        calls,
+        refusals: std::mem::take(&mut story.refusals),
+        same_after_reopen,
+        replayed_events: events,
+        verify,
+    })
+}

@@ -1,0 +1,228 @@
+//! `payonce history`: every event that touched a request key or a
+//! withdrawal, in order, each decision explained in words. From the audit
+//! index when there is a usable one, else from one scan of the log; both
+//! give the same answer.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+
+use payonce::Event;
+use payonce_log::TornTail;
+use payonce_model::{RequestKey, WithdrawalId};
+use serde::Serialize;
+use tracing::info;
+
+use crate::audit::to_json;
+use crate::cli::HistoryArgs;
+use crate::error::CliError;
+use crate::escape::Escaped;
+use crate::explain::{Holdings, Subject, touches};
+use crate::index;
+use crate::logdir::{LogDir, open_log};
+use crate::run::{Env, Status};
+use crate::table::Table;
+use crate::views::{EventView, TornTailView, warn_torn_tail};
+
+/// Most events one history lists. A withdrawal that a misbehaving client
+/// retries under fresh keys collects a refusal per attempt; past this many,
+/// `export` with `--from`/`--to` is the tool.
+pub const HISTORY_EVENTS_MAX: usize = 100_000;
+
+/// Reads `--key` or `--withdrawal` through the model's rules, so a value
+/// with a control character is refused before anything is read.
+fn subject(args: &HistoryArgs) -> Result<Subject, CliError> {
+    match (&args.key, &args.withdrawal) {
+        (Some(key), None) => RequestKey::new(key.as_str())
+            .map(Subject::Key)
+            .map_err(|error| CliError::InvalidArgument {
+                argument: "--key",
+                value: key.clone(),
+                error,
+            }),
+        (None, Some(withdrawal)) => WithdrawalId::new(withdrawal.as_str())
+            .map(Subject::Withdrawal)
+            .map_err(|error| CliError::InvalidArgument {
+                argument: "--withdrawal",
+                value: withdrawal.clone(),
+                error,
+            }),
+        _ => Err(CliError::Usage {
+            message: "give exactly one of --key and --withdrawal".to_owned(),
+        }),
+    }
+}
+
+/// One scan of the whole log, attributing key-only events through the
+/// claims as it goes.
+fn scan(log: &LogDir, subject: &Subject) -> Result<(Vec<Event>, Option<TornTail>), CliError> {
+    let mut holdings = Holdings::default();
+    let mut events = Vec::new();
+    let walked = log.walk(1, |event, _| {
+        let withdrawal = holdings.attribute_and_apply(&event.kind);
+        if touches(subject, &event.kind, withdrawal.as_ref()) {
+            events.push(event.clone());
+            // One more than shown, so the caller knows there were more.
+            if events.len() > HISTORY_EVENTS_MAX {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok((events, walked.torn_tail))
+}
+
+/// Attributes each of a subject's events to a withdrawal. A key's holdings
+/// change only through its own events, which its history holds, so
+/// replaying them alone attributes exactly as a scan of the whole log does.
+fn attributed(subject: &Subject, events: &[Event]) -> Vec<Option<WithdrawalId>> {
+    match subject {
+        Subject::Withdrawal(id) => events
+            .iter()
+            .map(|event| Some(event.kind.withdrawal().unwrap_or(id).clone()))
+            .collect(),
+        Subject::Key(_) => {
+            let mut holdings = Holdings::default();
+            events
+                .iter()
+                .map(|event| holdings.attribute_and_apply(&event.kind))
+                .collect()
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct HistoryView {
+    dir: String,
+    key: Option<String>,
+    withdrawal: Option<String>,
+    /// "index" or "scan".
+    source: &'static str,
+    /// Whether more events touched the subject than are listed.
+    truncated: bool,
+    events: Vec<EventView>,
+    torn_tail: Option<TornTailView>,
+}
+
+/// `payonce history DIR --key K | --withdrawal W`.
+pub(crate) fn history(
+    args: &HistoryArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let subject = subject(args)?;
+    let log = open_log(&args.dir, env.progress_for(args.json))?;
+    let mut from_index = None;
+    if !args.no_index
+        && let Some(index) = index::open_for_query(&log, err)?
+    {
+        match index.events_of(&log, &subject) {
+            Ok(events) => {
+                from_index = Some((events, index.torn_tail.clone(), index.path().to_owned()))
+            }
+            Err(problem) => writeln!(
+                err,
+                "warning: the audit index {} is not used: {}. Answering from the log instead; \
+                 `payonce index {} --rebuild` rebuilds it",
+                Escaped(&index.path().display().to_string()),
+                Escaped(&problem),
+                Escaped(&log.dir.display().to_string())
+            )
+            .map_err(CliError::output)?,
+        }
+    }
+    let (events, torn_tail, source) = match from_index {
+        Some((events, torn_tail, path)) => (events, torn_tail, Some(path)),
+        None => {
+            let (events, torn_tail) = scan(&log, &subject)?;
+            (events, torn_tail, None)
+        }
+    };
+    info!(
+        subject = ?subject,
+        events = events.len(),
+        from_index = source.is_some(),
+        "history answered"
+    );
+    let torn = warn_torn_tail(&log, torn_tail.as_ref(), err)?;
+    if events.is_empty() {
+        return Err(match subject {
+            Subject::Key(key) => CliError::UnknownKey {
+                key: key.to_string(),
+            },
+            Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
+                withdrawal: id.to_string(),
+            },
+        });
+    }
+    let mut events = events;
+    let truncated = events.len() > HISTORY_EVENTS_MAX;
+    if truncated {
+        events.truncate(HISTORY_EVENTS_MAX);
+        writeln!(
+            err,
+            "warning: more than {HISTORY_EVENTS_MAX} events touch this subject; the first \
+             {HISTORY_EVENTS_MAX} are listed. `payonce export` with --from and --to shows the \
+             rest"
+        )
+        .map_err(CliError::output)?;
+    }
+    let withdrawals = attributed(&subject, &events);
+    let views: Vec<EventView> = events
+        .iter()
+        .zip(&withdrawals)
+        .map(|(event, withdrawal)| EventView::new(event, withdrawal.as_ref(), true))
+        .collect();
+    let status = Status::problem_if(torn);
+    let (key, withdrawal) = match &subject {
+        Subject::Key(key) => (Some(key.to_string()), None),
+        Subject::Withdrawal(id) => (None, Some(id.to_string())),
+    };
+    if args.json {
+        let view = HistoryView {
+            dir: log.dir.display().to_string(),
+            key,
+            withdrawal,
+            source: if source.is_some() { "index" } else { "scan" },
+            truncated,
+            events: views,
+            torn_tail: torn_tail.as_ref().map(|t| TornTailView::new(&log, t)),
+        };
+        writeln!(out, "{}", to_json(&view)).map_err(CliError::output)?;
+        return Ok(status);
+    }
+    let what = match (&key, &withdrawal) {
+        (Some(key), _) => format!("request key {key}"),
+        (_, Some(id)) => format!("withdrawal {id}"),
+        _ => String::new(),
+    };
+    writeln!(
+        out,
+        "history of {} in {}: {}",
+        Escaped(&what),
+        Escaped(&log.dir.display().to_string()),
+        crate::audit::count(views.len(), "event")
+    )
+    .map_err(CliError::output)?;
+    let mut table = Table::new(&["seq", "time", "event", "key", "withdrawal", "what happened"]);
+    for view in &views {
+        table.row(vec![
+            view.seq.to_string(),
+            view.at.clone(),
+            view.event.to_owned(),
+            view.key.clone().unwrap_or_else(|| "-".to_owned()),
+            view.withdrawal.clone().unwrap_or_else(|| "-".to_owned()),
+            view.explanation.clone().unwrap_or_default(),
+        ]);
+    }
+    table.write(out, 2)?;
+    let footer = match source {
+        Some(path) => format!(
+            "answered from the audit index {}, every event read back and verified",
+            path.display()
+        ),
+        None => "answered by one scan of the log".to_owned(),
+    };
+    writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)?;
+    Ok(status)
+}

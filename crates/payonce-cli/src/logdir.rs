@@ -1,0 +1,268 @@
+//! Reading a ledger's directory read-only: opening it with clear errors,
+//! walking its events with a progress bar, and naming its segment files.
+
+use std::fs;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use payonce::{Event, EventLog, LedgerError, decode_event};
+use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
+
+use crate::error::CliError;
+
+/// How many events pass between two updates of the progress bar: often
+/// enough to move smoothly, rarely enough to cost nothing.
+const PROGRESS_EVERY: u64 = 4096;
+
+/// A segment file in the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentFile {
+    /// The sequence number of its first record (its name).
+    pub(crate) first_seq: u64,
+    /// Its length in bytes.
+    pub(crate) len: u64,
+}
+
+/// A ledger's directory opened read-only.
+#[derive(Debug)]
+pub(crate) struct LogDir {
+    pub(crate) dir: PathBuf,
+    log: EventLog,
+    /// The same log, for reading one record's bytes.
+    reader: LogReader,
+    progress: bool,
+}
+
+/// What a walk over the events found.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    /// Events visited.
+    pub(crate) events: u64,
+    /// The last sequence number visited; 0 if none.
+    pub(crate) last_seq: u64,
+    /// A torn tail met at the end; `None` if the walk stopped early.
+    pub(crate) torn_tail: Option<TornTail>,
+}
+
+/// The name of the segment file whose first record is `first_seq`, as
+/// docs/log-format.md defines it.
+pub(crate) fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.log")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".log")?;
+    if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Opens the log in `dir` read-only: no lock, no write. A missing directory
+/// and a directory without a log are told apart.
+pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
+    if !dir.is_dir() {
+        return Err(CliError::NoDirectory {
+            dir: dir.to_owned(),
+        });
+    }
+    let log = EventLog::open(dir).map_err(|error| CliError::from_ledger(dir, error))?;
+    let reader = LogReader::open(Arc::new(FsStorage::new(dir)), LogConfig::default())
+        .map_err(|error| CliError::from_ledger(dir, LedgerError::Log(error)))?;
+    Ok(LogDir {
+        dir: dir.to_owned(),
+        log,
+        reader,
+        progress,
+    })
+}
+
+impl LogDir {
+    /// The segment files in the directory, in order.
+    pub(crate) fn segment_files(&self) -> Result<Vec<SegmentFile>, CliError> {
+        let io = |error| CliError::Io {
+            doing: format!("listing {}", self.dir.display()),
+            error,
+        };
+        let mut segments = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let Some(first_seq) = entry.file_name().to_str().and_then(parse_segment_name) else {
+                continue;
+            };
+            let len = entry.metadata().map_err(io)?.len();
+            segments.push(SegmentFile { first_seq, len });
+        }
+        segments.sort_by_key(|segment| segment.first_seq);
+        Ok(segments)
+    }
+
+    /// A torn tail, described for a person: where, how long, what it means.
+    pub(crate) fn describe_torn_tail(&self, torn: &TornTail) -> String {
+        format!(
+            "torn tail: {} bytes at byte {} of {}, after the last good event. It looks like a \
+             write cut short (or one in progress, beside a running service). Audit commands \
+             leave it as it is; the next writer to open the ledger saves those bytes aside and \
+             cuts them off",
+            torn.len,
+            torn.offset,
+            self.dir.join(segment_name(torn.segment)).display()
+        )
+    }
+
+    /// Reads event `seq` at `position` alone, checksum-verified.
+    pub(crate) fn event_at(&self, seq: u64, position: Position) -> Result<Event, CliError> {
+        self.log
+            .event_at(seq, position)
+            .map_err(|error| CliError::from_ledger(&self.dir, error))
+    }
+
+    /// Reads event `seq` at `position` alone, checksum-verified, with the
+    /// byte offset in its segment where its frame ends (frames are padded
+    /// to 8 bytes, as docs/log-format.md says).
+    pub(crate) fn event_and_end_at(
+        &self,
+        seq: u64,
+        position: Position,
+    ) -> Result<(Event, u64), CliError> {
+        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
+        let payload = self
+            .reader
+            .read_at(seq, position)
+            .map_err(|error| ledger_error(LedgerError::Log(error)))?;
+        let event = decode_event(seq, &payload).map_err(ledger_error)?;
+        let frame_len = (FRAME_HEADER_LEN as u64 + payload.len() as u64).next_multiple_of(8);
+        Ok((event, position.offset + frame_len))
+    }
+
+    /// Visits every event from `from` on, in order, verified as read, until
+    /// the end or until `visit` breaks. Damage is an error naming its place;
+    /// a torn tail ends the walk and is reported in [`Walked`].
+    pub(crate) fn walk(
+        &self,
+        from: u64,
+        mut visit: impl FnMut(&Event, Position) -> Result<ControlFlow<()>, CliError>,
+    ) -> Result<Walked, CliError> {
+        let bar = self.progress_bar()?;
+        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
+        let mut events = self.log.events_from(from).map_err(ledger_error)?;
+        let mut walked = Walked::default();
+        let outcome = loop {
+            let next = match events.next_event() {
+                Ok(next) => next,
+                Err(error) => break Err(ledger_error(error)),
+            };
+            let Some((event, position)) = next else {
+                walked.torn_tail = events.torn_tail();
+                break Ok(());
+            };
+            walked.events += 1;
+            walked.last_seq = event.seq;
+            if let Some((bar, offsets)) = &bar
+                && walked.events % PROGRESS_EVERY == 0
+            {
+                bar.set_position(offsets.bytes_before(position));
+            }
+            match visit(&event, position) {
+                Ok(ControlFlow::Continue(())) => {}
+                Ok(ControlFlow::Break(())) => break Ok(()),
+                Err(error) => break Err(error),
+            }
+        };
+        if let Some((bar, _)) = bar {
+            bar.finish_and_clear();
+        }
+        outcome.map(|()| walked)
+    }
+
+    fn progress_bar(&self) -> Result<Option<(ProgressBar, Offsets)>, CliError> {
+        if !self.progress {
+            return Ok(None);
+        }
+        let offsets = Offsets::new(&self.segment_files()?);
+        let bar = ProgressBar::new(offsets.total);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message("reading the log");
+        Ok(Some((bar, offsets)))
+    }
+}
+
+/// Where each segment starts if the segments were one file, for the
+/// progress bar.
+#[derive(Debug)]
+struct Offsets {
+    starts: Vec<(u64, u64)>,
+    total: u64,
+}
+
+impl Offsets {
+    fn new(segments: &[SegmentFile]) -> Offsets {
+        let mut total = 0;
+        let starts = segments
+            .iter()
+            .map(|segment| {
+                let start = total;
+                total += segment.len;
+                (segment.first_seq, start)
+            })
+            .collect();
+        Offsets { starts, total }
+    }
+
+    fn bytes_before(&self, position: Position) -> u64 {
+        let index = self
+            .starts
+            .partition_point(|(first_seq, _)| *first_seq <= position.segment);
+        let start = index
+            .checked_sub(1)
+            .and_then(|i| self.starts.get(i))
+            .map_or(0, |(_, start)| *start);
+        start + position.offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Guards against counting a stray file as a segment, or missing one.
+    #[test]
+    fn only_twenty_digit_log_names_are_segments() {
+        assert_eq!(parse_segment_name("00000000000000000001.log"), Some(1));
+        assert_eq!(segment_name(1), "00000000000000000001.log");
+        assert_eq!(parse_segment_name("00000000000000000001.log.tmp"), None);
+        assert_eq!(parse_segment_name("0001.log"), None);
+        assert_eq!(parse_segment_name("audit-index"), None);
+        assert_eq!(parse_segment_name("LOCK"), None);
+    }
+
+    // Guards against a progress bar that jumps back between segments.
+    #[test]
+    fn progress_offsets_add_up_across_segments() {
+        let offsets = Offsets::new(&[
+            SegmentFile {
+                first_seq: 1,
+                len: 100,
+            },
+            SegmentFile {
+                first_seq: 50,
+                len: 80,
+            },
+        ]);
+        let at = |segment, offset| Position {
+            segment,
+            offset,
+            chain: 0,
+        };
+        assert_eq!(offsets.total, 180);
+        assert_eq!(offsets.bytes_before(at(1, 40)), 40);
+        assert_eq!(offsets.bytes_before(at(50, 40)), 140);
+    }
+}

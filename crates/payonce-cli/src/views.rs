@@ -1,0 +1,233 @@
+//! What reports print as JSON, and the pieces the text reports share.
+
+use std::io::Write;
+
+use payonce::{Event, InFlight, State, Timestamp};
+use payonce_log::TornTail;
+use payonce_model::WithdrawalId;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::duration::format_age;
+use crate::error::CliError;
+use crate::escape::Escaped;
+use crate::explain::explain;
+use crate::logdir::{LogDir, segment_name};
+use crate::table::Table;
+
+/// One event, for `history --json` and `export`.
+#[derive(Debug, Serialize)]
+pub(crate) struct EventView {
+    pub(crate) seq: u64,
+    /// RFC 3339.
+    pub(crate) at: String,
+    pub(crate) at_unix_nanos: u64,
+    pub(crate) schema: u16,
+    /// The kind's short name: claimed, refused, ...
+    pub(crate) event: &'static str,
+    pub(crate) key: Option<String>,
+    /// The withdrawal the event is about (for history: attributed through
+    /// the key's claim when the event names only a key).
+    pub(crate) withdrawal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) explanation: Option<String>,
+    /// The event's full content, as the log holds it.
+    pub(crate) kind: Value,
+}
+
+impl EventView {
+    pub(crate) fn new(event: &Event, withdrawal: Option<&WithdrawalId>, explained: bool) -> Self {
+        EventView {
+            seq: event.seq,
+            at: event.at.to_string(),
+            at_unix_nanos: event.at.unix_nanos(),
+            schema: event.schema,
+            event: event.kind.name(),
+            key: event.kind.key().map(ToString::to_string),
+            withdrawal: withdrawal.map(ToString::to_string),
+            explanation: explained.then(|| explain(event, withdrawal)),
+            // Events are plain data; serialising one cannot fail.
+            kind: serde_json::to_value(&event.kind).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// A torn tail, for JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct TornTailView {
+    pub(crate) file: String,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl TornTailView {
+    pub(crate) fn new(log: &LogDir, torn: &TornTail) -> Self {
+        TornTailView {
+            file: log
+                .dir
+                .join(segment_name(torn.segment))
+                .display()
+                .to_string(),
+            offset: torn.offset,
+            len: torn.len,
+        }
+    }
+}
+
+/// Warns about a torn tail on `err`; returns whether there was one.
+pub(crate) fn warn_torn_tail(
+    log: &LogDir,
+    torn: Option<&TornTail>,
+    err: &mut dyn Write,
+) -> Result<bool, CliError> {
+    let Some(torn) = torn else {
+        return Ok(false);
+    };
+    writeln!(err, "warning: {}", Escaped(&log.describe_torn_tail(torn)))
+        .map_err(CliError::output)?;
+    Ok(true)
+}
+
+/// A key in flight, for JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct InFlightView {
+    pub(crate) key: String,
+    pub(crate) withdrawal: String,
+    pub(crate) amount: String,
+    pub(crate) currency: String,
+    pub(crate) claimed_seq: u64,
+    pub(crate) claimed_at: String,
+    pub(crate) age_seconds: u64,
+    /// Whether funds are still held (a rail refusal gave them back).
+    pub(crate) held: bool,
+    /// Claimed since the ledger was last opened and not completed: the
+    /// process that claimed it may still be sending.
+    pub(crate) send_may_be_running: bool,
+    pub(crate) last_error: Option<String>,
+}
+
+impl InFlightView {
+    pub(crate) fn new(entry: &InFlight, now: Timestamp) -> Self {
+        InFlightView {
+            key: entry.key.to_string(),
+            withdrawal: entry.withdrawal.to_string(),
+            amount: entry.amount.to_string(),
+            currency: entry.currency.to_string(),
+            claimed_seq: entry.claimed_seq,
+            claimed_at: entry.claimed_at.to_string(),
+            age_seconds: now.since(entry.claimed_at).as_secs(),
+            held: entry.held,
+            send_may_be_running: entry.send_running,
+            last_error: entry.last_error.as_ref().map(ToString::to_string),
+        }
+    }
+}
+
+/// The in-flight table: key, withdrawal, amount, claim, age, hold, send, last error.
+pub(crate) fn in_flight_table(entries: &[InFlightView]) -> Table {
+    let mut table = Table::new(&[
+        "key",
+        "withdrawal",
+        "amount",
+        "claimed (seq)",
+        "age",
+        "held",
+        "send may run",
+        "last error",
+    ]);
+    for entry in entries {
+        table.row(vec![
+            entry.key.clone(),
+            entry.withdrawal.clone(),
+            format!("{} {}", entry.amount, entry.currency),
+            format!("{} ({})", entry.claimed_at, entry.claimed_seq),
+            format_age(std::time::Duration::from_secs(entry.age_seconds)),
+            yes_no(entry.held).to_owned(),
+            yes_no(entry.send_may_be_running).to_owned(),
+            entry.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    table
+}
+
+pub(crate) fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
+
+/// A request key's record, for JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct RecordView {
+    pub(crate) key: String,
+    pub(crate) withdrawal: String,
+    pub(crate) amount: String,
+    pub(crate) currency: String,
+    pub(crate) destination: String,
+    pub(crate) claimed_seq: u64,
+    pub(crate) claimed_at: String,
+    /// The outcome's state, or "in flight".
+    pub(crate) outcome: String,
+    pub(crate) reference: Option<String>,
+    pub(crate) reason: Option<String>,
+    pub(crate) last_error: Option<String>,
+    /// The outcome as the ledger holds it; null while in flight.
+    pub(crate) outcome_withdrawal: Value,
+}
+
+/// Every record in `state`, oldest claim first.
+pub(crate) fn records(state: &State) -> Vec<RecordView> {
+    let mut records: Vec<RecordView> = state
+        .records()
+        .map(|(key, record)| {
+            let fingerprint = record.fingerprint();
+            let outcome = record.outcome();
+            RecordView {
+                key: key.to_string(),
+                withdrawal: fingerprint.id().to_string(),
+                amount: fingerprint.amount().to_string(),
+                currency: fingerprint.currency().to_string(),
+                destination: fingerprint.destination().to_string(),
+                claimed_seq: record.claimed_seq(),
+                claimed_at: record.claimed_at().to_string(),
+                outcome: outcome.map_or_else(|| "in flight".to_owned(), |o| o.state().to_string()),
+                reference: outcome.and_then(|o| o.reference()).map(ToString::to_string),
+                reason: outcome.and_then(|o| o.reason()).map(ToString::to_string),
+                last_error: record.last_error().map(ToString::to_string),
+                outcome_withdrawal: outcome
+                    .and_then(|o| serde_json::to_value(o).ok())
+                    .unwrap_or(Value::Null),
+            }
+        })
+        .collect();
+    records.sort_by_key(|record| record.claimed_seq);
+    records
+}
+
+/// One line about a key's record, for the operator exits.
+pub(crate) fn record_words(record: &RecordView) -> String {
+    let outcome = if record.outcome == "in flight" {
+        let error = record
+            .last_error
+            .as_ref()
+            .map_or_else(String::new, |e| format!(", last error: {e}"));
+        format!("in flight (outcome unknown{error})")
+    } else {
+        let mut words = format!("outcome {}", record.outcome);
+        if let Some(reference) = &record.reference {
+            words.push_str(&format!(", reference {reference}"));
+        }
+        if let Some(reason) = &record.reason {
+            words.push_str(&format!(" ({reason})"));
+        }
+        words
+    };
+    format!(
+        "request key {} holds withdrawal {} ({} {} to {}), claimed at seq {} ({}): {outcome}",
+        record.key,
+        record.withdrawal,
+        record.amount,
+        record.currency,
+        record.destination,
+        record.claimed_seq,
+        record.claimed_at
+    )
+}

@@ -1,0 +1,204 @@
+//! Logs built with the library, a way to run the binary, and a snapshot of
+//! a directory's bytes.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use payonce::{Config, Ledger, ManualClock, NewWithdrawal, SendFailure, Timestamp};
+use payonce_log::{Durability, LogConfig};
+use payonce_model::{Reason, Reference, WithdrawalRequest};
+
+/// 2025-01-01T00:00:00Z: well before any day these tests run, so ages of
+/// keys in flight are large.
+pub const START: Timestamp = Timestamp::from_unix_nanos(1_735_689_600_000_000_000);
+
+/// The text of a rail error that tries to clear the screen.
+pub const HOSTILE_ERROR: &str = "node said \u{1b}[2J\u{7} goodbye";
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", self.stdout))
+    }
+}
+
+/// Runs the built binary with `args`, without `$USER`.
+pub fn payonce<S: AsRef<OsStr>>(args: &[S]) -> Run {
+    payonce_as(None, args)
+}
+
+/// Runs the built binary with `args` and `$USER` set to `user`, if any.
+pub fn payonce_as<S: AsRef<OsStr>>(user: Option<&str>, args: &[S]) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_payonce"));
+    command.args(args).env_remove("USER");
+    if let Some(user) = user {
+        command.env("USER", user);
+    }
+    let output = command.output().unwrap();
+    Run {
+        code: output.status.code().expect("the binary exits, not killed"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// `dir` as an argument.
+pub fn arg(dir: &Path) -> String {
+    dir.to_str().unwrap().to_owned()
+}
+
+/// Every file in `dir` (not the audit index) and its bytes.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_type().unwrap().is_file())
+        .map(|entry| {
+            (
+                entry.file_name().into_string().unwrap(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+pub fn config(clock: Arc<ManualClock>) -> Config {
+    Config {
+        log: LogConfig {
+            durability: Durability::Never,
+            ..LogConfig::default()
+        },
+        clock,
+        ..Config::default()
+    }
+}
+
+pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+    request
+        .approve()
+        .unwrap()
+        .start_sending()
+        .unwrap()
+        .mark_sent(Reference::new(reference).unwrap())
+        .unwrap()
+}
+
+pub fn new_withdrawal(ledger: &Ledger, amount: &str) -> WithdrawalRequest {
+    ledger
+        .create(NewWithdrawal {
+            amount: amount.parse().unwrap(),
+            currency: "USDC".parse().unwrap(),
+            destination: "0xabc".parse().unwrap(),
+            requested_by: "alice".parse().unwrap(),
+        })
+        .unwrap()
+}
+
+/// What [`scenario`] built, to ask about.
+pub struct Scenario {
+    pub clock: Arc<ManualClock>,
+    /// Sent under req-1; req-2 was refused for it.
+    pub sent: WithdrawalRequest,
+    /// Its send under req-3 failed with [`HOSTILE_ERROR`]: in flight, held.
+    pub failed: WithdrawalRequest,
+    /// The rail refused it under req-4: in flight, not held.
+    pub rejected: WithdrawalRequest,
+    /// The seq of req-3's claim.
+    pub failed_claim_seq: u64,
+    /// The time of req-3's claim.
+    pub failed_claim_at: Timestamp,
+    /// The log's last seq.
+    pub last_seq: u64,
+}
+
+/// A closed ledger in `dir`, one event a minute from [`START`]:
+///
+/// 1 opened; 2 created w-2; 3 req-1 claimed w-2; 4 completed sent; 5 req-2
+/// refused (w-2 claimed by req-1); 6 created w-6; 7 req-3 claimed w-6; 8
+/// send_failed (hostile text); 9 created w-9; 10 req-4 claimed w-9; 11
+/// send_rejected; 12 req-3 refused (in flight).
+pub fn scenario(dir: &Path) -> Scenario {
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::open_with(dir, config(clock.clone())).unwrap();
+    let tick = || clock.advance(Duration::from_secs(60));
+    tick();
+    let sent_request = new_withdrawal(&ledger, "25.00");
+    tick();
+    ledger
+        .submit("req-1", sent_request.clone(), |r| {
+            Ok::<_, SendFailure<String>>(sent(r, "0xfeed"))
+        })
+        .unwrap();
+    tick();
+    let refused = ledger.submit("req-2", sent_request.clone(), |_| {
+        Err::<WithdrawalRequest, _>(SendFailure::Failed("must not send".to_owned()))
+    });
+    assert!(refused.unwrap_err().refusal().is_some());
+    tick();
+    let failed = new_withdrawal(&ledger, "10.00");
+    tick();
+    let failed_claim_at = clock.now_for_tests();
+    let error = ledger.submit("req-3", failed.clone(), |_| {
+        Err::<WithdrawalRequest, _>(SendFailure::Failed(HOSTILE_ERROR.to_owned()))
+    });
+    assert!(error.is_err());
+    let failed_claim_seq = ledger.state().record("req-3").unwrap().claimed_seq();
+    tick();
+    let rejected = new_withdrawal(&ledger, "7.50");
+    tick();
+    let refusal = ledger.submit("req-4", rejected.clone(), |_| {
+        Err::<WithdrawalRequest, SendFailure<String>>(SendFailure::Rejected(Reason::lossy(
+            "insufficient hot wallet",
+        )))
+    });
+    assert!(refusal.is_err());
+    tick();
+    let again = ledger.submit("req-3", failed.clone(), |_| {
+        Err::<WithdrawalRequest, _>(SendFailure::Failed("must not send".to_owned()))
+    });
+    assert!(again.unwrap_err().refusal().is_some());
+    let last_seq = ledger.state().last_seq();
+    assert_eq!(last_seq, 12, "the scenario's events are as documented");
+    Scenario {
+        clock,
+        sent: sent_request,
+        failed,
+        rejected,
+        failed_claim_seq,
+        failed_claim_at,
+        last_seq,
+    }
+}
+
+/// Reads a clock without the `Clock` trait in scope at every call site.
+trait NowForTests {
+    fn now_for_tests(&self) -> Timestamp;
+}
+
+impl NowForTests for ManualClock {
+    fn now_for_tests(&self) -> Timestamp {
+        payonce::Clock::now(self)
+    }
+}
+
+/// The one segment file of a small log.
+pub fn first_segment(dir: &Path) -> std::path::PathBuf {
+    dir.join("00000000000000000001.log")
+}
+
+/// Writes `content` as an outcome file in `dir` and returns its path.
+pub fn outcome_file(dir: &Path, name: &str, content: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    arg(&path)
+}
