@@ -180,6 +180,7 @@ pub(crate) fn records(state: &State) -> Vec<RecordView> {
         .map(|(key, record)| {
             let fingerprint = record.fingerprint();
             let outcome = record.outcome();
+            let outcome = outcome.as_ref();
             RecordView {
                 key: key.to_string(),
                 withdrawal: fingerprint.id().to_string(),

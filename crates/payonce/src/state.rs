@@ -335,7 +335,9 @@ impl State {
         entry.holder = Some(key.clone());
         let (amount, currency) = (entry.amount, entry.currency.clone());
         if !std::mem::replace(&mut entry.held, true) {
-            *self.held_totals.entry(currency).or_default() += amount.value();
+            let total = self.held_totals.entry(currency).or_default();
+            // Normalised, so a total prints the same however it was reached.
+            *total = (*total + amount.value()).normalize();
         }
         let record = KeyEntry {
             withdrawal: id,
@@ -357,7 +359,7 @@ impl State {
             return;
         }
         if let Some(total) = self.held_totals.get_mut(&entry.currency) {
-            *total -= entry.amount.value();
+            *total = (*total - entry.amount.value()).normalize();
             if total.is_zero() {
                 self.held_totals.remove(&entry.currency);
             }

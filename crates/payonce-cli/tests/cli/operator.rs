@@ -75,7 +75,7 @@ fn resolve_closes_a_key_in_flight_records_who_and_why_and_prints_its_state() {
     }
     let report = payonce::verify(dir.path()).unwrap();
     assert!(report.is_clean());
-    assert_eq!(report.state.outcome("req-3"), Some(&outcome));
+    assert_eq!(report.state.outcome("req-3"), Some(outcome.clone()));
     assert!(report.state.held(scenario.failed.id()).is_none());
     // The same outcome again changes nothing and says so.
     let before = snapshot(dir.path());

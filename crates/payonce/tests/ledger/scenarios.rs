@@ -797,3 +797,24 @@ fn a_send_that_returns_another_withdrawal_is_a_conflict_and_the_key_stays_in_fli
     assert!(f.ledger().held(w.id()).is_some());
     f.assert_same_after_reopen(&["req-1"], &[&w, &other]);
 }
+
+#[test]
+fn held_totals_print_the_same_however_they_were_reached() {
+    let f = Fixture::new();
+    let rail = Rail::default();
+    let (a, b) = (f.withdrawal_of("10"), f.withdrawal_of("7.5"));
+    f.ledger()
+        .submit("req-a", a.clone(), rail.timeout())
+        .unwrap_err();
+    f.ledger()
+        .submit("req-b", b.clone(), rail.refuse())
+        .unwrap_err();
+
+    let totals = f.ledger().held_totals();
+
+    let shown: Vec<_> = totals
+        .iter()
+        .map(|(currency, total)| format!("{total} {currency}"))
+        .collect();
+    assert_eq!(shown, ["10 USDC"], "10 + 7.5 - 7.5 is shown as 10");
+}
