@@ -165,6 +165,16 @@ impl Log {
             .map_err(|error| io_error("lock", &dir, error))?
             .ok_or_else(|| LogError::Locked { dir: dir.clone() })?;
         remove_tmp_debris(&*storage)?;
+        if config.durability == Durability::Always {
+            // A directory sync that failed before (poisoning the last writer)
+            // can leave an entry, such as a segment just renamed into place,
+            // that this process sees but a power loss would drop. Make every
+            // entry durable before writing a seal that names it or records
+            // into it.
+            storage
+                .sync_dir()
+                .map_err(|error| io_error("sync directory", &dir, error))?;
+        }
         let segments = list_segments(&*storage)?;
         if segments.is_empty() {
             let log_id = new_log_id();
