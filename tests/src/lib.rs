@@ -2,6 +2,7 @@
 //! the helpers every scenario needs. Nothing here is part of any public API.
 
 pub mod fuzz;
+pub mod harness;
 pub mod rng;
 
 use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
