@@ -193,6 +193,7 @@ impl Log {
             return Ok((Log::new(storage, config, log_id, active, lock), recovery));
         }
 
+        let newest_two: Vec<u64> = segments.iter().rev().take(2).copied().collect();
         let mut cursor = Cursor::new(storage.clone(), &config, Mode::Write, segments);
         while let Some(record) = cursor.next_record()? {
             visit(record).map_err(OpenError::Visit)?;
@@ -300,6 +301,23 @@ impl Log {
                 .map_err(|error| io_error("fdatasync", &describe, error))?;
             tracing::info!(file = %describe, "sealed a segment whose roll a crash interrupted");
             recovery.interrupted_roll = true;
+        }
+        if config.durability == Durability::Always {
+            // A writer that failed before in this same system (and was
+            // poisoned) can have left bytes that are visible, and verified
+            // above, but were never synced: records at the end of the newest
+            // segment, the seal of the one before it. Older segments were
+            // synced before a later one was written. Make them durable
+            // before anything is written after them or reported durable.
+            for &first_seq in &newest_two {
+                let name = segment_name(first_seq);
+                let describe = storage.describe(&name);
+                storage
+                    .open_append(&name)
+                    .map_err(|error| io_error("open", &describe, error))?
+                    .sync_data()
+                    .map_err(|error| io_error("fdatasync", &describe, error))?;
+            }
         }
         tracing::info!(
             dir = %dir,
