@@ -4,6 +4,7 @@
 pub mod fuzz;
 pub mod harness;
 pub mod rng;
+pub mod sim;
 
 use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
 

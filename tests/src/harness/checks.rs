@@ -76,35 +76,35 @@ fn holds_funds(state: WithdrawalState) -> bool {
 /// # Panics
 /// When one does not hold, naming it.
 pub fn assert_invariants(state: &State, context: &str) {
-    let p = Projection::of(state);
-    for (id, key) in &p.claims {
-        let record = p.records.get(key);
+    for (id, key) in state.claims() {
+        let record = state.record(key);
         assert!(
-            record.is_some_and(|r| r.fingerprint().id().as_str() == id),
+            record.is_some_and(|r| r.fingerprint().id() == id),
             "{context}: withdrawal {id} is claimed by key {key}, which has no record of it"
         );
     }
-    for (key, record) in &p.records {
-        let id = record.fingerprint().id().as_str();
+    for (key, record) in state.records() {
+        let id = record.fingerprint().id();
         assert_eq!(
-            p.claims.get(id),
+            state.claimed_by(id),
             Some(key),
             "{context}: key {key} has a record for {id} without holding its claim"
         );
-        if let Some(outcome) = record.outcome()
-            && !holds_funds(outcome.state())
-        {
+        if let Some(outcome) = record.outcome() {
             assert!(
-                !p.holds.contains_key(id),
+                holds_funds(outcome.state()) || state.held(id).is_none(),
                 "{context}: {id} is {} yet its funds are still held",
                 outcome.state()
             );
+            assert!(
+                !state.is_sending(key),
+                "{context}: key {key} is sending after its outcome"
+            );
         }
     }
-    let mut totals: BTreeMap<String, Decimal> = BTreeMap::new();
-    for (id, hold) in &p.holds {
-        let key = p.claims.get(id);
-        let record = key.and_then(|key| p.records.get(key));
+    let mut totals: BTreeMap<&Currency, Decimal> = BTreeMap::new();
+    for (id, hold) in state.holds() {
+        let record = state.claimed_by(id).and_then(|key| state.record(key));
         let Some(record) = record else {
             panic!("{context}: funds are held for {id}, which no key claims");
         };
@@ -120,18 +120,17 @@ pub fn assert_invariants(state: &State, context: &str) {
             ),
             "{context}: the hold on {id} is not the claimed amount"
         );
-        *totals.entry(hold.currency.to_string()).or_default() += hold.amount.value();
+        *totals.entry(&hold.currency).or_default() += hold.amount.value();
     }
+    let held: BTreeMap<&Currency, Decimal> = state
+        .held_totals()
+        .iter()
+        .map(|(currency, total)| (currency, *total))
+        .collect();
     assert_eq!(
-        totals, p.totals,
+        totals, held,
         "{context}: held totals are not the sum of the holds"
     );
-    for key in &p.sending {
-        assert!(
-            p.records.get(key).is_some_and(|r| r.outcome().is_none()),
-            "{context}: key {key} is sending without being in flight"
-        );
-    }
 }
 
 /// An account of holds kept from the events alone, independently of the
