@@ -57,6 +57,7 @@ fn report(stats: &SimStats, seconds: f64) {
 
 #[test]
 fn simulated_services_never_send_twice_nor_lose_what_they_acknowledged() {
+    // Guards against any schedule of clients, rail answers, faults and power losses that breaks a safety claim.
     let started = Instant::now();
     if let Some(seed) = env_u64("PAYONCE_SIM_SEED") {
         let stats = sim::run(seed);
