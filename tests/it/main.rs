@@ -5,3 +5,4 @@
 mod crash;
 mod fuzz_regressions;
 mod model;
+mod sim;

@@ -2,7 +2,9 @@
 //! the helpers every scenario needs. Nothing here is part of any public API.
 
 pub mod fuzz;
+pub mod harness;
 pub mod rng;
+pub mod sim;
 
 use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
 

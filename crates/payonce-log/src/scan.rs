@@ -158,9 +158,16 @@ impl Cursor {
         segments: Vec<u64>,
         from: u64,
     ) -> Result<Cursor, LogError> {
-        let index = segments
-            .partition_point(|&first| first <= from)
-            .saturating_sub(1);
+        // A read from the first record verifies every segment file from the
+        // lowest-numbered, as a writer does, so a stray file numbered below
+        // the first segment is refused rather than skipped.
+        let index = if from <= 1 {
+            0
+        } else {
+            segments
+                .partition_point(|&first| first <= from)
+                .saturating_sub(1)
+        };
         let mut cursor = Cursor::new(storage, config, Mode::Read, segments);
         cursor.from = from;
         if index > 0 {

@@ -165,6 +165,16 @@ impl Log {
             .map_err(|error| io_error("lock", &dir, error))?
             .ok_or_else(|| LogError::Locked { dir: dir.clone() })?;
         remove_tmp_debris(&*storage)?;
+        if config.durability == Durability::Always {
+            // A directory sync that failed before (poisoning the last writer)
+            // can leave an entry, such as a segment just renamed into place,
+            // that this process sees but a power loss would drop. Make every
+            // entry durable before writing a seal that names it or records
+            // into it.
+            storage
+                .sync_dir()
+                .map_err(|error| io_error("sync directory", &dir, error))?;
+        }
         let segments = list_segments(&*storage)?;
         if segments.is_empty() {
             let log_id = new_log_id();
@@ -183,6 +193,7 @@ impl Log {
             return Ok((Log::new(storage, config, log_id, active, lock), recovery));
         }
 
+        let newest_two: Vec<u64> = segments.iter().rev().take(2).copied().collect();
         let mut cursor = Cursor::new(storage.clone(), &config, Mode::Write, segments);
         while let Some(record) = cursor.next_record()? {
             visit(record).map_err(OpenError::Visit)?;
@@ -258,18 +269,6 @@ impl Log {
                     saved_as: Some(saved_as),
                 });
             }
-            if config.durability == Durability::Always {
-                // What the scan read may be only in the page cache (a process
-                // crash between write and fdatasync): make it durable before
-                // durable_seq claims it.
-                file.sync_data()
-                    .map_err(|error| io_error("fdatasync", &storage.describe(&name), error))?;
-                // And the directory entries, which a run under
-                // `Durability::Never` may have left unsynced.
-                storage
-                    .sync_dir()
-                    .map_err(|error| io_error("sync directory", &dir, error))?;
-            }
             let active = Active {
                 file,
                 name: name.clone(),
@@ -312,6 +311,23 @@ impl Log {
                 .map_err(|error| io_error("fdatasync", &describe, error))?;
             tracing::info!(file = %describe, "sealed a segment whose roll a crash interrupted");
             recovery.interrupted_roll = true;
+        }
+        if config.durability == Durability::Always {
+            // A writer that failed before in this same system (and was
+            // poisoned) can have left bytes that are visible, and verified
+            // above, but were never synced: records at the end of the newest
+            // segment, the seal of the one before it. Older segments were
+            // synced before a later one was written. Make them durable
+            // before anything is written after them or reported durable.
+            for &first_seq in &newest_two {
+                let name = segment_name(first_seq);
+                let describe = storage.describe(&name);
+                storage
+                    .open_append(&name)
+                    .map_err(|error| io_error("open", &describe, error))?
+                    .sync_data()
+                    .map_err(|error| io_error("fdatasync", &describe, error))?;
+            }
         }
         tracing::info!(
             dir = %dir,

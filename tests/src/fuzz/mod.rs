@@ -4,8 +4,14 @@
 //! the acceptance tests replay every committed corpus and regression input
 //! through them with the ordinary `cargo test` on the stable toolchain.
 
+pub mod event_decode;
+pub mod ledger_ops;
+pub mod log_open;
 mod model_transitions;
 
+pub use self::event_decode::event_decode;
+pub use self::ledger_ops::ledger_ops;
+pub use self::log_open::log_open;
 pub use self::model_transitions::model_transitions;
 
 /// A fuzz property: checks one input, panicking when the property fails.
@@ -13,4 +19,9 @@ pub type Check = fn(&[u8]);
 
 /// Every fuzz target, by the name of its folder under `fuzz/corpus` and
 /// `fuzz/regressions`, with the function that checks one input.
-pub const TARGETS: &[(&str, Check)] = &[("model_transitions", model_transitions)];
+pub const TARGETS: &[(&str, Check)] = &[
+    ("event_decode", event_decode),
+    ("ledger_ops", ledger_ops),
+    ("log_open", log_open),
+    ("model_transitions", model_transitions),
+];

@@ -2,12 +2,14 @@
 //! not synced, and reopening recovers what reached the disk.
 
 use std::io;
+use std::sync::Arc;
 use std::thread;
 
-use payonce_log::{Fault, Log, LogError};
+use payonce_log::{CrashMode, Fault, Log, LogError, Storage};
 
 use crate::support::{
-    Env, append_payloads, expected, on_both, open_collect, payload, payloads, small_config,
+    Disk, Env, Kind, append_payloads, expected, on_both, open_collect, payload, payloads,
+    small_config,
 };
 
 /// Asserts `result` is `Poisoned` by an I/O failure of `op`; returns the cause's kind.
@@ -213,4 +215,67 @@ fn a_failed_seal_write_leaves_a_roll_that_reopening_finishes() {
         assert!(recovery.interrupted_roll, "{recovery:?}");
         assert_eq!(payloads(&seen), expected(next - 1));
     });
+}
+
+#[test]
+fn a_directory_sync_that_failed_in_a_roll_is_redone_before_anything_is_written_after_it() {
+    // Guards against records synced into a segment whose directory entry a power loss drops.
+    let env = Env::new(Kind::Mem);
+    let Disk::Mem(mem) = &env.disk else {
+        unreachable!("an in-memory environment")
+    };
+    let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+    append_payloads(&log, 3);
+    env.faults.arm(Fault::DirSyncFails { nth: 1 });
+    assert_poisoned(append_until_roll(&env, &log), "sync directory");
+    drop(log);
+    // The same process reopens: the new segment's entry is visible, not durable.
+    let (log, _, _) = open_collect(&env.storage, &small_config()).unwrap();
+    let acknowledged = log.append_durable(&payload(log.last_seq() + 1)).unwrap();
+    drop(log);
+    for seed in 0..16 {
+        let crashed: Arc<dyn Storage> = Arc::new(mem.crash(CrashMode::DropUnsynced, seed));
+        let (_, _, seen) = open_collect(&crashed, &small_config())
+            .unwrap_or_else(|error| panic!("seed {seed}: a power loss leaves {error}"));
+        assert!(seen.len() as u64 >= acknowledged, "seed {seed}");
+        assert_eq!(payloads(&seen), expected(seen.len() as u64), "seed {seed}");
+    }
+}
+
+#[test]
+fn a_seal_that_landed_but_was_never_synced_is_synced_when_reopening() {
+    // Guards against records synced after a seal that a power loss drops.
+    let env = Env::new(Kind::Mem);
+    let Disk::Mem(mem) = &env.disk else {
+        unreachable!("an in-memory environment")
+    };
+    let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+    append_payloads(&log, 3);
+    // Fill the segment without rolling, as in the test above.
+    let mut next = log.last_seq() + 1;
+    loop {
+        let segments = env.disk.segments();
+        let len = env.disk.bytes(segments.last().unwrap()).len();
+        let frame = 16 + payload(next).len().div_ceil(8) * 8;
+        if len + frame + 16 > 400 {
+            break;
+        }
+        log.append_durable(&payload(next)).unwrap();
+        next += 1;
+    }
+    // The roll writes the new header (write 1), then the seal (write 2),
+    // which lands whole before the write reports failure.
+    env.faults.arm(Fault::WriteShort { nth: 2, landed: 16 });
+    assert_poisoned(log.append_durable(&[9; 64]), "write");
+    drop(log);
+    // The same process reopens: the seal is visible, not durable.
+    let (log, _, _) = open_collect(&env.storage, &small_config()).unwrap();
+    let acknowledged = log.append_durable(&payload(log.last_seq() + 1)).unwrap();
+    drop(log);
+    for seed in 0..16 {
+        let crashed: Arc<dyn Storage> = Arc::new(mem.crash(CrashMode::DropUnsynced, seed));
+        let (_, _, seen) = open_collect(&crashed, &small_config())
+            .unwrap_or_else(|error| panic!("seed {seed}: a power loss leaves {error}"));
+        assert!(seen.len() as u64 >= acknowledged, "seed {seed}");
+    }
 }

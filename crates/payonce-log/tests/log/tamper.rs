@@ -99,6 +99,18 @@ fn a_segment_copied_after_the_last_is_refused() {
 }
 
 #[test]
+fn a_stray_segment_numbered_below_the_first_is_refused_by_readers_too() {
+    // Guards against a reader skipping a segment file that a writer refuses.
+    on_both(|env| {
+        let segments = segments(env);
+        let stray = format!("{:020}.log", 0);
+        env.disk.put(&stray, &env.disk.bytes(&segments[0]));
+        let (_, seq, damage) = refused(env, &stray);
+        assert_eq!((seq, damage), (1, Damage::MissingSegment));
+    });
+}
+
+#[test]
 fn swapped_segments_are_refused() {
     // Guards against segments read in an order other than the one they were written in.
     on_both(|env| {
