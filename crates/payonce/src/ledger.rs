@@ -146,6 +146,11 @@ impl Drop for Ticket {
 }
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
+///
+/// After a storage error the log refuses every later write until the
+/// ledger is reopened. Queries still answer from memory, which may then
+/// hold a decision that never reached the disk (the claim whose sync
+/// failed, say): reopen before trusting them.
 #[derive(Clone)]
 pub struct Ledger {
     inner: Arc<Inner>,
@@ -425,12 +430,13 @@ impl Ledger {
                 })
             }
             (Err(cause), SendResult::Rejected(reason), _) => {
-                warn!(key = %key, withdrawal = %withdrawal, %cause, %reason, "the rail refused, but recording it failed: the hold stays");
-                Err(SubmitError::Rejected {
-                    key,
-                    withdrawal,
-                    reason: reason.clone(),
-                })
+                // `Rejected` promises a released hold; the release never
+                // reached the disk, so the caller hears of the failure.
+                warn!(
+                    key = %key, withdrawal = %withdrawal, %cause, %reason,
+                    "the rail refused, but recording it failed: the hold stays until the key is released"
+                );
+                Err(SubmitError::Ledger(cause))
             }
             (Err(cause), _, Some(send_error)) => {
                 warn!(key = %key, withdrawal = %withdrawal, %cause, "the send failed and recording it failed too; the claim stands");

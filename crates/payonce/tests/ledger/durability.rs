@@ -321,3 +321,23 @@ fn a_second_ledger_on_the_same_directory_is_locked_out() {
         "{error}"
     );
 }
+
+#[test]
+fn a_rail_refusal_that_cannot_be_recorded_is_a_storage_error_not_a_released_hold() {
+    let f = Fixture::new();
+    let w = f.withdrawal();
+    let storage = f.storage.clone();
+
+    let error = f
+        .ledger()
+        .submit("req-1", w.clone(), |request| {
+            storage.faults().arm(Fault::SyncFails { nth: 1 });
+            Rail::default().refuse()(request)
+        })
+        .unwrap_err();
+
+    assert!(
+        matches!(error, SubmitError::Ledger(LedgerError::Log(_))),
+        "{error}"
+    );
+}
