@@ -596,21 +596,26 @@ impl Cursor {
     /// After a bad frame at `bad_offset` in the last segment, the offset of
     /// a later frame that proves the damage is not a torn write:
     ///
-    /// - one that verifies chained from the damaged frame's stored checksum,
-    ///   or from the checksum recomputed over it (a flip in the checksum
-    ///   field itself);
-    /// - unless the damaged frame looks like a write cut short (its own
-    ///   sequence number, a plausible length, a body running past the end of
-    ///   the file), also a pair of frames that verify as a chain on their
-    ///   own, or a well-formed frame carrying the very next sequence number
-    ///   (damage that took out the checksum and the body together).
+    /// - anywhere after it, a frame that verifies chained from the damaged
+    ///   frame's stored checksum, or from the checksum recomputed over it
+    ///   (a flip in the checksum field itself);
+    /// - past the damaged frame's own extent (where its length field says it
+    ///   ends, or anywhere if that length is impossible), and unless it looks
+    ///   like a write cut short (its own sequence number and a body running
+    ///   past the end of the file): a pair of frames that verify as a chain
+    ///   on their own, or, exactly where the next record would start, a
+    ///   well-formed frame carrying the next sequence number (damage that
+    ///   took out the checksum and the body together).
     ///
-    /// Inside a cut-short frame every byte to the end of the file is that
-    /// frame's own payload, which a client may have chosen: frames found
-    /// there prove nothing unless they chain from the damaged frame itself.
+    /// Bytes inside the damaged frame's extent are its own payload, which a
+    /// client chose and which often holds small little-endian integers:
+    /// frame-shaped bytes there prove nothing unless they chain from the
+    /// damaged frame itself.
     fn evidence_after(&self, bad_offset: usize) -> Option<usize> {
         let buf = &self.buf;
         let mut seeds: [Option<u32>; 2] = [None, None];
+        // Where the damaged frame says it ends, if its length is possible.
+        let mut extent_end = None;
         let mut cut_short = true;
         if bad_offset + FRAME_HEADER_LEN <= buf.len() {
             let (stored, len, seq) = frame_fields(buf, bad_offset);
@@ -618,6 +623,7 @@ impl Cursor {
             cut_short = false;
             if len <= self.record_max {
                 let size = frame_len(len) as usize;
+                extent_end = Some(bad_offset + size);
                 if bad_offset + size <= buf.len() {
                     seeds[1] = Some(chained_crc(
                         self.chain,
@@ -637,10 +643,9 @@ impl Cursor {
                         return Some(candidate);
                     }
                 }
-                if !cut_short {
-                    if seq == self.seq.saturating_add(1)
-                        && candidate >= bad_offset + FRAME_HEADER_LEN
-                    {
+                let beyond = extent_end.is_none_or(|end| candidate >= end);
+                if !cut_short && beyond {
+                    if Some(candidate) == extent_end && seq == self.seq.saturating_add(1) {
                         return Some(candidate);
                     }
                     let next = candidate + size;
