@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use payonce::LedgerError;
+use payonce_log::LogError;
 use payonce_model::FieldError;
 use payonce_model::codec::CodecError;
 
@@ -36,6 +37,13 @@ pub enum BenchError {
         key: Option<String>,
         /// What the ledger said (boxed: it is large, and rare).
         source: Box<LedgerError>,
+    },
+    /// payonce's log could not be read for counting.
+    Log {
+        /// The log's directory.
+        dir: PathBuf,
+        /// What the log said.
+        source: LogError,
     },
     /// SQLite failed.
     Sqlite {
@@ -103,6 +111,9 @@ impl fmt::Display for BenchError {
             BenchError::Ledger { key: k, source } => {
                 write!(f, "payonce failed{}: {source}", key(k))
             }
+            BenchError::Log { dir, source } => {
+                write!(f, "reading the log in {}: {source}", dir.display())
+            }
             BenchError::Sqlite {
                 step,
                 key: k,
@@ -131,6 +142,7 @@ impl std::error::Error for BenchError {
             BenchError::Invalid(error) => Some(error),
             BenchError::Io { source, .. } => Some(source),
             BenchError::Ledger { source, .. } => Some(source.as_ref()),
+            BenchError::Log { source, .. } => Some(source),
             BenchError::Sqlite { source, .. } => Some(source),
             BenchError::Sled { source, .. } => Some(source),
             BenchError::Codec { source, .. } => Some(source),

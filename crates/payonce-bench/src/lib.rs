@@ -24,7 +24,7 @@
 //!
 //! let spec = WorkloadSpec { seed: 7, threads: 2, submissions_per_thread: 20, mix: Mix::EVERY_ANSWER };
 //! let mut reports = Vec::new();
-//! for kind in StoreKind::ALL {
+//! for kind in StoreKind::EVERY {
 //!     let dir = tempfile::tempdir()?;
 //!     reports.push(timed_run(kind, dir.path(), spec)?);
 //! }
@@ -44,8 +44,9 @@ mod workload;
 pub use crate::error::BenchError;
 pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
-    BuildReport, DIR_ENTRIES_MAX, OpenReport, RunReport, Tally, build, disagreements, disk_bytes,
-    fdatasync_rate, open_and_probe, peak_resident_bytes, prepare, run, sync_files, timed_run,
+    BuildReport, DIR_ENTRIES_MAX, OVERWRITE_FILE_LEN, OpenReport, RunReport, Tally, build,
+    disagreements, disk_bytes, fdatasync_rate, open_and_probe, overwrite_fdatasync_rate,
+    payonce_log_records, peak_resident_bytes, prepare, run, sync_files, timed_run,
 };
 pub use crate::sqlite_store::SQLITE_FILE;
 pub use crate::store::{

@@ -8,11 +8,15 @@ use crate::store::StoreKind;
 /// Everything one comparison measured.
 #[derive(Debug, Clone)]
 pub struct Comparison {
-    /// The table's columns: payonce first, then the two it is compared to.
-    pub stores: [StoreKind; 3],
-    /// Raw write + fdatasync rates of the disk (per second), measured at
-    /// several points of the run.
+    /// The table's columns: payonce first, then those it is compared to.
+    pub stores: Vec<StoreKind>,
+    /// Raw rates of appending 144 bytes + fdatasync (per second), measured
+    /// at several points of the run: the issue's physical limit.
     pub fdatasync_rates: Vec<f64>,
+    /// Raw rates of overwriting 144 bytes inside an allocated file +
+    /// fdatasync, measured beside them: what a store that reuses its file
+    /// space (SQLite's WAL) pays per sync.
+    pub overwrite_fdatasync_rates: Vec<f64>,
     /// Every timed run.
     pub runs: Vec<RunReport>,
     /// Every large state built, and its reopening.
@@ -22,8 +26,9 @@ pub struct Comparison {
 impl Default for Comparison {
     fn default() -> Self {
         Comparison {
-            stores: StoreKind::ALL,
+            stores: StoreKind::ALL.to_vec(),
             fdatasync_rates: Vec::new(),
+            overwrite_fdatasync_rates: Vec::new(),
             runs: Vec::new(),
             opens: Vec::new(),
         }
@@ -37,12 +42,9 @@ pub fn share_of_sync_limit(submits_per_sec: f64, fdatasync_rate: f64) -> f64 {
 }
 
 impl Comparison {
-    /// The mean of the fdatasync measurements (0 if none).
+    /// The mean of the append + fdatasync measurements (0 if none).
     pub fn fdatasync_rate(&self) -> f64 {
-        if self.fdatasync_rates.is_empty() {
-            return 0.0;
-        }
-        self.fdatasync_rates.iter().sum::<f64>() / self.fdatasync_rates.len() as f64
+        mean(&self.fdatasync_rates)
     }
 
     fn run(&self, store: StoreKind, threads: usize) -> Option<&RunReport> {
@@ -65,10 +67,10 @@ impl Comparison {
 
     /// The table in Markdown, with the target lines below it.
     pub fn table(&self) -> String {
-        let stores = self.stores;
-        let mut rows: Vec<(String, [Option<f64>; 3], Precision)> = Vec::new();
+        let stores = &self.stores;
+        let mut rows: Vec<(String, Vec<Option<f64>>, Precision)> = Vec::new();
         let per_store = |value: &dyn Fn(StoreKind) -> Option<f64>| {
-            [value(stores[0]), value(stores[1]), value(stores[2])]
+            stores.iter().map(|&store| value(store)).collect::<Vec<_>>()
         };
         let sync_rate = self.fdatasync_rate();
         for threads in self.thread_counts() {
@@ -135,41 +137,53 @@ impl Comparison {
             ));
         }
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "| figure | {} | {} | {} | payonce/{} | payonce/{} |",
-            stores[0], stores[1], stores[2], stores[1], stores[2]
-        );
-        let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: |");
+        let (first, others) = match stores.split_first() {
+            Some((first, others)) => (*first, others),
+            None => return out,
+        };
+        let mut header = format!("| figure | {first} |");
+        let mut rule = "| --- | ---: |".to_owned();
+        for other in others {
+            header.push_str(&format!(" {other} |"));
+            rule.push_str(" ---: |");
+        }
+        for other in others {
+            header.push_str(&format!(" {first}/{other} |"));
+            rule.push_str(" ---: |");
+        }
+        let _ = writeln!(out, "{header}");
+        let _ = writeln!(out, "{rule}");
         for (name, values, precision) in &rows {
-            let cell = |value: Option<f64>| value.map_or("-".to_owned(), |v| precision.show(v));
-            let ratio = |other: Option<f64>| match (values[0], other) {
-                (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}", ours / theirs),
-                _ => "-".to_owned(),
-            };
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {} | {} | {} | {} |",
-                cell(values[0]),
-                cell(values[1]),
-                cell(values[2]),
-                ratio(values[1]),
-                ratio(values[2])
-            );
+            let mut line = format!("| {name} |");
+            for value in values {
+                let cell = value.map_or("-".to_owned(), |v| precision.show(v));
+                line.push_str(&format!(" {cell} |"));
+            }
+            for other in values.iter().skip(1) {
+                let ratio = match (values[0], other) {
+                    (Some(ours), Some(theirs)) if *theirs > 0.0 => format!("{:.2}", ours / theirs),
+                    _ => "-".to_owned(),
+                };
+                line.push_str(&format!(" {ratio} |"));
+            }
+            let _ = writeln!(out, "{line}");
         }
         let _ = writeln!(out);
-        let rates: Vec<String> = self
-            .fdatasync_rates
-            .iter()
-            .map(|rate| format!("{rate:.0}"))
-            .collect();
         let _ = writeln!(
             out,
-            "raw write (144 bytes) + fdatasync: {sync_rate:.0}/s (mean of {}/s); \
+            "raw append (144 bytes) + fdatasync: {sync_rate:.0}/s (mean of {}/s); \
              two syncs per submit allow {:.0} submits/s on one thread",
-            rates.join(", "),
+            show_rates(&self.fdatasync_rates),
             sync_rate / 2.0
         );
+        if !self.overwrite_fdatasync_rates.is_empty() {
+            let _ = writeln!(
+                out,
+                "raw overwrite (144 bytes, inside an allocated file) + fdatasync: {:.0}/s (mean of {}/s)",
+                mean(&self.overwrite_fdatasync_rates),
+                show_rates(&self.overwrite_fdatasync_rates)
+            );
+        }
         out.push_str(&self.targets());
         out
     }
@@ -179,10 +193,18 @@ impl Comparison {
         let mut out = String::new();
         let sync_rate = self.fdatasync_rate();
         let verdict = |met: bool| if met { "met" } else { "MISSED" };
+        let Some((&first, others)) = self.stores.split_first() else {
+            return out;
+        };
         if let Some(highest) = self.thread_counts().last().copied() {
-            let payonce = self.run(self.stores[0], highest);
-            for other in [self.stores[1], self.stores[2]] {
-                let factor = if other == StoreKind::Sled { 3.0 } else { 10.0 };
+            let payonce = self.run(first, highest);
+            for &other in others {
+                let factor = match other {
+                    StoreKind::Sqlite | StoreKind::SqliteShared => 10.0,
+                    StoreKind::Sled => 3.0,
+                    // Not the same durability: shown, not judged.
+                    _ => continue,
+                };
                 if let (Some(ours), Some(theirs)) = (payonce, self.run(other, highest)) {
                     let ratio = ours.submits_per_sec / theirs.submits_per_sec;
                     let _ = writeln!(
@@ -193,7 +215,7 @@ impl Comparison {
                 }
             }
         }
-        if let Some(single) = self.run(self.stores[0], 1) {
+        if let Some(single) = self.run(first, 1) {
             let share = share_of_sync_limit(single.submits_per_sec, sync_rate);
             let _ = writeln!(
                 out,
@@ -237,6 +259,18 @@ impl Precision {
             Precision::Hundredths => format!("{value:.2}"),
         }
     }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+fn show_rates(rates: &[f64]) -> String {
+    let rates: Vec<String> = rates.iter().map(|rate| format!("{rate:.0}")).collect();
+    rates.join(", ")
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -6,10 +6,11 @@ use std::fs::{self, File, OpenOptions};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use payonce_log::{FsStorage, LogConfig, LogReader, OpenError};
 use payonce_model::WithdrawalRequest;
 use serde::{Deserialize, Serialize};
 
@@ -302,6 +303,9 @@ pub struct OpenReport {
     /// Peak resident memory of the process after opening (VmHWM), if
     /// measured.
     pub peak_resident_bytes: Option<u64>,
+    /// For payonce: the events its open replayed (the log's records), to
+    /// tell its replay rate.
+    pub log_records: Option<u64>,
 }
 
 /// Opens the store in `dir` as a service starts it (full durability) and
@@ -321,7 +325,28 @@ pub fn open_and_probe(
         open_secs,
         probe_reference,
         peak_resident_bytes: None,
+        log_records: None,
     })
+}
+
+/// The records in the payonce log in `dir`, counted by a verifying scan.
+pub fn payonce_log_records(dir: &Path) -> Result<u64, BenchError> {
+    let storage = Arc::new(FsStorage::new(dir));
+    let reader =
+        LogReader::open(storage, LogConfig::default()).map_err(|source| BenchError::Log {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    let recovery = reader
+        .scan(|_| Ok::<(), std::convert::Infallible>(()))
+        .map_err(|error| match error {
+            OpenError::Log(source) => BenchError::Log {
+                dir: dir.to_path_buf(),
+                source,
+            },
+            OpenError::Visit(never) => match never {},
+        })?;
+    Ok(recovery.records)
 }
 
 /// Writes `len` bytes and fdatasyncs them, in a loop, for `duration`, on a
@@ -340,6 +365,55 @@ pub fn fdatasync_rate(dir: &Path, len: usize, duration: Duration) -> Result<f64,
     while started.elapsed() < duration {
         file.write_all(&block).map_err(BenchError::io(&path))?;
         file.sync_data().map_err(BenchError::io(&path))?;
+        count += 1;
+    }
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    drop(file);
+    fs::remove_file(&path).map_err(BenchError::io(&path))?;
+    Ok(rate)
+}
+
+/// Bytes of the file [`overwrite_fdatasync_rate`] writes inside: room for
+/// over a hundred thousand 144-byte writes before it wraps.
+pub const OVERWRITE_FILE_LEN: u64 = 16 << 20;
+
+/// Like [`fdatasync_rate`], but each write overwrites bytes inside a file
+/// already allocated and synced (sequentially, wrapping), so `fdatasync`
+/// has no file size to commit: what a store that reuses its space pays.
+pub fn overwrite_fdatasync_rate(
+    dir: &Path,
+    len: usize,
+    duration: Duration,
+) -> Result<f64, BenchError> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("raw-overwrite-fdatasync");
+    let file = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(BenchError::io(&path))?;
+    // Written, not just sized, so every block is allocated before the loop.
+    let zeros = vec![0u8; 1 << 20];
+    let mut offset = 0;
+    while offset < OVERWRITE_FILE_LEN {
+        file.write_all_at(&zeros, offset)
+            .map_err(BenchError::io(&path))?;
+        offset += zeros.len() as u64;
+    }
+    file.sync_all().map_err(BenchError::io(&path))?;
+    let block = vec![0xA5u8; len];
+    let started = Instant::now();
+    let mut count = 0u64;
+    let mut offset = 0u64;
+    while started.elapsed() < duration {
+        if offset + len as u64 > OVERWRITE_FILE_LEN {
+            offset = 0;
+        }
+        file.write_all_at(&block, offset)
+            .map_err(BenchError::io(&path))?;
+        file.sync_data().map_err(BenchError::io(&path))?;
+        offset += len as u64;
         count += 1;
     }
     let rate = count as f64 / started.elapsed().as_secs_f64();
