@@ -45,8 +45,9 @@ pub use crate::error::BenchError;
 pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
     BuildReport, DIR_ENTRIES_MAX, OVERWRITE_FILE_LEN, OpenReport, RunReport, Tally, build,
-    disagreements, disk_bytes, fdatasync_rate, open_and_probe, overwrite_fdatasync_rate,
-    payonce_log_records, peak_resident_bytes, prepare, run, sync_files, timed_run,
+    combine_rounds, disagreements, disk_bytes, fdatasync_rate, open_and_probe,
+    overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, prepare, run, sync_files,
+    timed_run,
 };
 pub use crate::sqlite_store::SQLITE_FILE;
 pub use crate::store::{

@@ -18,8 +18,8 @@ use anyhow::{Context, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use payonce_bench::{
     BuildReport, Comparison, Mix, OpenReport, RunReport, StoreKind, WorkloadSpec, build,
-    disagreements, disk_bytes, fdatasync_rate, open_and_probe, overwrite_fdatasync_rate,
-    payonce_log_records, peak_resident_bytes, timed_run,
+    combine_rounds, disagreements, disk_bytes, fdatasync_rate, open_and_probe,
+    overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, timed_run,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -66,6 +66,11 @@ struct CompareArgs {
     /// Seconds per raw fdatasync measurement (default 2; quick 0.3).
     #[arg(long)]
     sync_secs: Option<f64>,
+    /// Rounds per thread count (default 3; quick 1): each round runs every
+    /// store once, in a rotating order, on a seed of its own, with the
+    /// submissions split evenly between rounds; the table shows medians.
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Compare with SQLite sharing one connection behind a mutex, instead
     /// of a connection per thread.
     #[arg(long)]
@@ -284,6 +289,8 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
             .unwrap_or(if args.quick { 2_000 } else { 1_000_000 });
     let sync_duration =
         Duration::from_secs_f64(args.sync_secs.unwrap_or(if args.quick { 0.3 } else { 2.0 }));
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+    ensure!(rounds > 0, "--rounds must be at least 1");
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = tempfile::Builder::new()
         .prefix("payonce-bench-")
@@ -321,31 +328,59 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         Ok(())
     };
     measure_sync(&mut comparison)?;
+    let mut spreads = Vec::new();
     for (&threads, &total) in threads.iter().zip(&submissions) {
         ensure!(threads > 0, "a thread count must be at least 1");
-        let per_thread = (total / threads).max(1);
-        let mut reports: Vec<RunReport> = Vec::new();
-        for &store in &stores {
-            let dir = work.join(format!("{}-{threads}", store_arg(store)));
-            let mut child_args = vec!["run".to_owned()];
-            child_args.extend(arg("store", store_arg(store)));
-            child_args.extend(arg("dir", dir.display()));
-            child_args.extend(arg("seed", args.seed));
-            child_args.extend(arg("threads", threads));
-            child_args.extend(arg("submissions-per-thread", per_thread));
-            child_args.extend(arg("mix", "standard"));
-            let report: RunReport = child(&child_args)?;
-            eprintln!(
-                "{store}, {threads} threads: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, {:?}",
-                report.submits_per_sec, report.latency_p50_us, report.latency_p99_us, report.tally
-            );
-            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-            reports.push(report);
+        let per_thread = (total / threads / rounds).max(1);
+        let mut by_store: Vec<Vec<RunReport>> = vec![Vec::new(); stores.len()];
+        for round in 0..rounds {
+            let seed = args.seed.wrapping_add(round as u64);
+            let mut reports: Vec<RunReport> = Vec::new();
+            // A rotating order, so no store always runs first after a pause.
+            for turn in 0..stores.len() {
+                let index = (turn + round) % stores.len();
+                let store = stores[index];
+                let dir = work.join(format!("{}-{threads}-{round}", store_arg(store)));
+                let mut child_args = vec!["run".to_owned()];
+                child_args.extend(arg("store", store_arg(store)));
+                child_args.extend(arg("dir", dir.display()));
+                child_args.extend(arg("seed", seed));
+                child_args.extend(arg("threads", threads));
+                child_args.extend(arg("submissions-per-thread", per_thread));
+                child_args.extend(arg("mix", "standard"));
+                let report: RunReport = child(&child_args)?;
+                eprintln!(
+                    "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, {:?}",
+                    report.submits_per_sec,
+                    report.latency_p50_us,
+                    report.latency_p99_us,
+                    report.tally
+                );
+                fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+                by_store[index].push(report.clone());
+                reports.push(report);
+            }
+            if let Some(differ) = disagreements(&reports) {
+                bail!(
+                    "the stores answered the {threads}-thread workload of round {round} differently: {differ:?}"
+                );
+            }
         }
-        if let Some(differ) = disagreements(&reports) {
-            bail!("the stores answered the {threads}-thread workload differently: {differ:?}");
+        for reports in &by_store {
+            if let Some(combined) = combine_rounds(reports) {
+                let rates: Vec<String> = combined
+                    .round_rates
+                    .iter()
+                    .map(|rate| format!("{rate:.0}"))
+                    .collect();
+                spreads.push(format!(
+                    "{}, {threads} threads: {}",
+                    combined.store,
+                    rates.join(", ")
+                ));
+                comparison.runs.push(combined);
+            }
         }
-        comparison.runs.extend(reports);
         measure_sync(&mut comparison)?;
     }
 
@@ -405,6 +440,12 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
 
     println!();
     print!("{}", comparison.table());
+    if rounds > 1 {
+        println!("submits/s of each round (the table shows the median):");
+        for spread in &spreads {
+            println!("- {spread}");
+        }
+    }
     println!(
         "every store answered every submission alike; load average at end {}",
         loadavg()

@@ -101,6 +101,45 @@ pub struct RunReport {
     pub digest: u64,
     /// Peak resident memory of the process (VmHWM), if measured.
     pub peak_resident_bytes: Option<u64>,
+    /// Submissions per second of each round, when this report combines
+    /// several ([`combine_rounds`]).
+    #[serde(default)]
+    pub round_rates: Vec<f64>,
+}
+
+/// Combines one store's rounds of the same kind of run: the median
+/// throughput and median latencies, the sum of the answers, the highest
+/// peak memory. Medians, because a shared machine's bursts of load hit
+/// single rounds.
+pub fn combine_rounds(rounds: &[RunReport]) -> Option<RunReport> {
+    let first = rounds.first()?;
+    let median = |value: fn(&RunReport) -> f64| {
+        let mut values: Vec<f64> = rounds.iter().map(value).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let mut tally = Tally::default();
+    let mut digest = DefaultHasher::new();
+    for round in rounds {
+        tally.add(&round.tally);
+        round.digest.hash(&mut digest);
+    }
+    Some(RunReport {
+        store: first.store,
+        spec: first.spec,
+        submissions: rounds.iter().map(|round| round.submissions).sum(),
+        elapsed_secs: rounds.iter().map(|round| round.elapsed_secs).sum(),
+        submits_per_sec: median(|round| round.submits_per_sec),
+        latency_p50_us: median(|round| round.latency_p50_us),
+        latency_p99_us: median(|round| round.latency_p99_us),
+        tally,
+        digest: digest.finish(),
+        peak_resident_bytes: rounds
+            .iter()
+            .filter_map(|round| round.peak_resident_bytes)
+            .max(),
+        round_rates: rounds.iter().map(|round| round.submits_per_sec).collect(),
+    })
 }
 
 /// Creates the workload's withdrawals in a fresh store in `dir`, with
@@ -209,6 +248,7 @@ pub fn run(
         tally,
         digest: digest.finish(),
         peak_resident_bytes: None,
+        round_rates: Vec::new(),
     })
 }
 
