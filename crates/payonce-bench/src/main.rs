@@ -350,10 +350,11 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
                 child_args.extend(arg("mix", "standard"));
                 let report: RunReport = child(&child_args)?;
                 eprintln!(
-                    "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, {:?}",
+                    "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:?}",
                     report.submits_per_sec,
                     report.latency_p50_us,
                     report.latency_p99_us,
+                    report.latency_max_us,
                     report.tally
                 );
                 fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;

@@ -42,9 +42,11 @@ pub fn share_of_sync_limit(submits_per_sec: f64, fdatasync_rate: f64) -> f64 {
 }
 
 impl Comparison {
-    /// The mean of the append + fdatasync measurements (0 if none).
+    /// The median of the append + fdatasync measurements (0 if none): a
+    /// burst of other people's writes during one measurement does not move
+    /// it.
     pub fn fdatasync_rate(&self) -> f64 {
-        mean(&self.fdatasync_rates)
+        median(&self.fdatasync_rates)
     }
 
     fn run(&self, store: StoreKind, threads: usize) -> Option<&RunReport> {
@@ -171,7 +173,7 @@ impl Comparison {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "raw append (144 bytes) + fdatasync: {sync_rate:.0}/s (mean of {}/s); \
+            "raw append (144 bytes) + fdatasync: {sync_rate:.0}/s (median of {}/s); \
              two syncs per submit allow {:.0} submits/s on one thread",
             show_rates(&self.fdatasync_rates),
             sync_rate / 2.0
@@ -179,8 +181,8 @@ impl Comparison {
         if !self.overwrite_fdatasync_rates.is_empty() {
             let _ = writeln!(
                 out,
-                "raw overwrite (144 bytes, inside an allocated file) + fdatasync: {:.0}/s (mean of {}/s)",
-                mean(&self.overwrite_fdatasync_rates),
+                "raw overwrite (144 bytes, inside an allocated file) + fdatasync: {:.0}/s (median of {}/s)",
+                median(&self.overwrite_fdatasync_rates),
                 show_rates(&self.overwrite_fdatasync_rates)
             );
         }
@@ -261,11 +263,15 @@ impl Precision {
     }
 }
 
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        len if len % 2 == 1 => sorted[len / 2],
+        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
     }
-    values.iter().sum::<f64>() / values.len() as f64
 }
 
 fn show_rates(rates: &[f64]) -> String {

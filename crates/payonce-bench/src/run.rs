@@ -94,6 +94,9 @@ pub struct RunReport {
     pub latency_p50_us: f64,
     /// 99th percentile latency of one submission.
     pub latency_p99_us: f64,
+    /// The slowest submission.
+    #[serde(default)]
+    pub latency_max_us: f64,
     /// The answers by kind.
     pub tally: Tally,
     /// A hash of every answer, thread by thread in order: equal digests
@@ -132,6 +135,10 @@ pub fn combine_rounds(rounds: &[RunReport]) -> Option<RunReport> {
         submits_per_sec: median(|round| round.submits_per_sec),
         latency_p50_us: median(|round| round.latency_p50_us),
         latency_p99_us: median(|round| round.latency_p99_us),
+        latency_max_us: rounds
+            .iter()
+            .map(|round| round.latency_max_us)
+            .fold(0.0, f64::max),
         tally,
         digest: digest.finish(),
         peak_resident_bytes: rounds
@@ -245,6 +252,7 @@ pub fn run(
         submits_per_sec: submissions as f64 / elapsed_secs.max(f64::MIN_POSITIVE),
         latency_p50_us: percentile(&latencies, 50.0) / 1000.0,
         latency_p99_us: percentile(&latencies, 99.0) / 1000.0,
+        latency_max_us: percentile(&latencies, 100.0) / 1000.0,
         tally,
         digest: digest.finish(),
         peak_resident_bytes: None,
