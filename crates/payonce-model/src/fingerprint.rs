@@ -45,6 +45,9 @@ impl fmt::Display for FingerprintField {
     }
 }
 
+/// Most differences two fingerprints can have: one per field.
+pub const DIFFERENCES_MAX: usize = 4;
+
 /// One field on which two fingerprints differ, with both values as text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Difference {

@@ -33,6 +33,7 @@
 //! [`mark_sent`]: WithdrawalRequest::mark_sent
 
 mod amount;
+pub mod bounded;
 pub mod codec;
 mod error;
 mod fingerprint;
@@ -44,7 +45,7 @@ pub use crate::amount::{
     CURRENCY_LEN_MIN, Currency,
 };
 pub use crate::error::{Field, FieldError, Rule};
-pub use crate::fingerprint::{Difference, Fingerprint, FingerprintField};
+pub use crate::fingerprint::{DIFFERENCES_MAX, Difference, Fingerprint, FingerprintField};
 pub use crate::text::{
     Actor, DESTINATION_LEN_MAX, Destination, Note, REQUEST_KEY_LEN_MAX, Reason, Reference,
     RequestKey, TEXT_LEN_MAX, WITHDRAWAL_ID_LEN_MAX, WithdrawalId,

@@ -233,7 +233,10 @@ struct WithdrawalFields {
     #[serde(default)]
     reason: Option<Reason>,
     requested_by: Actor,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "crate::bounded::vec_max::<_, _, REPLACED_MAX>"
+    )]
     replaced: Vec<Reference>,
 }
 

@@ -104,6 +104,9 @@ pub enum FailureCause {
         /// What the send returned.
         outcome: Box<WithdrawalRequest>,
         /// Every field that differs: the claimed value, then the outcome's.
+        #[serde(
+            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
+        )]
         differences: Vec<Difference>,
     },
 }

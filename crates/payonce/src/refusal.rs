@@ -91,6 +91,9 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
         /// Every field that differs: the recorded value, then the new one.
+        #[serde(
+            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
+        )]
         differences: Vec<Difference>,
     },
     /// An outcome is not the withdrawal the key claimed.
@@ -98,6 +101,9 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
         /// Every field that differs: the claimed value, then the outcome's.
+        #[serde(
+            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
+        )]
         differences: Vec<Difference>,
     },
     /// The key already has a different outcome.
@@ -141,6 +147,9 @@ pub enum Refusal {
         /// The id.
         withdrawal: WithdrawalId,
         /// Every field that differs: as created, then as given.
+        #[serde(
+            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
+        )]
         differences: Vec<Difference>,
     },
     /// A completion arrived for a key with no send running.

@@ -391,3 +391,24 @@ fn a_request_splits_into_fingerprint_and_progress_and_back() {
     assert_eq!(WithdrawalRequest::from_parts(fingerprint, progress), bumped);
     assert!(!make("w-1").fingerprint().matches(&make("w-2")));
 }
+
+#[test]
+fn a_list_longer_than_its_limit_is_refused_before_it_is_read() {
+    // Guards against a length prefix making the decoder reserve memory:
+    // a bump history claiming a million entries is refused at once.
+    let bumped = crate::sent("w-1", "0xa")
+        .bump(Reference::new("0xb").unwrap())
+        .unwrap();
+    let bytes = codec::encode(&bumped).unwrap();
+    // `replaced` is last: its u64 length prefix, then one entry (a u64
+    // length and the 3 bytes of "0xa").
+    let prefix_at = bytes.len() - (8 + 3) - 8;
+    assert_eq!(bytes[prefix_at..prefix_at + 8], 1u64.to_le_bytes());
+    let mut long = bytes.clone();
+    long[prefix_at..prefix_at + 8].copy_from_slice(&1_000_000u64.to_le_bytes());
+
+    let error = codec::decode::<WithdrawalRequest>(&long).unwrap_err();
+
+    assert!(error.to_string().contains("at most 32 entries"), "{error}");
+    assert_eq!(codec::decode::<WithdrawalRequest>(&bytes).unwrap(), bumped);
+}
