@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -401,24 +400,8 @@ pub fn payonce_log_records(dir: &Path) -> Result<u64, BenchError> {
 /// new file in `dir`: the most durable writes per second one thread can get
 /// from this disk. Returns syncs per second.
 pub fn fdatasync_rate(dir: &Path, len: usize, duration: Duration) -> Result<f64, BenchError> {
-    let path = dir.join("raw-fdatasync");
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .map_err(BenchError::io(&path))?;
-    let block = vec![0x5Au8; len];
-    let started = Instant::now();
-    let mut count = 0u64;
-    while started.elapsed() < duration {
-        file.write_all(&block).map_err(BenchError::io(&path))?;
-        file.sync_data().map_err(BenchError::io(&path))?;
-        count += 1;
-    }
-    let rate = count as f64 / started.elapsed().as_secs_f64();
-    drop(file);
-    fs::remove_file(&path).map_err(BenchError::io(&path))?;
-    Ok(rate)
+    payonce_log::sync_rate(&FsStorage::new(dir), len, duration)
+        .map_err(BenchError::io(dir.join(payonce_log::SYNC_PROBE_FILE)))
 }
 
 /// Bytes of the file [`overwrite_fdatasync_rate`] writes inside: room for

@@ -13,15 +13,14 @@
 // its location is the report, as in a test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::hint::black_box;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use payonce_log::{Durability, FsStorage, Log, LogConfig, LogReader};
+use payonce_log::{Durability, FsStorage, Log, LogConfig, LogReader, sync_rate};
 
 const RECORD_LEN: usize = 128;
 /// A 128-byte record's frame: 16 bytes of header, the payload, no padding.
@@ -46,7 +45,7 @@ fn main() {
     );
     println!();
 
-    let raw = raw_fdatasync_rate(dir.path(), duration);
+    let raw = sync_rate(&FsStorage::new(dir.path()), FRAME_LEN, duration).unwrap();
     println!("| measurement | records/s | records per fdatasync | vs raw fdatasync |");
     println!("| --- | ---: | ---: | ---: |");
     println!("| raw write + fdatasync, {FRAME_LEN} bytes | {raw:.0} | 1 | 100% |");
@@ -78,28 +77,6 @@ fn main() {
             plain / seconds * 100.0
         );
     }
-}
-
-/// Writes one frame-sized block and fdatasyncs it, in a loop: the most
-/// durable appends per second one thread could ever get from this disk.
-fn raw_fdatasync_rate(dir: &Path, duration: Duration) -> f64 {
-    let path = dir.join("raw-fdatasync");
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .unwrap();
-    let block = [0x5Au8; FRAME_LEN];
-    let start = Instant::now();
-    let mut count = 0u64;
-    while start.elapsed() < duration {
-        file.write_all(&block).unwrap();
-        file.sync_data().unwrap();
-        count += 1;
-    }
-    let rate = count as f64 / start.elapsed().as_secs_f64();
-    fs::remove_file(path).unwrap();
-    rate
 }
 
 /// `threads` threads each appending a record and waiting for it to be

@@ -15,6 +15,7 @@
 //! - [`Storage`]: the small file-system trait behind it all, with
 //!   [`FsStorage`] for real directories and [`MemStorage`] for tests, which
 //!   injects [`Fault`]s and simulates power loss ([`MemStorage::crash`]).
+//!   [`sync_rate`] measures a storage's own limit: synced appends per second.
 //!
 //! On disk (docs/log-format.md has every byte): segment files named by their
 //! first sequence number, each a checksummed header then frames whose crc32
@@ -70,5 +71,8 @@ pub use crate::format::{
 pub use crate::mem::{CrashMode, MemStats, MemStorage};
 pub use crate::reader::{LogReader, Records};
 pub use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
-pub use crate::storage::{FsStorage, LOCK_FILE, Storage, StorageFile, StorageLock};
+pub use crate::storage::{
+    FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,
+    sync_rate,
+};
 pub use crate::writer::{Log, LogStats, PENDING_LEN_MAX};

@@ -6,9 +6,48 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The name of the file whose lock marks the one writer of a directory.
 pub const LOCK_FILE: &str = "LOCK";
+
+/// The name of the file [`sync_rate`] writes, then removes.
+pub const SYNC_PROBE_FILE: &str = "sync-rate.probe";
+
+/// The largest block [`sync_rate`] writes: a record's default limit.
+pub const SYNC_PROBE_BLOCK_MAX: usize = 1 << 20;
+
+/// Appends `block_len`-byte blocks to a new file in `storage`, each followed
+/// by `sync_data`, for `duration`, and returns the blocks per second: the
+/// most durable appends one thread can get from that storage, the limit the
+/// log's group commit is measured against. The file ([`SYNC_PROBE_FILE`])
+/// is removed afterwards; one already there is an error, never overwritten.
+pub fn sync_rate(storage: &dyn Storage, block_len: usize, duration: Duration) -> io::Result<f64> {
+    if block_len == 0 || block_len > SYNC_PROBE_BLOCK_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("sync probe block is {block_len} bytes; from 1 to {SYNC_PROBE_BLOCK_MAX}"),
+        ));
+    }
+    let mut file = storage.create_new(SYNC_PROBE_FILE)?;
+    let block = vec![0x5A; block_len];
+    let started = Instant::now();
+    let mut count = 0u64;
+    let written = loop {
+        if started.elapsed() >= duration {
+            break Ok(());
+        }
+        if let Err(error) = file.append(&block).and_then(|()| file.sync_data()) {
+            break Err(error);
+        }
+        count += 1;
+    };
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    drop(file);
+    // The probe file goes even when a write failed.
+    let removed = storage.remove(SYNC_PROBE_FILE);
+    written.and(removed).map(|()| rate)
+}
 
 /// One log directory. Names are plain file names inside it, never paths.
 ///

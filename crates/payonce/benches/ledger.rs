@@ -17,15 +17,14 @@
 // its location is the report, as in a test.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use payonce::{Config, Ledger, NewWithdrawal, SendFailure};
-use payonce_log::{Durability, LogConfig};
+use payonce_log::{Durability, FsStorage, LogConfig, sync_rate};
 use payonce_model::{Reference, WithdrawalRequest};
 
 /// A claim or outcome event is about this big on disk; the raw loop writes
@@ -66,7 +65,7 @@ fn main() {
         thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    let raw = raw_fdatasync_rate(dir.path(), duration);
+    let raw = sync_rate(&FsStorage::new(dir.path()), EVENT_LEN, duration).unwrap();
     let limit = raw / 2.0;
     println!("| measurement | submits/s | vs half the raw fdatasync rate |");
     println!("| --- | ---: | ---: |");
@@ -107,26 +106,6 @@ fn main() {
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
-}
-
-fn raw_fdatasync_rate(dir: &Path, duration: Duration) -> f64 {
-    let path = dir.join("raw-fdatasync");
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .unwrap();
-    let block = [0x5Au8; EVENT_LEN];
-    let start = Instant::now();
-    let mut count = 0u64;
-    while start.elapsed() < duration {
-        file.write_all(&block).unwrap();
-        file.sync_data().unwrap();
-        count += 1;
-    }
-    let rate = count as f64 / start.elapsed().as_secs_f64();
-    fs::remove_file(path).unwrap();
-    rate
 }
 
 fn new_withdrawal(ledger: &Ledger) -> WithdrawalRequest {

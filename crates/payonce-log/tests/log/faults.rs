@@ -4,8 +4,11 @@
 use std::io;
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
-use payonce_log::{CrashMode, Fault, Log, LogError, Storage};
+use payonce_log::{
+    CrashMode, Fault, Log, LogError, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, sync_rate,
+};
 
 use crate::support::{
     Disk, Env, Kind, append_payloads, expected, on_both, open_collect, payload, payloads,
@@ -278,4 +281,39 @@ fn a_seal_that_landed_but_was_never_synced_is_synced_when_reopening() {
             .unwrap_or_else(|error| panic!("seed {seed}: a power loss leaves {error}"));
         assert!(seen.len() as u64 >= acknowledged, "seed {seed}");
     }
+}
+
+#[test]
+fn the_sync_probe_syncs_every_block_and_leaves_no_file_behind() {
+    // Guards against a benchmark's disk limit measured without syncing, and a probe file left in a directory.
+    on_both(|env| {
+        // Beside a log, as a benchmark runs it (this also creates the directory).
+        drop(Log::open(env.storage.clone(), small_config()).unwrap());
+        let storage = env.storage.as_ref();
+        let probe_left = || {
+            storage
+                .list()
+                .unwrap()
+                .contains(&SYNC_PROBE_FILE.to_owned())
+        };
+
+        let rate = sync_rate(storage, 128, Duration::from_millis(20)).unwrap();
+        assert!(rate > 0.0, "{rate}");
+        assert!(!probe_left());
+
+        // A failing sync ends the probe at once, with the failure.
+        env.faults.arm(Fault::SyncFails { nth: 1 });
+        assert!(sync_rate(storage, 128, Duration::from_secs(5)).is_err());
+        assert!(!probe_left());
+
+        for block_len in [0, SYNC_PROBE_BLOCK_MAX + 1] {
+            let error = sync_rate(storage, block_len, Duration::from_millis(1)).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+            assert!(
+                error.to_string().contains(&block_len.to_string()),
+                "{error}"
+            );
+            assert!(!probe_left());
+        }
+    });
 }
