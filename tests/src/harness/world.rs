@@ -998,11 +998,7 @@ impl World {
 
     fn after_open(&mut self) {
         let context = self.context.clone();
-        let unexpected = self.disk.unexpected_errors();
-        assert!(
-            unexpected.is_empty(),
-            "{context}: the storage failed without an injected fault: {unexpected:?}"
-        );
+        self.assert_storage_failed_only_where_armed();
         let state = self.ledger().state();
         let report = verify_on(Arc::new(self.disk.mem().clone()), WorldConfig::log())
             .unwrap_or_else(|error| panic!("{context}: verify refuses the log: {error}"));
@@ -1024,13 +1020,7 @@ impl World {
         shadow.audit.assert_matches(&state, &context);
         assert_invariants(&state, &context);
 
-        for (key, outcome) in &self.acked.outcomes {
-            assert_eq!(
-                state.outcome(key).as_ref(),
-                Some(outcome),
-                "{context}: the outcome acknowledged for key {key} did not survive"
-            );
-        }
+        self.assert_acknowledged_outcomes_present(&state);
         for (key, id) in &self.acked.claims {
             if self.acked.maybe_released.contains(key) {
                 continue;
@@ -1102,14 +1092,32 @@ impl World {
         }
     }
 
-    /// The checks after every step the process survived.
-    fn check(&mut self) {
-        let context = self.context.clone();
+    /// Every storage error so far came from a fault the world armed.
+    fn assert_storage_failed_only_where_armed(&self) {
+        let context = &self.context;
         let unexpected = self.disk.unexpected_errors();
         assert!(
             unexpected.is_empty(),
             "{context}: the storage failed without an injected fault: {unexpected:?}"
         );
+    }
+
+    /// Every outcome acknowledged to a caller is in `state`.
+    fn assert_acknowledged_outcomes_present(&self, state: &payonce::State) {
+        let context = &self.context;
+        for (key, outcome) in &self.acked.outcomes {
+            assert_eq!(
+                state.outcome(key).as_ref(),
+                Some(outcome),
+                "{context}: the outcome acknowledged for key {key} is gone"
+            );
+        }
+    }
+
+    /// The checks after every step the process survived.
+    fn check(&mut self) {
+        let context = self.context.clone();
+        self.assert_storage_failed_only_where_armed();
         let state = self.ledger().state();
         if std::mem::take(&mut self.ack_pending) {
             self.acked.seq = state.last_seq();
@@ -1141,13 +1149,7 @@ impl World {
             assert_invariants(&self.shadow.state, &format!("{context} (replayed)"));
         }
         self.check_rail_truth(&state);
-        for (key, outcome) in &self.acked.outcomes {
-            assert_eq!(
-                state.outcome(key).as_ref(),
-                Some(outcome),
-                "{context}: the outcome acknowledged for key {key} is gone"
-            );
-        }
+        self.assert_acknowledged_outcomes_present(&state);
         self.live = state;
     }
 
