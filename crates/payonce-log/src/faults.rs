@@ -351,6 +351,14 @@ impl StorageFile for FaultyFile {
             None => Ok(()),
         }
     }
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let (landed, error) = self.faults.on_write(bytes.len());
+        self.inner.write_at(offset, &bytes[..landed])?;
+        match error {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
     fn sync_data(&mut self) -> io::Result<()> {
         self.faults.on_sync()?;
         self.inner.sync_data()

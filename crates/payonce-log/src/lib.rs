@@ -61,7 +61,7 @@ mod scan;
 mod storage;
 mod writer;
 
-pub use crate::config::{Durability, LogConfig};
+pub use crate::config::{Durability, LogConfig, PREALLOCATE_LEN};
 pub use crate::error::{Damage, LogError, OpenError};
 pub use crate::faults::{Fault, Faults, FaultyStorage, SyncHold};
 pub use crate::format::{

@@ -26,60 +26,81 @@ pub enum CrashMode {
 
 #[derive(Debug, Clone, Default)]
 struct Inode {
+    /// The file as the running system sees it.
     data: Vec<u8>,
-    /// `data[..synced_len]` is on stable storage, unless `synced_backup`
-    /// holds what is (after a truncation that was not synced yet).
-    synced_len: usize,
-    synced_backup: Option<Vec<u8>>,
+    /// The file as of its last sync: what a power loss surely leaves.
+    durable: Vec<u8>,
+    /// `data` and `durable` agree before this offset: every write,
+    /// overwrite or truncation since the last sync is at or after it.
+    clean: usize,
+    /// ... and from this offset on (0 when nothing changed since the last
+    /// sync): bytes no write touched are not at risk in a power loss.
+    dirty_end: usize,
 }
 
 impl Inode {
-    fn synced(&self) -> &[u8] {
-        match &self.synced_backup {
-            Some(backup) => backup,
-            None => &self.data[..self.synced_len],
-        }
-    }
-
     fn sync(&mut self) {
-        self.synced_len = self.data.len();
-        self.synced_backup = None;
+        self.durable.truncate(self.clean);
+        self.durable.extend_from_slice(&self.data[self.clean..]);
+        self.clean = self.data.len();
+        self.dirty_end = 0;
+        debug_assert_eq!(self.durable, self.data);
     }
 
-    /// The bytes a power loss leaves.
+    /// Writes `bytes` at `offset`, zero-filling any gap past the end.
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) {
+        let end = offset + bytes.len();
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+        }
+        self.data[offset..end].copy_from_slice(bytes);
+        self.clean = self.clean.min(offset);
+        self.dirty_end = self.dirty_end.max(end);
+    }
+
+    fn set_len(&mut self, len: usize) {
+        self.dirty_end = self.dirty_end.max(len);
+        self.data.resize(len, 0);
+        self.clean = self.clean.min(len);
+    }
+
+    /// The bytes a power loss leaves. Changes since the last sync reach the
+    /// disk in the order they were made: a prefix of the changed range
+    /// carries the new bytes, the rest the old ones; bytes no write touched
+    /// keep their old value.
     fn after_crash(&self, mode: CrashMode, rng: &mut SplitMix64) -> Vec<u8> {
-        let synced = self.synced();
-        let extends = self.synced_backup.is_none() && self.data.len() >= self.synced_len;
-        if !extends {
+        if self.data.len() < self.durable.len() {
             // An unsynced truncation: either it reached the disk or it did not.
             return match mode {
-                CrashMode::DropUnsynced => synced.to_vec(),
+                CrashMode::DropUnsynced => self.durable.clone(),
                 CrashMode::KeepPrefix | CrashMode::Garble => {
                     if rng.coin() {
                         self.data.clone()
                     } else {
-                        synced.to_vec()
+                        self.durable.clone()
                     }
                 }
             };
         }
-        let unsynced = self.data.len() - self.synced_len;
-        match mode {
-            CrashMode::DropUnsynced => synced.to_vec(),
-            CrashMode::KeepPrefix => {
-                let kept = rng.up_to(unsynced);
-                self.data[..self.synced_len + kept].to_vec()
-            }
+        let dirty_end = self.dirty_end.min(self.data.len());
+        let unsynced = dirty_end.saturating_sub(self.clean);
+        let (kept, garbage) = match mode {
+            CrashMode::DropUnsynced => return self.durable.clone(),
+            CrashMode::KeepPrefix => (rng.up_to(unsynced), 0),
             CrashMode::Garble => {
                 let kept = rng.up_to(unsynced);
-                let garbage = rng.up_to(unsynced - kept);
-                let mut bytes = self.data[..self.synced_len + kept].to_vec();
-                for _ in 0..garbage {
-                    bytes.push(rng.next_u64() as u8);
-                }
-                bytes
+                (kept, rng.up_to(unsynced - kept))
             }
+        };
+        let mut bytes = self.data[..self.clean + kept].to_vec();
+        for _ in 0..garbage {
+            bytes.push(rng.next_u64() as u8);
         }
+        // Past what reached the disk, the old bytes, where there were any.
+        if let Some(old) = self.durable.get(bytes.len()..) {
+            bytes.extend_from_slice(old);
+        }
+        bytes
     }
 }
 
@@ -362,20 +383,31 @@ impl MemFile {
     fn inode(state: &mut State, ino: u64) -> &mut Inode {
         state.inodes.entry(ino).or_default()
     }
-}
 
-impl StorageFile for MemFile {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes `bytes` at `offset` (the end if `None`), as far as the faults
+    /// let them land.
+    fn write(&mut self, offset: Option<usize>, bytes: &[u8]) -> io::Result<()> {
         let (landed, error) = self.storage.faults.on_write(bytes.len());
         let mut state = self.storage.state();
         state.stats.writes += 1;
-        Self::inode(&mut state, self.ino)
-            .data
-            .extend_from_slice(&bytes[..landed]);
+        let inode = Self::inode(&mut state, self.ino);
+        let offset = offset.unwrap_or(inode.data.len());
+        inode.write_at(offset, &bytes[..landed]);
         match error {
             Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+}
+
+impl StorageFile for MemFile {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write(None, bytes)
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let offset = usize::try_from(offset).map_err(io::Error::other)?;
+        self.write(Some(offset), bytes)
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
@@ -389,12 +421,7 @@ impl StorageFile for MemFile {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         let len = usize::try_from(len).map_err(io::Error::other)?;
         let mut state = self.storage.state();
-        let inode = Self::inode(&mut state, self.ino);
-        if len < inode.synced_len && inode.synced_backup.is_none() {
-            inode.synced_backup = Some(inode.data[..inode.synced_len].to_vec());
-        }
-        inode.data.resize(len, 0);
-        inode.synced_len = inode.synced_len.min(len);
+        Self::inode(&mut state, self.ino).set_len(len);
         Ok(())
     }
 }

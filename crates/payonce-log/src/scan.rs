@@ -34,13 +34,26 @@ pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, LogError>
     Ok(segments)
 }
 
+/// Whether every byte of `bytes` is zero.
+fn is_zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&byte| byte == 0)
+}
+
+/// The length of `bytes` without its trailing zeros.
+fn nonzero_extent(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1)
+}
+
 /// The last segment, as the scan left it.
 #[derive(Debug, Clone)]
 pub(crate) struct Tail {
     pub(crate) first_seq: u64,
     /// End of the last good frame (or of the header).
     pub(crate) valid_end: u64,
-    /// Torn bytes after `valid_end`.
+    /// Torn bytes after `valid_end`, up to the last that is not zero.
     pub(crate) torn_len: u64,
     /// The header is shorter than a header: the segment holds nothing.
     pub(crate) header_torn: bool,
@@ -290,6 +303,9 @@ impl Cursor {
             return Step::End;
         }
         if remaining < FRAME_HEADER_LEN {
+            if is_zero(&buf[offset..]) {
+                return Step::End;
+            }
             return Step::Bad(Bad {
                 damage: Damage::Length,
                 expected: format!("a {FRAME_HEADER_LEN}-byte frame header"),
@@ -298,6 +314,11 @@ impl Cursor {
             });
         }
         let (stored, len, seq) = frame_fields(buf, offset);
+        if stored == 0 && len == 0 && seq == 0 && is_zero(&buf[offset..]) {
+            // Zeros written ahead of the records, and nothing else: the end.
+            // (No record has seq 0, so a zero frame header is never one.)
+            return Step::End;
+        }
         if len == SEAL_MARKER {
             let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
             if computed != stored {
@@ -477,12 +498,13 @@ impl Cursor {
             ));
         }
         let after = offset + SEAL_LEN;
-        if after != self.buf.len() {
+        let extent = nonzero_extent(&self.buf[after..]);
+        if extent > 0 {
             return Err(self.corrupt(
                 after as u64,
                 Damage::Seal,
-                "nothing after the seal".to_owned(),
-                format!("{} bytes", self.buf.len() - after),
+                "nothing but zeros after the seal".to_owned(),
+                format!("{extent} bytes that are not all zero"),
             ));
         }
         if self.is_last() && self.mode == Mode::Read {
@@ -509,7 +531,8 @@ impl Cursor {
     /// the bad frame `bad`.
     fn end_unsealed(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
         let offset_u64 = offset as u64;
-        let torn_len = (self.buf.len() - offset) as u64;
+        // Zeros at the very end were written ahead of the records: not torn.
+        let torn_len = nonzero_extent(&self.buf[offset..]) as u64;
         if self.is_last() {
             if let Some(bad) = bad {
                 if bad.whole {
@@ -580,17 +603,23 @@ impl Cursor {
     /// Whether a writer has sealed the current segment at `offset` since it
     /// was read: a reader can catch a roll between its steps.
     fn sealed_since(&self, offset: usize) -> Result<bool, LogError> {
+        let rest_max = self.segment_len_max.saturating_sub(offset as u64);
         let bytes = self
             .storage
-            .read_range(&self.name, offset as u64, SEAL_LEN + 1)
+            .read_range(
+                &self.name,
+                offset as u64,
+                usize::try_from(rest_max).unwrap_or(usize::MAX),
+            )
             .map_err(|error| io_error("read", &self.storage.describe(&self.name), error))?;
-        if bytes.len() != SEAL_LEN {
+        if bytes.len() < SEAL_LEN {
             return Ok(false);
         }
         let (stored, len, next_seq) = frame_fields(&bytes, 0);
         Ok(len == SEAL_MARKER
             && next_seq == self.seq
-            && chained_crc(self.chain, &bytes[4..SEAL_LEN]) == stored)
+            && chained_crc(self.chain, &bytes[4..SEAL_LEN]) == stored
+            && is_zero(&bytes[SEAL_LEN..]))
     }
 
     /// After a bad frame at `bad_offset` in the last segment, the offset of

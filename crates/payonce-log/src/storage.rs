@@ -5,6 +5,7 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -82,10 +83,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>>;
 }
 
-/// A file open for appending.
+/// A file open for writing.
 pub trait StorageFile: Send + fmt::Debug {
     /// Appends all of `bytes` at the end of the file.
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Writes all of `bytes` at `offset`, over what is there, extending the
+    /// file if they reach past its end.
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes the file's contents and length durable (`fdatasync`).
     fn sync_data(&mut self) -> io::Result<()>;
     /// Truncates or extends the file to `len` bytes.
@@ -162,15 +166,16 @@ impl Storage for FsStorage {
     }
 
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        // Not O_APPEND: positioned writes must land where they are aimed.
         let file = OpenOptions::new()
-            .append(true)
+            .write(true)
             .create_new(true)
             .open(self.path(name))?;
         Ok(Box::new(FsFile { file }))
     }
 
     fn open_append(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
-        let file = OpenOptions::new().append(true).open(self.path(name))?;
+        let file = OpenOptions::new().write(true).open(self.path(name))?;
         Ok(Box::new(FsFile { file }))
     }
 
@@ -215,7 +220,12 @@ struct FsFile {
 
 impl StorageFile for FsFile {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.seek(SeekFrom::End(0))?;
         self.file.write_all(bytes)
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(bytes, offset)
     }
 
     fn sync_data(&mut self) -> io::Result<()> {

@@ -77,6 +77,8 @@ struct Active {
     /// if it has none).
     chain: u32,
     unsynced: bool,
+    /// The file's length: `len` plus the zeros written ahead of the records.
+    allocated: u64,
 }
 
 /// The writer of a log directory: `Send + Sync`, used through `&self` from
@@ -269,6 +271,12 @@ impl Log {
                     saved_as: Some(saved_as),
                 });
             }
+            // What follows the records is zeros written ahead (the scan
+            // checked), cut above if anything else was there.
+            let allocated = storage
+                .len(&name)
+                .map_err(|error| io_error("stat", &storage.describe(&name), error))?;
+            assert!(allocated >= tail.valid_end && allocated <= config.segment_len_max);
             let active = Active {
                 file,
                 name: name.clone(),
@@ -276,6 +284,7 @@ impl Log {
                 next_seq,
                 chain,
                 unsynced: false,
+                allocated,
             };
             (log_id, active)
         };
@@ -305,7 +314,8 @@ impl Log {
             assert_eq!(tail.first_seq, next_seq);
             let seal = seal_frame(unsealed.chain, tail.first_seq);
             let describe = storage.describe(&old);
-            file.append(&seal)
+            // At the end of the records, over any zeros written ahead.
+            file.write_at(unsealed.valid_end, &seal)
                 .map_err(|error| io_error("write", &describe, error))?;
             file.sync_data()
                 .map_err(|error| io_error("fdatasync", &describe, error))?;
@@ -538,7 +548,7 @@ impl Log {
             let (cut, count, chain) = fitting_prefix(rest, room, active.next_seq, active.chain);
             if cut > 0 {
                 assert!(active.len + cut as u64 <= room_max);
-                active.write(&*self.storage, &rest[..cut])?;
+                active.write(&*self.storage, &rest[..cut], &self.config)?;
                 active.len += cut as u64;
                 active.next_seq += count;
                 active.chain = chain;
@@ -579,7 +589,7 @@ impl Log {
         let file = create_segment(storage, self.config.durability, &header)?;
         // 5. Seal the old segment: it now names its successor, which exists.
         let seal = seal_frame(active.chain, active.next_seq);
-        active.write(storage, &seal)?;
+        active.write_seal(storage, &seal)?;
         if always {
             active.sync(storage)?;
         }
@@ -670,14 +680,53 @@ impl Active {
             next_seq: header.first_seq,
             chain: header.chain,
             unsynced: false,
+            allocated: SEGMENT_HEADER_LEN as u64,
         }
     }
 
-    fn write(&mut self, storage: &dyn Storage, bytes: &[u8]) -> Result<(), LogError> {
+    /// Writes `bytes` at the end of the records. When they reach past the
+    /// file's end, the same write carries up to `preallocate_len` zeros
+    /// after them (never past `segment_len_max`), so the next batches land
+    /// inside the file.
+    fn write(
+        &mut self,
+        storage: &dyn Storage,
+        bytes: &[u8],
+        config: &LogConfig,
+    ) -> Result<(), LogError> {
+        self.unsynced = true;
+        let end = self.len + bytes.len() as u64;
+        assert!(
+            end <= config.segment_len_max,
+            "writes stay inside a segment"
+        );
+        let written = if end <= self.allocated {
+            self.file.write_at(self.len, bytes)
+        } else {
+            let allocated = end
+                .saturating_add(config.preallocate_len)
+                .min(config.segment_len_max);
+            let mut extended = Vec::with_capacity((allocated - self.len) as usize);
+            extended.extend_from_slice(bytes);
+            extended.resize((allocated - self.len) as usize, 0);
+            self.file
+                .write_at(self.len, &extended)
+                .map(|()| self.allocated = allocated)
+        };
+        written.map_err(|error| io_error("write", &storage.describe(&self.name), error))
+    }
+
+    /// Writes the seal at the end of the records, and nothing else: a seal
+    /// torn by a power loss is then the only kind of damage after it, which
+    /// opening repairs (an interrupted roll), while zeros written with it
+    /// could be torn into bytes that a seal may not be followed by.
+    fn write_seal(&mut self, storage: &dyn Storage, seal: &[u8]) -> Result<(), LogError> {
         self.unsynced = true;
         self.file
-            .append(bytes)
-            .map_err(|error| io_error("write", &storage.describe(&self.name), error))
+            .write_at(self.len, seal)
+            .map_err(|error| io_error("write", &storage.describe(&self.name), error))?;
+        self.allocated = self.allocated.max(self.len + seal.len() as u64);
+        Ok(())
     }
 
     fn sync(&mut self, storage: &dyn Storage) -> Result<(), LogError> {

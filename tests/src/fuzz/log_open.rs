@@ -23,6 +23,11 @@ use payonce_log::{
 const RECORD_MAXES: [u32; 3] = [16, 64, 256];
 /// Room beyond the smallest valid segment the input chooses from.
 const SEGMENT_SLACK: [u64; 4] = [0, 64, 256, 1024];
+/// Zeros after the records of every segment, as a writer leaves them ahead
+/// of records it has not written yet, the input chooses from.
+const ZERO_TAILS: [u64; 4] = [0, 0, 24, 1024];
+/// Zeros the writer of `check_writer` writes ahead, the input chooses from.
+const PREALLOCATE_LENS: [u64; 3] = [0, 64, 1 << 20];
 /// Most records the input writes.
 const RECORDS_MAX: usize = 24;
 /// Most damage the input does.
@@ -356,7 +361,9 @@ pub fn log_open(data: &[u8]) {
         segment_len_max: (SEGMENT_HEADER_LEN + frame_len(record_max as usize) + SEAL_LEN) as u64
             + slack,
         durability: Durability::Always,
+        preallocate_len: PREALLOCATE_LENS[usize::from(choice / 64) % PREALLOCATE_LENS.len()],
     };
+    let zero_tail = ZERO_TAILS[usize::from(choice / 16) % ZERO_TAILS.len()];
     assert!(config.validate().is_ok(), "the harness makes valid configs");
     let log_id = 0x5eed_0000 + u64::from(input.byte());
     let count = usize::from(input.byte()) % (RECORDS_MAX + 1);
@@ -370,7 +377,10 @@ pub fn log_open(data: &[u8]) {
 
     let mem = MemStorage::new();
     for (name, bytes) in &built.files {
-        mem.put_file(name, bytes);
+        let mut bytes = bytes.clone();
+        let len = (bytes.len() as u64 + zero_tail).min(config.segment_len_max);
+        bytes.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
+        mem.put_file(name, &bytes);
     }
     let mut damage = Damage::None;
     let mut flips = 0;

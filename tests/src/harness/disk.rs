@@ -205,6 +205,10 @@ impl StorageFile for DiskFile {
         let result = self.inner.append(bytes);
         self.disk.after_op(result)
     }
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let result = self.inner.write_at(offset, bytes);
+        self.disk.after_op(result)
+    }
     fn sync_data(&mut self) -> io::Result<()> {
         let result = self.inner.sync_data();
         self.disk.after_op(result)

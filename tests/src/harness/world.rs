@@ -49,6 +49,7 @@ impl WorldConfig {
             record_max: RECORD_MAX,
             segment_len_max: SEGMENT_LEN_MAX,
             durability: Durability::Always,
+            ..LogConfig::default()
         }
     }
 }

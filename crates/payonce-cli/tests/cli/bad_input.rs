@@ -1,13 +1,14 @@
 //! Bad input: each with a clear message, a non-zero exit, and the log's
 //! bytes unchanged.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use payonce::{Event, EventKind, SCHEMA_VERSION};
 use payonce_log::{FsStorage, Log, LogConfig};
 
-use crate::fixture::{START, arg, first_segment, payonce, scenario, sent, snapshot};
+use crate::fixture::{
+    START, arg, first_segment, payonce, scenario, sent, snapshot, tear_last_record,
+};
 
 /// The audit commands, each as arguments after the directory.
 fn audit_commands() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -93,14 +94,7 @@ fn a_corrupt_log_is_reported_with_its_location_and_exits_1() {
 fn a_torn_tail_is_reported_not_repaired_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
-    let segment = first_segment(dir.path());
-    let good_len = std::fs::metadata(&segment).unwrap().len();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&segment)
-        .unwrap()
-        .write_all(&[0x5a; 11])
-        .unwrap();
+    let good_len = tear_last_record(dir.path(), &[0x5a; 11]);
     let before = snapshot(dir.path());
     for (command, rest) in audit_commands() {
         let run = run_on(command, &arg(dir.path()), &rest);

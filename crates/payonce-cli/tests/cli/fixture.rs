@@ -196,6 +196,25 @@ pub fn first_segment(dir: &Path) -> std::path::PathBuf {
     dir.join("00000000000000000001.log")
 }
 
+/// Writes `bytes` right after the last record of the one segment of the
+/// log in `dir`, over the zeros the writer wrote ahead of its records, as a
+/// write torn by a power loss leaves them; returns where they start.
+pub fn tear_last_record(dir: &Path, bytes: &[u8]) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let storage = Arc::new(payonce_log::FsStorage::new(dir));
+    let reader = payonce_log::LogReader::open(storage, LogConfig::default()).unwrap();
+    let last = reader.records_from(1).unwrap().last().unwrap().unwrap();
+    assert_eq!(last.position.segment, 1, "a small log has one segment");
+    let end = last.position.offset
+        + (payonce_log::FRAME_HEADER_LEN + last.payload.len().div_ceil(8) * 8) as u64;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(first_segment(dir))
+        .unwrap();
+    file.write_all_at(bytes, end).unwrap();
+    end
+}
+
 /// Writes `content` as an outcome file in `dir` and returns its path.
 pub fn outcome_file(dir: &Path, name: &str, content: &str) -> String {
     let path = dir.join(name);

@@ -320,17 +320,10 @@ fn state_at_a_time_is_the_same_with_the_index() {
 // built.
 #[test]
 fn history_from_the_index_still_reports_a_new_torn_tail() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
     index(dir.path());
-    let segment = crate::fixture::first_segment(dir.path());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&segment)
-        .unwrap()
-        .write_all(&[1; 5])
-        .unwrap();
+    crate::fixture::tear_last_record(dir.path(), &[1; 5]);
     let run = payonce(&["history", &arg(dir.path()), "--key", "req-1", "--json"]);
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("torn tail: 5 bytes"), "{}", run.stderr);

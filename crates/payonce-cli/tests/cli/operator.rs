@@ -456,16 +456,9 @@ fn operator_exits_on_a_missing_or_foreign_directory_create_nothing() {
 // Guards against an operator exit cutting a torn tail without saying so.
 #[test]
 fn an_operator_exit_says_when_opening_cuts_a_torn_tail() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
-    let segment = crate::fixture::first_segment(dir.path());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&segment)
-        .unwrap()
-        .write_all(&[7; 9])
-        .unwrap();
+    crate::fixture::tear_last_record(dir.path(), &[7; 9]);
     let run = payonce(&[
         "release",
         &arg(dir.path()),

@@ -14,6 +14,7 @@ fn the_default_config_is_valid_and_uses_the_named_limits() {
     assert_eq!(config.record_max, RECORD_MAX);
     assert_eq!(config.segment_len_max, SEGMENT_LEN_MAX);
     assert_eq!(config.durability, payonce_log::Durability::Always);
+    assert_eq!(config.preallocate_len, 0, "batches are appended");
     config.validate().unwrap();
 }
 
@@ -34,6 +35,13 @@ fn out_of_range_limits_are_refused_before_anything_is_created() {
                 ..LogConfig::default()
             },
             "segment_len_max",
+        ),
+        (
+            LogConfig {
+                preallocate_len: SEGMENT_LEN_MAX_CEILING + 1,
+                ..LogConfig::default()
+            },
+            "preallocate_len",
         ),
         (
             LogConfig {

@@ -6,7 +6,9 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use payonce_log::{CrashMode, Fault, Log, LogConfig, LogError, MemStorage, Storage};
+use payonce_log::{
+    CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN, Storage,
+};
 
 use crate::support::{open_collect, small_config};
 
@@ -105,6 +107,8 @@ fn run(seed: u64) {
     let config = LogConfig {
         record_max: 48,
         segment_len_max: 40 + 64 * (1 + rng.below(6)) + 16,
+        // Both layouts: zeros written ahead of the records, or none.
+        preallocate_len: [0, 64, PREALLOCATE_LEN][rng.below(3) as usize],
         ..small_config()
     };
     let storage = MemStorage::new();

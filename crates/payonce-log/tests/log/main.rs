@@ -1,6 +1,6 @@
 //! payonce-log through its public API: round trips, recovery from torn
 //! writes, refusal of every other damage, injected faults, simulated power
-//! loss, concurrency, and read-only access.
+//! loss, concurrency, read-only access, and the zeros written ahead of records.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,3 +14,4 @@ mod recovery;
 mod roundtrip;
 mod support;
 mod tamper;
+mod zeros;

@@ -8,7 +8,7 @@ use payonce_log::{Damage, FsStorage, Log, LogConfig, LogError, LogReader, MemSto
 
 use crate::support::{
     Env, append_payloads, build_log, expected, frames, on_both, open_collect, payload, payloads,
-    small_config,
+    records_end, small_config,
 };
 
 #[test]
@@ -36,7 +36,8 @@ fn a_reader_reports_a_torn_tail_without_cutting_it_or_taking_the_lock() {
         build_log(env, &small_config(), 20);
         let last = env.disk.segments().last().unwrap().clone();
         let mut bytes = env.disk.bytes(&last);
-        let clean_len = bytes.len();
+        let clean_len = records_end(&bytes);
+        bytes.truncate(clean_len);
         bytes.extend_from_slice(&[0xEE; 13]);
         env.disk.put(&last, &bytes);
         let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();

@@ -2,16 +2,23 @@
 //! interrupted roll is finished, and everything else is refused without
 //! ever returning changed data.
 
-use payonce_log::{Damage, Log, LogError, LogReader, OpenError, TornTail};
+use payonce_log::{Damage, Log, LogConfig, LogError, LogReader, OpenError, TornTail};
 
 use crate::support::{
     Env, Frame, Kind, Seen, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
-    open_collect, payload, payloads, small_config,
+    open_collect, payload, payloads, preallocating, records_end, small_config, trim_zeros,
 };
 
-/// A log of `count` records whose last segment holds at least two records.
+/// A log of `count` records whose last segment holds at least two records,
+/// written with zeros ahead of the records (the layout with more to get
+/// wrong; every test opens it appending, as either layout opens).
 fn multi_segment_log(env: &Env, count: u64) -> Vec<String> {
-    build_log(env, &small_config(), count);
+    multi_segment_log_as(env, count, &preallocating(small_config()))
+}
+
+/// The same, written with `config`.
+fn multi_segment_log_as(env: &Env, count: u64, config: &LogConfig) -> Vec<String> {
+    build_log(env, config, count);
     let segments = env.disk.segments();
     assert!(segments.len() >= 3);
     let last = env.disk.bytes(segments.last().unwrap());
@@ -19,16 +26,29 @@ fn multi_segment_log(env: &Env, count: u64) -> Vec<String> {
     segments
 }
 
+/// Each storage with each layout: records appended, and records written
+/// over zeros written ahead of them.
+fn layouts() -> Vec<(Kind, LogConfig)> {
+    let mut layouts = Vec::new();
+    for kind in [Kind::Fs, Kind::Mem] {
+        layouts.push((kind, small_config()));
+        layouts.push((kind, preallocating(small_config())));
+    }
+    layouts
+}
+
 #[test]
 fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records() {
     // Guards against a write cut short losing complete records or returning a partial one.
-    for kind in [Kind::Fs, Kind::Mem] {
+    for (kind, layout) in layouts() {
         let source = Env::new(kind);
         let count = 20;
-        let segments = multi_segment_log(&source, count);
+        let segments = multi_segment_log_as(&source, count, &layout);
         let last_name = segments.last().unwrap().clone();
         let files = source.disk.files();
-        let last = &files[&last_name];
+        // The segment as far as its records go; the zeros after them are
+        // another test's subject.
+        let last = &files[&last_name][..records_end(&files[&last_name])];
         let (start, seq) = *frames(last).last().unwrap();
         assert_eq!(seq, Some(count));
         for len in start..=last.len() {
@@ -37,7 +57,12 @@ fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records(
             let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
             let complete = if len == last.len() { count } else { count - 1 };
             assert_eq!(payloads(&seen), expected(complete), "{kind:?} cut at {len}");
-            let torn = len - start;
+            // Zeros at the very end are not counted torn: the writer may
+            // have written them ahead of the records.
+            let torn = last[start..len]
+                .iter()
+                .rposition(|&byte| byte != 0)
+                .map_or(0, |index| index + 1);
             if torn == 0 || len == last.len() {
                 assert_eq!(recovery.torn_tail, None);
             } else {
@@ -51,7 +76,7 @@ fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records(
                         saved_as: Some(saved_as.clone()),
                     })
                 );
-                assert_eq!(env.disk.bytes(&saved_as), &last[start..len]);
+                assert_eq!(env.disk.bytes(&saved_as), &last[start..start + torn]);
                 assert_eq!(env.disk.bytes(&last_name), &last[..start]);
             }
             // The log goes on from the last complete record.
@@ -117,8 +142,9 @@ fn a_torn_header_on_the_only_segment_starts_the_log_afresh() {
 
 /// Opens `env` read-only and for writing, and checks that neither returns
 /// changed data: each either recovers a torn tail in `last` (returning a
-/// prefix of the records) or refuses naming `file`.
-fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str) {
+/// prefix of the records, all of them if the flip is in the zeros after
+/// them, which start at `zeros_from`) or refuses naming `file`.
+fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str, zeros_from: usize) {
     let context = format!("{:?}: bit flipped in {file} at byte {at}", env.kind);
     let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
     let mut read = Vec::new();
@@ -135,15 +161,21 @@ fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str) {
     match (&opened, scanned) {
         (Ok((_, recovery, seen)), Ok(scan)) => {
             assert_eq!(payloads(seen), expected(seen.len() as u64), "{context}");
-            assert!(
-                (seen.len() as u64) < count,
-                "{context}: the flip went unnoticed"
-            );
             assert_eq!(file, last, "{context}: only the last segment may be cut");
             let tail = recovery
                 .torn_tail
                 .as_ref()
                 .expect("a recovery cuts a torn tail");
+            if at >= zeros_from {
+                // Nothing after the records but the flipped byte: cut it.
+                assert_eq!(seen.len() as u64, count, "{context}");
+                assert_eq!(tail.offset as usize, zeros_from, "{context}");
+            } else {
+                assert!(
+                    (seen.len() as u64) < count,
+                    "{context}: the flip went unnoticed"
+                );
+            }
             assert!(
                 tail.offset as usize <= at,
                 "{context}: cut after the damage"
@@ -169,19 +201,25 @@ fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str) {
 #[test]
 fn a_flipped_bit_at_any_byte_never_changes_returned_data() {
     // Guards against any byte of the log going unchecked.
-    for kind in [Kind::Fs, Kind::Mem] {
+    for (kind, layout) in layouts() {
         let source = Env::new(kind);
         let count = 20;
-        let segments = multi_segment_log(&source, count);
+        let segments = multi_segment_log_as(&source, count, &layout);
         let last = segments.last().unwrap().clone();
         let files = source.disk.files();
+        let zeros_from = records_end(&files[&last]);
+        assert_eq!(
+            zeros_from < files[&last].len(),
+            layout.preallocate_len > 0,
+            "zeros follow the records exactly when written ahead"
+        );
         for name in &segments {
             for at in 0..files[name].len() {
                 let env = Env::with_files(kind, &files);
                 let mut bytes = files[name].clone();
                 bytes[at] ^= 1 << (at % 8);
                 env.disk.put(name, &bytes);
-                check_flip(&env, count, name, at, &last);
+                check_flip(&env, count, name, at, &last, zeros_from);
             }
         }
     }
@@ -273,7 +311,7 @@ fn an_interrupted_roll_is_finished_at_open() {
             // The state a crash before the seal reached the disk leaves: the
             // new segment holds only its header; the old lacks its seal.
             let old_bytes = env.disk.bytes(old);
-            let sealed_len = old_bytes.len();
+            let sealed_len = records_end(&old_bytes);
             let mut unsealed = old_bytes[..sealed_len - 16].to_vec();
             if torn_seal > 0 {
                 // Part (or a garbled whole) of the seal landed.
@@ -308,12 +346,13 @@ fn an_unsealed_segment_before_one_holding_records_is_refused() {
         let segments = multi_segment_log(env, 20);
         let old = &segments[segments.len() - 2];
         let bytes = env.disk.bytes(old);
-        env.disk.put(old, &bytes[..bytes.len() - 16]);
+        let seal_at = records_end(&bytes) - 16;
+        env.disk.put(old, &bytes[..seal_at]);
         let (at, _, damage) = assert_corrupt(
             Log::open(env.storage.clone(), small_config()).map(|_| ()),
             &env.describe(old),
         );
-        assert_eq!((at, damage), ((bytes.len() - 16) as u64, Damage::Seal));
+        assert_eq!((at, damage), (seal_at as u64, Damage::Seal));
     });
 }
 
@@ -325,12 +364,16 @@ fn a_stale_record_copied_to_the_end_is_never_returned() {
         let (offset, _) = frames[0];
         let size = frames[1].0 - offset;
         let stale = bytes[offset..offset + size].to_vec();
+        bytes.truncate(records_end(&bytes));
         bytes.extend_from_slice(&stale);
         env.disk.put(&name, &bytes);
         let (_, recovery, seen): (_, _, Vec<Seen>) =
             open_collect(&env.storage, &small_config()).unwrap();
         assert_eq!(payloads(&seen), expected(20));
-        assert_eq!(recovery.torn_tail.unwrap().len as usize, size);
+        assert_eq!(
+            recovery.torn_tail.unwrap().len as usize,
+            trim_zeros(&stale).len()
+        );
     });
 }
 
@@ -342,17 +385,19 @@ fn a_record_written_with_a_larger_limit_is_refused_not_cut() {
         log.append_durable(&[1; 10]).unwrap();
         log.append_durable(&[2; 60]).unwrap();
         drop(log);
-        let config = payonce_log::LogConfig {
+        let config = LogConfig {
             record_max: 32,
             ..small_config()
         };
         let name = env.disk.segments()[0].clone();
+        let before = env.disk.bytes(&name);
+        assert_eq!(records_end(&before), 40 + 32 + 80);
         let (_, seq, damage) = assert_corrupt(
             Log::open(env.storage.clone(), config).map(|_| ()),
             &env.describe(&name),
         );
         assert_eq!((seq, damage), (2, Damage::Length));
-        assert_eq!(env.disk.bytes(&name).len(), 40 + 32 + 80);
+        assert_eq!(env.disk.bytes(&name), before, "nothing was cut");
     });
 }
 
@@ -391,7 +436,10 @@ fn a_crash_while_saving_a_torn_tail_is_recovered_on_the_next_open() {
         assert_eq!(payloads(&seen), expected(19));
         let saved_as = recovery.torn_tail.unwrap().saved_as.unwrap();
         assert_eq!(saved_as, format!("{name}.torn-{offset}.1"));
-        assert_eq!(env.disk.bytes(&saved_as), &bytes[offset..offset + 7]);
+        assert_eq!(
+            env.disk.bytes(&saved_as),
+            trim_zeros(&bytes[offset..offset + 7])
+        );
     });
 }
 

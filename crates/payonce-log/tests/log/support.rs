@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use payonce_log::{
     Durability, Faults, FaultyStorage, FsStorage, Log, LogConfig, LogError, MemStorage, OpenError,
-    Position, Recovery, Storage,
+    PREALLOCATE_LEN, Position, Recovery, Storage,
 };
 use tempfile::TempDir;
 
@@ -158,6 +158,15 @@ pub(crate) fn small_config() -> LogConfig {
         record_max: 64,
         segment_len_max: 400,
         durability: Durability::Always,
+        ..LogConfig::default()
+    }
+}
+
+/// `config` writing zeros ahead of its records.
+pub(crate) fn preallocating(config: LogConfig) -> LogConfig {
+    LogConfig {
+        preallocate_len: PREALLOCATE_LEN,
+        ..config
     }
 }
 
@@ -228,6 +237,9 @@ pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
     let mut offset = 40;
     let mut frames = Vec::new();
     while offset + 16 <= bytes.len() {
+        if bytes[offset..offset + 16].iter().all(|&byte| byte == 0) {
+            break; // the zeros written ahead of the records
+        }
         let len = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
         let seq = u64::from_le_bytes(bytes[offset + 8..offset + 16].try_into().unwrap());
         if len == u32::MAX {
@@ -239,6 +251,28 @@ pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
         }
     }
     frames
+}
+
+/// `bytes` without its trailing zeros: what the log counts as torn.
+pub(crate) fn trim_zeros(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |index| index + 1);
+    &bytes[..end]
+}
+
+/// Where the frames of a segment's `bytes` end: what follows is the zeros
+/// the writer wrote ahead of them.
+pub(crate) fn records_end(bytes: &[u8]) -> usize {
+    match frames(bytes).last() {
+        None => 40,
+        Some(&(offset, None)) => offset + 16,
+        Some(&(offset, Some(_))) => {
+            let len = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
+            offset + 16 + (len as usize).div_ceil(8) * 8
+        }
+    }
 }
 
 /// Asserts `result` is a `Corrupt` refusal naming `file`; returns its offset
