@@ -2,8 +2,9 @@
 //! `cargo bench -p payonce-log`.
 //!
 //! - Durable appends (128-byte records, append + wait_durable in a loop) with
-//!   1, 4, 16 and 64 threads, beside the raw rate of write + fdatasync on a
-//!   file in the same directory, measured in the same run.
+//!   1, 4, 16 and 64 threads, each appending (the default) and writing over
+//!   zeros written ahead (`preallocate_len`), beside the raw rate of write +
+//!   fdatasync on a file in the same directory, measured in the same run.
 //! - A full verify-and-iterate scan beside a plain read of the same files.
 //!
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use payonce_log::{Durability, FsStorage, Log, LogConfig, LogReader, sync_rate};
+use payonce_log::{Durability, FsStorage, Log, LogConfig, LogReader, PREALLOCATE_LEN, sync_rate};
 
 const RECORD_LEN: usize = 128;
 /// A 128-byte record's frame: 16 bytes of header, the payload, no padding.
@@ -46,16 +47,18 @@ fn main() {
     println!();
 
     let raw = sync_rate(&FsStorage::new(dir.path()), FRAME_LEN, duration).unwrap();
-    println!("| measurement | records/s | records per fdatasync | vs raw fdatasync |");
-    println!("| --- | ---: | ---: | ---: |");
-    println!("| raw write + fdatasync, {FRAME_LEN} bytes | {raw:.0} | 1 | 100% |");
+    println!("| measurement | layout | records/s | records per fdatasync | vs raw fdatasync |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    println!("| raw write + fdatasync, {FRAME_LEN} bytes | appended | {raw:.0} | 1 | 100% |");
     for threads in [1, 4, 16, 64] {
-        let (rate, per_sync) = durable_appends(dir.path(), threads, duration);
-        println!(
-            "| durable append, {threads} thread{} | {rate:.0} | {per_sync:.1} | {:.0}% |",
-            if threads == 1 { "" } else { "s" },
-            rate / raw * 100.0
-        );
+        for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
+            let (rate, per_sync) = durable_appends(dir.path(), threads, preallocate_len, duration);
+            println!(
+                "| durable append, {threads} thread{} | {layout} | {rate:.0} | {per_sync:.1} | {:.0}% |",
+                if threads == 1 { "" } else { "s" },
+                rate / raw * 100.0
+            );
+        }
     }
     println!();
 
@@ -80,10 +83,20 @@ fn main() {
 }
 
 /// `threads` threads each appending a record and waiting for it to be
-/// durable, for `duration`: (records/s, records per flush).
-fn durable_appends(dir: &Path, threads: usize, duration: Duration) -> (f64, f64) {
-    let log_dir = dir.join(format!("durable-{threads}"));
-    let (log, _) = Log::open(Arc::new(FsStorage::new(&log_dir)), LogConfig::default()).unwrap();
+/// durable, for `duration`, writing `preallocate_len` zeros ahead:
+/// (records/s, records per flush).
+fn durable_appends(
+    dir: &Path,
+    threads: usize,
+    preallocate_len: u64,
+    duration: Duration,
+) -> (f64, f64) {
+    let log_dir = dir.join(format!("durable-{threads}-{preallocate_len}"));
+    let config = LogConfig {
+        preallocate_len,
+        ..LogConfig::default()
+    };
+    let (log, _) = Log::open(Arc::new(FsStorage::new(&log_dir)), config).unwrap();
     let start = Instant::now();
     let deadline = start + duration;
     thread::scope(|scope| {

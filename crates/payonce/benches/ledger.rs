@@ -2,8 +2,9 @@
 //! `cargo bench -p payonce --bench ledger`.
 //!
 //! - Durable submits (claim and outcome both synced) with 1, 8 and 64
-//!   threads, beside the raw write + fdatasync rate of the same disk,
-//!   measured in the same run.
+//!   threads, with the log appending (the default) and writing over zeros
+//!   written ahead (`preallocate_len`), beside the raw write + fdatasync
+//!   rate of the same disk, measured in the same run.
 //! - Opening (replaying and re-deriving) logs of 1M and 10M events: time and
 //!   peak memory, each in a fresh child process.
 //! - Resident bytes per claimed withdrawal, beyond the text of their keys
@@ -24,7 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use payonce::{Config, Ledger, NewWithdrawal, SendFailure};
-use payonce_log::{Durability, FsStorage, LogConfig, sync_rate};
+use payonce_log::{Durability, FsStorage, LogConfig, PREALLOCATE_LEN, sync_rate};
 use payonce_model::{Reference, WithdrawalRequest};
 
 /// A claim or outcome event is about this big on disk; the raw loop writes
@@ -67,18 +68,20 @@ fn main() {
 
     let raw = sync_rate(&FsStorage::new(dir.path()), EVENT_LEN, duration).unwrap();
     let limit = raw / 2.0;
-    println!("| measurement | submits/s | vs half the raw fdatasync rate |");
-    println!("| --- | ---: | ---: |");
+    println!("| measurement | log layout | submits/s | vs half the raw fdatasync rate |");
+    println!("| --- | --- | ---: | ---: |");
     println!(
-        "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | {limit:.0} | 100% |"
+        "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | appended | {limit:.0} | 100% |"
     );
     for threads in [1, 8, 64] {
-        let rate = durable_submits(dir.path(), threads, duration);
-        println!(
-            "| durable submit, {threads} thread{} | {rate:.0} | {:.0}% |",
-            plural(threads),
-            rate / limit * 100.0
-        );
+        for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
+            let rate = durable_submits(dir.path(), threads, preallocate_len, duration);
+            println!(
+                "| durable submit, {threads} thread{} | {layout} | {rate:.0} | {:.0}% |",
+                plural(threads),
+                rate / limit * 100.0
+            );
+        }
     }
     println!();
 
@@ -134,11 +137,19 @@ fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<St
 }
 
 /// `threads` threads each submitting new withdrawals for `duration`, with
-/// the durable defaults. Withdrawals are created before the clock starts:
-/// creating is not what is measured.
-fn durable_submits(dir: &Path, threads: usize, duration: Duration) -> f64 {
-    let ledger_dir = dir.join(format!("submit-{threads}"));
-    let ledger = Ledger::open(&ledger_dir).unwrap();
+/// the durable defaults but for the log writing `preallocate_len` zeros
+/// ahead. Withdrawals are created before the clock starts: creating is not
+/// what is measured.
+fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: Duration) -> f64 {
+    let ledger_dir = dir.join(format!("submit-{threads}-{preallocate_len}"));
+    let config = Config {
+        log: LogConfig {
+            preallocate_len,
+            ..LogConfig::default()
+        },
+        ..Config::default()
+    };
+    let ledger = Ledger::open_with(&ledger_dir, config).unwrap();
     // Enough for any thread at several times the expected rate.
     let per_thread = (duration.as_secs() as usize * 60_000 / threads).max(2_000);
     let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
