@@ -34,6 +34,14 @@ pub(crate) const MAGIC: [u8; 8] = *b"PAYONCE\0";
 /// [`RECORD_MAX_CEILING`] is far below it.
 pub(crate) const SEAL_MARKER: u32 = u32::MAX;
 
+/// Header flag: the writer of this segment writes zeros ahead of its
+/// records (`LogConfig::preallocate_len`), so zeros after the last frame, and
+/// after the seal, are free space rather than damage.
+pub(crate) const FLAG_ZEROS_AHEAD: u32 = 1;
+
+/// Every header flag this version knows; any other bit is refused.
+pub(crate) const FLAGS_KNOWN: u32 = FLAG_ZEROS_AHEAD;
+
 /// Frames start and end on multiples of this.
 pub(crate) const ALIGN: usize = 8;
 
@@ -104,6 +112,8 @@ pub(crate) struct Header {
     pub(crate) log_id: u64,
     pub(crate) first_seq: u64,
     pub(crate) chain: u32,
+    /// [`FLAG_ZEROS_AHEAD`].
+    pub(crate) zeros_ahead: bool,
 }
 
 /// What is wrong with 40 bytes that should be a segment header.
@@ -111,7 +121,7 @@ pub(crate) struct Header {
 pub(crate) enum HeaderFault {
     Magic { found: [u8; 8] },
     Version { found: u32 },
-    Reserved { found: u32 },
+    Flags { found: u32 },
     Checksum { stored: u32, computed: u32 },
 }
 
@@ -120,7 +130,12 @@ impl Header {
         let mut bytes = [0u8; SEGMENT_HEADER_LEN];
         bytes[0..8].copy_from_slice(&MAGIC);
         bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        // 12..16 reserved, zero.
+        let flags = if self.zeros_ahead {
+            FLAG_ZEROS_AHEAD
+        } else {
+            0
+        };
+        bytes[12..16].copy_from_slice(&flags.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.log_id.to_le_bytes());
         bytes[24..32].copy_from_slice(&self.first_seq.to_le_bytes());
         bytes[32..36].copy_from_slice(&self.chain.to_le_bytes());
@@ -147,14 +162,15 @@ impl Header {
         if version != FORMAT_VERSION {
             return Err(HeaderFault::Version { found: version });
         }
-        let reserved = read_u32(bytes, 12);
-        if reserved != 0 {
-            return Err(HeaderFault::Reserved { found: reserved });
+        let flags = read_u32(bytes, 12);
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(HeaderFault::Flags { found: flags });
         }
         let header = Header {
             log_id: read_u64(bytes, 16),
             first_seq: read_u64(bytes, 24),
             chain: read_u32(bytes, 32),
+            zeros_ahead: flags & FLAG_ZEROS_AHEAD != 0,
         };
         assert_eq!(header.encode().as_slice(), bytes);
         Ok(header)
@@ -173,9 +189,9 @@ impl HeaderFault {
                 format!("format version {FORMAT_VERSION}"),
                 format!("format version {found}"),
             ),
-            HeaderFault::Reserved { found } => (
-                "reserved field 0".to_owned(),
-                format!("reserved field {found}"),
+            HeaderFault::Flags { found } => (
+                format!("flags within {FLAGS_KNOWN:#x}"),
+                format!("flags {found:#x}"),
             ),
             HeaderFault::Checksum { stored, computed } => (
                 format!("header checksum {computed:#010x} (computed)"),

@@ -34,6 +34,11 @@ pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, LogError>
     Ok(segments)
 }
 
+/// Most times one read-only scan reads the newest segment again because
+/// records seemed to follow damage, which a writer writing over zeros at the
+/// same moment can make it see (see [`Cursor::reread_segment`]).
+const CONCURRENT_REREADS_MAX: u32 = 8;
+
 /// Whether every byte of `bytes` is zero.
 fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|&byte| byte == 0)
@@ -57,6 +62,8 @@ pub(crate) struct Tail {
     pub(crate) torn_len: u64,
     /// The header is shorter than a header: the segment holds nothing.
     pub(crate) header_torn: bool,
+    /// The header's [`Header::zeros_ahead`] flag.
+    pub(crate) zeros_ahead: bool,
 }
 
 /// A second-to-last segment left unsealed by a roll cut short.
@@ -102,6 +109,10 @@ pub(crate) struct Cursor {
     buf: Vec<u8>,
     name: String,
     first_seq: u64,
+    /// The current segment's header says zeros may follow its records.
+    zeros_ahead: bool,
+    /// Times this scan read a segment again (see [`CONCURRENT_REREADS_MAX`]).
+    rereads: u32,
     pos: usize,
     /// The next expected sequence number.
     seq: u64,
@@ -150,6 +161,8 @@ impl Cursor {
             buf: Vec::new(),
             name: String::new(),
             first_seq: 0,
+            zeros_ahead: false,
+            rereads: 0,
             pos: 0,
             seq: 1,
             chain: 0,
@@ -303,7 +316,7 @@ impl Cursor {
             return Step::End;
         }
         if remaining < FRAME_HEADER_LEN {
-            if is_zero(&buf[offset..]) {
+            if self.zeros_ahead && is_zero(&buf[offset..]) {
                 return Step::End;
             }
             return Step::Bad(Bad {
@@ -314,7 +327,7 @@ impl Cursor {
             });
         }
         let (stored, len, seq) = frame_fields(buf, offset);
-        if stored == 0 && len == 0 && seq == 0 && is_zero(&buf[offset..]) {
+        if self.zeros_ahead && stored == 0 && len == 0 && seq == 0 && is_zero(&buf[offset..]) {
             // Zeros written ahead of the records, and nothing else: the end.
             // (No record has seq 0, so a zero frame header is never one.)
             return Step::End;
@@ -427,6 +440,7 @@ impl Cursor {
                     valid_end: 0,
                     torn_len: self.buf.len() as u64,
                     header_torn: true,
+                    zeros_ahead: false,
                 });
                 self.done = true;
                 return Ok(());
@@ -479,6 +493,7 @@ impl Cursor {
         }
         self.seq = first_seq;
         self.chain = header.chain;
+        self.zeros_ahead = header.zeros_ahead;
         self.continuing = true;
         self.pos = SEGMENT_HEADER_LEN;
         self.loaded = true;
@@ -498,13 +513,18 @@ impl Cursor {
             ));
         }
         let after = offset + SEAL_LEN;
-        let extent = nonzero_extent(&self.buf[after..]);
+        let extent = self.torn_extent(after);
         if extent > 0 {
+            let expected = if self.zeros_ahead {
+                "nothing but zeros after the seal"
+            } else {
+                "nothing after the seal"
+            };
             return Err(self.corrupt(
                 after as u64,
                 Damage::Seal,
-                "nothing but zeros after the seal".to_owned(),
-                format!("{extent} bytes that are not all zero"),
+                expected.to_owned(),
+                format!("{extent} bytes"),
             ));
         }
         if self.is_last() && self.mode == Mode::Read {
@@ -531,14 +551,24 @@ impl Cursor {
     /// the bad frame `bad`.
     fn end_unsealed(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
         let offset_u64 = offset as u64;
-        // Zeros at the very end were written ahead of the records: not torn.
-        let torn_len = nonzero_extent(&self.buf[offset..]) as u64;
+        let torn_len = self.torn_extent(offset) as u64;
         if self.is_last() {
             if let Some(bad) = bad {
                 if bad.whole {
                     return Err(self.corrupt(offset_u64, bad.damage, bad.expected, bad.found));
                 }
                 if let Some(evidence) = self.evidence_after(offset) {
+                    if self.mode == Mode::Read
+                        && self.zeros_ahead
+                        && self.rereads < CONCURRENT_REREADS_MAX
+                    {
+                        // A writer writing over the zeros while this scan
+                        // copied the file can leave a page still zero before
+                        // one it has filled: read again before calling it
+                        // damage.
+                        self.rereads += 1;
+                        return self.reread_segment(offset);
+                    }
                     return Err(self.corrupt(
                         offset_u64,
                         bad.damage,
@@ -556,6 +586,7 @@ impl Cursor {
                 valid_end: offset_u64,
                 torn_len,
                 header_torn: false,
+                zeros_ahead: self.zeros_ahead,
             });
             self.done = true;
             return Ok(());
@@ -600,6 +631,29 @@ impl Cursor {
         })
     }
 
+    /// Reads the current segment again and goes on from `offset`. The bytes
+    /// before it were verified and a writer never changes them: if they
+    /// changed, that is damage.
+    fn reread_segment(&mut self, offset: usize) -> Result<(), LogError> {
+        let bytes = self
+            .storage
+            .read(&self.name, self.segment_len_max)
+            .map_err(|error| io_error("read", &self.storage.describe(&self.name), error))?;
+        assert!(bytes.len() as u64 <= self.segment_len_max);
+        let verified = &self.buf[..offset];
+        if let Some(changed) = (0..offset).find(|&at| bytes.get(at) != verified.get(at)) {
+            return Err(self.corrupt(
+                changed as u64,
+                Damage::Checksum,
+                "the bytes this scan verified a moment ago".to_owned(),
+                "different bytes on reading again".to_owned(),
+            ));
+        }
+        self.buf = bytes;
+        assert_eq!(self.pos, offset);
+        Ok(())
+    }
+
     /// Whether a writer has sealed the current segment at `offset` since it
     /// was read: a reader can catch a roll between its steps.
     fn sealed_since(&self, offset: usize) -> Result<bool, LogError> {
@@ -616,10 +670,11 @@ impl Cursor {
             return Ok(false);
         }
         let (stored, len, next_seq) = frame_fields(&bytes, 0);
+        let rest = &bytes[SEAL_LEN..];
         Ok(len == SEAL_MARKER
             && next_seq == self.seq
             && chained_crc(self.chain, &bytes[4..SEAL_LEN]) == stored
-            && is_zero(&bytes[SEAL_LEN..]))
+            && (rest.is_empty() || self.zeros_ahead && is_zero(rest)))
     }
 
     /// After a bad frame at `bad_offset` in the last segment, the offset of
@@ -716,6 +771,18 @@ impl Cursor {
             return None;
         }
         Some((stored, size, seq))
+    }
+
+    /// The bytes from `offset` to the end of the current segment that are not
+    /// free space: all of them, or, in a segment flagged as having zeros
+    /// ahead, up to the last byte that is not zero.
+    fn torn_extent(&self, offset: usize) -> usize {
+        let rest = &self.buf[offset..];
+        if self.zeros_ahead {
+            nonzero_extent(rest)
+        } else {
+            rest.len()
+        }
     }
 
     /// The chain value and next sequence number where the scan stopped.

@@ -79,6 +79,9 @@ struct Active {
     unsynced: bool,
     /// The file's length: `len` plus the zeros written ahead of the records.
     allocated: u64,
+    /// The segment's header says zeros may follow its records
+    /// ([`Header::zeros_ahead`]); only then are more written ahead.
+    zeros_ahead: bool,
 }
 
 /// The writer of a log directory: `Send + Sync`, used through `&self` from
@@ -184,6 +187,7 @@ impl Log {
                 log_id,
                 first_seq: 1,
                 chain: first_chain(log_id),
+                zeros_ahead: config.preallocate_len > 0,
             };
             let file = create_segment(&*storage, config.durability, &header)?;
             tracing::info!(dir = %dir, log_id = format_args!("{log_id:#018x}"), "created a new log");
@@ -228,6 +232,7 @@ impl Log {
                 log_id,
                 first_seq: tail.first_seq,
                 chain,
+                zeros_ahead: config.preallocate_len > 0,
             };
             let file = create_segment(&*storage, Durability::Always, &header)?;
             tracing::warn!(
@@ -276,7 +281,19 @@ impl Log {
             let allocated = storage
                 .len(&name)
                 .map_err(|error| io_error("stat", &storage.describe(&name), error))?;
-            assert!(allocated >= tail.valid_end && allocated <= config.segment_len_max);
+            if allocated < tail.valid_end || allocated > config.segment_len_max {
+                // Only another program, despite the lock, changes a file
+                // between the scan and here: a fault of the world.
+                return Err(io_error(
+                    "stat",
+                    &storage.describe(&name),
+                    io::Error::other(format!(
+                        "the file is {allocated} bytes, changed while the log was opened                          (its records end at byte {})",
+                        tail.valid_end
+                    )),
+                )
+                .into());
+            }
             let active = Active {
                 file,
                 name: name.clone(),
@@ -285,6 +302,7 @@ impl Log {
                 chain,
                 unsynced: false,
                 allocated,
+                zeros_ahead: tail.zeros_ahead,
             };
             (log_id, active)
         };
@@ -585,6 +603,7 @@ impl Log {
             log_id: self.log_id,
             first_seq: active.next_seq,
             chain: active.chain,
+            zeros_ahead: self.config.preallocate_len > 0,
         };
         let file = create_segment(storage, self.config.durability, &header)?;
         // 5. Seal the old segment: it now names its successor, which exists.
@@ -681,6 +700,7 @@ impl Active {
             chain: header.chain,
             unsynced: false,
             allocated: SEGMENT_HEADER_LEN as u64,
+            zeros_ahead: header.zeros_ahead,
         }
     }
 
@@ -703,9 +723,12 @@ impl Active {
         let written = if end <= self.allocated {
             self.file.write_at(self.len, bytes)
         } else {
-            let allocated = end
-                .saturating_add(config.preallocate_len)
-                .min(config.segment_len_max);
+            let ahead = if self.zeros_ahead {
+                config.preallocate_len
+            } else {
+                0
+            };
+            let allocated = end.saturating_add(ahead).min(config.segment_len_max);
             let mut extended = Vec::with_capacity((allocated - self.len) as usize);
             extended.extend_from_slice(bytes);
             extended.resize((allocated - self.len) as usize, 0);

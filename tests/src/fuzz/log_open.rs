@@ -63,11 +63,12 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// A segment header, as docs/log-format.md lays it out.
-fn header(log_id: u64, first_seq: u64, chain: u32) -> Vec<u8> {
+/// A segment header; `zeros_ahead` sets flag bit 0.
+fn header(log_id: u64, first_seq: u64, chain: u32, zeros_ahead: bool) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(SEGMENT_HEADER_LEN);
     bytes.extend_from_slice(b"PAYONCE\0");
     bytes.extend_from_slice(&1u32.to_le_bytes());
-    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&u32::from(zeros_ahead).to_le_bytes());
     bytes.extend_from_slice(&log_id.to_le_bytes());
     bytes.extend_from_slice(&first_seq.to_le_bytes());
     bytes.extend_from_slice(&chain.to_le_bytes());
@@ -112,25 +113,32 @@ struct Built {
     last_segment: String,
 }
 
-fn build(log_id: u64, config: &LogConfig, payloads: Vec<Vec<u8>>) -> Built {
+/// The log `payloads` make, each segment followed by up to `zero_tail` zeros
+/// (flagged in its header when there are any), as a writer leaves them.
+fn build(log_id: u64, config: &LogConfig, payloads: Vec<Vec<u8>>, zero_tail: u64) -> Built {
+    let zeros_ahead = zero_tail > 0;
     let room = usize::try_from(config.segment_len_max).unwrap_or(usize::MAX) - SEAL_LEN;
     let mut files = BTreeMap::new();
     let mut frames = Vec::new();
     let mut chain = crc32fast::hash(&log_id.to_le_bytes());
     let mut name = segment_name(1);
-    let mut bytes = header(log_id, 1, chain);
+    let mut bytes = header(log_id, 1, chain, zeros_ahead);
     for (index, payload) in payloads.iter().enumerate() {
         let seq = index as u64 + 1;
         if bytes.len() + frame_len(payload.len()) > room {
             push_seal(&mut bytes, chain, seq);
             files.insert(std::mem::take(&mut name), std::mem::take(&mut bytes));
             name = segment_name(seq);
-            bytes = header(log_id, seq, chain);
+            bytes = header(log_id, seq, chain, zeros_ahead);
         }
         frames.push((name.clone(), bytes.len(), frame_len(payload.len())));
         chain = push_frame(&mut bytes, chain, seq, payload);
     }
     files.insert(name.clone(), bytes);
+    for bytes in files.values_mut() {
+        let len = (bytes.len() as u64 + zero_tail).min(config.segment_len_max);
+        bytes.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
+    }
     Built {
         files,
         payloads,
@@ -373,14 +381,11 @@ pub fn log_open(data: &[u8]) {
             input.take(len)
         })
         .collect();
-    let built = build(log_id, &config, written);
+    let built = build(log_id, &config, written, zero_tail);
 
     let mem = MemStorage::new();
     for (name, bytes) in &built.files {
-        let mut bytes = bytes.clone();
-        let len = (bytes.len() as u64 + zero_tail).min(config.segment_len_max);
-        bytes.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
-        mem.put_file(name, &bytes);
+        mem.put_file(name, bytes);
     }
     let mut damage = Damage::None;
     let mut flips = 0;
@@ -516,7 +521,7 @@ fn mutate(
                 } else {
                     0
                 };
-                bytes = header(log_id, seq, chain);
+                bytes = header(log_id, seq, chain, input.byte().is_multiple_of(2));
             }
             let len = usize::from(input.u16()) % 512;
             bytes.extend(input.take(len));

@@ -57,12 +57,13 @@ fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records(
             let (log, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
             let complete = if len == last.len() { count } else { count - 1 };
             assert_eq!(payloads(&seen), expected(complete), "{kind:?} cut at {len}");
-            // Zeros at the very end are not counted torn: the writer may
-            // have written them ahead of the records.
-            let torn = last[start..len]
-                .iter()
-                .rposition(|&byte| byte != 0)
-                .map_or(0, |index| index + 1);
+            // In a segment with zeros ahead, zeros at the very end are not
+            // counted torn: the writer may have written them there.
+            let torn = if layout.preallocate_len > 0 {
+                trim_zeros(&last[start..len]).len()
+            } else {
+                len - start
+            };
             if torn == 0 || len == last.len() {
                 assert_eq!(recovery.torn_tail, None);
             } else {

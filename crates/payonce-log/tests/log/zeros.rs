@@ -3,9 +3,13 @@
 //! and a power loss while they are being overwritten leaves them, or a torn
 //! tail, like any other unsynced write.
 
-use std::sync::Arc;
+use std::io;
+use std::sync::{Arc, Mutex};
 
-use payonce_log::{CrashMode, Fault, Log, LogConfig, PREALLOCATE_LEN, Storage};
+use payonce_log::{
+    CrashMode, Fault, Log, LogConfig, LogError, LogReader, MemStorage, PREALLOCATE_LEN, Storage,
+    StorageFile, StorageLock,
+};
 
 use crate::support::{
     Disk, Env, Kind, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
@@ -146,35 +150,40 @@ fn a_power_loss_while_overwriting_the_zeros_leaves_them_or_a_torn_tail() {
 
 #[test]
 fn by_default_every_batch_is_appended_and_either_layout_reopens_as_the_other() {
-    // Guards against zeros written ahead unasked, and against a log written one way refusing to open the other way.
+    // Guards against zeros written ahead unasked, into a segment whose header does not allow them, and against a log written one way refusing to open the other way.
     on_both(|env| {
-        let appending = LogConfig::default();
-        let (log, _) = Log::open(env.storage.clone(), appending.clone()).unwrap();
-        append_payloads(&log, 5);
+        let appending = small_config();
+        let ahead = preallocating(small_config());
+        build_log(env, &appending, 30);
+        for name in env.disk.segments() {
+            let bytes = env.disk.bytes(&name);
+            assert_eq!(bytes.len(), records_end(&bytes), "{name}: no zeros");
+        }
+        let first_segments = env.disk.segments().len();
+        // Reopened with zeros ahead: only the segments it creates get them.
+        let (log, recovery, seen) = open_collect(&env.storage, &ahead).unwrap();
+        assert_eq!((recovery.torn_tail, payloads(&seen)), (None, expected(30)));
+        append_payloads(&log, 30);
         log.sync().unwrap();
         drop(log);
-        let segment = env.disk.segments()[0].clone();
-        let bytes = env.disk.bytes(&segment);
-        assert_eq!(
-            bytes.len(),
-            records_end(&bytes),
-            "no zeros after the records"
+        let segments = env.disk.segments();
+        assert!(segments.len() > first_segments + 1);
+        let newest = env.disk.bytes(segments.last().unwrap());
+        assert!(
+            newest.len() > records_end(&newest),
+            "the new segments have zeros"
         );
-        // Reopened with zeros ahead, it grows them; reopened without, it
-        // appends over them as over any zeros it finds.
-        for (round, config) in [preallocating(LogConfig::default()), appending.clone()]
-            .iter()
-            .enumerate()
-        {
-            let (log, recovery, seen) = open_collect(&env.storage, config).unwrap();
-            assert_eq!(recovery.torn_tail, None);
-            assert_eq!(payloads(&seen), expected(5 + round as u64));
-            log.append_durable(&payload(6 + round as u64)).unwrap();
-        }
-        let bytes = env.disk.bytes(&segment);
-        assert!(bytes.len() > records_end(&bytes), "the zeros stay");
+        let old = env.disk.bytes(&segments[first_segments - 1]);
+        assert_eq!(old.len(), records_end(&old), "the old newest got none");
+        // Reopened appending, it writes over the zeros it finds.
+        let (log, recovery, seen) = open_collect(&env.storage, &appending).unwrap();
+        assert_eq!((recovery.torn_tail, payloads(&seen)), (None, expected(60)));
+        log.append_durable(&payload(61)).unwrap();
+        drop(log);
+        let after = env.disk.bytes(segments.last().unwrap());
+        assert_eq!(after.len(), newest.len(), "written over the zeros");
         let (_, _, seen) = open_collect(&env.storage, &appending).unwrap();
-        assert_eq!(payloads(&seen), expected(7));
+        assert_eq!(payloads(&seen), expected(61));
     });
 }
 
@@ -196,5 +205,120 @@ fn zeros_in_place_of_records_that_others_chain_after_are_refused_not_cut() {
         );
         assert_eq!(offset as usize, hole);
         assert_eq!(env.disk.bytes(&name), bytes, "nothing was cut");
+    });
+}
+
+/// A directory whose next read of one file returns `stale` instead: what a
+/// reader sees when its copy of a page happened before a writer filled it
+/// and its copy of the next page after.
+#[derive(Debug)]
+struct TornRead {
+    inner: MemStorage,
+    name: String,
+    stale: Mutex<Option<Vec<u8>>>,
+}
+
+impl Storage for TornRead {
+    fn describe(&self, name: &str) -> String {
+        self.inner.describe(name)
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn len(&self, name: &str) -> io::Result<u64> {
+        self.inner.len(name)
+    }
+    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
+        if name == self.name
+            && let Some(stale) = self.stale.lock().unwrap().take()
+        {
+            return Ok(stale);
+        }
+        self.inner.read(name, len_max)
+    }
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_range(name, offset, len)
+    }
+    fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        self.inner.create_new(name)
+    }
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
+        self.inner.open_append(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        self.inner.sync_dir()
+    }
+    fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
+        self.inner.try_lock()
+    }
+}
+
+#[test]
+fn a_reader_that_copied_a_page_before_the_writer_filled_it_reads_again() {
+    // Guards against an audit beside a healthy writer reporting damage that a writer writing over zeros made it see for a moment.
+    let mem = MemStorage::new();
+    let config = preallocating(LogConfig::default());
+    let (log, _) = Log::open(Arc::new(mem.clone()), config.clone()).unwrap();
+    append_payloads(&log, 20);
+    log.sync().unwrap();
+    let name = "00000000000000000001.log".to_owned();
+    let mut stale = mem.file(&name).unwrap();
+    let records = frames(&stale);
+    stale[records[15].0..records[17].0].fill(0);
+    let storage = Arc::new(TornRead {
+        inner: mem.clone(),
+        name: name.clone(),
+        stale: Mutex::new(Some(stale)),
+    });
+    let reader = LogReader::open(storage.clone(), config.clone()).unwrap();
+    let mut read = Vec::new();
+    let recovery = reader
+        .scan(|record| {
+            read.push(record.payload.to_vec());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    assert_eq!(read, expected(20));
+    assert_eq!(recovery.torn_tail, None);
+    // The same zeros on disk are damage: the reader reads again, then refuses.
+    let mut holed = mem.file(&name).unwrap();
+    holed[records[15].0..records[17].0].fill(0);
+    mem.put_file(&name, &holed);
+    let reader = LogReader::open(Arc::new(mem), config).unwrap();
+    assert!(matches!(
+        reader.scan(|_| Ok::<(), ()>(())),
+        Err(payonce_log::OpenError::Log(LogError::Corrupt { .. }))
+    ));
+}
+
+#[test]
+fn zeros_after_the_records_of_a_segment_not_flagged_for_them_are_a_torn_tail() {
+    // Guards against zeros hiding lost records in the default layout, where the writer never writes them.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), LogConfig::default()).unwrap();
+        append_payloads(&log, 5);
+        log.sync().unwrap();
+        drop(log);
+        let segment = env.disk.segments()[0].clone();
+        let mut bytes = env.disk.bytes(&segment);
+        let records = frames(&bytes);
+        let cut = records[3].0;
+        bytes[cut..].fill(0);
+        env.disk.put(&segment, &bytes);
+        let (_, recovery, seen) = open_collect(&env.storage, &LogConfig::default()).unwrap();
+        assert_eq!(payloads(&seen), expected(3));
+        let tail = recovery
+            .torn_tail
+            .expect("the zeros are reported and saved");
+        assert_eq!(
+            (tail.offset as usize, tail.len as usize),
+            (cut, bytes.len() - cut)
+        );
     });
 }
