@@ -6,7 +6,8 @@ use payonce_log::{Damage, Log, LogConfig, LogError, LogReader, OpenError, TornTa
 
 use crate::support::{
     Env, Frame, Kind, Seen, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
-    open_collect, payload, payloads, preallocating, records_end, small_config, trim_zeros,
+    open_collect, payload, payloads, preallocating, read_payloads, records_end, small_config,
+    trim_zeros,
 };
 
 /// A log of `count` records whose last segment holds at least two records,
@@ -147,12 +148,7 @@ fn a_torn_header_on_the_only_segment_starts_the_log_afresh() {
 /// them, which start at `zeros_from`) or refuses naming `file`.
 fn check_flip(env: &Env, count: u64, file: &str, at: usize, last: &str, zeros_from: usize) {
     let context = format!("{:?}: bit flipped in {file} at byte {at}", env.kind);
-    let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
-    let mut read = Vec::new();
-    let scanned = reader.scan(|record| {
-        read.push(record.payload.to_vec());
-        Ok::<(), ()>(())
-    });
+    let (read, scanned) = read_payloads(env.storage.clone(), &small_config());
     assert_eq!(
         read,
         expected(read.len() as u64),

@@ -6,7 +6,8 @@ use payonce_log::{
 use std::sync::Arc;
 
 use crate::support::{
-    append_payloads, build_log, expected, on_both, open_collect, payload, payloads, small_config,
+    append_payloads, build_log, expected, on_both, open_collect, payload, payloads, read_payloads,
+    small_config,
 };
 
 #[test]
@@ -27,14 +28,8 @@ fn records_come_back_exactly_across_segments_and_reopenings() {
             count += 25;
         }
         assert!(env.disk.segments().len() > 4, "the log rolled");
-        let reader = LogReader::open(env.storage.clone(), config).unwrap();
-        let mut read = Vec::new();
-        let recovery = reader
-            .scan(|record| {
-                read.push(record.payload.to_vec());
-                Ok::<(), ()>(())
-            })
-            .unwrap();
+        let (read, recovery) = read_payloads(env.storage.clone(), &config);
+        let recovery = recovery.unwrap();
         assert_eq!(read, expected(count));
         assert_eq!(recovery.segments as usize, env.disk.segments().len());
     });

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use payonce_log::{
-    Durability, Faults, FaultyStorage, FsStorage, Log, LogConfig, LogError, MemStorage, OpenError,
-    PREALLOCATE_LEN, Position, Recovery, Storage,
+    Durability, Faults, FaultyStorage, FsStorage, Log, LogConfig, LogError, LogReader, MemStorage,
+    OpenError, PREALLOCATE_LEN, Position, Recovery, Storage,
 };
 use tempfile::TempDir;
 
@@ -221,6 +221,20 @@ pub(crate) fn build_log(env: &Env, config: &LogConfig, count: u64) {
 }
 
 /// The payloads of records 1..=count.
+/// Every payload a read-only scan of `storage` hands out, and how it ended.
+pub(crate) fn read_payloads(
+    storage: Arc<dyn Storage>,
+    config: &LogConfig,
+) -> (Vec<Vec<u8>>, Result<Recovery, OpenError<()>>) {
+    let reader = LogReader::open(storage, config.clone()).unwrap();
+    let mut read = Vec::new();
+    let scanned = reader.scan(|record| {
+        read.push(record.payload.to_vec());
+        Ok::<(), ()>(())
+    });
+    (read, scanned)
+}
+
 pub(crate) fn expected(count: u64) -> Vec<Vec<u8>> {
     (1..=count).map(payload).collect()
 }

@@ -7,13 +7,13 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use payonce_log::{
-    CrashMode, Fault, Log, LogConfig, LogError, LogReader, MemStorage, PREALLOCATE_LEN, Storage,
-    StorageFile, StorageLock,
+    CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN, Storage, StorageFile,
+    StorageLock,
 };
 
 use crate::support::{
     Disk, Env, Kind, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
-    open_collect, payload, payloads, preallocating, records_end, small_config,
+    open_collect, payload, payloads, preallocating, read_payloads, records_end, small_config,
 };
 
 fn all_zero(bytes: &[u8]) -> bool {
@@ -276,23 +276,17 @@ fn a_reader_that_copied_a_page_before_the_writer_filled_it_reads_again() {
         name: name.clone(),
         stale: Mutex::new(Some(stale)),
     });
-    let reader = LogReader::open(storage.clone(), config.clone()).unwrap();
-    let mut read = Vec::new();
-    let recovery = reader
-        .scan(|record| {
-            read.push(record.payload.to_vec());
-            Ok::<(), ()>(())
-        })
-        .unwrap();
+    let (read, recovery) = read_payloads(storage, &config);
+    let recovery = recovery.unwrap();
     assert_eq!(read, expected(20));
     assert_eq!(recovery.torn_tail, None);
     // The same zeros on disk are damage: the reader reads again, then refuses.
     let mut holed = mem.file(&name).unwrap();
     holed[records[15].0..records[17].0].fill(0);
     mem.put_file(&name, &holed);
-    let reader = LogReader::open(Arc::new(mem), config).unwrap();
+    let (_, scanned) = read_payloads(Arc::new(mem), &config);
     assert!(matches!(
-        reader.scan(|_| Ok::<(), ()>(())),
+        scanned,
         Err(payonce_log::OpenError::Log(LogError::Corrupt { .. }))
     ));
 }
