@@ -27,7 +27,9 @@ use crate::time::{Clock, SystemClock};
 /// How a ledger is opened.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The log's settings, durability among them. The default is durable.
+    /// The log's settings, durability among them. The default is durable
+    /// and appends; `LogConfig::preallocate_len` trades availability after
+    /// a power loss for throughput (see docs/log-format.md).
     pub log: LogConfig,
     /// Accept withdrawal ids this ledger did not mint. Off by default: this
     /// weakens exclusivity, since a client that mints ids can mint a second
