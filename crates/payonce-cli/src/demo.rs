@@ -21,8 +21,6 @@ use crate::escape::Escaped;
 use crate::explain::outcome_words;
 use crate::run::Status;
 
-/// Extra attempts at reopening the ledger while the lock looks held.
-const REOPEN_ATTEMPTS_MAX: u32 = 100;
 /// Attempts at finding an unused name for the default demo directory.
 const DIRECTORY_ATTEMPTS_MAX: u32 = 100;
 
@@ -274,27 +272,6 @@ impl Story<'_> {
         }
         answers.push_str(&format!("{in_flight:?}\n{:?}\n", ledger.held_totals()));
         Ok(answers)
-    }
-}
-
-/// Opens the ledger again after closing it in this process. The writer
-/// lock is an `flock` on an open file: a child process that another thread
-/// of this process is spawning holds a copy of that file until it executes
-/// its program, so for that moment the lock just released still looks
-/// held. Retrying briefly rides that out; a lock held for real (a running
-/// service) still fails.
-fn reopen(dir: &Path, config: &Config) -> Result<Ledger, LedgerError> {
-    let mut attempt = 0;
-    loop {
-        match Ledger::open_with(dir, config.clone()) {
-            Err(LedgerError::Log(payonce_log::LogError::Locked { .. }))
-                if attempt < REOPEN_ATTEMPTS_MAX =>
-            {
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            result => return result,
-        }
     }
 }
 
@@ -627,7 +604,10 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     let before = story.answers(&keys, &withdrawals)?;
     let events = story.ledger()?.state().last_seq();
     story.ledger = None;
-    let reopened = reopen(&dir, &story.config).map_err(|e| story.ledger_error(e))?;
+    // Reopening right away is safe: the log releases its lock when dropped,
+    // even while a child process being spawned holds a copy of its file.
+    let reopened =
+        Ledger::open_with(&dir, story.config.clone()).map_err(|e| story.ledger_error(e))?;
     story.ledger = Some(reopened);
     let after = story.answers(&keys, &withdrawals)?;
     let same_after_reopen = before == after;

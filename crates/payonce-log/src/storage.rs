@@ -206,7 +206,7 @@ impl Storage for FsStorage {
             .truncate(false)
             .open(self.path(LOCK_FILE))?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(Box::new(FsLock { _file: file }))),
+            Ok(()) => Ok(Some(Box::new(FsLock { file }))),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(error)) => Err(error),
         }
@@ -237,10 +237,48 @@ impl StorageFile for FsFile {
     }
 }
 
-/// Holding the open file holds the lock; closing it releases the lock.
+/// Holding the open file holds the lock; dropping it releases the lock.
 #[derive(Debug)]
 struct FsLock {
-    _file: File,
+    file: File,
 }
 
 impl StorageLock for FsLock {}
+
+impl Drop for FsLock {
+    fn drop(&mut self) {
+        // Closing the file alone is not enough: a child process that another
+        // thread is spawning holds a copy of every open file until it
+        // executes its program, and an flock lasts while any copy is open.
+        // Unlocking releases it for all copies at once. If unlocking fails,
+        // the close below still releases it once the copies are gone.
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_dropped_lock_is_free_while_a_copy_of_its_file_is_still_open() {
+        // Guards against a reopen in this process failing as "locked" because
+        // a child being spawned by another thread holds a copy of the file.
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsStorage::new(dir.path());
+        drop(storage.try_lock().unwrap().unwrap());
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join(LOCK_FILE))
+            .unwrap();
+        file.try_lock().unwrap();
+        // What a forked child holds until it executes: the same open file.
+        let copy = file.try_clone().unwrap();
+        drop(FsLock { file });
+        assert!(storage.try_lock().unwrap().is_some(), "the lock is free");
+        drop(copy);
+    }
+}
