@@ -103,6 +103,12 @@ impl LogConfig {
         Ok(())
     }
 
+    /// Whether segments this config creates write zeros ahead of their
+    /// records, which their headers then say.
+    pub(crate) fn zeros_ahead(&self) -> bool {
+        self.preallocate_len > 0
+    }
+
     /// The smallest segment that holds a header, one largest record and a seal.
     fn segment_len_needed(&self) -> u64 {
         SEGMENT_HEADER_LEN as u64 + frame_len(self.record_max) + SEAL_LEN as u64

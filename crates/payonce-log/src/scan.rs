@@ -312,13 +312,17 @@ impl Cursor {
         let buf = &self.buf;
         let offset = self.pos;
         let remaining = buf.len() - offset;
-        if remaining == 0 {
+        let header_len = remaining.min(FRAME_HEADER_LEN);
+        if remaining == 0
+            || self.zeros_ahead
+                && is_zero(&buf[offset..offset + header_len])
+                && is_zero(&buf[offset..])
+        {
+            // Nothing left, or only zeros written ahead of the records. (No
+            // record has seq 0, so a zero frame header is never one.)
             return Step::End;
         }
         if remaining < FRAME_HEADER_LEN {
-            if self.zeros_ahead && is_zero(&buf[offset..]) {
-                return Step::End;
-            }
             return Step::Bad(Bad {
                 damage: Damage::Length,
                 expected: format!("a {FRAME_HEADER_LEN}-byte frame header"),
@@ -327,11 +331,6 @@ impl Cursor {
             });
         }
         let (stored, len, seq) = frame_fields(buf, offset);
-        if self.zeros_ahead && stored == 0 && len == 0 && seq == 0 && is_zero(&buf[offset..]) {
-            // Zeros written ahead of the records, and nothing else: the end.
-            // (No record has seq 0, so a zero frame header is never one.)
-            return Step::End;
-        }
         if len == SEAL_MARKER {
             let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
             if computed != stored {

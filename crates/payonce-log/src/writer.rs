@@ -187,7 +187,7 @@ impl Log {
                 log_id,
                 first_seq: 1,
                 chain: first_chain(log_id),
-                zeros_ahead: config.preallocate_len > 0,
+                zeros_ahead: config.zeros_ahead(),
             };
             let file = create_segment(&*storage, config.durability, &header)?;
             tracing::info!(dir = %dir, log_id = format_args!("{log_id:#018x}"), "created a new log");
@@ -232,7 +232,7 @@ impl Log {
                 log_id,
                 first_seq: tail.first_seq,
                 chain,
-                zeros_ahead: config.preallocate_len > 0,
+                zeros_ahead: config.zeros_ahead(),
             };
             let file = create_segment(&*storage, Durability::Always, &header)?;
             tracing::warn!(
@@ -288,7 +288,8 @@ impl Log {
                     "stat",
                     &storage.describe(&name),
                     io::Error::other(format!(
-                        "the file is {allocated} bytes, changed while the log was opened                          (its records end at byte {})",
+                        "the file is {allocated} bytes, changed while the log was opened \
+                         (its records end at byte {})",
                         tail.valid_end
                     )),
                 )
@@ -603,7 +604,7 @@ impl Log {
             log_id: self.log_id,
             first_seq: active.next_seq,
             chain: active.chain,
-            zeros_ahead: self.config.preallocate_len > 0,
+            zeros_ahead: self.config.zeros_ahead(),
         };
         let file = create_segment(storage, self.config.durability, &header)?;
         // 5. Seal the old segment: it now names its successor, which exists.

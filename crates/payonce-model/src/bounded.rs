@@ -8,6 +8,17 @@ use std::marker::PhantomData;
 
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 
+use crate::fingerprint::{DIFFERENCES_MAX, Difference};
+
+/// Reads the fields two fingerprints differ on: at most [`DIFFERENCES_MAX`],
+/// one per field. For `#[serde(deserialize_with)]`.
+pub fn differences<'de, D>(deserializer: D) -> Result<Vec<Difference>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    vec_max::<D, Difference, DIFFERENCES_MAX>(deserializer)
+}
+
 /// Reads a list of at most `MAX` elements, for `#[serde(deserialize_with)]`.
 pub fn vec_max<'de, D, T, const MAX: usize>(deserializer: D) -> Result<Vec<T>, D::Error>
 where

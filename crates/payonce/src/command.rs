@@ -104,9 +104,7 @@ pub enum FailureCause {
         /// What the send returned.
         outcome: Box<WithdrawalRequest>,
         /// Every field that differs: the claimed value, then the outcome's.
-        #[serde(
-            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
-        )]
+        #[serde(deserialize_with = "payonce_model::bounded::differences")]
         differences: Vec<Difference>,
     },
 }

@@ -91,9 +91,7 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
         /// Every field that differs: the recorded value, then the new one.
-        #[serde(
-            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
-        )]
+        #[serde(deserialize_with = "payonce_model::bounded::differences")]
         differences: Vec<Difference>,
     },
     /// An outcome is not the withdrawal the key claimed.
@@ -101,9 +99,7 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
         /// Every field that differs: the claimed value, then the outcome's.
-        #[serde(
-            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
-        )]
+        #[serde(deserialize_with = "payonce_model::bounded::differences")]
         differences: Vec<Difference>,
     },
     /// The key already has a different outcome.
@@ -147,9 +143,7 @@ pub enum Refusal {
         /// The id.
         withdrawal: WithdrawalId,
         /// Every field that differs: as created, then as given.
-        #[serde(
-            deserialize_with = "payonce_model::bounded::vec_max::<_, _, { payonce_model::DIFFERENCES_MAX }>"
-        )]
+        #[serde(deserialize_with = "payonce_model::bounded::differences")]
         differences: Vec<Difference>,
     },
     /// A completion arrived for a key with no send running.

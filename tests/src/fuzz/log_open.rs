@@ -62,8 +62,8 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(field)
 }
 
-/// A segment header, as docs/log-format.md lays it out.
-/// A segment header; `zeros_ahead` sets flag bit 0.
+/// A segment header, as docs/log-format.md lays it out; `zeros_ahead` sets
+/// flag bit 0.
 fn header(log_id: u64, first_seq: u64, chain: u32, zeros_ahead: bool) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(SEGMENT_HEADER_LEN);
     bytes.extend_from_slice(b"PAYONCE\0");

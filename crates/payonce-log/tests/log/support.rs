@@ -220,7 +220,6 @@ pub(crate) fn build_log(env: &Env, config: &LogConfig, count: u64) {
     append_payloads(&log, count);
 }
 
-/// The payloads of records 1..=count.
 /// Every payload a read-only scan of `storage` hands out, and how it ended.
 pub(crate) fn read_payloads(
     storage: Arc<dyn Storage>,
@@ -235,6 +234,7 @@ pub(crate) fn read_payloads(
     (read, scanned)
 }
 
+/// The payloads of records 1..=count.
 pub(crate) fn expected(count: u64) -> Vec<Vec<u8>> {
     (1..=count).map(payload).collect()
 }
