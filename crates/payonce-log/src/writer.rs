@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, Thread};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::{Durability, LogConfig};
@@ -60,9 +62,82 @@ struct State {
     flush_gen: u64,
     /// The last seq of the batch being flushed.
     flush_target: u64,
+    /// Callers parked until flush `generation` finishes, in
+    /// `parked[generation % 2]`: those the flush in progress covers, and
+    /// those that need the next one, are woken separately, so a finished
+    /// flush wakes only the callers it satisfied.
+    parked: [Vec<Arc<Parked>>; 2],
+    /// Callers in `parked`.
     waiting: u64,
     flushes: u64,
     poisoned: Option<Arc<LogError>>,
+}
+
+/// A caller of [`Log::wait_durable`] parked until a flush wakes it.
+///
+/// Each waiter has its own flag, and a woken waiter whose record is durable
+/// returns without taking the state lock: waking a whole batch of waiters on
+/// one condition variable made every one of them queue for the lock only to
+/// learn what the flag now says.
+#[derive(Debug)]
+struct Parked {
+    thread: Thread,
+    wake: AtomicU8,
+    /// Waiters this one wakes once woken: see [`Parked::wake_all`].
+    next: Mutex<Vec<Arc<Parked>>>,
+}
+
+impl Parked {
+    /// Not woken yet.
+    const WAITING: u8 = 0;
+    /// The flush it waited for made its record durable.
+    const DURABLE: u8 = 1;
+    /// Look again under the lock: it is to lead the next flush, or the log
+    /// is poisoned.
+    const RECHECK: u8 = 2;
+
+    fn new() -> Arc<Parked> {
+        Arc::new(Parked {
+            thread: thread::current(),
+            wake: AtomicU8::new(Parked::WAITING),
+            next: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Wakes every waiter in `woken` with `wake`, called without the state
+    /// lock. Waking takes a system call per waiter, and the leader that
+    /// made them durable is the one thread the disk waits for, so it wakes
+    /// a few and hands each of them half of the rest to wake in turn: a
+    /// tree, about log2 of the batch deep, whose work lands on the threads
+    /// being woken anyway.
+    fn wake_all(mut woken: Vec<Arc<Parked>>, wake: u8) {
+        while let Some(parked) = woken.pop() {
+            let half = woken.split_off(woken.len() / 2);
+            *parked.next.lock().unwrap_or_else(PoisonError::into_inner) = half;
+            // Released after `next` is set: a waiter that sees its flag,
+            // even without being unparked, finds its share to wake.
+            parked.wake.store(wake, Ordering::Release);
+            parked.thread.unpark();
+        }
+    }
+
+    /// Parks until woken, wakes its share of the others (with the same
+    /// flag), and returns the flag. A stray unpark (a token left from an
+    /// earlier wait) only parks again.
+    fn wait(&self) -> u8 {
+        loop {
+            match self.wake.load(Ordering::Acquire) {
+                Parked::WAITING => thread::park(),
+                wake => {
+                    let next = std::mem::take(
+                        &mut *self.next.lock().unwrap_or_else(PoisonError::into_inner),
+                    );
+                    Parked::wake_all(next, wake);
+                    return wake;
+                }
+            }
+        }
+    }
 }
 
 /// The segment being appended to. Only the thread leading a flush uses it.
@@ -95,10 +170,9 @@ pub struct Log {
     config: LogConfig,
     log_id: u64,
     state: Mutex<State>,
-    /// Waiters for flush `generation` wait on `flushed[generation % 2]`: those the flush
-    /// in progress covers, and those that need the next one, are woken
-    /// separately, so a finished flush wakes only the callers it satisfied.
-    flushed: [Condvar; 2],
+    /// Set with `State::poisoned`, so [`Log::check`], which callers make
+    /// before every decision, does not queue for the state lock.
+    poisoned: AtomicBool,
     active: Mutex<Active>,
     _lock: Box<dyn StorageLock>,
 }
@@ -117,6 +191,7 @@ impl Drop for LeaderGuard<'_> {
         }
         let mut state = self.log.lock_state();
         state.flushing = false;
+        self.log.poisoned.store(true, Ordering::Release);
         state.poisoned.get_or_insert_with(|| {
             Arc::new(LogError::Io {
                 op: "flush",
@@ -124,7 +199,9 @@ impl Drop for LeaderGuard<'_> {
                 source: io::Error::other("the thread writing a batch panicked"),
             })
         });
-        self.log.wake_everyone();
+        let woken = Log::take_everyone(&mut state);
+        drop(state);
+        Parked::wake_all(woken, Parked::RECHECK);
     }
 }
 
@@ -385,6 +462,7 @@ impl Log {
             flushing: false,
             flush_gen: 0,
             flush_target: 0,
+            parked: [Vec::new(), Vec::new()],
             waiting: 0,
             flushes: 0,
             poisoned: None,
@@ -394,7 +472,7 @@ impl Log {
             config,
             log_id,
             state: Mutex::new(state),
-            flushed: [Condvar::new(), Condvar::new()],
+            poisoned: AtomicBool::new(false),
             active: Mutex::new(active),
             _lock: lock,
         }
@@ -473,7 +551,12 @@ impl Log {
                     }
                     // Hand over: one of those waiting for the next flush
                     // leads it (waking them all would only make them queue).
-                    self.flushed[Self::condvar(state.flush_gen + 1)].notify_one();
+                    let next = Self::parity(state.flush_gen + 1);
+                    if let Some(parked) = state.parked[next].pop() {
+                        state.waiting -= 1;
+                        drop(state);
+                        Parked::wake_all(vec![parked], Parked::RECHECK);
+                    }
                 }
                 return Ok(());
             }
@@ -485,11 +568,16 @@ impl Log {
             }
             if state.flushing {
                 let generation = state.flush_gen + u64::from(seq > state.flush_target);
+                let parked = Parked::new();
+                state.parked[Self::parity(generation)].push(Arc::clone(&parked));
                 state.waiting += 1;
-                state = self.flushed[Self::condvar(generation)]
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-                state.waiting -= 1;
+                drop(state);
+                // Only a leader (`led > 0`) has more to do once durable, and
+                // a leader's own record is in the batch it flushed.
+                if parked.wait() == Parked::DURABLE && led == 0 {
+                    return Ok(());
+                }
+                state = self.lock_state();
                 continue;
             }
             state = self.lead_flush(state);
@@ -498,7 +586,8 @@ impl Log {
     }
 
     /// Takes everything pending, writes it without holding the state lock,
-    /// then publishes the outcome and wakes every waiter.
+    /// then publishes the outcome and wakes the waiters it satisfied (every
+    /// waiter, if it failed).
     fn lead_flush<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         assert!(!state.flushing);
         let spare = std::mem::take(&mut state.spare);
@@ -524,36 +613,46 @@ impl Log {
         guard.finished = true;
         state.flushing = false;
         state.flushes += 1;
-        match result {
+        let (woken, wake) = match result {
             Ok(()) => {
                 assert!(last_seq > state.durable_seq);
                 state.durable_seq = last_seq;
+                let woken = std::mem::take(&mut state.parked[Self::parity(generation)]);
+                state.waiting -= woken.len() as u64;
+                (woken, Parked::DURABLE)
             }
             Err(error) => {
                 tracing::error!(error = %error, "log write failed; the log is poisoned until reopened");
                 state.poisoned = Some(Arc::new(error));
+                self.poisoned.store(true, Ordering::Release);
                 state.pending.clear();
                 // Those waiting for the next flush must hear of it too.
-                self.flushed[Self::condvar(generation + 1)].notify_all();
+                (Self::take_everyone(&mut state), Parked::RECHECK)
             }
-        }
+        };
         let mut batch = batch;
         batch.clear();
         if state.spare.capacity() < batch.capacity() {
             state.spare = batch;
         }
-        self.flushed[Self::condvar(generation)].notify_all();
-        state
+        drop(state);
+        Parked::wake_all(woken, wake);
+        self.lock_state()
     }
 
-    fn condvar(generation: u64) -> usize {
+    fn parity(generation: u64) -> usize {
         (generation % 2) as usize
     }
 
-    fn wake_everyone(&self) {
-        for condvar in &self.flushed {
-            condvar.notify_all();
+    /// Takes every parked caller out, for waking once the lock is
+    /// released.
+    fn take_everyone(state: &mut State) -> Vec<Arc<Parked>> {
+        let mut woken = Vec::new();
+        for parked in &mut state.parked {
+            woken.append(parked);
         }
+        state.waiting -= woken.len() as u64;
+        woken
     }
 
     /// Writes `batch` (whole frames, seqs continuing the active segment) and
@@ -635,6 +734,9 @@ impl Log {
     /// what the log holds check this first, since what they hold in memory
     /// may include records that never reached the disk.
     pub fn check(&self) -> Result<(), LogError> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &self.lock_state().poisoned {
             Some(cause) => Err(LogError::Poisoned {
                 cause: cause.clone(),

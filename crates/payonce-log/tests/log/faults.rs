@@ -2,7 +2,7 @@
 //! not synced, and reopening recovers what reached the disk.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -87,6 +87,87 @@ fn callers_already_waiting_when_a_sync_fails_are_poisoned_too() {
             assert_poisoned(leader.join().unwrap(), "fdatasync");
             assert_poisoned(follower.join().unwrap(), "fdatasync");
         });
+        stays_poisoned(&log, "fdatasync", 0);
+    });
+}
+
+/// One parked caller's record, its answer, and the durable seq it saw on
+/// return.
+type Woken = (u64, Result<(), LogError>, u64);
+
+/// Parks 48 callers behind a held flush: 24 whose records it covers and 24
+/// that need the next one. Then releases it (after arming `fault`, if any)
+/// and returns what every caller saw, failing if one is never woken.
+fn park_48_behind_a_held_flush(env: &Env, fault: Option<Fault>) -> (Arc<Log>, Vec<Woken>) {
+    const EACH: u64 = 24;
+    let log = Arc::new(Log::open(env.storage.clone(), small_config()).unwrap().0);
+    let hold = env.faults.hold_syncs();
+    let covered: Vec<u64> = (1..=EACH)
+        .map(|seq| log.append(&payload(seq)).unwrap())
+        .collect();
+    let (answers, answered) = mpsc::channel::<Woken>();
+    // `seq` None: append a record first, then wait for it.
+    let wait = |seq: Option<u64>| {
+        let log = Arc::clone(&log);
+        let answers = answers.clone();
+        thread::spawn(move || {
+            let seq = seq.unwrap_or_else(|| log.append(b"next flush").unwrap());
+            let result = log.wait_durable(seq);
+            answers.send((seq, result, log.durable_seq())).unwrap();
+        })
+    };
+    let leader = wait(Some(EACH));
+    hold.wait_for_blocked(1);
+    for seq in covered {
+        wait(Some(seq));
+    }
+    for _ in 0..EACH {
+        wait(None);
+    }
+    while log.stats().waiting < 2 * EACH {
+        thread::yield_now();
+    }
+    if let Some(fault) = fault {
+        env.faults.arm(fault);
+    }
+    hold.release();
+    let woken = (0..=2 * EACH)
+        .map(|_| {
+            answered
+                .recv_timeout(Duration::from_secs(60))
+                .expect("every parked caller is woken")
+        })
+        .collect();
+    leader.join().unwrap();
+    (log, woken)
+}
+
+#[test]
+fn every_caller_parked_behind_a_flush_is_woken_when_it_lands() {
+    // Guards against a waiter left parked, or woken before its record is durable.
+    on_both(|env| {
+        let (log, woken) = park_48_behind_a_held_flush(env, None);
+        for (seq, result, durable_seq) in woken {
+            result.unwrap();
+            assert!(
+                durable_seq >= seq,
+                "{seq} answered durable at {durable_seq}"
+            );
+        }
+        assert_eq!(log.durable_seq(), 48);
+        assert_eq!(log.stats().waiting, 0);
+    });
+}
+
+#[test]
+fn every_caller_parked_behind_a_failing_flush_is_woken_poisoned() {
+    // Guards against a waiter for the failed flush, or for the one after it, left parked or told it is durable.
+    on_both(|env| {
+        let (log, woken) = park_48_behind_a_held_flush(env, Some(Fault::SyncFails { nth: 1 }));
+        for (_, result, _) in woken {
+            assert_poisoned(result, "fdatasync");
+        }
+        assert_eq!(log.stats().waiting, 0);
         stays_poisoned(&log, "fdatasync", 0);
     });
 }
