@@ -12,7 +12,8 @@
 //!
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
 //! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3);
-//! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,10000000`).
+//! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,10000000`);
+//! `PAYONCE_BENCH_THREADS` the thread counts (default `1,8,64`).
 
 // A benchmark that cannot read or write has nothing to report: a panic with
 // its location is the report, as in a test.
@@ -53,11 +54,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let sizes: Vec<u64> = std::env::var("PAYONCE_BENCH_EVENTS")
-        .unwrap_or_else(|_| "1000000,10000000".to_owned())
-        .split(',')
-        .map(|n| n.trim().parse().unwrap())
-        .collect();
+    let sizes: Vec<u64> = numbers("PAYONCE_BENCH_EVENTS", "1000000,10000000");
+    let thread_counts = numbers("PAYONCE_BENCH_THREADS", "1,8,64");
     let duration = Duration::from_secs(secs);
     let dir = tempfile::tempdir_in(&base).unwrap();
     println!(
@@ -73,7 +71,7 @@ fn main() {
     println!(
         "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | appended | {limit:.0} | 100% |"
     );
-    for threads in [1, 8, 64] {
+    for threads in thread_counts {
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
             let rate = durable_submits(dir.path(), threads, preallocate_len, duration);
             println!(
@@ -107,6 +105,15 @@ fn main() {
     }
 }
 
+/// The comma-separated numbers in environment variable `name`, or `default`.
+fn numbers<T: std::str::FromStr<Err: std::fmt::Debug>>(name: &str, default: &str) -> Vec<T> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().unwrap())
+        .collect()
+}
+
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
@@ -138,24 +145,35 @@ fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<St
 
 /// `threads` threads each submitting new withdrawals for `duration`, with
 /// the durable defaults but for the log writing `preallocate_len` zeros
-/// ahead. Withdrawals are created before the clock starts: creating is not
-/// what is measured.
+/// ahead. Withdrawals are created before the clock starts, on the log opened
+/// without syncs and then synced and reopened: creating is not what is
+/// measured.
 fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: Duration) -> f64 {
     let ledger_dir = dir.join(format!("submit-{threads}-{preallocate_len}"));
-    let config = Config {
+    let log = LogConfig {
+        preallocate_len,
+        ..LogConfig::default()
+    };
+    let creating = Config {
         log: LogConfig {
-            preallocate_len,
-            ..LogConfig::default()
+            durability: Durability::Never,
+            ..log.clone()
         },
         ..Config::default()
     };
-    let ledger = Ledger::open_with(&ledger_dir, config).unwrap();
+    let ledger = Ledger::open_with(&ledger_dir, creating).unwrap();
     // Enough for any thread at several times the expected rate.
     let per_thread = (duration.as_secs() as usize * 60_000 / threads).max(2_000);
     let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
         .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
         .collect();
-    ledger.sync().unwrap();
+    drop(ledger);
+    sync_dir_files(&ledger_dir);
+    let config = Config {
+        log,
+        ..Config::default()
+    };
+    let ledger = Ledger::open_with(&ledger_dir, config).unwrap();
     let start = Instant::now();
     let deadline = start + duration;
     let submitted: usize = thread::scope(|scope| {
@@ -192,6 +210,17 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
     drop(ledger);
     fs::remove_dir_all(ledger_dir).unwrap();
     rate
+}
+
+/// Syncs every file in `dir`, and `dir` itself.
+fn sync_dir_files(dir: &Path) {
+    for entry in fs::read_dir(dir).unwrap() {
+        fs::File::open(entry.unwrap().path())
+            .unwrap()
+            .sync_all()
+            .unwrap();
+    }
+    fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
 /// Fills a ledger with about `events` events (created, claimed, completed
