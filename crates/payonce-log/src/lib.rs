@@ -9,7 +9,8 @@
 //! - [`Log::open_visiting`] verifies every record while handing it to the
 //!   caller, cuts a torn tail after saving it aside, and refuses any other
 //!   damage with a [`LogError::Corrupt`] naming file, offset and sequence
-//!   number.
+//!   number. [`Log::open_visiting_then`] also asks the caller for a last
+//!   verdict before anything is repaired.
 //! - [`LogReader`]: read-only scans, [`Records`] from any sequence number,
 //!   and [`LogReader::read_at`] to fetch one record by its [`Position`].
 //! - [`Storage`]: the small file-system trait behind it all, with

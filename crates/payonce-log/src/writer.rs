@@ -238,7 +238,21 @@ impl Log {
     pub fn open_visiting<E>(
         storage: Arc<dyn Storage>,
         config: LogConfig,
+        visit: impl FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<(Log, Recovery), OpenError<E>> {
+        Log::open_visiting_then(storage, config, visit, || Ok(()))
+    }
+
+    /// [`Log::open_visiting`], calling `finish` once every record has been
+    /// visited, before the open repairs anything (cuts a torn tail, replaces
+    /// a torn header, finishes a roll). A visitor that works behind the scan,
+    /// on another thread, reports its last verdict there, so a refused
+    /// open changes no more than a refusal from `visit` would.
+    pub fn open_visiting_then<E>(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
         mut visit: impl FnMut(Record<'_>) -> Result<(), E>,
+        finish: impl FnOnce() -> Result<(), E>,
     ) -> Result<(Log, Recovery), OpenError<E>> {
         config.validate()?;
         let dir = storage.describe("");
@@ -259,6 +273,7 @@ impl Log {
         }
         let segments = list_segments(&*storage)?;
         if segments.is_empty() {
+            finish().map_err(OpenError::Visit)?;
             let log_id = new_log_id();
             let header = Header {
                 log_id,
@@ -281,6 +296,7 @@ impl Log {
         while let Some(record) = cursor.next_record()? {
             visit(record).map_err(OpenError::Visit)?;
         }
+        finish().map_err(OpenError::Visit)?;
         let (next_seq, chain) = cursor.end_state();
         let Some(tail) = cursor.tail.clone() else {
             unreachable!("a finished scan describes the last segment");

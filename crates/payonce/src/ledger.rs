@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, LogConfig, OpenError, Storage};
+use payonce_log::{FsStorage, Log, LogConfig, Storage};
 use payonce_model::{
     Actor, Amount, Currency, Destination, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest,
 };
@@ -20,7 +20,7 @@ use crate::decide::{Decision, decide};
 use crate::error::{LedgerError, SendFailure, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
-use crate::replay::replay_event;
+use crate::replay::replay_log;
 use crate::state::{Hold, InFlight, State, apply};
 use crate::time::{Clock, SystemClock};
 
@@ -200,14 +200,7 @@ impl Ledger {
     pub fn open_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
         let span = info_span!("open");
         let _entered = span.enter();
-        let mut state = State::new();
-        let (log, recovery) = Log::open_visiting(storage, config.log.clone(), |record| {
-            replay_event(&mut state, record.seq, record.payload).map(drop)
-        })
-        .map_err(|error| match error {
-            OpenError::Log(error) => LedgerError::Log(error),
-            OpenError::Visit(error) => error,
-        })?;
+        let (log, recovery, state) = replay_log(storage, config.log.clone())?;
         info!(events = state.last_seq(), keys = state.key_count(), torn_tail = ?recovery.torn_tail, "replayed");
         let accept_foreign_ids = config.accept_foreign_ids;
         let ledger = Ledger {

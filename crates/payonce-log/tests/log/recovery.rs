@@ -420,6 +420,48 @@ fn a_visitor_error_stops_the_open() {
 }
 
 #[test]
+fn finish_runs_after_the_last_record_and_its_error_refuses_before_any_repair() {
+    // Guards against a replay that runs behind the scan refusing only after the open cut a torn tail.
+    on_both(|env| {
+        let (name, bytes, frames) = last_segment(env);
+        let (offset, _) = *frames.last().unwrap();
+        env.disk.put(&name, &bytes[..offset + 7]);
+        let before = env.disk.files();
+        let visited = std::cell::Cell::new(0);
+        let result = Log::open_visiting_then(
+            env.storage.clone(),
+            small_config(),
+            |_| {
+                visited.set(visited.get() + 1);
+                Ok(())
+            },
+            || {
+                assert_eq!(visited.get(), 19, "every whole record was visited first");
+                Err("refused at the end")
+            },
+        );
+        assert!(
+            matches!(result, Err(OpenError::Visit("refused at the end"))),
+            "{:?}",
+            result.map(drop)
+        );
+        assert!(
+            env.disk.files() == before,
+            "the refused open changed no file"
+        );
+        // Accepted, the same open cuts the tail.
+        let (_, recovery) = Log::open_visiting_then(
+            env.storage.clone(),
+            small_config(),
+            |_| Ok::<(), ()>(()),
+            || Ok(()),
+        )
+        .unwrap();
+        assert_eq!(recovery.torn_tail.unwrap().offset, offset as u64);
+    });
+}
+
+#[test]
 fn a_crash_while_saving_a_torn_tail_is_recovered_on_the_next_open() {
     // Guards against recovery itself being unsafe to interrupt.
     on_both(|env| {

@@ -7,8 +7,8 @@ use payonce::{
     Config, Event, EventKind, EventLog, Ledger, LedgerError, Refusal, SCHEMA_VERSION, SubmitError,
     Timestamp, verify_on,
 };
-use payonce_log::{Fault, Log, LogConfig, LogError, MemStorage};
-use payonce_model::{Field, Rule};
+use payonce_log::{Fault, Log, LogConfig, LogError, MemStorage, Storage};
+use payonce_model::{Field, Rule, WithdrawalRequest};
 
 use crate::{Fixture, Rail, START, sent};
 
@@ -249,6 +249,111 @@ fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
     assert_eq!(report.divergences.len(), 1);
     assert_eq!(report.divergences[0].seq, 5);
     assert!(!report.is_clean());
+}
+
+/// A claim of w, already claimed by req-1, under req-2: a decision the
+/// code would not make. Returns the storage, the config and the claim's seq.
+fn log_with_a_divergent_claim() -> (MemStorage, Config, u64) {
+    let f = Fixture::new();
+    let w = f.withdrawal();
+    f.ledger()
+        .submit("req-1", w.clone(), Rail::default().ok())
+        .unwrap();
+    let storage = f.storage.clone();
+    let config = f.config.clone();
+    drop(f);
+    forge(
+        &storage,
+        vec![EventKind::Claimed {
+            key: "req-2".parse().unwrap(),
+            request: w,
+        }],
+    );
+    (storage, config, 5)
+}
+
+#[test]
+fn a_divergence_before_an_undecodable_record_is_the_error_reported() {
+    // Guards against replay reporting what the scan reached first instead of the first fault in log order.
+    let (storage, config, divergent) = log_with_a_divergent_claim();
+    let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    log.append_durable(b"\x01\x00not an event").unwrap();
+    drop(log);
+
+    let error = Ledger::open_on(Arc::new(storage), config).unwrap_err();
+
+    assert!(
+        matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_divergent_log_is_refused_before_its_torn_tail_is_cut() {
+    // Guards against an open that refuses still repairing the directory, because replay ran behind the scan.
+    let (storage, config, divergent) = log_with_a_divergent_claim();
+    let segment = storage
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|name| name.ends_with(".log"))
+        .unwrap();
+    let mut torn = storage.file(&segment).unwrap();
+    torn.extend_from_slice(&[0xee; 9]);
+    storage.put_file(&segment, &torn);
+    let files = |storage: &MemStorage| {
+        let mut names = storage.list().unwrap();
+        names.sort();
+        names
+            .into_iter()
+            .map(|name| (storage.file(&name), name))
+            .collect::<Vec<_>>()
+    };
+    let before = files(&storage);
+
+    let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
+
+    assert!(
+        matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+        "{error}"
+    );
+    assert!(
+        files(&storage) == before,
+        "the refused open changed the directory"
+    );
+}
+
+#[test]
+fn a_log_of_many_replay_batches_reopens_to_the_same_answers() {
+    // Guards against events lost, reordered or applied twice where replay hands them between threads.
+    let mut f = Fixture::new();
+    let withdrawals: Vec<WithdrawalRequest> = (0..1200).map(|_| f.withdrawal()).collect();
+    let keys: Vec<String> = (0..withdrawals.len()).map(|i| format!("req-{i}")).collect();
+    let rail = Rail::default();
+    for (index, (key, w)) in keys.iter().zip(&withdrawals).enumerate() {
+        match index % 4 {
+            0 => drop(f.ledger().submit(key, w.clone(), rail.ok()).unwrap()),
+            1 => drop(
+                f.ledger()
+                    .submit(key, w.clone(), rail.timeout())
+                    .unwrap_err(),
+            ),
+            2 => drop(
+                f.ledger()
+                    .submit(key, w.clone(), rail.refuse())
+                    .unwrap_err(),
+            ),
+            _ => drop(f.ledger().record(key, w.clone()).unwrap()),
+        }
+    }
+    assert!(
+        f.ledger().last_seq() > 3000,
+        "more than two batches of events"
+    );
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let withdrawal_refs: Vec<&WithdrawalRequest> = withdrawals.iter().collect();
+
+    f.assert_same_after_reopen(&key_refs, &withdrawal_refs);
 }
 
 #[test]
