@@ -43,7 +43,8 @@ pub struct LogStats {
     /// Batches written, each with one `fdatasync` under
     /// [`Durability::Always`] (a batch that rolls a segment syncs more).
     pub flushes: u64,
-    /// Callers blocked in [`Log::wait_durable`] behind a flush in progress.
+    /// Callers parked in [`Log::wait_durable`] until a flush wakes them
+    /// (woken callers not yet returned are not counted).
     pub waiting: u64,
 }
 
@@ -96,12 +97,21 @@ impl Parked {
     /// is poisoned.
     const RECHECK: u8 = 2;
 
-    fn new() -> Arc<Parked> {
-        Arc::new(Parked {
-            thread: thread::current(),
-            wake: AtomicU8::new(Parked::WAITING),
-            next: Mutex::new(Vec::new()),
-        })
+    /// This thread's waiter, reset to waiting. A thread waits for one flush
+    /// at a time, and a waker marks an entry once, after taking it out of
+    /// its list and before the waiter can see the mark and return: so one
+    /// waiter per thread can be reused, and a wait allocates nothing.
+    fn this_thread() -> Arc<Parked> {
+        thread_local! {
+            static PARKED: Arc<Parked> = Arc::new(Parked {
+                thread: thread::current(),
+                wake: AtomicU8::new(Parked::WAITING),
+                next: Mutex::new(Vec::new()),
+            });
+        }
+        let parked = PARKED.with(Arc::clone);
+        parked.wake.store(Parked::WAITING, Ordering::Relaxed);
+        parked
     }
 
     /// Wakes every waiter in `woken` with `wake`, called without the state
@@ -244,10 +254,12 @@ impl Log {
     }
 
     /// [`Log::open_visiting`], calling `finish` once every record has been
-    /// visited, before the open repairs anything (cuts a torn tail, replaces
-    /// a torn header, finishes a roll). A visitor that works behind the scan,
-    /// on another thread, reports its last verdict there, so a refused
-    /// open changes no more than a refusal from `visit` would.
+    /// visited, before the open repairs any segment (cuts a torn tail,
+    /// replaces a torn header, finishes a roll). A visitor that works behind
+    /// the scan, on another thread, reports its last verdict there, so a
+    /// refused open changes no more than a refusal from `visit` would:
+    /// leftover temporary segment files are removed before the scan either
+    /// way.
     pub fn open_visiting_then<E>(
         storage: Arc<dyn Storage>,
         config: LogConfig,
@@ -544,6 +556,11 @@ impl Log {
     /// storage, as [`Durability`] defines it. Concurrent callers share one
     /// write and one `fdatasync`: the first caller finding no flush running
     /// writes everything pending; the others wait for it.
+    ///
+    /// Once the log is poisoned, a call returns [`LogError::Poisoned`], even
+    /// for a record that is durable. A caller already waiting when its
+    /// flush lands returns `Ok`, even if a later flush fails before it has
+    /// run again: its record is on stable storage either way.
     pub fn wait_durable(&self, seq: u64) -> Result<(), LogError> {
         let mut state = self.lock_state();
         let mut led = 0;
@@ -584,13 +601,12 @@ impl Log {
             }
             if state.flushing {
                 let generation = state.flush_gen + u64::from(seq > state.flush_target);
-                let parked = Parked::new();
+                assert_eq!(led, 0, "a leader's own record is in the batch it led");
+                let parked = Parked::this_thread();
                 state.parked[Self::parity(generation)].push(Arc::clone(&parked));
                 state.waiting += 1;
                 drop(state);
-                // Only a leader (`led > 0`) has more to do once durable, and
-                // a leader's own record is in the batch it flushed.
-                if parked.wait() == Parked::DURABLE && led == 0 {
+                if parked.wait() == Parked::DURABLE {
                     return Ok(());
                 }
                 state = self.lock_state();

@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::{self, ScopedJoinHandle};
 
 use payonce_log::{Log, LogConfig, OpenError, Recovery, Storage};
-use tracing::Span;
+use tracing::{Dispatch, Span};
 
 use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
@@ -26,8 +26,9 @@ pub(crate) const REPLAY_BATCH_LEN: usize = 1024;
 pub(crate) const REPLAY_BATCH_BYTES_MAX: usize = 1 << 20;
 
 /// Batches decoded ahead of the applying thread. With the two limits above,
-/// bounds the memory of decoded events not yet applied to a few MiB for
-/// any log.
+/// bounds the memory of decoded events alive at once (those not yet
+/// applied, and as many applied ones waiting to be freed) to about a dozen
+/// MiB of encoded events for any log.
 pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 4;
 
 /// Decodes the event stored as log record `seq`.
@@ -145,11 +146,16 @@ pub(crate) fn replay_log(
     config: LogConfig,
 ) -> Result<(Log, Recovery, State), LedgerError> {
     let span = Span::current();
+    let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     thread::scope(|scope| {
         let (batches, received) = sync_channel::<Vec<Event>>(REPLAY_BATCHES_AHEAD_MAX);
-        // Room for every batch there is, so returning one never blocks.
+        // Room for every batch alive at once (those queued, the one being
+        // applied, the one being filled), so applied batches are returned to
+        // be freed on the scanning thread.
         let (returned, applied) = sync_channel::<Vec<Event>>(REPLAY_BATCHES_AHEAD_MAX + 2);
-        let applier = scope.spawn(move || {
+        let apply_all = move || {
+            // Events logged while applying reach the caller's subscriber.
+            let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
             let mut state = State::new();
             for batch in received {
@@ -159,12 +165,16 @@ pub(crate) fn replay_log(
                     }
                     apply(&mut state, event);
                 }
-                // The scanning side may have finished and gone: then this
-                // thread drops the batch.
+                // Should the return channel be full, this thread frees the
+                // batch itself.
                 let _ = returned.try_send(batch);
             }
             Ok(state)
-        });
+        };
+        let applier = thread::Builder::new()
+            .name("payonce-replay".to_owned())
+            .spawn_scoped(scope, apply_all)
+            .map_err(LedgerError::ReplayThread)?;
         let decoder = RefCell::new(Decoder {
             batch: Vec::with_capacity(REPLAY_BATCH_LEN),
             batch_bytes: 0,

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use payonce_log::{
     CrashMode, Fault, Log, LogError, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, sync_rate,
@@ -124,7 +124,12 @@ fn park_48_behind_a_held_flush(env: &Env, fault: Option<Fault>) -> (Arc<Log>, Ve
     for _ in 0..EACH {
         wait(None);
     }
+    let deadline = Instant::now() + Duration::from_secs(60);
     while log.stats().waiting < 2 * EACH {
+        assert!(
+            Instant::now() < deadline,
+            "every caller parks behind the held flush"
+        );
         thread::yield_now();
     }
     if let Some(fault) = fault {

@@ -201,7 +201,8 @@ fn an_outcome_that_cannot_be_recorded_is_handed_back_with_the_error() {
 }
 
 /// Appends hand-made events to a log, as a buggy or tampered writer would.
-fn forge(storage: &MemStorage, kinds: Vec<EventKind>) {
+/// Returns the first one's sequence number.
+fn forge(storage: &MemStorage, kinds: Vec<EventKind>) -> u64 {
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let first = log.last_seq() + 1;
     for (index, kind) in kinds.into_iter().enumerate() {
@@ -214,10 +215,13 @@ fn forge(storage: &MemStorage, kinds: Vec<EventKind>) {
         log.append(&event.encode().unwrap()).unwrap();
     }
     log.sync().unwrap();
+    first
 }
 
-#[test]
-fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
+/// A claim of w, already claimed by req-1, under req-2 (a decision the code
+/// would not make), followed by `then` more events. Returns the storage,
+/// the config and the claim's seq.
+fn log_with_a_divergent_claim(then: Vec<EventKind>) -> (MemStorage, Config, u64) {
     let f = Fixture::new();
     let w = f.withdrawal();
     f.ledger()
@@ -227,55 +231,39 @@ fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
     let config = f.config.clone();
     drop(f);
     // A second claim of a claimed withdrawal, as if a writer skipped the check.
-    forge(
-        &storage,
-        vec![EventKind::Claimed {
-            key: "req-2".parse().unwrap(),
-            request: w.clone(),
-        }],
-    );
+    let mut kinds = vec![EventKind::Claimed {
+        key: "req-2".parse().unwrap(),
+        request: w,
+    }];
+    kinds.extend(then);
+    let divergent = forge(&storage, kinds);
+    (storage, config, divergent)
+}
+
+#[test]
+fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
+    let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());
 
     let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
     let LedgerError::Divergence(divergence) = &error else {
         panic!("{error}")
     };
-    assert_eq!(divergence.seq, 5);
+    assert_eq!(divergence.seq, divergent);
     assert!(matches!(divergence.recorded, EventKind::Claimed { .. }));
     assert!(
         matches!(&divergence.recomputed, Err(Refusal::Claimed { holder, .. }) if holder.as_str() == "req-1")
     );
     let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();
     assert_eq!(report.divergences.len(), 1);
-    assert_eq!(report.divergences[0].seq, 5);
+    assert_eq!(report.divergences[0].seq, divergent);
     assert!(!report.is_clean());
-}
-
-/// A claim of w, already claimed by req-1, under req-2: a decision the
-/// code would not make. Returns the storage, the config and the claim's seq.
-fn log_with_a_divergent_claim() -> (MemStorage, Config, u64) {
-    let f = Fixture::new();
-    let w = f.withdrawal();
-    f.ledger()
-        .submit("req-1", w.clone(), Rail::default().ok())
-        .unwrap();
-    let storage = f.storage.clone();
-    let config = f.config.clone();
-    drop(f);
-    forge(
-        &storage,
-        vec![EventKind::Claimed {
-            key: "req-2".parse().unwrap(),
-            request: w,
-        }],
-    );
-    (storage, config, 5)
 }
 
 #[test]
 fn a_divergence_before_an_undecodable_record_is_the_error_reported() {
     // Guards against replay reporting what the scan reached first instead of the first fault in log order.
-    let (storage, config, divergent) = log_with_a_divergent_claim();
+    let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     log.append_durable(b"\x01\x00not an event").unwrap();
     drop(log);
@@ -291,7 +279,7 @@ fn a_divergence_before_an_undecodable_record_is_the_error_reported() {
 #[test]
 fn a_divergent_log_is_refused_before_its_torn_tail_is_cut() {
     // Guards against an open that refuses still repairing the directory, because replay ran behind the scan.
-    let (storage, config, divergent) = log_with_a_divergent_claim();
+    let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());
     let segment = storage
         .list()
         .unwrap()
@@ -320,6 +308,34 @@ fn a_divergent_log_is_refused_before_its_torn_tail_is_cut() {
     assert!(
         files(&storage) == before,
         "the refused open changed the directory"
+    );
+    // The bytes are a torn tail: an open that accepts the records cuts them.
+    let (_, recovery) = Log::open(Arc::new(storage), LogConfig::default()).unwrap();
+    assert_eq!(recovery.torn_tail.unwrap().len, 9);
+}
+
+#[test]
+fn a_divergence_while_the_scan_is_far_ahead_is_reported_without_hanging() {
+    // Guards against a deadlock between the threads of a replay when the applier stops while the scanner waits to hand over.
+    let opened = EventKind::Opened {
+        accept_foreign_ids: false,
+    };
+    let (storage, config, divergent) = log_with_a_divergent_claim(vec![opened; 10_000]);
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let error = Ledger::open_on(Arc::new(storage), config)
+            .map(drop)
+            .unwrap_err();
+        answer.send(error).unwrap();
+    });
+
+    let error = answered
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the open returns");
+
+    assert!(
+        matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+        "{error}"
     );
 }
 
