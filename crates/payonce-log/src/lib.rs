@@ -72,6 +72,7 @@ pub use crate::format::{
 pub use crate::mem::{CrashMode, MemStats, MemStorage};
 pub use crate::reader::{LogReader, Records};
 pub use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
+pub use crate::scan::segments_len;
 pub use crate::storage::{
     FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,
     sync_rate,

@@ -34,6 +34,27 @@ pub(crate) fn list_segments(storage: &dyn Storage) -> Result<Vec<u64>, LogError>
     Ok(segments)
 }
 
+/// The bytes in the segment files of the log in `storage`, 0 if it has
+/// none (or its directory does not exist yet): what opening or scanning it
+/// will read, for sizing the work before it starts.
+pub fn segments_len(storage: &dyn Storage) -> Result<u64, LogError> {
+    let segments = match list_segments(storage) {
+        Err(LogError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(0);
+        }
+        listed => listed?,
+    };
+    segments
+        .into_iter()
+        .map(|first_seq| {
+            let name = segment_name(first_seq);
+            storage
+                .len(&name)
+                .map_err(|error| io_error("stat", &storage.describe(&name), error))
+        })
+        .sum()
+}
+
 /// Most times one read-only scan reads the newest segment again because
 /// records seemed to follow damage, which a writer writing over zeros at the
 /// same moment can make it see (see [`Cursor::reread_segment`]).

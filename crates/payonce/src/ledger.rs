@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, LogConfig, Storage};
+use payonce_log::{FsStorage, Log, LogConfig, Storage, segments_len};
 use payonce_model::{
     Actor, Amount, Currency, Destination, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest,
 };
@@ -40,7 +40,17 @@ pub struct Config {
     pub log_refusals: bool,
     /// Where events get their time.
     pub clock: Arc<dyn Clock>,
+    /// Opening replays a log whose segment files hold at least this many
+    /// bytes on two threads, a shorter one on the opening thread, where
+    /// starting a thread costs more than it saves. Default
+    /// [`REPLAY_THREAD_MIN_LEN`]; 0 always uses two threads, `u64::MAX`
+    /// never. Either way replay decides, and refuses, alike.
+    pub replay_thread_min_len: u64,
 }
+
+/// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
+/// events.
+pub const REPLAY_THREAD_MIN_LEN: u64 = 4 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -49,6 +59,7 @@ impl Default for Config {
             accept_foreign_ids: false,
             log_refusals: true,
             clock: Arc::new(SystemClock),
+            replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
         }
     }
 }
@@ -200,8 +211,15 @@ impl Ledger {
     pub fn open_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
         let span = info_span!("open");
         let _entered = span.enter();
-        let (log, recovery, state) = replay_log(storage, config.log.clone())?;
-        info!(events = state.last_seq(), keys = state.key_count(), torn_tail = ?recovery.torn_tail, "replayed");
+        let two_threads = segments_len(&*storage)? >= config.replay_thread_min_len;
+        let (log, recovery, state) = replay_log(storage, config.log.clone(), two_threads)?;
+        info!(
+            events = state.last_seq(),
+            keys = state.key_count(),
+            threads = if two_threads { 2 } else { 1 },
+            torn_tail = ?recovery.torn_tail,
+            "replayed"
+        );
         let accept_foreign_ids = config.accept_foreign_ids;
         let ledger = Ledger {
             inner: Arc::new(Inner {

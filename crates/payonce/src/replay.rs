@@ -90,7 +90,7 @@ impl Decoder<'_> {
             applied.clear();
             next = Some(applied);
         }
-        let next = next.unwrap_or_else(|| Vec::with_capacity(REPLAY_BATCH_LEN));
+        let next = next.unwrap_or_default();
         let batch = std::mem::replace(&mut self.batch, next);
         self.batch_bytes = 0;
         match &self.batches {
@@ -131,10 +131,21 @@ impl Decoder<'_> {
     }
 }
 
+/// Re-derives the decision `event` records from `state` (a divergence is
+/// an error) and applies it.
+fn replay_event(state: &mut State, event: &Event) -> Result<(), LedgerError> {
+    if let Some(divergence) = rederive(state, event) {
+        return Err(LedgerError::Divergence(Box::new(divergence)));
+    }
+    apply(state, event);
+    Ok(())
+}
+
 /// Opens the log in `storage` for writing and replays every event into a
-/// fresh [`State`]: what opening a ledger does.
+/// fresh [`State`]: what opening a ledger does. On this thread alone unless
+/// `two_threads`.
 ///
-/// Two threads share the work. This one reads and verifies the log and
+/// With `two_threads`, two threads share the work. This one reads and verifies the log and
 /// decodes each event; a second re-derives each decision (a divergence is an
 /// error) and applies the events, in log order. Every event is applied
 /// before the log is repaired (a torn tail cut), so a divergence refuses the
@@ -144,7 +155,19 @@ impl Decoder<'_> {
 pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
+    two_threads: bool,
 ) -> Result<(Log, Recovery, State), LedgerError> {
+    if !two_threads {
+        let mut state = State::new();
+        let (log, recovery) = Log::open_visiting(storage, config, |record| {
+            replay_event(&mut state, &decode_event(record.seq, record.payload)?)
+        })
+        .map_err(|error| match error {
+            OpenError::Log(error) => LedgerError::Log(error),
+            OpenError::Visit(error) => error,
+        })?;
+        return Ok((log, recovery, state));
+    }
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     thread::scope(|scope| {
@@ -160,10 +183,7 @@ pub(crate) fn replay_log(
             let mut state = State::new();
             for batch in received {
                 for event in &batch {
-                    if let Some(divergence) = rederive(&state, event) {
-                        return Err(LedgerError::Divergence(Box::new(divergence)));
-                    }
-                    apply(&mut state, event);
+                    replay_event(&mut state, event)?;
                 }
                 // Should the return channel be full, this thread frees the
                 // batch itself.
@@ -176,7 +196,7 @@ pub(crate) fn replay_log(
             .spawn_scoped(scope, apply_all)
             .map_err(LedgerError::ReplayThread)?;
         let decoder = RefCell::new(Decoder {
-            batch: Vec::with_capacity(REPLAY_BATCH_LEN),
+            batch: Vec::new(),
             batch_bytes: 0,
             batches: Some(batches),
             applied,

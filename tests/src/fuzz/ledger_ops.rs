@@ -367,6 +367,7 @@ pub fn ledger_ops(data: &[u8]) {
     let config = WorldConfig {
         accept_foreign_ids: flags & 1 != 0,
         log_refusals: flags & 2 == 0,
+        replay_on_two_threads: flags & 4 != 0,
     };
     let mut world = World::new(config);
     for _ in 0..OPS_MAX {

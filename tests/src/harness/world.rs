@@ -40,6 +40,9 @@ pub struct WorldConfig {
     pub accept_foreign_ids: bool,
     /// Append refusals to the log (unsynced).
     pub log_refusals: bool,
+    /// Replay every reopening on two threads (the default replays a
+    /// simulated ledger's small log on one).
+    pub replay_on_two_threads: bool,
 }
 
 impl WorldConfig {
@@ -312,6 +315,11 @@ impl World {
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),
+            replay_thread_min_len: if self.config.replay_on_two_threads {
+                0
+            } else {
+                u64::MAX
+            },
         }
     }
 

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::thread;
 
-use payonce_log::{Damage, FsStorage, Log, LogConfig, LogError, LogReader, MemStorage, Position};
+use payonce_log::{
+    Damage, FsStorage, Log, LogConfig, LogError, LogReader, MemStorage, Position, segments_len,
+};
 
 use crate::support::{
     Env, append_payloads, build_log, expected, frames, on_both, open_collect, payload, payloads,
@@ -217,4 +219,20 @@ fn a_visitor_error_stops_a_read_only_scan() {
         }
     });
     assert!(matches!(result, Err(payonce_log::OpenError::Visit(2))));
+}
+
+#[test]
+fn segments_len_counts_the_segment_files_only() {
+    // Guards against sizing an open by files that are not the log's, or failing before the log exists.
+    let missing = FsStorage::new(tempfile::tempdir().unwrap().path().join("not-yet"));
+    assert_eq!(segments_len(&missing).unwrap(), 0);
+    on_both(|env| {
+        assert_eq!(segments_len(&*env.storage).unwrap(), 0);
+        build_log(env, &small_config(), 30);
+        env.disk.put("notes.txt", b"not a segment");
+        let segments = env.disk.segments();
+        assert!(segments.len() > 1);
+        let expected: usize = segments.iter().map(|name| env.disk.bytes(name).len()).sum();
+        assert_eq!(segments_len(&*env.storage).unwrap(), expected as u64);
+    });
 }

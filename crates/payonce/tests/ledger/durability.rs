@@ -240,6 +240,15 @@ fn log_with_a_divergent_claim(then: Vec<EventKind>) -> (MemStorage, Config, u64)
     (storage, config, divergent)
 }
 
+/// `config` replaying on two threads whatever the log's length, then on
+/// one: replay must answer alike both ways.
+fn both_replays(config: &Config) -> [Config; 2] {
+    [0, u64::MAX].map(|replay_thread_min_len| Config {
+        replay_thread_min_len,
+        ..config.clone()
+    })
+}
+
 #[test]
 fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
     let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());
@@ -268,12 +277,14 @@ fn a_divergence_before_an_undecodable_record_is_the_error_reported() {
     log.append_durable(b"\x01\x00not an event").unwrap();
     drop(log);
 
-    let error = Ledger::open_on(Arc::new(storage), config).unwrap_err();
+    for config in both_replays(&config) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
-    assert!(
-        matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
-        "{error}"
-    );
+        assert!(
+            matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+            "{error}"
+        );
+    }
 }
 
 #[test]
@@ -299,16 +310,18 @@ fn a_divergent_log_is_refused_before_its_torn_tail_is_cut() {
     };
     let before = files(&storage);
 
-    let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
+    for config in both_replays(&config) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
-    assert!(
-        matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
-        "{error}"
-    );
-    assert!(
-        files(&storage) == before,
-        "the refused open changed the directory"
-    );
+        assert!(
+            matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+            "{error}"
+        );
+        assert!(
+            files(&storage) == before,
+            "the refused open changed the directory"
+        );
+    }
     // The bytes are a torn tail: an open that accepts the records cuts them.
     let (_, recovery) = Log::open(Arc::new(storage), LogConfig::default()).unwrap();
     assert_eq!(recovery.torn_tail.unwrap().len, 9);
@@ -321,6 +334,7 @@ fn a_divergence_while_the_scan_is_far_ahead_is_reported_without_hanging() {
         accept_foreign_ids: false,
     };
     let (storage, config, divergent) = log_with_a_divergent_claim(vec![opened; 10_000]);
+    let [config, _] = both_replays(&config);
     let (answer, answered) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let error = Ledger::open_on(Arc::new(storage), config)
@@ -342,7 +356,7 @@ fn a_divergence_while_the_scan_is_far_ahead_is_reported_without_hanging() {
 #[test]
 fn a_log_of_many_replay_batches_reopens_to_the_same_answers() {
     // Guards against events lost, reordered or applied twice where replay hands them between threads.
-    let mut f = Fixture::new();
+    let mut f = Fixture::with(|config| config.replay_thread_min_len = 0);
     let withdrawals: Vec<WithdrawalRequest> = (0..1200).map(|_| f.withdrawal()).collect();
     let keys: Vec<String> = (0..withdrawals.len()).map(|i| format!("req-{i}")).collect();
     let rail = Rail::default();
@@ -369,6 +383,9 @@ fn a_log_of_many_replay_batches_reopens_to_the_same_answers() {
     let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     let withdrawal_refs: Vec<&WithdrawalRequest> = withdrawals.iter().collect();
 
+    f.assert_same_after_reopen(&key_refs, &withdrawal_refs);
+    // And on one thread, the same again.
+    f.config.replay_thread_min_len = u64::MAX;
     f.assert_same_after_reopen(&key_refs, &withdrawal_refs);
 }
 

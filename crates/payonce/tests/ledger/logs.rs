@@ -180,3 +180,41 @@ fn claims_replays_and_refusals_are_logged_at_info() {
         assert!(infos.contains(&said), "no {said:?} in {infos:?}");
     }
 }
+
+#[test]
+fn a_log_of_replay_thread_min_len_bytes_or_more_replays_on_two_threads() {
+    // Guards against the threshold being ignored or off by one, which would leave long logs on one thread.
+    let f = Fixture::new();
+    f.withdrawal();
+    let storage = f.storage.clone();
+    let config = f.config.clone();
+    assert_eq!(config.replay_thread_min_len, payonce::REPLAY_THREAD_MIN_LEN);
+    drop(f);
+    // Each open appends an event: the threshold is set from the log's
+    // length just before it.
+    let threads = |min_len: &dyn Fn(u64) -> u64| {
+        let replay_thread_min_len = min_len(payonce_log::segments_len(&storage).unwrap());
+        let config = payonce::Config {
+            replay_thread_min_len,
+            ..config.clone()
+        };
+        let events = captured(|| {
+            drop(payonce::Ledger::open_on(std::sync::Arc::new(storage.clone()), config).unwrap());
+        });
+        let replayed: Vec<_> = events
+            .iter()
+            .filter(|event| event.field("message") == Some("replayed"))
+            .collect();
+        assert_eq!(replayed.len(), 1, "{events:?}");
+        replayed[0].field("threads").unwrap().to_owned()
+    };
+
+    assert_eq!(threads(&|len| len), "2");
+    assert_eq!(threads(&|len| len + 1), "1");
+    assert_eq!(threads(&|_| 0), "2");
+    assert_eq!(
+        threads(&|_| payonce::REPLAY_THREAD_MIN_LEN),
+        "1",
+        "a small log replays on one"
+    );
+}
