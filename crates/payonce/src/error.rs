@@ -43,10 +43,6 @@ pub enum LedgerError {
     Divergence(Box<Divergence>),
     /// A panic inside the ledger's own code left its state unusable: reopen.
     Poisoned,
-    /// The thread that applies events while the log is replayed could not
-    /// be started (the process is out of threads or memory). Nothing was
-    /// replayed or repaired.
-    ReplayThread(std::io::Error),
 }
 
 /// A recorded decision that replay re-derived differently.
@@ -104,12 +100,6 @@ impl fmt::Display for LedgerError {
             LedgerError::Poisoned => {
                 f.write_str("a panic inside the ledger left its state unusable; reopen the ledger")
             }
-            LedgerError::ReplayThread(error) => {
-                write!(
-                    f,
-                    "could not start the thread that replays the log: {error}"
-                )
-            }
         }
     }
 }
@@ -122,7 +112,6 @@ impl std::error::Error for LedgerError {
             LedgerError::Log(error) => Some(error),
             LedgerError::Encode(error) => Some(error),
             LedgerError::BadEvent { error, .. } => Some(error),
-            LedgerError::ReplayThread(error) => Some(error),
             _ => None,
         }
     }

@@ -20,7 +20,7 @@ use crate::decide::{Decision, decide};
 use crate::error::{LedgerError, SendFailure, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
-use crate::replay::replay_log;
+use crate::replay::{Replayed, replay_log};
 use crate::state::{Hold, InFlight, State, apply};
 use crate::time::{Clock, SystemClock};
 
@@ -211,12 +211,20 @@ impl Ledger {
     pub fn open_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
         let span = info_span!("open");
         let _entered = span.enter();
-        let two_threads = segments_len(&*storage)? >= config.replay_thread_min_len;
-        let (log, recovery, state) = replay_log(storage, config.log.clone(), two_threads)?;
+        // Only a choice of threads: a log that cannot be sized replays on
+        // one, and the open reports what is wrong with it.
+        let two_threads =
+            segments_len(&*storage).is_ok_and(|len| len >= config.replay_thread_min_len);
+        let Replayed {
+            log,
+            recovery,
+            state,
+            threads,
+        } = replay_log(storage, config.log.clone(), two_threads)?;
         info!(
             events = state.last_seq(),
             keys = state.key_count(),
-            threads = if two_threads { 2 } else { 1 },
+            threads,
             torn_tail = ?recovery.torn_tail,
             "replayed"
         );

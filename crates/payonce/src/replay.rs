@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::{self, ScopedJoinHandle};
 
 use payonce_log::{Log, LogConfig, OpenError, Recovery, Storage};
-use tracing::{Dispatch, Span};
+use tracing::{Dispatch, Span, warn};
 
 use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
@@ -141,9 +141,40 @@ fn replay_event(state: &mut State, event: &Event) -> Result<(), LedgerError> {
     Ok(())
 }
 
+/// What [`replay_log`] built, and how many threads built it.
+pub(crate) struct Replayed {
+    pub(crate) log: Log,
+    pub(crate) recovery: Recovery,
+    pub(crate) state: State,
+    /// 2 when a second thread applied the events, else 1.
+    pub(crate) threads: u8,
+}
+
+/// Replays on this thread alone: decodes, re-derives and applies each
+/// record as the scan reaches it.
+fn replay_on_this_thread(
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+) -> Result<Replayed, LedgerError> {
+    let mut state = State::new();
+    let (log, recovery) = Log::open_visiting(storage, config, |record| {
+        replay_event(&mut state, &decode_event(record.seq, record.payload)?)
+    })
+    .map_err(|error| match error {
+        OpenError::Log(error) => LedgerError::Log(error),
+        OpenError::Visit(error) => error,
+    })?;
+    Ok(Replayed {
+        log,
+        recovery,
+        state,
+        threads: 1,
+    })
+}
+
 /// Opens the log in `storage` for writing and replays every event into a
 /// fresh [`State`]: what opening a ledger does. On this thread alone unless
-/// `two_threads`.
+/// `two_threads` (and a thread can be started).
 ///
 /// With `two_threads`, two threads share the work. This one reads and verifies the log and
 /// decodes each event; a second re-derives each decision (a divergence is an
@@ -156,17 +187,9 @@ pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     two_threads: bool,
-) -> Result<(Log, Recovery, State), LedgerError> {
+) -> Result<Replayed, LedgerError> {
     if !two_threads {
-        let mut state = State::new();
-        let (log, recovery) = Log::open_visiting(storage, config, |record| {
-            replay_event(&mut state, &decode_event(record.seq, record.payload)?)
-        })
-        .map_err(|error| match error {
-            OpenError::Log(error) => LedgerError::Log(error),
-            OpenError::Visit(error) => error,
-        })?;
-        return Ok((log, recovery, state));
+        return replay_on_this_thread(storage, config);
     }
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
@@ -191,10 +214,17 @@ pub(crate) fn replay_log(
             }
             Ok(state)
         };
-        let applier = thread::Builder::new()
+        let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
             .spawn_scoped(scope, apply_all)
-            .map_err(LedgerError::ReplayThread)?;
+        {
+            Ok(applier) => applier,
+            Err(error) => {
+                // Nothing is read or changed yet: one thread does it all.
+                warn!(%error, "could not start a thread to replay the log; replaying on one");
+                return replay_on_this_thread(storage, config);
+            }
+        };
         let decoder = RefCell::new(Decoder {
             batch: Vec::new(),
             batch_bytes: 0,
@@ -216,7 +246,12 @@ pub(crate) fn replay_log(
             unreachable!("finishing waits for the applier's answer")
         };
         match (opened, answer) {
-            (Ok((log, recovery)), Ok(state)) => Ok((log, recovery, state)),
+            (Ok((log, recovery)), Ok(state)) => Ok(Replayed {
+                log,
+                recovery,
+                state,
+                threads: 2,
+            }),
             (_, Err(error)) => Err(error),
             (Err(OpenError::Log(error)), Ok(_)) => Err(LedgerError::Log(error)),
             (Err(OpenError::Visit(Stop::Ledger(error))), Ok(_)) => Err(error),

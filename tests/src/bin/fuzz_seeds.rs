@@ -333,12 +333,20 @@ fn ledger_ops_seeds(dir: &Path) {
         ),
     ];
     for (name, ops) in seeds {
-        write(
-            dir,
-            "ledger_ops",
-            name,
-            &ledger_ops::encode(false, true, &ops),
-        );
+        // Each world twice: reopenings replayed on one thread, then on two.
+        for (suffix, replay_on_two_threads) in [("", false), ("-two-threads", true)] {
+            let config = WorldConfig {
+                accept_foreign_ids: false,
+                log_refusals: true,
+                replay_on_two_threads,
+            };
+            write(
+                dir,
+                "ledger_ops",
+                &format!("{name}{suffix}"),
+                &ledger_ops::encode(&config, &ops),
+            );
+        }
     }
 }
 

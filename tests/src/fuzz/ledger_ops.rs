@@ -237,8 +237,10 @@ impl Op {
 }
 
 /// The bytes of a whole input: the world's settings, then the operations.
-pub fn encode(accept_foreign_ids: bool, log_refusals: bool, ops: &[Op]) -> Vec<u8> {
-    let flags = u8::from(accept_foreign_ids) | (u8::from(!log_refusals) << 1);
+pub fn encode(config: &WorldConfig, ops: &[Op]) -> Vec<u8> {
+    let flags = u8::from(config.accept_foreign_ids)
+        | (u8::from(!config.log_refusals) << 1)
+        | (u8::from(config.replay_on_two_threads) << 2);
     let mut bytes = vec![flags];
     for op in ops {
         bytes.extend(op.encode());

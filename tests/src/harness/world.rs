@@ -40,8 +40,8 @@ pub struct WorldConfig {
     pub accept_foreign_ids: bool,
     /// Append refusals to the log (unsynced).
     pub log_refusals: bool,
-    /// Replay every reopening on two threads (the default replays a
-    /// simulated ledger's small log on one).
+    /// Replay every reopening on two threads; otherwise on one (a
+    /// simulated ledger's log is far below the default threshold anyway).
     pub replay_on_two_threads: bool,
 }
 

@@ -224,13 +224,23 @@ fn a_visitor_error_stops_a_read_only_scan() {
 #[test]
 fn segments_len_counts_the_segment_files_only() {
     // Guards against sizing an open by files that are not the log's, or failing before the log exists.
-    let missing = FsStorage::new(tempfile::tempdir().unwrap().path().join("not-yet"));
+    let parent = tempfile::tempdir().unwrap();
+    let missing = FsStorage::new(parent.path().join("not-yet"));
     assert_eq!(segments_len(&missing).unwrap(), 0);
     on_both(|env| {
         assert_eq!(segments_len(&*env.storage).unwrap(), 0);
         build_log(env, &small_config(), 30);
-        env.disk.put("notes.txt", b"not a segment");
         let segments = env.disk.segments();
+        let first = &segments[0];
+        // Names a segment's could be mistaken for: a roll's debris, a
+        // torn tail saved aside, anything else.
+        for other in [
+            format!("{first}.tmp"),
+            format!("{first}.torn-40"),
+            "notes.txt".to_owned(),
+        ] {
+            env.disk.put(&other, b"not a segment");
+        }
         assert!(segments.len() > 1);
         let expected: usize = segments.iter().map(|name| env.disk.bytes(name).len()).sum();
         assert_eq!(segments_len(&*env.storage).unwrap(), expected as u64);

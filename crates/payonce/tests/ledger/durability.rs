@@ -253,16 +253,18 @@ fn both_replays(config: &Config) -> [Config; 2] {
 fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
     let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());
 
-    let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
+    for config in both_replays(&config) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
-    let LedgerError::Divergence(divergence) = &error else {
-        panic!("{error}")
-    };
-    assert_eq!(divergence.seq, divergent);
-    assert!(matches!(divergence.recorded, EventKind::Claimed { .. }));
-    assert!(
-        matches!(&divergence.recomputed, Err(Refusal::Claimed { holder, .. }) if holder.as_str() == "req-1")
-    );
+        let LedgerError::Divergence(divergence) = &error else {
+            panic!("{error}")
+        };
+        assert_eq!(divergence.seq, divergent);
+        assert!(matches!(divergence.recorded, EventKind::Claimed { .. }));
+        assert!(
+            matches!(&divergence.recomputed, Err(Refusal::Claimed { holder, .. }) if holder.as_str() == "req-1")
+        );
+    }
     let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();
     assert_eq!(report.divergences.len(), 1);
     assert_eq!(report.divergences[0].seq, divergent);
@@ -397,13 +399,15 @@ fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
     log.append_durable(b"\x01\x00not an event").unwrap();
     drop(log);
 
-    let error = Ledger::open_on(Arc::new(storage), Config::default()).unwrap_err();
+    for config in both_replays(&Config::default()) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
-    assert!(
-        matches!(error, LedgerError::BadEvent { seq: 2, .. }),
-        "{error}"
-    );
-    assert!(error.to_string().contains("log record 2"), "{error}");
+        assert!(
+            matches!(error, LedgerError::BadEvent { seq: 2, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("log record 2"), "{error}");
+    }
 }
 
 #[test]
@@ -422,12 +426,14 @@ fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
     log.append_durable(&event.encode().unwrap()).unwrap();
     drop(log);
 
-    let error = Ledger::open_on(Arc::new(storage), Config::default()).unwrap_err();
+    for config in both_replays(&Config::default()) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
 
-    assert!(
-        matches!(error, LedgerError::MisplacedEvent { seq: 2, found: 7 }),
-        "{error}"
-    );
+        assert!(
+            matches!(error, LedgerError::MisplacedEvent { seq: 2, found: 7 }),
+            "{error}"
+        );
+    }
 }
 
 #[test]
@@ -449,15 +455,17 @@ fn the_ledger_is_send_sync_and_cheap_to_clone() {
 fn a_second_ledger_on_the_same_directory_is_locked_out() {
     let dir = tempfile::tempdir().unwrap();
     let _first = Ledger::open(dir.path()).unwrap();
-    let error = Ledger::open(dir.path()).unwrap_err();
-    assert!(
-        matches!(error, LedgerError::Log(LogError::Locked { .. })),
-        "{error}"
-    );
-    assert!(
-        error.to_string().contains("locked by another writer"),
-        "{error}"
-    );
+    for config in both_replays(&Config::default()) {
+        let error = Ledger::open_with(dir.path(), config).unwrap_err();
+        assert!(
+            matches!(error, LedgerError::Log(LogError::Locked { .. })),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("locked by another writer"),
+            "{error}"
+        );
+    }
 }
 
 #[test]

@@ -184,6 +184,7 @@ fn claims_replays_and_refusals_are_logged_at_info() {
 #[test]
 fn a_log_of_replay_thread_min_len_bytes_or_more_replays_on_two_threads() {
     // Guards against the threshold being ignored or off by one, which would leave long logs on one thread.
+    // `threads` says how many threads applied the events, not what was asked for.
     let f = Fixture::new();
     f.withdrawal();
     let storage = f.storage.clone();
