@@ -419,13 +419,21 @@ fn a_visitor_error_stops_the_open() {
     });
 }
 
+/// A 20-record log whose last record is cut to its first 7 bytes: a torn
+/// tail. Returns the last segment's name, its bytes before the cut, and
+/// where the cut record starts.
+fn torn_last_record(env: &Env) -> (String, Vec<u8>, usize) {
+    let (name, bytes, frames) = last_segment(env);
+    let (offset, _) = *frames.last().unwrap();
+    env.disk.put(&name, &bytes[..offset + 7]);
+    (name, bytes, offset)
+}
+
 #[test]
 fn finish_runs_after_the_last_record_and_its_error_refuses_before_any_repair() {
     // Guards against a replay that runs behind the scan refusing only after the open cut a torn tail.
     on_both(|env| {
-        let (name, bytes, frames) = last_segment(env);
-        let (offset, _) = *frames.last().unwrap();
-        env.disk.put(&name, &bytes[..offset + 7]);
+        let (_, _, offset) = torn_last_record(env);
         let before = env.disk.files();
         let visited = std::cell::Cell::new(0);
         let result = Log::open_visiting_then(
@@ -465,9 +473,7 @@ fn finish_runs_after_the_last_record_and_its_error_refuses_before_any_repair() {
 fn a_crash_while_saving_a_torn_tail_is_recovered_on_the_next_open() {
     // Guards against recovery itself being unsafe to interrupt.
     on_both(|env| {
-        let (name, bytes, frames) = last_segment(env);
-        let (offset, _) = *frames.last().unwrap();
-        env.disk.put(&name, &bytes[..offset + 7]);
+        let (name, bytes, offset) = torn_last_record(env);
         // A previous recovery saved the bytes and crashed before truncating.
         env.disk
             .put(&format!("{name}.torn-{offset}"), &bytes[offset..offset + 7]);
