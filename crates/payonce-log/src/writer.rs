@@ -68,10 +68,15 @@ struct State {
     /// those that need the next one, are woken separately, so a finished
     /// flush wakes only the callers it satisfied.
     parked: [Vec<Arc<Parked>>; 2],
-    /// Callers in `parked`.
-    waiting: u64,
     flushes: u64,
     poisoned: Option<Arc<LogError>>,
+}
+
+impl State {
+    /// Callers parked until a flush wakes them.
+    fn waiting(&self) -> u64 {
+        self.parked.iter().map(|parked| parked.len() as u64).sum()
+    }
 }
 
 /// A caller of [`Log::wait_durable`] parked until a flush wakes it.
@@ -201,14 +206,14 @@ impl Drop for LeaderGuard<'_> {
         }
         let mut state = self.log.lock_state();
         state.flushing = false;
-        self.log.poisoned.store(true, Ordering::Release);
-        state.poisoned.get_or_insert_with(|| {
-            Arc::new(LogError::Io {
+        self.log.poison(
+            &mut state,
+            LogError::Io {
                 op: "flush",
                 file: self.log.storage.describe(""),
                 source: io::Error::other("the thread writing a batch panicked"),
-            })
-        });
+            },
+        );
         let woken = Log::take_everyone(&mut state);
         drop(state);
         Parked::wake_all(woken, Parked::RECHECK);
@@ -491,7 +496,6 @@ impl Log {
             flush_gen: 0,
             flush_target: 0,
             parked: [Vec::new(), Vec::new()],
-            waiting: 0,
             flushes: 0,
             poisoned: None,
         };
@@ -575,7 +579,7 @@ impl Log {
                 // appended during its flush, so the disk never idles while the
                 // woken waiters are still being scheduled; bounded so its own
                 // caller is not kept forever.
-                let more = !state.pending.is_empty() && state.waiting > 0;
+                let more = !state.pending.is_empty() && state.waiting() > 0;
                 if led > 0 && more && !state.flushing {
                     if led < LEADER_FLUSHES_MAX {
                         state = self.lead_flush(state);
@@ -586,7 +590,6 @@ impl Log {
                     // leads it (waking them all would only make them queue).
                     let next = Self::parity(state.flush_gen + 1);
                     if let Some(parked) = state.parked[next].pop() {
-                        state.waiting -= 1;
                         drop(state);
                         Parked::wake_all(vec![parked], Parked::RECHECK);
                     }
@@ -604,7 +607,6 @@ impl Log {
                 assert_eq!(led, 0, "a leader's own record is in the batch it led");
                 let parked = Parked::this_thread();
                 state.parked[Self::parity(generation)].push(Arc::clone(&parked));
-                state.waiting += 1;
                 drop(state);
                 if parked.wait() == Parked::DURABLE {
                     return Ok(());
@@ -650,13 +652,11 @@ impl Log {
                 assert!(last_seq > state.durable_seq);
                 state.durable_seq = last_seq;
                 let woken = std::mem::take(&mut state.parked[Self::parity(generation)]);
-                state.waiting -= woken.len() as u64;
                 (woken, Parked::DURABLE)
             }
             Err(error) => {
                 tracing::error!(error = %error, "log write failed; the log is poisoned until reopened");
-                state.poisoned = Some(Arc::new(error));
-                self.poisoned.store(true, Ordering::Release);
+                self.poison(&mut state, error);
                 state.pending.clear();
                 // Those waiting for the next flush must hear of it too.
                 (Self::take_everyone(&mut state), Parked::RECHECK)
@@ -667,9 +667,19 @@ impl Log {
         if state.spare.capacity() < batch.capacity() {
             state.spare = batch;
         }
+        if woken.is_empty() {
+            return state;
+        }
         drop(state);
         Parked::wake_all(woken, wake);
         self.lock_state()
+    }
+
+    /// Poisons the log with `cause`, unless it already is: the state and its
+    /// lock-free mirror together.
+    fn poison(&self, state: &mut State, cause: LogError) {
+        state.poisoned.get_or_insert_with(|| Arc::new(cause));
+        self.poisoned.store(true, Ordering::Release);
     }
 
     fn parity(generation: u64) -> usize {
@@ -683,7 +693,6 @@ impl Log {
         for parked in &mut state.parked {
             woken.append(parked);
         }
-        state.waiting -= woken.len() as u64;
         woken
     }
 
@@ -804,7 +813,7 @@ impl Log {
             last_seq: state.next_seq - 1,
             durable_seq: state.durable_seq,
             flushes: state.flushes,
-            waiting: state.waiting,
+            waiting: state.waiting(),
         }
     }
 }

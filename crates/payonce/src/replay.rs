@@ -176,13 +176,13 @@ fn replay_on_this_thread(
 /// fresh [`State`]: what opening a ledger does. On this thread alone unless
 /// `two_threads` (and a thread can be started).
 ///
-/// With `two_threads`, two threads share the work. This one reads and verifies the log and
-/// decodes each event; a second re-derives each decision (a divergence is an
-/// error) and applies the events, in log order. Every event is applied
-/// before the log is repaired (a torn tail cut), so a divergence refuses the
-/// open before the open changes anything, as it would on one thread; and an
-/// error of the applying side, always at an earlier event than the scanning
-/// side's, is the one reported.
+/// With `two_threads`, two threads share the work. This one reads and
+/// verifies the log and decodes each event; a second re-derives each
+/// decision (a divergence is an error) and applies the events, in log order.
+/// Every event is applied before the log repairs any segment (a torn tail
+/// cut), so a divergence refuses the open before a repair, as it would on
+/// one thread; and an error of the applying side, always at an earlier
+/// event than the scanning side's, is the one reported.
 pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
