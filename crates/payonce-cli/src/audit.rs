@@ -293,8 +293,8 @@ pub(crate) fn state(
         })
         .collect();
     holds.sort_by_key(|hold| {
-        let holder = state.claimed_by(&hold.withdrawal).map(|key| key.as_str());
-        (claimed_seq(holder), hold.withdrawal.clone())
+        let holder = state.claimed_by(&hold.withdrawal);
+        (claimed_seq(holder.as_deref()), hold.withdrawal.clone())
     });
     let now = last.map_or(env.now, |(_, at, _)| at);
     let view = StateView {

@@ -188,7 +188,7 @@ fn exit_view(
         last_seq: state.last_seq(),
         record: records(state).into_iter().find(|r| r.key == key.as_str()),
         withdrawal: withdrawal.to_owned(),
-        claimed_by: state.claimed_by(withdrawal).map(ToString::to_string),
+        claimed_by: state.claimed_by(withdrawal).map(String::from),
         held: state
             .held(withdrawal)
             .map(|hold| format!("{} {}", hold.amount, hold.currency)),

@@ -192,7 +192,7 @@ pub(crate) fn records(state: &State) -> Vec<RecordView> {
                 outcome: outcome.map_or_else(|| "in flight".to_owned(), |o| o.state().to_string()),
                 reference: outcome.and_then(|o| o.reference()).map(ToString::to_string),
                 reason: outcome.and_then(|o| o.reason()).map(ToString::to_string),
-                last_error: record.last_error().map(ToString::to_string),
+                last_error: record.last_error().map(String::from),
                 outcome_withdrawal: outcome
                     .and_then(|o| serde_json::to_value(o).ok())
                     .unwrap_or(Value::Null),

@@ -255,6 +255,39 @@ impl TryFrom<WithdrawalFields> for WithdrawalRequest {
             requested_by,
             replaced,
         } = fields;
+        let progress = Progress::new(state, reference, reason, requested_by, replaced)?;
+        Ok(WithdrawalRequest::from_parts(
+            Fingerprint::new(id, amount, currency, destination),
+            progress,
+        ))
+    }
+}
+
+/// Everything about a withdrawal but its [`Fingerprint`]: its state, what
+/// the rail said, and who asked. Taken from a valid [`WithdrawalRequest`] or
+/// built by [`Progress::new`] under the same rules, so putting it back
+/// together with a fingerprint always gives a valid one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Progress {
+    state: WithdrawalState,
+    reference: Option<Reference>,
+    reason: Option<Reason>,
+    requested_by: Actor,
+    replaced: Vec<Reference>,
+}
+
+impl Progress {
+    /// Checks the parts against the state machine's rules, the same rules
+    /// deserialisation runs: a reference exactly in the states that carry
+    /// one, a reason exactly in rejected and failed, and replaced references
+    /// only beside a current one, distinct, at most [`REPLACED_MAX`].
+    pub fn new(
+        state: WithdrawalState,
+        reference: Option<Reference>,
+        reason: Option<Reason>,
+        requested_by: Actor,
+        replaced: Vec<Reference>,
+    ) -> Result<Progress, FieldError> {
         use WithdrawalState as S;
         let refuse = |field, rule| Err(FieldError::new(field, rule));
         let reference_required = matches!(state, S::Sent | S::Confirmed);
@@ -289,11 +322,7 @@ impl TryFrom<WithdrawalFields> for WithdrawalRequest {
                 }
             }
         }
-        Ok(WithdrawalRequest {
-            id,
-            amount,
-            currency,
-            destination,
+        Ok(Progress {
             state,
             reference,
             reason,
@@ -301,22 +330,7 @@ impl TryFrom<WithdrawalFields> for WithdrawalRequest {
             replaced,
         })
     }
-}
 
-/// Everything about a withdrawal but its [`Fingerprint`]: its state, what
-/// the rail said, and who asked. Only ever taken from a valid
-/// [`WithdrawalRequest`], so putting it back together with a fingerprint
-/// always gives a valid one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Progress {
-    state: WithdrawalState,
-    reference: Option<Reference>,
-    reason: Option<Reason>,
-    requested_by: Actor,
-    replaced: Vec<Reference>,
-}
-
-impl Progress {
     /// Where the withdrawal is in its life.
     pub fn state(&self) -> WithdrawalState {
         self.state

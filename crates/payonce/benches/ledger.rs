@@ -12,7 +12,8 @@
 //!
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
 //! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3);
-//! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,10000000`);
+//! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,3000000,10000000`:
+//! the second holds 1M claimed withdrawals);
 //! `PAYONCE_BENCH_THREADS` the thread counts (default `1,8,64`).
 
 // A benchmark that cannot read or write has nothing to report: a panic with
@@ -54,7 +55,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let sizes: Vec<u64> = numbers("PAYONCE_BENCH_EVENTS", "1000000,10000000");
+    let sizes: Vec<u64> = numbers("PAYONCE_BENCH_EVENTS", "1000000,3000000,10000000");
     let thread_counts = numbers("PAYONCE_BENCH_THREADS", "1,8,64");
     let duration = Duration::from_secs(secs);
     let dir = tempfile::tempdir_in(&base).unwrap();

@@ -306,8 +306,8 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
                 check_withdrawal_free(state, key, outcome)?;
                 return Ok(Verdict::Append);
             };
-            if state.is_sending(key) {
-                return Err(in_flight(state, key, &record));
+            if record.send_running() {
+                return Err(in_flight(key, &record));
             }
             if !record.matches(outcome) {
                 let differences = record.fingerprint().differences(&outcome.fingerprint());
@@ -318,7 +318,7 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
             }
             match record.progress() {
                 None => Ok(Verdict::Append),
-                Some(recorded) if outcome.has_progress(recorded) => Ok(Verdict::Unchanged),
+                Some(recorded) if outcome.has_progress(&recorded) => Ok(Verdict::Unchanged),
                 Some(recorded) => Err(Refusal::OutcomeDiffers {
                     key: key.clone(),
                     recorded_state: recorded.state(),
@@ -330,13 +330,13 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
             let Some(record) = state.record(key) else {
                 return Ok(Verdict::Unchanged);
             };
-            if state.is_sending(key) {
-                return Err(in_flight(state, key, &record));
+            if record.send_running() {
+                return Err(in_flight(key, &record));
             }
-            if let Some(outcome) = record.progress() {
+            if let Some(state) = record.outcome_state() {
                 return Err(Refusal::HasOutcome {
                     key: key.clone(),
-                    state: outcome.state(),
+                    state,
                 });
             }
             Ok(Verdict::Append)
@@ -361,7 +361,7 @@ fn judge_claim(
         }
         return match record.outcome() {
             Some(outcome) => Ok(Verdict::Replay(outcome)),
-            None => Err(in_flight(state, key, &record)),
+            None => Err(in_flight(key, &record)),
         };
     }
     check_withdrawal_free(state, key, request)?;
@@ -376,46 +376,35 @@ fn check_withdrawal_free(
     request: &WithdrawalRequest,
 ) -> Result<(), Refusal> {
     let id = request.id();
-    if state.was_created(id) {
-        if let Some(created) = state
-            .fingerprint(id)
-            .filter(|created| !created.matches(request))
-        {
-            let differences = created.differences(&request.fingerprint());
+    let withdrawal = state.withdrawal(id);
+    match withdrawal {
+        Some(created) if created.created() && !created.matches(request) => {
+            let differences = created.fingerprint().differences(&request.fingerprint());
             return Err(Refusal::NotAsCreated {
                 withdrawal: id.clone(),
                 differences,
             });
         }
-    } else if !state.accepts_foreign_ids() {
-        return Err(Refusal::UnknownWithdrawal {
-            withdrawal: id.clone(),
-        });
-    }
-    match state.claimed_by(id) {
-        Some(holder) if holder != key => {
-            let holder_state = match state.record(holder) {
-                Some(record) => holder_state(state, holder, &record),
-                // Unreachable while every claim has a record; say in flight
-                // rather than invent an outcome.
-                None => HolderState::InFlight {
-                    since: Default::default(),
-                    seq: 0,
-                    send_running: false,
-                },
-            };
-            Err(Refusal::Claimed {
-                key: key.clone(),
+        Some(created) if created.created() => {}
+        _ if !state.accepts_foreign_ids() => {
+            return Err(Refusal::UnknownWithdrawal {
                 withdrawal: id.clone(),
-                holder: holder.clone(),
-                holder_state,
-            })
+            });
         }
+        _ => {}
+    }
+    match withdrawal.and_then(|withdrawal| withdrawal.holder()) {
+        Some(holder) if holder.key_str() != key.as_str() => Err(Refusal::Claimed {
+            key: key.clone(),
+            withdrawal: id.clone(),
+            holder: holder.key(),
+            holder_state: holder_state(&holder),
+        }),
         _ => Ok(()),
     }
 }
 
-fn holder_state(state: &State, holder: &RequestKey, record: &Record<'_>) -> HolderState {
+fn holder_state(record: &Record<'_>) -> HolderState {
     match record.progress() {
         Some(outcome) => HolderState::Decided {
             state: outcome.state(),
@@ -424,24 +413,24 @@ fn holder_state(state: &State, holder: &RequestKey, record: &Record<'_>) -> Hold
         None => HolderState::InFlight {
             since: record.claimed_at(),
             seq: record.claimed_seq(),
-            send_running: state.is_sending(holder),
+            send_running: record.send_running(),
         },
     }
 }
 
-fn in_flight(state: &State, key: &RequestKey, record: &Record<'_>) -> Refusal {
+fn in_flight(key: &RequestKey, record: &Record<'_>) -> Refusal {
     Refusal::InFlight {
         key: key.clone(),
-        withdrawal: record.withdrawal().clone(),
+        withdrawal: record.withdrawal(),
         since: record.claimed_at(),
         seq: record.claimed_seq(),
-        send_running: state.is_sending(key),
+        send_running: record.send_running(),
     }
 }
 
 fn judge_complete(state: &State, key: &RequestKey, result: Sent<'_>) -> Result<Verdict, Refusal> {
     let record = match state.record(key) {
-        Some(record) if state.is_sending(key) && record.progress().is_none() => record,
+        Some(record) if record.send_running() && record.outcome_state().is_none() => record,
         _ => return Err(Refusal::NoSendRunning { key: key.clone() }),
     };
     match result {

@@ -596,7 +596,7 @@ impl Ledger {
 
     /// The key that holds withdrawal `id`.
     pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
-        self.read(|state| state.claimed_by(id).cloned())
+        self.read(|state| state.claimed_by(id))
     }
 
     /// Every key with an unknown outcome, oldest claim first.

@@ -3,119 +3,453 @@
 //!
 //! The three projections the ledger answers from (records: key to what it
 //! claimed and what came of it; claims: withdrawal to holder key; holds:
-//! withdrawal to funds reserved) are kept in two maps so that each piece of
-//! text is stored once: a withdrawal's fingerprint, holder and hold live in
-//! one entry per withdrawal; a key's record names its withdrawal and keeps
-//! only the outcome's [`Progress`]. Queries put the values back together.
+//! withdrawal to funds reserved) are kept as one slot per key and one slot
+//! per withdrawal: a withdrawal's fingerprint, holder and hold live in its
+//! slot; a key's slot names its withdrawal's slot and keeps the outcome's
+//! progress. Queries put the values back together.
+//!
+//! The state holds every claimed withdrawal of the ledger's life in memory,
+//! so its layout is about bytes: every piece of text (keys, ids,
+//! destinations, references, reasons, requesters) is packed end to end in
+//! one buffer ([`Texts`]), slots refer to it by offset and length, and two
+//! hash tables of slot numbers find a slot by key or by id. An owned string
+//! per field would cost an allocation header and a pointer each, and a map
+//! of owned keys a wide entry per slot of spare capacity.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroU16;
 
+use hashbrown::HashTable;
 use payonce_model::{
-    Amount, Currency, Destination, Fingerprint, Progress, Reason, RequestKey, WithdrawalId,
-    WithdrawalRequest, WithdrawalState,
+    Actor, Amount, Currency, Destination, FieldError, Fingerprint, Progress, Reason, Reference,
+    RequestKey, WithdrawalId, WithdrawalRequest, WithdrawalState,
 };
 use rust_decimal::Decimal;
 
 use crate::event::{Event, EventKind};
 use crate::time::Timestamp;
 
-/// What the ledger believes after some prefix of the log.
-///
-/// Built only by [`apply`]; read through its query methods.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct State {
-    last_seq: u64,
-    accept_foreign_ids: bool,
-    /// Request key to what it claimed and what came of it.
-    records: HashMap<RequestKey, KeyEntry>,
-    /// Withdrawal id to its fingerprint, holder and hold. Holds every
-    /// withdrawal minted here and every one a key holds.
-    withdrawals: HashMap<WithdrawalId, WithdrawalEntry>,
-    held_totals: BTreeMap<Currency, Decimal>,
-    /// Keys whose send is running in this process: claimed since the last
-    /// open and not completed.
-    sending: HashSet<RequestKey>,
-    /// One shared copy of each currency code.
-    currencies: HashSet<Currency>,
-    refusals: u64,
+/// Most keys, and most withdrawals, the state can hold at once: slots are
+/// numbered with 32 bits. Each costs memory long before this.
+pub const SLOTS_MAX: usize = u32::MAX as usize;
+
+/// Text freed by releases that the buffer may hold before it is compacted:
+/// at least this many bytes, and at least as many as are still in use.
+const GARBAGE_MIN: usize = 1 << 20;
+
+/// Where a piece of text sits in [`Texts`]: a 48-bit offset and a length.
+/// Validated text is never empty, which leaves `Option<TextRef>` its niche.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TextRef {
+    offset_low: u32,
+    offset_high: u16,
+    len: NonZeroU16,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct KeyEntry {
-    withdrawal: WithdrawalId,
-    outcome: Option<Box<Progress>>,
+/// Every piece of text the state holds, end to end. Text is appended and
+/// never moved, except by [`Texts::compacted`]; freed text is only counted.
+#[derive(Debug, Clone, Default)]
+struct Texts {
+    buffer: String,
+    garbage: usize,
+}
+
+impl Texts {
+    fn push(&mut self, text: &str) -> TextRef {
+        let offset = self.buffer.len();
+        // Validated text is at most a few KiB and never empty; a buffer of
+        // 2^48 bytes would not fit in memory.
+        let len = u16::try_from(text.len())
+            .ok()
+            .and_then(NonZeroU16::new)
+            .unwrap_or_else(|| panic!("text of {} bytes kept in the state", text.len()));
+        assert!(
+            offset >> 48 == 0,
+            "the state's text buffer outgrew 48-bit offsets"
+        );
+        self.buffer.push_str(text);
+        TextRef {
+            offset_low: offset as u32,
+            offset_high: (offset >> 32) as u16,
+            len,
+        }
+    }
+
+    fn get(&self, at: TextRef) -> &str {
+        let start = (usize::from(at.offset_high) << 32) | at.offset_low as usize;
+        &self.buffer[start..start + usize::from(at.len.get())]
+    }
+
+    fn free(&mut self, at: TextRef) {
+        self.garbage += usize::from(at.len.get());
+    }
+
+    fn free_option(&mut self, at: Option<TextRef>) {
+        if let Some(at) = at {
+            self.free(at);
+        }
+    }
+
+    /// Whether enough text has been freed that copying out what is still
+    /// in use pays for itself.
+    fn wants_compacting(&self) -> bool {
+        self.garbage >= GARBAGE_MIN && self.garbage * 2 >= self.buffer.len()
+    }
+
+    /// Copies `at` into `into`, for compaction.
+    fn move_to(&self, into: &mut Texts, at: &mut TextRef) {
+        *at = into.push(self.get(*at));
+    }
+
+    fn move_option_to(&self, into: &mut Texts, at: &mut Option<TextRef>) {
+        if let Some(at) = at {
+            self.move_to(into, at);
+        }
+    }
+}
+
+/// Builds a model value back from text the state stored. The text passed
+/// the same rules when it was stored, so it passes again.
+fn stored<'t, T>(text: &'t str, parse: impl FnOnce(&'t str) -> Result<T, FieldError>) -> T {
+    match parse(text) {
+        Ok(value) => value,
+        Err(error) => panic!("text {text:?} was valid when stored and now is not: {error}"),
+    }
+}
+
+/// Slots of one kind, numbered, reused once freed, and a hash table of the
+/// numbers in use that finds a slot by the text it is named by.
+#[derive(Clone)]
+struct Slots<T> {
+    entries: Vec<T>,
+    free: Vec<u32>,
+    table: HashTable<u32>,
+}
+
+/// A slot named by a piece of text: a key by the key, a withdrawal by its id.
+trait Named {
+    fn name(&self) -> TextRef;
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            entries: Vec::new(),
+            free: Vec::new(),
+            table: HashTable::new(),
+        }
+    }
+}
+
+impl<T: Named> Slots<T> {
+    /// The slot named `name`.
+    fn find(&self, texts: &Texts, hasher: &RandomState, name: &str) -> Option<u32> {
+        let entries = &self.entries;
+        self.table
+            .find(hasher.hash_one(name), |&slot| {
+                texts.get(entries[slot as usize].name()) == name
+            })
+            .copied()
+    }
+
+    /// Puts `entry` in a free slot, or a new one, and returns its number.
+    /// Its name must not be in use.
+    fn insert(&mut self, texts: &Texts, hasher: &RandomState, entry: T) -> u32 {
+        let hash = hasher.hash_one(texts.get(entry.name()));
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.entries[slot as usize] = entry;
+                slot
+            }
+            None => {
+                assert!(
+                    self.entries.len() < SLOTS_MAX,
+                    "the state holds {SLOTS_MAX} slots already"
+                );
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        let entries = &self.entries;
+        self.table.insert_unique(hash, slot, |&slot| {
+            hasher.hash_one(texts.get(entries[slot as usize].name()))
+        });
+        slot
+    }
+
+    /// Frees slot `slot`: its name no longer finds it.
+    fn remove(&mut self, texts: &Texts, hasher: &RandomState, slot: u32) {
+        let hash = hasher.hash_one(texts.get(self.entries[slot as usize].name()));
+        if let Ok(found) = self.table.find_entry(hash, |&found| found == slot) {
+            found.remove();
+            self.free.push(slot);
+        }
+    }
+
+    /// The numbers of the slots in use, in no particular order.
+    fn in_use(&self) -> impl Iterator<Item = u32> + '_ {
+        self.table.iter().copied()
+    }
+
+    /// Calls `change` on every slot in use.
+    fn change_in_use(&mut self, mut change: impl FnMut(&mut T)) {
+        for &slot in self.table.iter() {
+            change(&mut self.entries[slot as usize]);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
+impl<T> std::ops::Index<u32> for Slots<T> {
+    type Output = T;
+    fn index(&self, slot: u32) -> &T {
+        &self.entries[slot as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<u32> for Slots<T> {
+    fn index_mut(&mut self, slot: u32) -> &mut T {
+        &mut self.entries[slot as usize]
+    }
+}
+
+/// What a request key claimed and what came of it.
+#[derive(Debug, Clone)]
+struct KeySlot {
+    key: TextRef,
+    /// The slot of the withdrawal it claimed.
+    withdrawal: u32,
     claimed_seq: u64,
     claimed_at: Timestamp,
-    last_error: Option<Reason>,
+    /// The outcome's state; `None` while in flight.
+    state: Option<WithdrawalState>,
+    /// Its send is running in this process: claimed since the last open
+    /// and not completed.
+    send_running: bool,
+    /// The outcome's reference.
+    reference: Option<TextRef>,
+    /// While in flight, the last send error or rail refusal; once decided,
+    /// the outcome's reason. Never both: an outcome ends the unknown.
+    detail: Option<TextRef>,
+    /// The outcome's requester; `None` while in flight.
+    requested_by: Option<TextRef>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct WithdrawalEntry {
+/// A withdrawal: its fingerprint, holder and hold.
+#[derive(Debug, Clone)]
+struct WithdrawalSlot {
+    id: TextRef,
+    destination: TextRef,
     amount: Amount,
-    currency: Currency,
-    destination: Destination,
-    holder: Option<RequestKey>,
+    /// Its place in [`State::currencies`].
+    currency: u32,
+    /// The slot of the key holding it, or [`NO_HOLDER`].
+    holder: u32,
     /// Minted by this ledger.
     created: bool,
     /// Funds reserved for the current claim.
     held: bool,
 }
 
-impl WithdrawalEntry {
-    fn matches(&self, id: &WithdrawalId, request: &WithdrawalRequest) -> bool {
-        request.id() == id
-            && request.amount() == self.amount
-            && *request.currency() == self.currency
-            && *request.destination() == self.destination
-    }
+const NO_HOLDER: u32 = u32::MAX;
 
-    fn fingerprint(&self, id: &WithdrawalId) -> Fingerprint {
-        Fingerprint::new(
-            id.clone(),
-            self.amount,
-            self.currency.clone(),
-            self.destination.clone(),
-        )
+impl Named for KeySlot {
+    fn name(&self) -> TextRef {
+        self.key
     }
 }
 
+impl Named for WithdrawalSlot {
+    fn name(&self) -> TextRef {
+        self.id
+    }
+}
+
+/// What the ledger believes after some prefix of the log.
+///
+/// Built only by [`apply`]; read through its query methods.
+#[derive(Clone, Default)]
+pub struct State {
+    last_seq: u64,
+    accept_foreign_ids: bool,
+    texts: Texts,
+    /// Every key with a record, found by the key.
+    keys: Slots<KeySlot>,
+    /// Every withdrawal minted here and every one a key holds, found by id.
+    withdrawals: Slots<WithdrawalSlot>,
+    /// Request keys and withdrawal ids come from clients: the tables hash
+    /// them with a keyed hash so nobody can choose colliding ones.
+    hasher: RandomState,
+    /// One copy of each currency code, numbered.
+    currencies: Vec<Currency>,
+    currency_numbers: HashMap<Currency, u32>,
+    /// References replaced by bumps, by key slot: rare, so kept aside.
+    replaced: HashMap<u32, Box<[Reference]>>,
+    held_totals: BTreeMap<Currency, Decimal>,
+    /// Keys with `send_running` set.
+    sending: usize,
+    refusals: u64,
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("last_seq", &self.last_seq)
+            .field("accept_foreign_ids", &self.accept_foreign_ids)
+            .field("keys", &self.keys.len())
+            .field("withdrawals", &self.withdrawals.len())
+            .field("sending", &self.sending)
+            .field("held_totals", &self.held_totals)
+            .field("refusals", &self.refusals)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two states are equal when every query answers the same: slot numbers,
+/// buffer offsets and hash order are how a state got there, not what it
+/// believes.
+impl PartialEq for State {
+    fn eq(&self, other: &Self) -> bool {
+        let same_record = |mine: Record<'_>| {
+            other.record(mine.key_str()).is_some_and(|theirs| {
+                mine.withdrawal.id_str() == theirs.withdrawal.id_str()
+                    && mine.entry.claimed_seq == theirs.entry.claimed_seq
+                    && mine.entry.claimed_at == theirs.entry.claimed_at
+                    && mine.entry.state == theirs.entry.state
+                    && mine.entry.send_running == theirs.entry.send_running
+                    && mine.text(mine.entry.reference) == theirs.text(theirs.entry.reference)
+                    && mine.text(mine.entry.detail) == theirs.text(theirs.entry.detail)
+                    && mine.text(mine.entry.requested_by) == theirs.text(theirs.entry.requested_by)
+                    && mine.replaced() == theirs.replaced()
+            })
+        };
+        let same_withdrawal = |mine: Withdrawal<'_>| {
+            other.withdrawal(mine.id_str()).is_some_and(|theirs| {
+                mine.fingerprint() == theirs.fingerprint()
+                    && mine.entry.created == theirs.entry.created
+                    && mine.entry.held == theirs.entry.held
+                    && mine.holder().map(|record| record.key_str())
+                        == theirs.holder().map(|record| record.key_str())
+            })
+        };
+        self.last_seq == other.last_seq
+            && self.accept_foreign_ids == other.accept_foreign_ids
+            && self.refusals == other.refusals
+            && self.held_totals == other.held_totals
+            && self.keys.len() == other.keys.len()
+            && self.withdrawals.len() == other.withdrawals.len()
+            && self
+                .keys
+                .in_use()
+                .all(|slot| same_record(self.record_at(slot)))
+            && self
+                .withdrawals
+                .in_use()
+                .all(|slot| same_withdrawal(self.withdrawal_at(slot)))
+    }
+}
+
+impl Eq for State {}
+
 /// What a request key claimed, and what came of it: a view into a [`State`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Record<'a> {
-    entry: &'a KeyEntry,
-    withdrawal: &'a WithdrawalEntry,
+    state: &'a State,
+    slot: u32,
+    entry: &'a KeySlot,
+    withdrawal: Withdrawal<'a>,
+}
+
+impl fmt::Debug for Record<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key_str())
+            .field("withdrawal", &self.withdrawal.id_str())
+            .field("state", &self.entry.state)
+            .field("claimed_seq", &self.entry.claimed_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Record<'a> {
+    /// The request key.
+    pub fn key(&self) -> RequestKey {
+        stored(self.key_str(), RequestKey::new)
+    }
+    pub(crate) fn key_str(&self) -> &'a str {
+        self.state.texts.get(self.entry.key)
+    }
+    fn text(&self, at: Option<TextRef>) -> Option<&'a str> {
+        Some(self.state.texts.get(at?))
+    }
     /// The withdrawal the key claimed.
-    pub fn withdrawal(&self) -> &'a WithdrawalId {
-        &self.entry.withdrawal
+    pub fn withdrawal(&self) -> WithdrawalId {
+        self.withdrawal.id()
     }
     /// The withdrawal's fingerprint.
     pub fn fingerprint(&self) -> Fingerprint {
-        self.withdrawal.fingerprint(&self.entry.withdrawal)
+        self.withdrawal.fingerprint()
     }
     /// Whether `request` is the withdrawal the key claimed. Builds nothing.
     pub fn matches(&self, request: &WithdrawalRequest) -> bool {
-        self.withdrawal.matches(&self.entry.withdrawal, request)
+        self.withdrawal.matches(request)
     }
     /// Its outcome; `None` while in flight.
     pub fn outcome(&self) -> Option<WithdrawalRequest> {
-        let progress = self.entry.outcome.as_deref()?;
-        Some(WithdrawalRequest::from_parts(
-            self.fingerprint(),
-            progress.clone(),
-        ))
+        let progress = self.progress()?;
+        Some(WithdrawalRequest::from_parts(self.fingerprint(), progress))
+    }
+    /// The outcome's state; `None` while in flight. Builds nothing.
+    pub fn outcome_state(&self) -> Option<WithdrawalState> {
+        self.entry.state
     }
     /// The outcome's progress (state, reference, ...); `None` while in flight.
-    pub fn progress(&self) -> Option<&'a Progress> {
-        self.entry.outcome.as_deref()
+    pub fn progress(&self) -> Option<Progress> {
+        let state = self.entry.state?;
+        let text = |at| self.text(at);
+        let requested_by = text(self.entry.requested_by)
+            .unwrap_or_else(|| panic!("key {} has an outcome without a requester", self.key_str()));
+        let progress = Progress::new(
+            state,
+            text(self.entry.reference).map(|at| stored(at, Reference::new)),
+            text(self.entry.detail).map(|at| stored(at, Reason::new)),
+            stored(requested_by, Actor::new),
+            self.replaced().to_vec(),
+        );
+        match progress {
+            Ok(progress) => Some(progress),
+            Err(error) => panic!(
+                "the outcome of key {} was valid when stored and now is not: {error}",
+                self.key_str()
+            ),
+        }
     }
     /// Whether the key's outcome is `outcome`. Builds nothing.
     pub fn has_outcome(&self, outcome: &WithdrawalRequest) -> bool {
-        self.progress()
-            .is_some_and(|progress| self.matches(outcome) && outcome.has_progress(progress))
+        let same = |at, text: Option<&str>| self.text(at) == text;
+        self.entry.state == Some(outcome.state())
+            && self.matches(outcome)
+            && same(
+                self.entry.reference,
+                outcome.reference().map(|r| r.as_str()),
+            )
+            && same(self.entry.detail, outcome.reason().map(|r| r.as_str()))
+            && same(self.entry.requested_by, Some(outcome.requested_by()))
+            && self.replaced() == outcome.replaced()
+    }
+    fn replaced(&self) -> &'a [Reference] {
+        if self.entry.state.is_none() {
+            return &[];
+        }
+        self.state
+            .replaced
+            .get(&self.slot)
+            .map_or(&[], |replaced| replaced)
     }
     /// Sequence number of the claim.
     pub fn claimed_seq(&self) -> u64 {
@@ -126,14 +460,74 @@ impl<'a> Record<'a> {
         self.entry.claimed_at
     }
     /// The last send error or rail refusal, while the outcome is unknown.
-    pub fn last_error(&self) -> Option<&'a Reason> {
-        self.entry.last_error.as_ref()
+    pub fn last_error(&self) -> Option<Reason> {
+        if self.entry.state.is_some() {
+            return None;
+        }
+        let at = self.entry.detail?;
+        Some(stored(self.state.texts.get(at), Reason::new))
+    }
+    /// Whether the key's send is running in this process right now.
+    pub fn send_running(&self) -> bool {
+        self.entry.send_running
     }
 }
 
-impl PartialEq for Record<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.entry == other.entry && self.withdrawal == other.withdrawal
+/// A withdrawal the state knows: a view into a [`State`].
+#[derive(Clone, Copy)]
+pub(crate) struct Withdrawal<'a> {
+    state: &'a State,
+    entry: &'a WithdrawalSlot,
+}
+
+impl<'a> Withdrawal<'a> {
+    fn id_str(&self) -> &'a str {
+        self.state.texts.get(self.entry.id)
+    }
+    pub(crate) fn id(&self) -> WithdrawalId {
+        stored(self.id_str(), WithdrawalId::new)
+    }
+    fn currency(&self) -> &'a Currency {
+        &self.state.currencies[self.entry.currency as usize]
+    }
+    pub(crate) fn fingerprint(&self) -> Fingerprint {
+        let texts = &self.state.texts;
+        Fingerprint::new(
+            self.id(),
+            self.entry.amount,
+            self.currency().clone(),
+            stored(texts.get(self.entry.destination), Destination::new),
+        )
+    }
+    /// Whether `request` is this withdrawal. Builds nothing.
+    pub(crate) fn matches(&self, request: &WithdrawalRequest) -> bool {
+        let texts = &self.state.texts;
+        request.id().as_str() == self.id_str()
+            && request.amount() == self.entry.amount
+            && request.currency() == self.currency()
+            && request.destination().as_str() == texts.get(self.entry.destination)
+    }
+    /// Minted by this ledger.
+    pub(crate) fn created(&self) -> bool {
+        self.entry.created
+    }
+    /// The record of the key holding it.
+    pub(crate) fn holder(&self) -> Option<Record<'a>> {
+        if self.entry.holder == NO_HOLDER {
+            return None;
+        }
+        Some(Record {
+            state: self.state,
+            slot: self.entry.holder,
+            entry: &self.state.keys[self.entry.holder],
+            withdrawal: *self,
+        })
+    }
+    fn hold(&self) -> Option<Hold> {
+        self.entry.held.then(|| Hold {
+            amount: self.entry.amount,
+            currency: self.currency().clone(),
+        })
     }
 }
 
@@ -187,9 +581,8 @@ impl State {
 
     /// The record for `key`.
     pub fn record(&self, key: &str) -> Option<Record<'_>> {
-        let entry = self.records.get(key)?;
-        let withdrawal = self.withdrawals.get(&entry.withdrawal)?;
-        Some(Record { entry, withdrawal })
+        let slot = self.find_key(key)?;
+        Some(self.record_at(slot))
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
@@ -198,17 +591,13 @@ impl State {
     }
 
     /// The key holding withdrawal `id`.
-    pub fn claimed_by(&self, id: &str) -> Option<&RequestKey> {
-        self.withdrawals.get(id)?.holder.as_ref()
+    pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
+        Some(self.withdrawal(id)?.holder()?.key())
     }
 
     /// The funds held for withdrawal `id`.
     pub fn held(&self, id: &str) -> Option<Hold> {
-        let entry = self.withdrawals.get(id).filter(|entry| entry.held)?;
-        Some(Hold {
-            amount: entry.amount,
-            currency: entry.currency.clone(),
-        })
+        self.withdrawal(id)?.hold()
     }
 
     /// Held funds per currency. Currencies with nothing held are absent.
@@ -218,76 +607,70 @@ impl State {
 
     /// Whether `key` has a send running in this process.
     pub fn is_sending(&self, key: &str) -> bool {
-        self.sending.contains(key)
+        self.record(key).is_some_and(|record| record.send_running())
     }
 
     /// Whether this ledger minted withdrawal `id`.
     pub fn was_created(&self, id: &str) -> bool {
-        self.withdrawals.get(id).is_some_and(|entry| entry.created)
+        self.withdrawal(id).is_some_and(|entry| entry.created())
     }
 
     /// The fingerprint of withdrawal `id`, if this ledger minted it or a key
     /// holds it.
     pub fn fingerprint(&self, id: &str) -> Option<Fingerprint> {
-        let (id, entry) = self.withdrawals.get_key_value(id)?;
-        Some(entry.fingerprint(id))
+        Some(self.withdrawal(id)?.fingerprint())
     }
 
     /// Every key with an unknown outcome, oldest claim first.
     pub fn in_flight(&self) -> Vec<InFlight> {
         let mut keys: Vec<InFlight> = self
-            .records()
-            .filter(|(_, record)| record.progress().is_none())
-            .map(|(key, record)| InFlight {
-                key: key.clone(),
-                withdrawal: record.withdrawal().clone(),
-                amount: record.withdrawal.amount,
-                currency: record.withdrawal.currency.clone(),
+            .keys
+            .in_use()
+            .map(|slot| self.record_at(slot))
+            .filter(|record| record.outcome_state().is_none())
+            .map(|record| InFlight {
+                key: record.key(),
+                withdrawal: record.withdrawal(),
+                amount: record.withdrawal.entry.amount,
+                currency: record.withdrawal.currency().clone(),
                 claimed_at: record.claimed_at(),
                 claimed_seq: record.claimed_seq(),
-                last_error: record.last_error().cloned(),
-                send_running: self.sending.contains(key),
-                held: record.withdrawal.held,
+                last_error: record.last_error(),
+                send_running: record.send_running(),
+                held: record.withdrawal.entry.held,
             })
             .collect();
         keys.sort_by_key(|entry| entry.claimed_seq);
         keys
     }
 
-    /// Every record, in no particular order.
-    pub fn records(&self) -> impl Iterator<Item = (&RequestKey, Record<'_>)> {
-        self.records.iter().filter_map(|(key, entry)| {
-            let withdrawal = self.withdrawals.get(&entry.withdrawal)?;
-            Some((key, Record { entry, withdrawal }))
+    /// Every record with its key, in no particular order.
+    pub fn records(&self) -> impl Iterator<Item = (RequestKey, Record<'_>)> {
+        self.keys.in_use().map(|slot| {
+            let record = self.record_at(slot);
+            (record.key(), record)
         })
     }
 
     /// Every claim (withdrawal id, holder key), in no particular order.
-    pub fn claims(&self) -> impl Iterator<Item = (&WithdrawalId, &RequestKey)> {
-        self.withdrawals
-            .iter()
-            .filter_map(|(id, entry)| Some((id, entry.holder.as_ref()?)))
+    pub fn claims(&self) -> impl Iterator<Item = (WithdrawalId, RequestKey)> {
+        self.withdrawals.in_use().filter_map(|slot| {
+            let withdrawal = self.withdrawal_at(slot);
+            Some((withdrawal.id(), withdrawal.holder()?.key()))
+        })
     }
 
     /// Every hold, in no particular order.
-    pub fn holds(&self) -> impl Iterator<Item = (&WithdrawalId, Hold)> {
-        self.withdrawals
-            .iter()
-            .filter(|(_, entry)| entry.held)
-            .map(|(id, entry)| {
-                (
-                    id,
-                    Hold {
-                        amount: entry.amount,
-                        currency: entry.currency.clone(),
-                    },
-                )
-            })
+    pub fn holds(&self) -> impl Iterator<Item = (WithdrawalId, Hold)> {
+        self.withdrawals.in_use().filter_map(|slot| {
+            let withdrawal = self.withdrawal_at(slot);
+            Some((withdrawal.id(), withdrawal.hold()?))
+        })
     }
 
     /// Number of request keys with a record.
     pub fn key_count(&self) -> usize {
-        self.records.len()
+        self.keys.len()
     }
 
     /// Number of refusals recorded in the log so far.
@@ -295,119 +678,250 @@ impl State {
         self.refusals
     }
 
-    /// The shared copy of `currency`.
-    fn intern(&mut self, currency: &Currency) -> Currency {
-        match self.currencies.get(currency) {
-            Some(shared) => shared.clone(),
-            None => {
-                self.currencies.insert(currency.clone());
-                currency.clone()
-            }
+    /// Withdrawal `id`, if this ledger minted it or a key holds it.
+    pub(crate) fn withdrawal(&self, id: &str) -> Option<Withdrawal<'_>> {
+        let slot = self.find_withdrawal(id)?;
+        Some(self.withdrawal_at(slot))
+    }
+
+    fn record_at(&self, slot: u32) -> Record<'_> {
+        let entry = &self.keys[slot];
+        Record {
+            state: self,
+            slot,
+            entry,
+            withdrawal: self.withdrawal_at(entry.withdrawal),
         }
     }
 
-    /// The entry for `request`'s withdrawal, made if new, with the map's own
-    /// copy of the id, so records share it rather than keep another.
-    fn withdrawal_entry(
-        &mut self,
-        request: &WithdrawalRequest,
-    ) -> (WithdrawalId, &mut WithdrawalEntry) {
-        let currency = self.intern(request.currency());
-        match self.withdrawals.entry(request.id().clone()) {
-            Entry::Occupied(occupied) => (occupied.key().clone(), occupied.into_mut()),
-            Entry::Vacant(vacant) => {
-                let id = vacant.key().clone();
-                let entry = vacant.insert(WithdrawalEntry {
-                    amount: request.amount(),
-                    currency,
-                    destination: request.destination().clone(),
-                    holder: None,
-                    created: false,
-                    held: false,
-                });
-                (id, entry)
-            }
+    fn withdrawal_at(&self, slot: u32) -> Withdrawal<'_> {
+        Withdrawal {
+            state: self,
+            entry: &self.withdrawals[slot],
         }
     }
 
-    fn claim(&mut self, key: &RequestKey, request: &WithdrawalRequest, event: &Event) {
-        let (id, entry) = self.withdrawal_entry(request);
-        entry.holder = Some(key.clone());
-        let (amount, currency) = (entry.amount, entry.currency.clone());
-        if !std::mem::replace(&mut entry.held, true) {
+    fn find_key(&self, key: &str) -> Option<u32> {
+        self.keys.find(&self.texts, &self.hasher, key)
+    }
+
+    fn find_withdrawal(&self, id: &str) -> Option<u32> {
+        self.withdrawals.find(&self.texts, &self.hasher, id)
+    }
+
+    /// The number of `currency`, numbering it if new.
+    fn currency_number(&mut self, currency: &Currency) -> u32 {
+        if let Some(&number) = self.currency_numbers.get(currency) {
+            return number;
+        }
+        let number = u32::try_from(self.currencies.len())
+            .unwrap_or_else(|_| panic!("the state holds {} currencies", self.currencies.len()));
+        self.currencies.push(currency.clone());
+        self.currency_numbers.insert(currency.clone(), number);
+        number
+    }
+
+    /// The slot of `request`'s withdrawal, made if new.
+    fn withdrawal_slot(&mut self, request: &WithdrawalRequest) -> u32 {
+        if let Some(slot) = self.find_withdrawal(request.id()) {
+            return slot;
+        }
+        let entry = WithdrawalSlot {
+            id: self.texts.push(request.id()),
+            destination: self.texts.push(request.destination()),
+            amount: request.amount(),
+            currency: self.currency_number(request.currency()),
+            holder: NO_HOLDER,
+            created: false,
+            held: false,
+        };
+        self.withdrawals.insert(&self.texts, &self.hasher, entry)
+    }
+
+    fn claim(&mut self, key: &RequestKey, request: &WithdrawalRequest, event: &Event) -> u32 {
+        let withdrawal = self.withdrawal_slot(request);
+        let entry = KeySlot {
+            key: self.texts.push(key),
+            withdrawal,
+            claimed_seq: event.seq,
+            claimed_at: event.at,
+            state: None,
+            send_running: false,
+            reference: None,
+            detail: None,
+            requested_by: None,
+        };
+        let slot = match self.find_key(key) {
+            // A key claims once.
+            // Only a diverging log, applied anyway by `Ledger::verify` to
+            // report on it, gets here.
+            Some(slot) => {
+                self.free_key_texts(slot);
+                let previous = self.keys[slot].withdrawal;
+                let previous = &mut self.withdrawals[previous];
+                if previous.holder == slot {
+                    // Slots are reused: a withdrawal must not keep naming
+                    // a slot that may come to hold another key.
+                    previous.holder = NO_HOLDER;
+                }
+                self.keys[slot] = entry;
+                slot
+            }
+            None => self.keys.insert(&self.texts, &self.hasher, entry),
+        };
+        let held = &mut self.withdrawals[withdrawal];
+        held.holder = slot;
+        if !std::mem::replace(&mut held.held, true) {
+            let (amount, currency) = (held.amount, held.currency);
+            let currency = self.currencies[currency as usize].clone();
             let total = self.held_totals.entry(currency).or_default();
             // Normalised, so a total prints the same however it was reached.
             *total = (*total + amount.value()).normalize();
         }
-        let record = KeyEntry {
-            withdrawal: id,
-            outcome: None,
-            claimed_seq: event.seq,
-            claimed_at: event.at,
-            last_error: None,
-        };
-        self.records.insert(key.clone(), record);
+        slot
     }
 
-    /// Ends the hold on `id`, captured or released: either way the funds are
-    /// no longer reserved.
-    fn end_hold(&mut self, id: &WithdrawalId) {
-        let Some(entry) = self.withdrawals.get_mut(id) else {
-            return;
-        };
-        if !std::mem::replace(&mut entry.held, false) {
-            return;
+    /// Counts the text of key slot `slot` as freed, but for the key itself.
+    fn free_key_texts(&mut self, slot: u32) {
+        let entry = &self.keys[slot];
+        let (key, freed) = (
+            entry.key,
+            [entry.reference, entry.detail, entry.requested_by],
+        );
+        self.texts.free(key);
+        for at in freed {
+            self.texts.free_option(at);
         }
-        if let Some(total) = self.held_totals.get_mut(&entry.currency) {
-            *total = (*total - entry.amount.value()).normalize();
-            if total.is_zero() {
-                self.held_totals.remove(&entry.currency);
+        self.replaced.remove(&slot);
+        self.set_send_running(slot, false);
+    }
+
+    fn set_send_running(&mut self, slot: u32, running: bool) {
+        let entry = &mut self.keys[slot];
+        if entry.send_running != running {
+            entry.send_running = running;
+            if running {
+                self.sending += 1;
+            } else {
+                self.sending -= 1;
             }
         }
     }
 
-    fn set_outcome(&mut self, key: &RequestKey, outcome: &WithdrawalRequest) {
-        let Some(record) = self.records.get_mut(key) else {
+    /// Ends the hold on withdrawal slot `slot`, captured or released: either
+    /// way the funds are no longer reserved.
+    fn end_hold(&mut self, slot: u32) {
+        let entry = &mut self.withdrawals[slot];
+        if !std::mem::replace(&mut entry.held, false) {
+            return;
+        }
+        let (amount, currency) = (entry.amount, &self.currencies[entry.currency as usize]);
+        if let Some(total) = self.held_totals.get_mut(currency) {
+            *total = (*total - amount.value()).normalize();
+            if total.is_zero() {
+                self.held_totals.remove(currency);
+            }
+        }
+    }
+
+    fn set_outcome(&mut self, key: &str, outcome: &WithdrawalRequest) {
+        let Some(slot) = self.find_key(key) else {
             return;
         };
-        let (_, progress) = outcome.clone().into_parts();
-        record.outcome = Some(Box::new(progress));
-        record.last_error = None;
+        let entry = &self.keys[slot];
+        let old = [entry.reference, entry.detail, entry.requested_by];
+        for at in old {
+            self.texts.free_option(at);
+        }
+        let reference = outcome.reference().map(|text| self.texts.push(text));
+        let detail = outcome.reason().map(|text| self.texts.push(text));
+        let requested_by = Some(self.texts.push(outcome.requested_by()));
+        let entry = &mut self.keys[slot];
+        entry.state = Some(outcome.state());
+        entry.reference = reference;
+        entry.detail = detail;
+        entry.requested_by = requested_by;
+        let withdrawal = entry.withdrawal;
+        if outcome.replaced().is_empty() {
+            self.replaced.remove(&slot);
+        } else {
+            self.replaced.insert(slot, outcome.replaced().into());
+        }
         match outcome.state() {
             // The money moved: the hold is captured.
-            WithdrawalState::Sent | WithdrawalState::Confirmed => self.end_hold(outcome.id()),
+            WithdrawalState::Sent | WithdrawalState::Confirmed => self.end_hold(withdrawal),
             // It did not and will not: the hold is released.
-            WithdrawalState::Failed | WithdrawalState::Rejected => self.end_hold(outcome.id()),
+            WithdrawalState::Failed | WithdrawalState::Rejected => self.end_hold(withdrawal),
             // Not sent yet: the funds stay reserved.
             WithdrawalState::Requested | WithdrawalState::Approved | WithdrawalState::Sending => {}
         }
     }
 
+    /// Records `error` as the last send error of `key`, while in flight.
+    fn set_last_error(&mut self, slot: u32, error: &str) {
+        let old = self.keys[slot].detail;
+        self.texts.free_option(old);
+        let detail = Some(self.texts.push(error));
+        self.keys[slot].detail = detail;
+    }
+
     /// Drops `key`'s record, and its withdrawal's claim and hold if the key
     /// still holds it.
-    fn release(&mut self, key: &RequestKey) {
-        self.sending.remove(key);
-        let Some(record) = self.records.remove(key) else {
+    fn release(&mut self, key: &str) {
+        let Some(slot) = self.find_key(key) else {
             return;
         };
-        let id = record.withdrawal;
+        let withdrawal = self.keys[slot].withdrawal;
+        self.keys.remove(&self.texts, &self.hasher, slot);
+        self.free_key_texts(slot);
         // A late release never evicts a claim that moved to another key.
-        if self
-            .withdrawals
-            .get(&id)
-            .and_then(|entry| entry.holder.as_ref())
-            != Some(key)
-        {
+        if self.withdrawals[withdrawal].holder != slot {
             return;
         }
-        self.end_hold(&id);
-        if let Some(entry) = self.withdrawals.get_mut(&id) {
-            entry.holder = None;
-            if !entry.created {
-                // Nothing else refers to a foreign withdrawal nobody holds.
-                self.withdrawals.remove(&id);
-            }
+        self.end_hold(withdrawal);
+        let entry = &mut self.withdrawals[withdrawal];
+        entry.holder = NO_HOLDER;
+        if !entry.created {
+            // Nothing else refers to a foreign withdrawal nobody holds.
+            let (id, destination) = (entry.id, entry.destination);
+            self.withdrawals
+                .remove(&self.texts, &self.hasher, withdrawal);
+            self.texts.free(id);
+            self.texts.free(destination);
         }
+    }
+
+    /// Copies the text still in use into a new buffer once enough has been
+    /// freed, so a ledger that releases keys for years does not grow.
+    fn compact_if_worthwhile(&mut self) {
+        if self.texts.wants_compacting() {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        let live = self.texts.buffer.len() - self.texts.garbage;
+        let mut texts = Texts {
+            buffer: String::with_capacity(live),
+            garbage: 0,
+        };
+        let old = &self.texts;
+        self.keys.change_in_use(|entry| {
+            old.move_to(&mut texts, &mut entry.key);
+            old.move_option_to(&mut texts, &mut entry.reference);
+            old.move_option_to(&mut texts, &mut entry.detail);
+            old.move_option_to(&mut texts, &mut entry.requested_by);
+        });
+        self.withdrawals.change_in_use(|entry| {
+            old.move_to(&mut texts, &mut entry.id);
+            old.move_to(&mut texts, &mut entry.destination);
+        });
+        assert_eq!(
+            texts.buffer.len(),
+            live,
+            "compaction kept other text than was in use"
+        );
+        self.texts = texts;
     }
 }
 
@@ -428,44 +942,274 @@ pub fn apply(state: &mut State, event: &Event) {
     match &event.kind {
         EventKind::Opened { accept_foreign_ids } => {
             state.accept_foreign_ids = *accept_foreign_ids;
-            state.sending.clear();
+            // No send of an earlier process is running in this one.
+            if state.sending > 0 {
+                state.keys.change_in_use(|entry| entry.send_running = false);
+                state.sending = 0;
+            }
         }
         EventKind::Created { withdrawal } => {
-            state.withdrawal_entry(withdrawal).1.created = true;
+            let slot = state.withdrawal_slot(withdrawal);
+            state.withdrawals[slot].created = true;
         }
         EventKind::Claimed { key, request } => {
-            state.claim(key, request, event);
-            state.sending.insert(key.clone());
+            let slot = state.claim(key, request, event);
+            state.set_send_running(slot, true);
         }
         EventKind::Recorded { key, request } => {
             state.claim(key, request, event);
             state.set_outcome(key, request);
         }
         EventKind::Completed { key, outcome } => {
-            state.sending.remove(key);
+            if let Some(slot) = state.find_key(key) {
+                state.set_send_running(slot, false);
+            }
             state.set_outcome(key, outcome);
         }
         EventKind::SendRejected { key, reason } => {
-            state.sending.remove(key);
-            if let Some(record) = state.records.get_mut(key) {
-                record.last_error = Some(Reason::lossy(&format!("rejected by the rail: {reason}")));
-                let id = record.withdrawal.clone();
-                state.end_hold(&id);
+            if let Some(slot) = state.find_key(key) {
+                state.set_send_running(slot, false);
+                let error = Reason::lossy(&format!("rejected by the rail: {reason}"));
+                state.set_last_error(slot, &error);
+                let withdrawal = state.keys[slot].withdrawal;
+                state.end_hold(withdrawal);
             }
         }
         EventKind::SendFailed { key, error, .. } => {
-            state.sending.remove(key);
-            if let Some(record) = state.records.get_mut(key) {
-                record.last_error = Some(error.clone());
+            if let Some(slot) = state.find_key(key) {
+                state.set_send_running(slot, false);
+                state.set_last_error(slot, error);
             }
         }
         EventKind::Resolved { key, outcome, .. } => {
-            if !state.records.contains_key(key) {
+            if state.find_key(key).is_none() {
                 state.claim(key, outcome, event);
             }
             state.set_outcome(key, outcome);
         }
-        EventKind::Released { key, .. } => state.release(key),
+        EventKind::Released { key, .. } => {
+            state.release(key);
+            state.compact_if_worthwhile();
+        }
         EventKind::Refused { .. } => state.refusals += 1,
+    }
+}
+
+// The per-withdrawal memory figure rests on these sizes (docs/performance.md).
+const _: () = assert!(size_of::<KeySlot>() <= 56);
+const _: () = assert!(size_of::<WithdrawalSlot>() <= 44);
+const _: () = assert!(size_of::<Option<TextRef>>() == 8);
+
+#[cfg(test)]
+mod tests {
+    use payonce_model::{Note, Reference};
+
+    use super::*;
+    use crate::event::SCHEMA_VERSION;
+
+    /// Applies events made by `kinds`, numbering them after the last.
+    fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
+        for kind in kinds {
+            let seq = state.last_seq() + 1;
+            let at = Timestamp::from_unix_nanos(seq * 1_000);
+            apply(
+                state,
+                &Event {
+                    schema: SCHEMA_VERSION,
+                    seq,
+                    at,
+                    kind,
+                },
+            );
+        }
+    }
+
+    fn withdrawal(id: &str) -> WithdrawalRequest {
+        WithdrawalRequest::new(
+            WithdrawalId::new(id).unwrap_or_else(|e| panic!("{e}")),
+            "12.50".parse().unwrap_or_else(|e| panic!("{e}")),
+            Currency::new("USDC").unwrap_or_else(|e| panic!("{e}")),
+            Destination::new(format!("dest-of-{id}")).unwrap_or_else(|e| panic!("{e}")),
+            Actor::new("alice").unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    fn key(text: &str) -> RequestKey {
+        RequestKey::new(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+        let reference = Reference::new(reference).unwrap_or_else(|e| panic!("{e}"));
+        request
+            .approve()
+            .and_then(|r| r.start_sending())
+            .and_then(|r| r.mark_sent(reference))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
+        EventKind::Claimed {
+            key: key(key_text),
+            request: request.clone(),
+        }
+    }
+
+    fn released(key_text: &str) -> EventKind {
+        EventKind::Released {
+            key: key(key_text),
+            note: Note::new("nothing was sent").unwrap_or_else(|e| panic!("{e}")),
+            by: Actor::new("ops").unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    #[test]
+    fn a_released_key_slot_taken_by_another_key_is_not_the_old_withdrawals_holder() {
+        let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
+        let mut state = State::new();
+        run(
+            &mut state,
+            [
+                EventKind::Created {
+                    withdrawal: w1.clone(),
+                },
+                EventKind::Created {
+                    withdrawal: w2.clone(),
+                },
+                claimed("k-1", &w1),
+                released("k-1"),
+                claimed("k-2", &w2),
+            ],
+        );
+        assert_eq!(state.keys.entries.len(), 1, "k-2 reuses the slot k-1 left");
+        assert_eq!(state.claimed_by("w-1"), None);
+        assert_eq!(state.held("w-1"), None);
+        assert_eq!(state.claimed_by("w-2"), Some(key("k-2")));
+        assert!(state.record("k-1").is_none());
+        assert!(state.is_sending("k-2"));
+    }
+
+    #[test]
+    fn a_foreign_withdrawal_released_leaves_no_slot_behind() {
+        let foreign = withdrawal("elsewhere-1");
+        let mut state = State::new();
+        run(
+            &mut state,
+            [
+                EventKind::Opened {
+                    accept_foreign_ids: true,
+                },
+                claimed("k-1", &foreign),
+                released("k-1"),
+            ],
+        );
+        assert!(state.withdrawal("elsewhere-1").is_none());
+        assert_eq!(state.fingerprint("elsewhere-1"), None);
+        assert_eq!(state.withdrawals.free, [0]);
+        assert_eq!(state.texts.garbage, state.texts.buffer.len());
+    }
+
+    #[test]
+    fn released_text_is_compacted_away_and_every_answer_stays() {
+        let mut state = State::new();
+        run(
+            &mut state,
+            [EventKind::Opened {
+                accept_foreign_ids: true,
+            }],
+        );
+        // Keys that stay, with outcomes, errors and holds of every kind.
+        let kept: Vec<WithdrawalRequest> =
+            (0..50).map(|n| withdrawal(&format!("kept-{n}"))).collect();
+        for (n, request) in kept.iter().enumerate() {
+            let key_text = format!("kept-key-{n}");
+            run(&mut state, [claimed(&key_text, request)]);
+            let next = match n % 3 {
+                0 => EventKind::Completed {
+                    key: key(&key_text),
+                    outcome: sent(request, &format!("ref-{n}")),
+                },
+                1 => EventKind::SendFailed {
+                    key: key(&key_text),
+                    error: Reason::new("timed out").unwrap_or_else(|e| panic!("{e}")),
+                    cause: crate::command::FailureCause::Error,
+                },
+                _ => EventKind::SendRejected {
+                    key: key(&key_text),
+                    reason: Reason::new("no funds").unwrap_or_else(|e| panic!("{e}")),
+                },
+            };
+            run(&mut state, [next]);
+        }
+        // Each claim released frees about 240 bytes of text: 10,000 free
+        // more than twice the compaction threshold.
+        let mut largest = 0;
+        for n in 0..10_000 {
+            let request = withdrawal(&format!("gone-{n}-{}", "x".repeat(100)));
+            let key_text = format!("gone-key-{n}");
+            run(
+                &mut state,
+                [claimed(&key_text, &request), released(&key_text)],
+            );
+            largest = largest.max(state.texts.buffer.len());
+        }
+        assert!(
+            largest < GARBAGE_MIN * 3 / 2,
+            "the buffer grew to {largest} bytes while holding about {} bytes of live text",
+            state.texts.buffer.len() - state.texts.garbage
+        );
+        let uncompacted = state.clone();
+        state.compact();
+        assert_eq!(state.texts.garbage, 0);
+        assert_eq!(state, uncompacted);
+        for (n, request) in kept.iter().enumerate() {
+            let record = state
+                .record(&format!("kept-key-{n}"))
+                .unwrap_or_else(|| panic!("kept-key-{n} lost"));
+            assert!(record.matches(request));
+            match n % 3 {
+                0 => assert_eq!(record.outcome(), Some(sent(request, &format!("ref-{n}")))),
+                1 => assert_eq!(record.last_error().as_deref(), Some("timed out")),
+                _ => assert_eq!(
+                    record.last_error().as_deref(),
+                    Some("rejected by the rail: no funds")
+                ),
+            }
+            assert_eq!(state.held(request.id()).is_some(), n % 3 == 1);
+        }
+    }
+
+    #[test]
+    fn states_are_equal_by_their_answers_not_their_layout() {
+        let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
+        let events = [
+            EventKind::Created {
+                withdrawal: w1.clone(),
+            },
+            EventKind::Created {
+                withdrawal: w2.clone(),
+            },
+            claimed("k-1", &w1),
+            claimed("k-2", &w2),
+        ];
+        let (mut one, mut two) = (State::new(), State::new());
+        run(&mut one, events.clone());
+        run(&mut two, events);
+        // Different hash keys, same beliefs.
+        assert_eq!(one, two);
+        run(
+            &mut one,
+            [EventKind::Completed {
+                key: key("k-1"),
+                outcome: sent(&w1, "ref-1"),
+            }],
+        );
+        run(
+            &mut two,
+            [EventKind::Completed {
+                key: key("k-1"),
+                outcome: sent(&w1, "ref-other"),
+            }],
+        );
+        assert_ne!(one, two, "the outcomes' references differ");
     }
 }

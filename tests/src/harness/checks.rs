@@ -35,7 +35,7 @@ impl RecordValue {
             outcome: record.outcome(),
             claimed_seq: record.claimed_seq(),
             claimed_at: record.claimed_at(),
-            last_error: record.last_error().cloned(),
+            last_error: record.last_error(),
         }
     }
 }
@@ -106,9 +106,9 @@ fn holds_funds(state: WithdrawalState) -> bool {
 /// When one does not hold, naming it.
 pub fn assert_invariants(state: &State, context: &str) {
     for (id, key) in state.claims() {
-        let record = state.record(key);
+        let record = state.record(&key);
         assert!(
-            record.is_some_and(|r| r.fingerprint().id() == id),
+            record.is_some_and(|r| r.withdrawal() == id),
             "{context}: withdrawal {id} is claimed by key {key}, which has no record of it"
         );
     }
@@ -117,7 +117,7 @@ pub fn assert_invariants(state: &State, context: &str) {
         let id = fingerprint.id();
         assert_eq!(
             state.claimed_by(id),
-            Some(key),
+            Some(key.clone()),
             "{context}: key {key} has a record for {id} without holding its claim"
         );
         if let Some(outcome) = record.outcome() {
@@ -127,14 +127,14 @@ pub fn assert_invariants(state: &State, context: &str) {
                 outcome.state()
             );
             assert!(
-                !state.is_sending(key),
+                !state.is_sending(&key),
                 "{context}: key {key} is sending after its outcome"
             );
         }
     }
     let mut totals: BTreeMap<Currency, Decimal> = BTreeMap::new();
     for (id, hold) in state.holds() {
-        let record = state.claimed_by(id).and_then(|key| state.record(key));
+        let record = state.claimed_by(&id).and_then(|key| state.record(&key));
         let Some(record) = record else {
             panic!("{context}: funds are held for {id}, which no key claims");
         };

@@ -1051,7 +1051,7 @@ impl World {
             );
         }
         for (id, key) in self.rail.open_calls.clone() {
-            if state.claimed_by(&id).map(|k| k.as_str()) != Some(key.as_str()) {
+            if state.claimed_by(&id).as_deref() != Some(key.as_str()) {
                 assert!(
                     self.acked.maybe_released.contains(&key),
                     "{context}: the rail was called for {id} under key {key}, whose claim is gone"
@@ -1194,7 +1194,7 @@ impl World {
         );
         for (id, key) in &model.claims {
             assert_eq!(
-                state.claimed_by(id).map(|k| k.as_str()),
+                state.claimed_by(id).as_deref(),
                 Some(key.as_str()),
                 "{context}: the holder of {id}"
             );

@@ -2,8 +2,8 @@
 //! trips are the identity, and no input makes a constructor panic.
 
 use payonce_model::{
-    Actor, Amount, Currency, Destination, Note, Reason, Reference, RequestKey, WithdrawalId,
-    WithdrawalRequest, codec,
+    Actor, Amount, Currency, Destination, Note, Progress, Reason, Reference, RequestKey,
+    WithdrawalId, WithdrawalRequest, WithdrawalState, codec,
 };
 use proptest::prelude::*;
 
@@ -79,6 +79,42 @@ proptest! {
             let bytes = codec::encode(&withdrawal).unwrap();
             prop_assert_eq!(&codec::decode::<WithdrawalRequest>(&bytes).unwrap(), &withdrawal);
             prop_assert_eq!(codec::encode(&codec::decode::<WithdrawalRequest>(&bytes).unwrap()).unwrap(), bytes);
+        }
+    }
+
+    #[test]
+    fn progress_new_accepts_exactly_what_deserialisation_accepts(
+        state in prop::sample::select(vec![
+            WithdrawalState::Requested, WithdrawalState::Approved, WithdrawalState::Sending,
+            WithdrawalState::Sent, WithdrawalState::Confirmed, WithdrawalState::Rejected,
+            WithdrawalState::Failed,
+        ]),
+        reference in prop::option::of(prop::sample::select(vec!["0xa", "0xb"])),
+        reason in prop::option::of(Just("late")),
+        replaced in prop::collection::vec(prop::sample::select(vec!["0xa", "0xb", "0xc"]), 0..3),
+    ) {
+        let mut json = serde_json::to_value(make("w-1")).unwrap();
+        json["state"] = serde_json::to_value(state).unwrap();
+        json["reference"] = serde_json::to_value(reference).unwrap();
+        json["reason"] = serde_json::to_value(reason).unwrap();
+        json["replaced"] = serde_json::to_value(&replaced).unwrap();
+        let built = Progress::new(
+            state,
+            reference.map(|text| Reference::new(text).unwrap()),
+            reason.map(|text| Reason::new(text).unwrap()),
+            make("w-1").requested_by().clone(),
+            replaced.iter().map(|text| Reference::new(*text).unwrap()).collect(),
+        );
+        match serde_json::from_value::<WithdrawalRequest>(json) {
+            Ok(read) => {
+                let progress = built.unwrap();
+                prop_assert_eq!(&read.clone().into_parts().1, &progress);
+                prop_assert_eq!(WithdrawalRequest::from_parts(read.fingerprint(), progress), read);
+            }
+            Err(error) => {
+                let refused = built.unwrap_err();
+                prop_assert!(error.to_string().contains(&refused.to_string()), "{} vs {}", error, refused);
+            }
         }
     }
 

@@ -138,7 +138,7 @@ pub fn assert_same_projections(a: &State, b: &State) {
                     r.outcome(),
                     r.claimed_seq(),
                     r.claimed_at(),
-                    r.last_error().cloned(),
+                    r.last_error(),
                 );
                 (k.clone(), what)
             })
