@@ -15,6 +15,14 @@
 //! hash tables of slot numbers find a slot by key or by id. An owned string
 //! per field would cost an allocation header and a pointer each, and a map
 //! of owned keys a wide entry per slot of spare capacity.
+//!
+//! A log that diverged, which only `Ledger::verify` applies, asks for what
+//! the code never decides: a key claiming twice, two keys on one
+//! withdrawal, a send error after an outcome. Slot numbers stay valid
+//! through all of it (a withdrawal slot is not reused while a record names
+//! it), and the answers are those of a state keeping owned text, but for
+//! one: the first withdrawal of a key that claims again is left unclaimed,
+//! rather than claimed by a key whose record names another withdrawal.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -49,7 +57,7 @@ struct TextRef {
 }
 
 /// Every piece of text the state holds, end to end. Text is appended and
-/// never moved, except by [`Texts::compacted`]; freed text is only counted.
+/// never moved, except by `State::compact`; freed text is only counted.
 #[derive(Debug, Clone, Default)]
 struct Texts {
     buffer: String,
@@ -111,7 +119,8 @@ impl Texts {
 }
 
 /// Builds a model value back from text the state stored. The text passed
-/// the same rules when it was stored, so it passes again.
+/// the same rules when it was stored, and a slot's text stays where its
+/// slot says until the slot is freed, so it passes again.
 fn stored<'t, T>(text: &'t str, parse: impl FnOnce(&'t str) -> Result<T, FieldError>) -> T {
     match parse(text) {
         Ok(value) => value,
@@ -179,12 +188,12 @@ impl<T: Named> Slots<T> {
         slot
     }
 
-    /// Frees slot `slot`: its name no longer finds it.
-    fn remove(&mut self, texts: &Texts, hasher: &RandomState, slot: u32) {
+    /// Takes slot `slot` out of the table: its name no longer finds it.
+    /// The caller frees it (pushes it on `free`) once nothing names it.
+    fn unlist(&mut self, texts: &Texts, hasher: &RandomState, slot: u32) {
         let hash = hasher.hash_one(texts.get(self.entries[slot as usize].name()));
         if let Ok(found) = self.table.find_entry(hash, |&found| found == slot) {
             found.remove();
-            self.free.push(slot);
         }
     }
 
@@ -233,9 +242,8 @@ struct KeySlot {
     send_running: bool,
     /// The outcome's reference.
     reference: Option<TextRef>,
-    /// While in flight, the last send error or rail refusal; once decided,
-    /// the outcome's reason. Never both: an outcome ends the unknown.
-    detail: Option<TextRef>,
+    /// The outcome's reason.
+    reason: Option<TextRef>,
     /// The outcome's requester; `None` while in flight.
     requested_by: Option<TextRef>,
 }
@@ -250,10 +258,24 @@ struct WithdrawalSlot {
     currency: u32,
     /// The slot of the key holding it, or [`NO_HOLDER`].
     holder: u32,
+    /// How many keys' records name this slot. One at most, but in a log
+    /// that diverged (which only `Ledger::verify` applies): the slot is not
+    /// reused while a record names it.
+    named_by: u32,
     /// Minted by this ledger.
     created: bool,
     /// Funds reserved for the current claim.
     held: bool,
+    /// Found by its id. A foreign withdrawal released by its holder is
+    /// forgotten; its slot stays, unlisted, while another record names it.
+    listed: bool,
+}
+
+impl WithdrawalSlot {
+    /// Neither found by id nor named by a record: free for reuse.
+    fn is_free(&self) -> bool {
+        !self.listed && self.named_by == 0
+    }
 }
 
 const NO_HOLDER: u32 = u32::MAX;
@@ -290,23 +312,46 @@ pub struct State {
     currency_numbers: HashMap<Currency, u32>,
     /// References replaced by bumps, by key slot: rare, so kept aside.
     replaced: HashMap<u32, Box<[Reference]>>,
+    /// The last send error or rail refusal, by key slot, until an outcome
+    /// is recorded: only keys whose send failed have one.
+    last_errors: HashMap<u32, TextRef>,
     held_totals: BTreeMap<Currency, Decimal>,
     /// Keys with `send_running` set.
     sending: usize,
+    /// Every key slot whose `send_running` was set since the last open
+    /// (some since cleared), so an open clears them without visiting every
+    /// key. Pruned when it holds more than twice the running sends.
+    running: Vec<u32>,
     refusals: u64,
 }
 
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Sorted, so two states with the same answers print the same.
+        let records: BTreeMap<&str, Record<'_>> = self
+            .keys
+            .in_use()
+            .filter_map(|slot| self.record_at(slot))
+            .map(|record| (record.key_str(), record))
+            .collect();
+        let withdrawals: BTreeMap<&str, (Option<&str>, bool, bool)> = self
+            .withdrawals
+            .in_use()
+            .map(|slot| {
+                let withdrawal = self.withdrawal_at(slot);
+                let holder = withdrawal.holder().map(|record| record.key_str());
+                let entry = withdrawal.entry;
+                (withdrawal.id_str(), (holder, entry.created, entry.held))
+            })
+            .collect();
         f.debug_struct("State")
             .field("last_seq", &self.last_seq)
             .field("accept_foreign_ids", &self.accept_foreign_ids)
-            .field("keys", &self.keys.len())
-            .field("withdrawals", &self.withdrawals.len())
-            .field("sending", &self.sending)
+            .field("records", &records)
+            .field("withdrawals (holder, created, held)", &withdrawals)
             .field("held_totals", &self.held_totals)
             .field("refusals", &self.refusals)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -323,7 +368,9 @@ impl PartialEq for State {
                     && mine.entry.state == theirs.entry.state
                     && mine.entry.send_running == theirs.entry.send_running
                     && mine.text(mine.entry.reference) == theirs.text(theirs.entry.reference)
-                    && mine.text(mine.entry.detail) == theirs.text(theirs.entry.detail)
+                    && mine.text(mine.entry.reason) == theirs.text(theirs.entry.reason)
+                    && mine.text(mine.state.last_errors.get(&mine.slot).copied())
+                        == theirs.text(theirs.state.last_errors.get(&theirs.slot).copied())
                     && mine.text(mine.entry.requested_by) == theirs.text(theirs.entry.requested_by)
                     && mine.replaced() == theirs.replaced()
             })
@@ -343,10 +390,12 @@ impl PartialEq for State {
             && self.held_totals == other.held_totals
             && self.keys.len() == other.keys.len()
             && self.withdrawals.len() == other.withdrawals.len()
+            && self.records().count() == other.records().count()
             && self
                 .keys
                 .in_use()
-                .all(|slot| same_record(self.record_at(slot)))
+                .filter_map(|slot| self.record_at(slot))
+                .all(same_record)
             && self
                 .withdrawals
                 .in_use()
@@ -370,9 +419,12 @@ impl fmt::Debug for Record<'_> {
         f.debug_struct("Record")
             .field("key", &self.key_str())
             .field("withdrawal", &self.withdrawal.id_str())
-            .field("state", &self.entry.state)
+            .field("outcome", &self.progress())
             .field("claimed_seq", &self.entry.claimed_seq)
-            .finish_non_exhaustive()
+            .field("claimed_at", &self.entry.claimed_at)
+            .field("last_error", &self.last_error())
+            .field("send_running", &self.entry.send_running)
+            .finish()
     }
 }
 
@@ -417,7 +469,7 @@ impl<'a> Record<'a> {
         let progress = Progress::new(
             state,
             text(self.entry.reference).map(|at| stored(at, Reference::new)),
-            text(self.entry.detail).map(|at| stored(at, Reason::new)),
+            text(self.entry.reason).map(|at| stored(at, Reason::new)),
             stored(requested_by, Actor::new),
             self.replaced().to_vec(),
         );
@@ -438,7 +490,7 @@ impl<'a> Record<'a> {
                 self.entry.reference,
                 outcome.reference().map(|r| r.as_str()),
             )
-            && same(self.entry.detail, outcome.reason().map(|r| r.as_str()))
+            && same(self.entry.reason, outcome.reason().map(|r| r.as_str()))
             && same(self.entry.requested_by, Some(outcome.requested_by()))
             && self.replaced() == outcome.replaced()
     }
@@ -459,12 +511,10 @@ impl<'a> Record<'a> {
     pub fn claimed_at(&self) -> Timestamp {
         self.entry.claimed_at
     }
-    /// The last send error or rail refusal, while the outcome is unknown.
+    /// The last send error or rail refusal since the claim, until an
+    /// outcome is recorded.
     pub fn last_error(&self) -> Option<Reason> {
-        if self.entry.state.is_some() {
-            return None;
-        }
-        let at = self.entry.detail?;
+        let at = *self.state.last_errors.get(&self.slot)?;
         Some(stored(self.state.texts.get(at), Reason::new))
     }
     /// Whether the key's send is running in this process right now.
@@ -581,8 +631,7 @@ impl State {
 
     /// The record for `key`.
     pub fn record(&self, key: &str) -> Option<Record<'_>> {
-        let slot = self.find_key(key)?;
-        Some(self.record_at(slot))
+        self.record_at(self.find_key(key)?)
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
@@ -607,7 +656,8 @@ impl State {
 
     /// Whether `key` has a send running in this process.
     pub fn is_sending(&self, key: &str) -> bool {
-        self.record(key).is_some_and(|record| record.send_running())
+        self.find_key(key)
+            .is_some_and(|slot| self.keys[slot].send_running)
     }
 
     /// Whether this ledger minted withdrawal `id`.
@@ -626,7 +676,7 @@ impl State {
         let mut keys: Vec<InFlight> = self
             .keys
             .in_use()
-            .map(|slot| self.record_at(slot))
+            .filter_map(|slot| self.record_at(slot))
             .filter(|record| record.outcome_state().is_none())
             .map(|record| InFlight {
                 key: record.key(),
@@ -646,9 +696,9 @@ impl State {
 
     /// Every record with its key, in no particular order.
     pub fn records(&self) -> impl Iterator<Item = (RequestKey, Record<'_>)> {
-        self.keys.in_use().map(|slot| {
-            let record = self.record_at(slot);
-            (record.key(), record)
+        self.keys.in_use().filter_map(|slot| {
+            let record = self.record_at(slot)?;
+            Some((record.key(), record))
         })
     }
 
@@ -684,14 +734,28 @@ impl State {
         Some(self.withdrawal_at(slot))
     }
 
-    fn record_at(&self, slot: u32) -> Record<'_> {
+    /// The record in key slot `slot`; `None` if its withdrawal is
+    /// forgotten, which only a diverging log brings about.
+    fn record_at(&self, slot: u32) -> Option<Record<'_>> {
         let entry = &self.keys[slot];
-        Record {
+        Some(Record {
             state: self,
             slot,
             entry,
-            withdrawal: self.withdrawal_at(entry.withdrawal),
+            withdrawal: self.withdrawal_at(self.listed_withdrawal(entry.withdrawal)?),
+        })
+    }
+
+    /// The slot a record naming withdrawal slot `named` refers to: a record
+    /// names its withdrawal by id, and a slot stands for the id while it is
+    /// listed. In a log that diverged, a foreign withdrawal can be
+    /// forgotten while a record names it, and come back under a new slot.
+    fn listed_withdrawal(&self, named: u32) -> Option<u32> {
+        let entry = &self.withdrawals[named];
+        if entry.listed {
+            return Some(named);
         }
+        self.find_withdrawal(self.texts.get(entry.id))
     }
 
     fn withdrawal_at(&self, slot: u32) -> Withdrawal<'_> {
@@ -732,14 +796,17 @@ impl State {
             amount: request.amount(),
             currency: self.currency_number(request.currency()),
             holder: NO_HOLDER,
+            named_by: 0,
             created: false,
             held: false,
+            listed: true,
         };
         self.withdrawals.insert(&self.texts, &self.hasher, entry)
     }
 
     fn claim(&mut self, key: &RequestKey, request: &WithdrawalRequest, event: &Event) -> u32 {
         let withdrawal = self.withdrawal_slot(request);
+        self.withdrawals[withdrawal].named_by += 1;
         let entry = KeySlot {
             key: self.texts.push(key),
             withdrawal,
@@ -748,23 +815,26 @@ impl State {
             state: None,
             send_running: false,
             reference: None,
-            detail: None,
+            reason: None,
             requested_by: None,
         };
         let slot = match self.find_key(key) {
-            // A key claims once.
-            // Only a diverging log, applied anyway by `Ledger::verify` to
-            // report on it, gets here.
+            // A key claims once. Only a diverging log, applied anyway by
+            // `Ledger::verify` to report on it, claims again: the new record
+            // replaces the old (a send running stays running).
             Some(slot) => {
-                self.free_key_texts(slot);
+                let running = self.keys[slot].send_running;
                 let previous = self.keys[slot].withdrawal;
-                let previous = &mut self.withdrawals[previous];
-                if previous.holder == slot {
-                    // Slots are reused: a withdrawal must not keep naming
-                    // a slot that may come to hold another key.
-                    previous.holder = NO_HOLDER;
+                self.free_key_texts(slot);
+                if self.withdrawals[previous].holder == slot {
+                    // The slot now names another withdrawal.
+                    self.withdrawals[previous].holder = NO_HOLDER;
                 }
-                self.keys[slot] = entry;
+                self.unname(previous);
+                self.keys[slot] = KeySlot {
+                    send_running: running,
+                    ..entry
+                };
                 slot
             }
             None => self.keys.insert(&self.texts, &self.hasher, entry),
@@ -781,30 +851,54 @@ impl State {
         slot
     }
 
-    /// Counts the text of key slot `slot` as freed, but for the key itself.
+    /// Counts the text of key slot `slot` (its key, outcome and last error)
+    /// as freed, and drops its replaced references.
     fn free_key_texts(&mut self, slot: u32) {
         let entry = &self.keys[slot];
         let (key, freed) = (
             entry.key,
-            [entry.reference, entry.detail, entry.requested_by],
+            [entry.reference, entry.reason, entry.requested_by],
         );
         self.texts.free(key);
         for at in freed {
             self.texts.free_option(at);
         }
-        self.replaced.remove(&slot);
-        self.set_send_running(slot, false);
+        self.clear_last_error(slot);
+        if !self.replaced.is_empty() {
+            self.replaced.remove(&slot);
+        }
+    }
+
+    /// One record fewer names withdrawal slot `slot`; frees the slot if it
+    /// was forgotten and that was the last.
+    fn unname(&mut self, slot: u32) {
+        let entry = &mut self.withdrawals[slot];
+        entry.named_by -= 1;
+        if entry.is_free() {
+            let (id, destination) = (entry.id, entry.destination);
+            self.texts.free(id);
+            self.texts.free(destination);
+            self.withdrawals.free.push(slot);
+        }
     }
 
     fn set_send_running(&mut self, slot: u32, running: bool) {
         let entry = &mut self.keys[slot];
-        if entry.send_running != running {
-            entry.send_running = running;
-            if running {
-                self.sending += 1;
-            } else {
-                self.sending -= 1;
-            }
+        if entry.send_running == running {
+            return;
+        }
+        entry.send_running = running;
+        if !running {
+            self.sending -= 1;
+            return;
+        }
+        self.sending += 1;
+        self.running.push(slot);
+        if self.running.len() > 2 * self.sending + 64 {
+            let keys = &self.keys;
+            self.running.retain(|&slot| keys[slot].send_running);
+            self.running.sort_unstable();
+            self.running.dedup();
         }
     }
 
@@ -829,24 +923,39 @@ impl State {
             return;
         };
         let entry = &self.keys[slot];
-        let old = [entry.reference, entry.detail, entry.requested_by];
+        let old = [entry.reference, entry.reason, entry.requested_by];
         for at in old {
             self.texts.free_option(at);
         }
+        self.clear_last_error(slot);
         let reference = outcome.reference().map(|text| self.texts.push(text));
-        let detail = outcome.reason().map(|text| self.texts.push(text));
+        let reason = outcome.reason().map(|text| self.texts.push(text));
         let requested_by = Some(self.texts.push(outcome.requested_by()));
         let entry = &mut self.keys[slot];
         entry.state = Some(outcome.state());
         entry.reference = reference;
-        entry.detail = detail;
+        entry.reason = reason;
         entry.requested_by = requested_by;
-        let withdrawal = entry.withdrawal;
+        let named = entry.withdrawal;
         if outcome.replaced().is_empty() {
-            self.replaced.remove(&slot);
+            if !self.replaced.is_empty() {
+                self.replaced.remove(&slot);
+            }
         } else {
             self.replaced.insert(slot, outcome.replaced().into());
         }
+        // The outcome's own withdrawal: the record's, but in a log that
+        // diverged.
+        let record_names_it = self.withdrawals[named].listed
+            && self.texts.get(self.withdrawals[named].id) == outcome.id().as_str();
+        let withdrawal = if record_names_it {
+            Some(named)
+        } else {
+            self.find_withdrawal(outcome.id())
+        };
+        let Some(withdrawal) = withdrawal else {
+            return;
+        };
         match outcome.state() {
             // The money moved: the hold is captured.
             WithdrawalState::Sent | WithdrawalState::Confirmed => self.end_hold(withdrawal),
@@ -857,12 +966,21 @@ impl State {
         }
     }
 
-    /// Records `error` as the last send error of `key`, while in flight.
+    /// Records `error` as the last send error of key slot `slot`.
     fn set_last_error(&mut self, slot: u32, error: &str) {
-        let old = self.keys[slot].detail;
-        self.texts.free_option(old);
-        let detail = Some(self.texts.push(error));
-        self.keys[slot].detail = detail;
+        let at = self.texts.push(error);
+        if let Some(old) = self.last_errors.insert(slot, at) {
+            self.texts.free(old);
+        }
+    }
+
+    fn clear_last_error(&mut self, slot: u32) {
+        if self.last_errors.is_empty() {
+            return;
+        }
+        if let Some(old) = self.last_errors.remove(&slot) {
+            self.texts.free(old);
+        }
     }
 
     /// Drops `key`'s record, and its withdrawal's claim and hold if the key
@@ -871,28 +989,29 @@ impl State {
         let Some(slot) = self.find_key(key) else {
             return;
         };
-        let withdrawal = self.keys[slot].withdrawal;
-        self.keys.remove(&self.texts, &self.hasher, slot);
+        let named = self.keys[slot].withdrawal;
+        self.set_send_running(slot, false);
         self.free_key_texts(slot);
+        self.keys.unlist(&self.texts, &self.hasher, slot);
+        self.keys.free.push(slot);
         // A late release never evicts a claim that moved to another key.
-        if self.withdrawals[withdrawal].holder != slot {
-            return;
+        // Only the slot the key names can be held by it.
+        if self.withdrawals[named].holder == slot {
+            self.end_hold(named);
+            self.withdrawals[named].holder = NO_HOLDER;
+            if !self.withdrawals[named].created {
+                // Nothing else refers to a foreign withdrawal nobody holds.
+                self.withdrawals.unlist(&self.texts, &self.hasher, named);
+                self.withdrawals[named].listed = false;
+            }
         }
-        self.end_hold(withdrawal);
-        let entry = &mut self.withdrawals[withdrawal];
-        entry.holder = NO_HOLDER;
-        if !entry.created {
-            // Nothing else refers to a foreign withdrawal nobody holds.
-            let (id, destination) = (entry.id, entry.destination);
-            self.withdrawals
-                .remove(&self.texts, &self.hasher, withdrawal);
-            self.texts.free(id);
-            self.texts.free(destination);
-        }
+        self.unname(named);
     }
 
     /// Copies the text still in use into a new buffer once enough has been
-    /// freed, so a ledger that releases keys for years does not grow.
+    /// freed, so a ledger whose keys are released or retried for years
+    /// does not grow. Copies every live text at once, under the ledger's
+    /// lock; amortised over the frees that earned it, a few bytes each.
     fn compact_if_worthwhile(&mut self) {
         if self.texts.wants_compacting() {
             self.compact();
@@ -909,13 +1028,19 @@ impl State {
         self.keys.change_in_use(|entry| {
             old.move_to(&mut texts, &mut entry.key);
             old.move_option_to(&mut texts, &mut entry.reference);
-            old.move_option_to(&mut texts, &mut entry.detail);
+            old.move_option_to(&mut texts, &mut entry.reason);
             old.move_option_to(&mut texts, &mut entry.requested_by);
         });
-        self.withdrawals.change_in_use(|entry| {
-            old.move_to(&mut texts, &mut entry.id);
-            old.move_to(&mut texts, &mut entry.destination);
-        });
+        for at in self.last_errors.values_mut() {
+            old.move_to(&mut texts, at);
+        }
+        // Forgotten withdrawals a record still names keep their text too.
+        for entry in self.withdrawals.entries.iter_mut() {
+            if !entry.is_free() {
+                old.move_to(&mut texts, &mut entry.id);
+                old.move_to(&mut texts, &mut entry.destination);
+            }
+        }
         assert_eq!(
             texts.buffer.len(),
             live,
@@ -930,7 +1055,9 @@ impl State {
 ///
 /// # Panics
 /// If `event.seq` does not follow the last applied event: the log hands
-/// events over in order, so anything else is a bug.
+/// events over in order, so anything else is a bug. On a broken invariant
+/// of the state's own layout (text kept that no slot names, or a slot
+/// naming text that is gone), also a bug.
 pub fn apply(state: &mut State, event: &Event) {
     assert!(
         event.seq > state.last_seq,
@@ -943,10 +1070,10 @@ pub fn apply(state: &mut State, event: &Event) {
         EventKind::Opened { accept_foreign_ids } => {
             state.accept_foreign_ids = *accept_foreign_ids;
             // No send of an earlier process is running in this one.
-            if state.sending > 0 {
-                state.keys.change_in_use(|entry| entry.send_running = false);
-                state.sending = 0;
+            for slot in std::mem::take(&mut state.running) {
+                state.keys[slot].send_running = false;
             }
+            state.sending = 0;
         }
         EventKind::Created { withdrawal } => {
             let slot = state.withdrawal_slot(withdrawal);
@@ -971,8 +1098,9 @@ pub fn apply(state: &mut State, event: &Event) {
                 state.set_send_running(slot, false);
                 let error = Reason::lossy(&format!("rejected by the rail: {reason}"));
                 state.set_last_error(slot, &error);
-                let withdrawal = state.keys[slot].withdrawal;
-                state.end_hold(withdrawal);
+                if let Some(withdrawal) = state.listed_withdrawal(state.keys[slot].withdrawal) {
+                    state.end_hold(withdrawal);
+                }
             }
         }
         EventKind::SendFailed { key, error, .. } => {
@@ -987,17 +1115,15 @@ pub fn apply(state: &mut State, event: &Event) {
             }
             state.set_outcome(key, outcome);
         }
-        EventKind::Released { key, .. } => {
-            state.release(key);
-            state.compact_if_worthwhile();
-        }
+        EventKind::Released { key, .. } => state.release(key),
         EventKind::Refused { .. } => state.refusals += 1,
     }
+    state.compact_if_worthwhile();
 }
 
 // The per-withdrawal memory figure rests on these sizes (docs/performance.md).
 const _: () = assert!(size_of::<KeySlot>() <= 56);
-const _: () = assert!(size_of::<WithdrawalSlot>() <= 44);
+const _: () = assert!(size_of::<WithdrawalSlot>() <= 48);
 const _: () = assert!(size_of::<Option<TextRef>>() == 8);
 
 #[cfg(test)]
@@ -1047,6 +1173,20 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    fn created(withdrawal: &WithdrawalRequest) -> EventKind {
+        EventKind::Created {
+            withdrawal: withdrawal.clone(),
+        }
+    }
+
+    /// A state where withdrawals w-1 and w-2 were created.
+    fn two_created() -> (State, WithdrawalRequest, WithdrawalRequest) {
+        let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
+        let mut state = State::new();
+        run(&mut state, [created(&w1), created(&w2)]);
+        (state, w1, w2)
+    }
+
     fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
         EventKind::Claimed {
             key: key(key_text),
@@ -1064,21 +1204,10 @@ mod tests {
 
     #[test]
     fn a_released_key_slot_taken_by_another_key_is_not_the_old_withdrawals_holder() {
-        let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
-        let mut state = State::new();
+        let (mut state, w1, w2) = two_created();
         run(
             &mut state,
-            [
-                EventKind::Created {
-                    withdrawal: w1.clone(),
-                },
-                EventKind::Created {
-                    withdrawal: w2.clone(),
-                },
-                claimed("k-1", &w1),
-                released("k-1"),
-                claimed("k-2", &w2),
-            ],
+            [claimed("k-1", &w1), released("k-1"), claimed("k-2", &w2)],
         );
         assert_eq!(state.keys.entries.len(), 1, "k-2 reuses the slot k-1 left");
         assert_eq!(state.claimed_by("w-1"), None);
@@ -1182,12 +1311,8 @@ mod tests {
     fn states_are_equal_by_their_answers_not_their_layout() {
         let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
         let events = [
-            EventKind::Created {
-                withdrawal: w1.clone(),
-            },
-            EventKind::Created {
-                withdrawal: w2.clone(),
-            },
+            created(&w1),
+            created(&w2),
             claimed("k-1", &w1),
             claimed("k-2", &w2),
         ];
@@ -1211,5 +1336,147 @@ mod tests {
             }],
         );
         assert_ne!(one, two, "the outcomes' references differ");
+    }
+
+    fn opened(accept_foreign_ids: bool) -> EventKind {
+        EventKind::Opened { accept_foreign_ids }
+    }
+
+    #[test]
+    fn a_record_whose_foreign_withdrawal_was_forgotten_is_hidden_until_the_id_returns() {
+        // Two keys on one foreign withdrawal (a divergence `verify` applies):
+        // the holder's release forgets the withdrawal while k-0 names it.
+        let (f0, f1) = (withdrawal("f-0"), withdrawal("f-1"));
+        let mut state = State::new();
+        run(
+            &mut state,
+            [
+                opened(true),
+                claimed("k-0", &f0),
+                claimed("k-1", &f0),
+                released("k-1"),
+                claimed("k-2", &f1),
+            ],
+        );
+        assert!(state.record("k-0").is_none(), "its withdrawal is forgotten");
+        assert_eq!(state.key_count(), 2, "k-0 keeps its place");
+        assert_eq!(state.claimed_by("f-1"), Some(key("k-2")));
+        assert!(
+            state
+                .in_flight()
+                .iter()
+                .all(|entry| entry.key.as_str() == "k-2")
+        );
+        // The forgotten slot is not reused while k-0 names it, and its text
+        // survives compaction.
+        state.compact();
+        assert!(state.record("k-0").is_none());
+        assert_eq!(state.in_flight().len(), 1);
+        // The id comes back: k-0's record names it again, by id.
+        run(&mut state, [claimed("k-3", &f0)]);
+        let record = state.record("k-0").unwrap_or_else(|| panic!("k-0 hidden"));
+        assert_eq!(record.withdrawal().as_str(), "f-0");
+        assert_eq!(state.claimed_by("f-0"), Some(key("k-3")));
+        // Once nothing names the old slot, it is freed.
+        run(&mut state, [released("k-0")]);
+        assert_eq!(state.withdrawals.free.len(), 1);
+    }
+
+    #[test]
+    fn a_key_claimed_twice_keeps_its_running_send_and_frees_its_first_withdrawal() {
+        let (mut state, w1, w2) = two_created();
+        run(
+            &mut state,
+            [
+                claimed("k-1", &w1),
+                EventKind::Recorded {
+                    key: key("k-1"),
+                    request: w2.clone(),
+                },
+            ],
+        );
+        assert!(state.is_sending("k-1"), "a recorded request ends no send");
+        assert_eq!(state.claimed_by("w-2"), Some(key("k-1")));
+        // Its first withdrawal is no longer claimed by a key whose record
+        // names another.
+        assert_eq!(state.claimed_by("w-1"), None);
+        run(&mut state, [released("k-1"), claimed("k-2", &w2)]);
+        assert_eq!(state.claimed_by("w-1"), None);
+        assert_eq!(state.claimed_by("w-2"), Some(key("k-2")));
+    }
+
+    #[test]
+    fn an_outcome_for_another_withdrawal_ends_that_withdrawals_hold() {
+        let (f0, f1) = (withdrawal("f-0"), withdrawal("f-1"));
+        let mut state = State::new();
+        run(
+            &mut state,
+            [
+                opened(true),
+                claimed("k-0", &f0),
+                claimed("k-1", &f1),
+                EventKind::Completed {
+                    key: key("k-0"),
+                    outcome: sent(&f1, "ref-1"),
+                },
+            ],
+        );
+        assert!(state.held("f-1").is_none(), "the outcome's withdrawal");
+        assert!(state.held("f-0").is_some());
+    }
+
+    #[test]
+    fn an_open_ends_every_running_send_however_many_came_and_went() {
+        let requests: Vec<WithdrawalRequest> =
+            (0..300).map(|n| withdrawal(&format!("w-{n}"))).collect();
+        let mut state = State::new();
+        run(&mut state, [opened(true)]);
+        for (n, request) in requests.iter().enumerate() {
+            run(&mut state, [claimed(&format!("k-{n}"), request)]);
+            if n % 4 != 0 {
+                run(
+                    &mut state,
+                    [EventKind::Completed {
+                        key: key(&format!("k-{n}")),
+                        outcome: sent(request, &format!("ref-{n}")),
+                    }],
+                );
+            }
+        }
+        assert_eq!(state.sending, 75);
+        assert!(state.running.len() <= 2 * 75 + 64, "pruned as it grew");
+        assert!(state.is_sending("k-0") && !state.is_sending("k-1"));
+        run(&mut state, [opened(true)]);
+        assert_eq!(state.sending, 0);
+        assert!(state.running.is_empty());
+        assert!((0..300).all(|n| !state.is_sending(&format!("k-{n}"))));
+        assert!(state.in_flight().iter().all(|entry| !entry.send_running));
+    }
+
+    #[test]
+    fn a_bumped_outcome_comes_back_whole_after_compaction() {
+        let request = withdrawal("w-1");
+        let bumped = sent(&request, "ref-a")
+            .bump(Reference::new("ref-b").unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut state = State::new();
+        run(
+            &mut state,
+            [
+                created(&request),
+                claimed("k-1", &request),
+                EventKind::Completed {
+                    key: key("k-1"),
+                    outcome: bumped.clone(),
+                },
+            ],
+        );
+        let before = state.clone();
+        state.compact();
+        assert_eq!(state, before);
+        let record = state.record("k-1").unwrap_or_else(|| panic!("k-1 lost"));
+        assert_eq!(record.outcome(), Some(bumped.clone()));
+        assert!(record.has_outcome(&bumped));
+        assert!(!record.has_outcome(&sent(&request, "ref-b")));
     }
 }

@@ -487,3 +487,47 @@ fn a_rail_refusal_that_cannot_be_recorded_is_a_storage_error_not_a_released_hold
         "{error}"
     );
 }
+
+#[test]
+fn verify_of_a_send_failure_recorded_after_an_outcome_keeps_the_outcome_and_the_error() {
+    // Guards against the outcome's reason and a later send error sharing
+    // one place in the state: the auditor's replay of such a log panicked.
+    let f = Fixture::new();
+    let w = f.withdrawal();
+    let outcome = f
+        .ledger()
+        .submit("req-1", w.clone(), Rail::default().ok())
+        .unwrap();
+    let storage = f.storage.clone();
+    drop(f);
+    // A send failure after the outcome: a decision the code would not make.
+    forge(
+        &storage,
+        vec![EventKind::SendFailed {
+            key: "req-1".parse().unwrap(),
+            error: payonce_model::Reason::new("timeout").unwrap(),
+            cause: payonce::FailureCause::Error,
+        }],
+    );
+    let report = verify_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+    assert_eq!(report.divergences.len(), 1);
+    let record = report.state.record("req-1").unwrap();
+    assert_eq!(record.outcome(), Some(outcome));
+    assert_eq!(record.last_error().as_deref(), Some("timeout"));
+    assert!(report.state.in_flight().is_empty());
+
+    // The same key claimed again: the claim replaces the record.
+    forge(
+        &storage,
+        vec![EventKind::Claimed {
+            key: "req-1".parse().unwrap(),
+            request: w,
+        }],
+    );
+    let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();
+    assert_eq!(report.divergences.len(), 2);
+    let record = report.state.record("req-1").unwrap();
+    assert_eq!(record.outcome(), None);
+    assert_eq!(record.last_error(), None);
+    assert_eq!(report.state.in_flight().len(), 1);
+}
