@@ -302,6 +302,9 @@ impl Storage for FaultyStorage {
     fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
         self.inner.read(name, len_max)
     }
+    fn read_into(&self, name: &str, len_max: u64, into: &mut Vec<u8>) -> io::Result<()> {
+        self.inner.read_into(name, len_max, into)
+    }
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         self.inner.read_range(name, offset, len)
     }

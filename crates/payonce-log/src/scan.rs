@@ -433,9 +433,8 @@ impl Cursor {
                 max: self.segment_len_max,
             });
         }
-        self.buf = self
-            .storage
-            .read(&self.name, self.segment_len_max)
+        self.storage
+            .read_into(&self.name, self.segment_len_max, &mut self.buf)
             .map_err(|error| io_error("read", &describe(&self.storage, &self.name), error))?;
         assert!(self.buf.len() as u64 <= self.segment_len_max);
         if self.continuing && first_seq != self.seq {
