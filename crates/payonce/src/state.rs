@@ -1342,16 +1342,21 @@ mod tests {
         EventKind::Opened { accept_foreign_ids }
     }
 
+    /// A state accepting foreign ids, and two foreign withdrawals.
+    fn two_foreign() -> (State, WithdrawalRequest, WithdrawalRequest) {
+        let mut state = State::new();
+        run(&mut state, [opened(true)]);
+        (state, withdrawal("f-0"), withdrawal("f-1"))
+    }
+
     #[test]
     fn a_record_whose_foreign_withdrawal_was_forgotten_is_hidden_until_the_id_returns() {
         // Two keys on one foreign withdrawal (a divergence `verify` applies):
         // the holder's release forgets the withdrawal while k-0 names it.
-        let (f0, f1) = (withdrawal("f-0"), withdrawal("f-1"));
-        let mut state = State::new();
+        let (mut state, f0, f1) = two_foreign();
         run(
             &mut state,
             [
-                opened(true),
                 claimed("k-0", &f0),
                 claimed("k-1", &f0),
                 released("k-1"),
@@ -1407,12 +1412,10 @@ mod tests {
 
     #[test]
     fn an_outcome_for_another_withdrawal_ends_that_withdrawals_hold() {
-        let (f0, f1) = (withdrawal("f-0"), withdrawal("f-1"));
-        let mut state = State::new();
+        let (mut state, f0, f1) = two_foreign();
         run(
             &mut state,
             [
-                opened(true),
                 claimed("k-0", &f0),
                 claimed("k-1", &f1),
                 EventKind::Completed {
