@@ -365,14 +365,9 @@ impl PartialEq for State {
                 mine.withdrawal.id_str() == theirs.withdrawal.id_str()
                     && mine.entry.claimed_seq == theirs.entry.claimed_seq
                     && mine.entry.claimed_at == theirs.entry.claimed_at
-                    && mine.entry.state == theirs.entry.state
                     && mine.entry.send_running == theirs.entry.send_running
-                    && mine.text(mine.entry.reference) == theirs.text(theirs.entry.reference)
-                    && mine.text(mine.entry.reason) == theirs.text(theirs.entry.reason)
-                    && mine.text(mine.state.last_errors.get(&mine.slot).copied())
-                        == theirs.text(theirs.state.last_errors.get(&theirs.slot).copied())
-                    && mine.text(mine.entry.requested_by) == theirs.text(theirs.entry.requested_by)
-                    && mine.replaced() == theirs.replaced()
+                    && mine.progress() == theirs.progress()
+                    && mine.last_error() == theirs.last_error()
             })
         };
         let same_withdrawal = |mine: Withdrawal<'_>| {
@@ -854,13 +849,16 @@ impl State {
     /// Counts the text of key slot `slot` (its key, outcome and last error)
     /// as freed, and drops its replaced references.
     fn free_key_texts(&mut self, slot: u32) {
+        self.texts.free(self.keys[slot].key);
+        self.free_outcome(slot);
+    }
+
+    /// Counts the text of key slot `slot`'s outcome and last error as
+    /// freed, and drops its replaced references: what a new outcome, or
+    /// the end of the record, replaces.
+    fn free_outcome(&mut self, slot: u32) {
         let entry = &self.keys[slot];
-        let (key, freed) = (
-            entry.key,
-            [entry.reference, entry.reason, entry.requested_by],
-        );
-        self.texts.free(key);
-        for at in freed {
+        for at in [entry.reference, entry.reason, entry.requested_by] {
             self.texts.free_option(at);
         }
         self.clear_last_error(slot);
@@ -922,12 +920,7 @@ impl State {
         let Some(slot) = self.find_key(key) else {
             return;
         };
-        let entry = &self.keys[slot];
-        let old = [entry.reference, entry.reason, entry.requested_by];
-        for at in old {
-            self.texts.free_option(at);
-        }
-        self.clear_last_error(slot);
+        self.free_outcome(slot);
         let reference = outcome.reference().map(|text| self.texts.push(text));
         let reason = outcome.reason().map(|text| self.texts.push(text));
         let requested_by = Some(self.texts.push(outcome.requested_by()));
@@ -937,11 +930,7 @@ impl State {
         entry.reason = reason;
         entry.requested_by = requested_by;
         let named = entry.withdrawal;
-        if outcome.replaced().is_empty() {
-            if !self.replaced.is_empty() {
-                self.replaced.remove(&slot);
-            }
-        } else {
+        if !outcome.replaced().is_empty() {
             self.replaced.insert(slot, outcome.replaced().into());
         }
         // The outcome's own withdrawal: the record's, but in a log that
