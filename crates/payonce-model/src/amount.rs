@@ -10,7 +10,8 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Field, FieldError, Rule};
-use crate::text::deserialize_validated;
+use crate::text::sealed::{Sealed, Token};
+use crate::text::{TextView, ValidText, deserialize_validated};
 
 /// Most significant digits in an [`Amount`]: what a 96-bit decimal holds exactly.
 pub const AMOUNT_DIGITS_MAX: usize = 28;
@@ -224,6 +225,16 @@ pub struct Currency(Arc<str>);
 impl Currency {
     /// Validates and upper-cases a currency code.
     pub fn new(code: &str) -> Result<Self, FieldError> {
+        Currency::check(code)?;
+        if code.bytes().any(|b| b.is_ascii_lowercase()) {
+            Ok(Currency(Arc::from(code.to_ascii_uppercase())))
+        } else {
+            Ok(Currency(Arc::from(code)))
+        }
+    }
+
+    /// Checks the code's length and characters, whatever their case.
+    fn check(code: &str) -> Result<(), FieldError> {
         let refuse = |rule| Err(FieldError::new(Field::Currency, rule));
         if code.len() < CURRENCY_LEN_MIN {
             return refuse(Rule::TooShort {
@@ -240,16 +251,41 @@ impl Currency {
         if let Some(offset) = code.bytes().position(|b| !b.is_ascii_alphanumeric()) {
             return refuse(Rule::NotAlphanumeric { offset });
         }
-        if code.bytes().any(|b| b.is_ascii_lowercase()) {
-            Ok(Currency(Arc::from(code.to_ascii_uppercase())))
-        } else {
-            Ok(Currency(Arc::from(code)))
-        }
+        Ok(())
     }
 
     /// The upper-case code.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The code, borrowed as a [`TextView`].
+    pub fn view(&self) -> TextView<'_, Currency> {
+        TextView::of(&self.0)
+    }
+}
+
+// Hashes and compares as its text (the derives read the `Arc<str>`), so a
+// map keyed by currency can be searched with a `&str`.
+impl std::borrow::Borrow<str> for Currency {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Sealed for Currency {}
+
+impl ValidText for Currency {
+    fn check_borrowed(code: &str, _: Token) -> Result<&str, FieldError> {
+        Currency::check(code)?;
+        if code.bytes().any(|b| b.is_ascii_lowercase()) {
+            return Err(FieldError::new(Field::Currency, Rule::NotCanonical));
+        }
+        Ok(code)
+    }
+
+    fn from_checked(code: &str, _: Token) -> Self {
+        Currency(Arc::from(code))
     }
 }
 

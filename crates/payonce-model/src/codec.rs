@@ -8,8 +8,8 @@
 use std::fmt;
 
 use bincode::config::{Configuration, Fixint, Limit, LittleEndian};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// Version of the byte format produced by [`encode`]: bincode 2.0.1, serde
 /// data model, fixed-width little-endian integers. Stored by callers beside
@@ -88,9 +88,18 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
 
 /// Decodes a value written by [`encode`]. Every byte must belong to it.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    decode_borrowed(bytes)
+}
+
+/// [`decode`], for a value that may borrow text from `bytes` (a
+/// [`TextView`](crate::TextView), a [`WithdrawalView`](crate::WithdrawalView)):
+/// no allocation for the text it borrows.
+pub fn decode_borrowed<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, CodecError> {
     let (value, used) =
-        bincode::serde::decode_from_slice(bytes, config()).map_err(|error| CodecError::Decode {
-            detail: error.to_string(),
+        bincode::serde::borrow_decode_from_slice(bytes, config()).map_err(|error| {
+            CodecError::Decode {
+                detail: error.to_string(),
+            }
         })?;
     if used != bytes.len() {
         return Err(CodecError::TrailingBytes {

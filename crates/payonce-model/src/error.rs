@@ -120,6 +120,11 @@ pub enum Rule {
         /// The most allowed.
         max: usize,
     },
+    /// The value is valid but not in the form the type keeps (a currency
+    /// code in lower case): a borrowed view ([`crate::TextView`],
+    /// [`crate::WithdrawalView`]) cannot change it, so refuses it. The owned
+    /// type accepts it and normalises it.
+    NotCanonical,
 }
 
 impl fmt::Display for Rule {
@@ -154,6 +159,7 @@ impl fmt::Display for Rule {
             }
             Rule::Repeated => f.write_str("repeats a reference"),
             Rule::TooMany { count, max } => write!(f, "has {count} entries; at most {max}"),
+            Rule::NotCanonical => f.write_str("is not in its canonical form"),
         }
     }
 }

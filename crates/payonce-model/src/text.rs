@@ -3,6 +3,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::str::FromStr;
 
 use std::sync::Arc;
@@ -43,13 +44,149 @@ fn check_text(field: Field, value: &str, len_max: usize, blank: Blank) -> Result
             },
         ));
     }
-    if let Some((offset, _)) = value.char_indices().find(|(_, c)| c.is_control()) {
+    // Most text is printable ASCII: no control character, and blank only
+    // if all spaces (the only ASCII whitespace that is not a control
+    // character). Every byte is looked at, without an early exit, so the
+    // compiler vectorises the loop: replay checks every string of every
+    // event.
+    let printable_ascii = value
+        .bytes()
+        .fold(true, |printable, b| printable & (b' '..=b'~').contains(&b));
+    if !printable_ascii
+        && let Some((offset, _)) = value.char_indices().find(|(_, c)| c.is_control())
+    {
         return Err(FieldError::new(field, Rule::ControlCharacter { offset }));
     }
-    if blank == Blank::Refused && value.trim().is_empty() {
+    let blank_text = if printable_ascii {
+        value.bytes().all(|b| b == b' ')
+    } else {
+        value.trim().is_empty()
+    };
+    if blank == Blank::Refused && blank_text {
         return Err(FieldError::new(field, Rule::Blank));
     }
     Ok(())
+}
+
+/// Keeps [`ValidText`]'s methods to this crate: only it knows each type's
+/// rules, so only it may build a value from text it has checked.
+pub(crate) mod sealed {
+    /// Passed to [`super::ValidText`]'s methods; nameable only in this crate.
+    pub struct Token;
+    pub trait Sealed {}
+}
+
+/// A type of validated text: one of this crate's text newtypes, or
+/// [`Currency`](crate::Currency). [`TextView`] reads text under its rules
+/// without copying it. Implemented by this crate alone.
+pub trait ValidText: sealed::Sealed + Sized {
+    /// Checks `raw` against the type's rules and normalises it. The
+    /// normalised text is a slice of `raw`; a normalisation that would
+    /// change the text otherwise is refused as [`Rule::NotCanonical`].
+    #[doc(hidden)]
+    fn check_borrowed(raw: &str, token: sealed::Token) -> Result<&str, FieldError>;
+    /// The owned value of text [`ValidText::check_borrowed`] returned.
+    #[doc(hidden)]
+    fn from_checked(text: &str, token: sealed::Token) -> Self;
+}
+
+/// Text that passed `T`'s rules, borrowed: what a [`ValidText`] type holds,
+/// without the allocation. Replay reads millions of events through views;
+/// [`TextView::to_value`] makes the owned value where one is kept.
+///
+/// Deserialises only from text the input lends (bincode from a slice does),
+/// and only canonical text: what `T` would have to change (a lower-case
+/// currency code) is refused, where `T` itself accepts and normalises it.
+pub struct TextView<'a, T> {
+    text: &'a str,
+    kind: PhantomData<fn() -> T>,
+}
+
+impl<'a, T: ValidText> TextView<'a, T> {
+    /// Checks `raw` against `T`'s rules; borrows its normalised text.
+    pub fn new(raw: &'a str) -> Result<Self, FieldError> {
+        Ok(TextView {
+            text: T::check_borrowed(raw, sealed::Token)?,
+            kind: PhantomData,
+        })
+    }
+
+    /// The owned value.
+    pub fn to_value(&self) -> T {
+        T::from_checked(self.text, sealed::Token)
+    }
+}
+
+impl<'a, T> TextView<'a, T> {
+    /// The validated text, with the lifetime of what it borrows.
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    /// A view of text the type already holds.
+    pub(crate) fn of(text: &'a str) -> Self {
+        TextView {
+            text,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for TextView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for TextView<'_, T> {}
+
+impl<T> PartialEq for TextView<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl<T> Eq for TextView<'_, T> {}
+
+impl<T> std::ops::Deref for TextView<'_, T> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.text
+    }
+}
+
+impl<T> fmt::Debug for TextView<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.text, f)
+    }
+}
+
+impl<T> fmt::Display for TextView<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text)
+    }
+}
+
+impl<T> Serialize for TextView<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.text)
+    }
+}
+
+impl<'de: 'a, 'a, T: ValidText> Deserialize<'de> for TextView<'a, T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Borrowing<'a, T>(PhantomData<fn() -> TextView<'a, T>>);
+        impl<'de: 'a, 'a, T: ValidText> Visitor<'de> for Borrowing<'a, T> {
+            type Value = TextView<'a, T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a borrowed string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                TextView::new(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Borrowing(PhantomData))
+    }
 }
 
 macro_rules! text_newtype {
@@ -71,15 +208,37 @@ macro_rules! text_newtype {
             }
 
             /// Validates `$raw`, naming `field` in the error if it is refused.
-            fn new_as(field: Field, $raw: &str) -> Result<Self, FieldError> {
+            fn new_as(field: Field, raw: &str) -> Result<Self, FieldError> {
+                Ok($name(Arc::from(Self::checked_as(field, raw)?)))
+            }
+
+            /// Normalises `$raw` and checks it, naming `field` in the error.
+            fn checked_as(field: Field, $raw: &str) -> Result<&str, FieldError> {
                 let normalised: &str = $normalise;
                 check_text(field, normalised, $len_max, $blank)?;
-                Ok($name(Arc::from(normalised)))
+                Ok(normalised)
             }
 
             /// The validated text.
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// The text, borrowed as a [`TextView`].
+            pub fn view(&self) -> TextView<'_, $name> {
+                TextView::of(&self.0)
+            }
+        }
+
+        impl sealed::Sealed for $name {}
+
+        impl ValidText for $name {
+            fn check_borrowed(raw: &str, _: sealed::Token) -> Result<&str, FieldError> {
+                Self::checked_as($field, raw)
+            }
+
+            fn from_checked(text: &str, _: sealed::Token) -> Self {
+                $name(Arc::from(text))
             }
         }
 
@@ -253,6 +412,33 @@ impl WithdrawalId {
             .is_ok()
         );
         WithdrawalId(Arc::from(id))
+    }
+
+    /// Whether `id` is the id [`WithdrawalId::minted`] gives for `seq`.
+    /// Builds nothing: replay asks it of every creation.
+    pub fn is_minted(id: &str, seq: u64) -> bool {
+        let Some(digits) = id.strip_prefix("w-") else {
+            return false;
+        };
+        // Compares the decimal digits of `seq` from the last, so a leading
+        // zero or sign is never read as part of the number.
+        let digits = digits.as_bytes();
+        let mut rest = seq;
+        let mut end = digits.len();
+        loop {
+            let Some(at) = end.checked_sub(1) else {
+                return false;
+            };
+            // `rest % 10` is a single digit.
+            if digits[at] != b'0' + (rest % 10) as u8 {
+                return false;
+            }
+            rest /= 10;
+            end = at;
+            if rest == 0 {
+                return end == 0;
+            }
+        }
     }
 }
 

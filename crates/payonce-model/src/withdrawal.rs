@@ -2,12 +2,13 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::amount::{Amount, Currency};
 use crate::error::{Field, FieldError, Rule};
 use crate::fingerprint::Fingerprint;
-use crate::text::{Actor, Destination, Reason, Reference, WithdrawalId};
+use crate::text::{Actor, Destination, Reason, Reference, TextView, WithdrawalId};
 
 /// Most references a withdrawal can have replaced by bumps. A rail that needs
 /// more replacements than this is stuck, and a person should look.
@@ -288,21 +289,8 @@ impl Progress {
         requested_by: Actor,
         replaced: Vec<Reference>,
     ) -> Result<Progress, FieldError> {
-        use WithdrawalState as S;
         let refuse = |field, rule| Err(FieldError::new(field, rule));
-        let reference_required = matches!(state, S::Sent | S::Confirmed);
-        let reference_allowed = reference_required || state == S::Failed;
-        match (&reference, reference_required, reference_allowed) {
-            (None, true, _) => return refuse(Field::Reference, Rule::RequiredInState(state)),
-            (Some(_), _, false) => return refuse(Field::Reference, Rule::NotAllowedInState(state)),
-            _ => {}
-        }
-        let reason_required = matches!(state, S::Rejected | S::Failed);
-        match (&reason, reason_required) {
-            (None, true) => return refuse(Field::Reason, Rule::RequiredInState(state)),
-            (Some(_), false) => return refuse(Field::Reason, Rule::NotAllowedInState(state)),
-            _ => {}
-        }
+        check_state_fields(state, reference.is_some(), reason.is_some())?;
         if !replaced.is_empty() {
             let Some(current) = &reference else {
                 return refuse(Field::Replaced, Rule::NotAllowedInState(state));
@@ -341,7 +329,206 @@ impl Progress {
     }
 }
 
+/// The rule every state sets for a reference and a reason: a reference
+/// exactly in the states that carry one, a reason exactly in rejected and
+/// failed.
+fn check_state_fields(
+    state: WithdrawalState,
+    has_reference: bool,
+    has_reason: bool,
+) -> Result<(), FieldError> {
+    use WithdrawalState as S;
+    let refuse = |field, rule| Err(FieldError::new(field, rule));
+    let reference_required = matches!(state, S::Sent | S::Confirmed);
+    let reference_allowed = reference_required || state == S::Failed;
+    match (has_reference, reference_required, reference_allowed) {
+        (false, true, _) => return refuse(Field::Reference, Rule::RequiredInState(state)),
+        (true, _, false) => return refuse(Field::Reference, Rule::NotAllowedInState(state)),
+        _ => {}
+    }
+    let reason_required = matches!(state, S::Rejected | S::Failed);
+    match (has_reason, reason_required) {
+        (false, true) => refuse(Field::Reason, Rule::RequiredInState(state)),
+        (true, false) => refuse(Field::Reason, Rule::NotAllowedInState(state)),
+        _ => Ok(()),
+    }
+}
+
+/// A [`WithdrawalRequest`] whose text is borrowed: what replay reads from
+/// each event without copying it. Holds only what passed the request's
+/// rules, like the request itself.
+///
+/// Deserialises (from bincode read from a slice) only what it can borrow:
+/// canonical text, and no replaced references (a bumped withdrawal); the
+/// owned [`WithdrawalRequest`] reads everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WithdrawalView<'a> {
+    id: TextView<'a, WithdrawalId>,
+    amount: Amount,
+    currency: TextView<'a, Currency>,
+    destination: TextView<'a, Destination>,
+    state: WithdrawalState,
+    reference: Option<TextView<'a, Reference>>,
+    reason: Option<TextView<'a, Reason>>,
+    requested_by: TextView<'a, Actor>,
+    replaced: &'a [Reference],
+}
+
+/// The unchecked shape of a [`WithdrawalView`]: [`WithdrawalFields`],
+/// borrowed, field for field.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WithdrawalFieldsView<'a> {
+    #[serde(borrow)]
+    id: TextView<'a, WithdrawalId>,
+    amount: Amount,
+    #[serde(borrow)]
+    currency: TextView<'a, Currency>,
+    #[serde(borrow)]
+    destination: TextView<'a, Destination>,
+    state: WithdrawalState,
+    #[serde(default, borrow)]
+    reference: Option<TextView<'a, Reference>>,
+    #[serde(default, borrow)]
+    reason: Option<TextView<'a, Reason>>,
+    #[serde(borrow)]
+    requested_by: TextView<'a, Actor>,
+    #[serde(default)]
+    replaced: NoReplaced,
+}
+
+/// An empty list of replaced references; a view refuses any other.
+#[derive(Default)]
+struct NoReplaced;
+
+impl<'de> Deserialize<'de> for NoReplaced {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Empty;
+        impl<'de> Visitor<'de> for Empty {
+            type Value = NoReplaced;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an empty list of references")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NoReplaced, A::Error> {
+                match seq.next_element::<TextView<'de, Reference>>()? {
+                    None => Ok(NoReplaced),
+                    Some(_) => Err(de::Error::custom(
+                        "a withdrawal view holds no replaced references",
+                    )),
+                }
+            }
+        }
+        deserializer.deserialize_seq(Empty)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WithdrawalView<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let WithdrawalFieldsView {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced: NoReplaced,
+        } = WithdrawalFieldsView::deserialize(deserializer)?;
+        check_state_fields(state, reference.is_some(), reason.is_some())
+            .map_err(de::Error::custom)?;
+        Ok(WithdrawalView {
+            id,
+            amount,
+            currency,
+            destination,
+            state,
+            reference,
+            reason,
+            requested_by,
+            replaced: &[],
+        })
+    }
+}
+
+impl<'a> WithdrawalView<'a> {
+    /// The withdrawal's identity.
+    pub fn id(&self) -> TextView<'a, WithdrawalId> {
+        self.id
+    }
+    /// How much.
+    pub fn amount(&self) -> Amount {
+        self.amount
+    }
+    /// In what.
+    pub fn currency(&self) -> TextView<'a, Currency> {
+        self.currency
+    }
+    /// To where.
+    pub fn destination(&self) -> TextView<'a, Destination> {
+        self.destination
+    }
+    /// Where it is in its life.
+    pub fn state(&self) -> WithdrawalState {
+        self.state
+    }
+    /// The rail's current transaction reference, once sent.
+    pub fn reference(&self) -> Option<TextView<'a, Reference>> {
+        self.reference
+    }
+    /// Why it was rejected or failed.
+    pub fn reason(&self) -> Option<TextView<'a, Reason>> {
+        self.reason
+    }
+    /// Who asked for it.
+    pub fn requested_by(&self) -> TextView<'a, Actor> {
+        self.requested_by
+    }
+    /// References replaced by bumps, oldest first.
+    pub fn replaced(&self) -> &'a [Reference] {
+        self.replaced
+    }
+    /// What makes two requests the same withdrawal, owned.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::new(
+            self.id.to_value(),
+            self.amount,
+            self.currency.to_value(),
+            self.destination.to_value(),
+        )
+    }
+    /// The owned request.
+    pub fn to_value(&self) -> WithdrawalRequest {
+        WithdrawalRequest {
+            id: self.id.to_value(),
+            amount: self.amount,
+            currency: self.currency.to_value(),
+            destination: self.destination.to_value(),
+            state: self.state,
+            reference: self.reference.map(|text| text.to_value()),
+            reason: self.reason.map(|text| text.to_value()),
+            requested_by: self.requested_by.to_value(),
+            replaced: self.replaced.to_vec(),
+        }
+    }
+}
+
 impl WithdrawalRequest {
+    /// The request, borrowed as a [`WithdrawalView`].
+    pub fn view(&self) -> WithdrawalView<'_> {
+        WithdrawalView {
+            id: self.id.view(),
+            amount: self.amount,
+            currency: self.currency.view(),
+            destination: self.destination.view(),
+            state: self.state,
+            reference: self.reference.as_ref().map(Reference::view),
+            reason: self.reason.as_ref().map(Reason::view),
+            requested_by: self.requested_by.view(),
+            replaced: &self.replaced,
+        }
+    }
+
     /// Splits the request into what identifies it and what has happened to
     /// it, so a store can keep one copy of the fingerprint per withdrawal.
     pub fn into_parts(self) -> (Fingerprint, Progress) {

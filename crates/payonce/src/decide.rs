@@ -7,12 +7,12 @@
 //! can re-derive millions of recorded decisions without rebuilding them.
 
 use payonce_model::{
-    Actor, Amount, Currency, Destination, Difference, Note, Reason, RequestKey, WithdrawalId,
-    WithdrawalRequest,
+    Actor, Amount, Currency, Destination, Difference, Note, Reason, RequestKey, TextView,
+    WithdrawalId, WithdrawalRequest, WithdrawalState, WithdrawalView,
 };
 
 use crate::command::{Command, FailureCause, SendResult};
-use crate::event::EventKind;
+use crate::event::{EventKind, KindView};
 use crate::refusal::{HolderState, Refusal};
 use crate::state::{Record, State};
 
@@ -30,16 +30,25 @@ pub enum Decision {
 
 /// Judges `command` against `state`.
 pub fn decide(state: &State, command: &Command) -> Result<Decision, Refusal> {
-    let ask = command.ask();
-    Ok(match judge(state, &ask)? {
-        Verdict::Append => Decision::Append(event_for(state, ask)),
-        Verdict::Mismatch(differences) => Decision::Append(mismatch_event(ask, differences)),
+    Ok(match judge(state, &command.ask())? {
+        Verdict::Append => Decision::Append(event_for(state, command)),
+        Verdict::Mismatch(differences) => {
+            let Command::Complete {
+                key,
+                result: SendResult::Sent(outcome),
+            } = command
+            else {
+                unreachable!("only a completion with an outcome can mismatch")
+            };
+            Decision::Append(mismatch_event(key, outcome, differences))
+        }
         Verdict::Replay(outcome) => Decision::Replay(outcome),
         Verdict::Unchanged => Decision::Unchanged,
     })
 }
 
-/// A command, borrowed: what [`judge`] reads.
+/// A command, borrowed: what [`judge`] reads. Built from a [`Command`] or
+/// from an event read from the log, whose text it borrows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Ask<'a> {
     Open {
@@ -47,42 +56,42 @@ pub(crate) enum Ask<'a> {
     },
     Create {
         amount: Amount,
-        currency: &'a Currency,
-        destination: &'a Destination,
-        requested_by: &'a Actor,
+        currency: TextView<'a, Currency>,
+        destination: TextView<'a, Destination>,
+        requested_by: TextView<'a, Actor>,
     },
     Claim {
-        key: &'a RequestKey,
-        request: &'a WithdrawalRequest,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
     },
     Record {
-        key: &'a RequestKey,
-        request: &'a WithdrawalRequest,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
     },
     Complete {
-        key: &'a RequestKey,
+        key: TextView<'a, RequestKey>,
         result: Sent<'a>,
     },
     Resolve {
-        key: &'a RequestKey,
-        outcome: &'a WithdrawalRequest,
-        note: &'a Note,
-        by: &'a Actor,
+        key: TextView<'a, RequestKey>,
+        outcome: WithdrawalView<'a>,
+        note: TextView<'a, Note>,
+        by: TextView<'a, Actor>,
     },
     Release {
-        key: &'a RequestKey,
-        note: &'a Note,
-        by: &'a Actor,
+        key: TextView<'a, RequestKey>,
+        note: TextView<'a, Note>,
+        by: TextView<'a, Actor>,
     },
 }
 
 /// What a send did, borrowed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Sent<'a> {
-    Outcome(&'a WithdrawalRequest),
-    Rejected(&'a Reason),
+    Outcome(WithdrawalView<'a>),
+    Rejected(TextView<'a, Reason>),
     Failed {
-        error: &'a Reason,
+        error: TextView<'a, Reason>,
         cause: &'a FailureCause,
     },
 }
@@ -113,25 +122,25 @@ impl Ask<'_> {
                 requested_by,
             } => Command::Create {
                 amount,
-                currency: currency.clone(),
-                destination: destination.clone(),
-                requested_by: requested_by.clone(),
+                currency: currency.to_value(),
+                destination: destination.to_value(),
+                requested_by: requested_by.to_value(),
             },
             Ask::Claim { key, request } => Command::Claim {
-                key: key.clone(),
-                request: request.clone(),
+                key: key.to_value(),
+                request: request.to_value(),
             },
             Ask::Record { key, request } => Command::Record {
-                key: key.clone(),
-                request: request.clone(),
+                key: key.to_value(),
+                request: request.to_value(),
             },
             Ask::Complete { key, result } => Command::Complete {
-                key: key.clone(),
+                key: key.to_value(),
                 result: match result {
-                    Sent::Outcome(outcome) => SendResult::Sent(outcome.clone()),
-                    Sent::Rejected(reason) => SendResult::Rejected(reason.clone()),
+                    Sent::Outcome(outcome) => SendResult::Sent(outcome.to_value()),
+                    Sent::Rejected(reason) => SendResult::Rejected(reason.to_value()),
                     Sent::Failed { error, cause } => SendResult::Failed {
-                        error: error.clone(),
+                        error: error.to_value(),
                         cause: cause.clone(),
                     },
                 },
@@ -142,15 +151,15 @@ impl Ask<'_> {
                 note,
                 by,
             } => Command::Resolve {
-                key: key.clone(),
-                outcome: outcome.clone(),
-                note: note.clone(),
-                by: by.clone(),
+                key: key.to_value(),
+                outcome: outcome.to_value(),
+                note: note.to_value(),
+                by: by.to_value(),
             },
             Ask::Release { key, note, by } => Command::Release {
-                key: key.clone(),
-                note: note.clone(),
-                by: by.clone(),
+                key: key.to_value(),
+                note: note.to_value(),
+                by: by.to_value(),
             },
         }
     }
@@ -169,18 +178,27 @@ impl Command {
                 requested_by,
             } => Ask::Create {
                 amount: *amount,
-                currency,
-                destination,
-                requested_by,
+                currency: currency.view(),
+                destination: destination.view(),
+                requested_by: requested_by.view(),
             },
-            Command::Claim { key, request } => Ask::Claim { key, request },
-            Command::Record { key, request } => Ask::Record { key, request },
+            Command::Claim { key, request } => Ask::Claim {
+                key: key.view(),
+                request: request.view(),
+            },
+            Command::Record { key, request } => Ask::Record {
+                key: key.view(),
+                request: request.view(),
+            },
             Command::Complete { key, result } => Ask::Complete {
-                key,
+                key: key.view(),
                 result: match result {
-                    SendResult::Sent(outcome) => Sent::Outcome(outcome),
-                    SendResult::Rejected(reason) => Sent::Rejected(reason),
-                    SendResult::Failed { error, cause } => Sent::Failed { error, cause },
+                    SendResult::Sent(outcome) => Sent::Outcome(outcome.view()),
+                    SendResult::Rejected(reason) => Sent::Rejected(reason.view()),
+                    SendResult::Failed { error, cause } => Sent::Failed {
+                        error: error.view(),
+                        cause,
+                    },
                 },
             },
             Command::Resolve {
@@ -189,21 +207,27 @@ impl Command {
                 note,
                 by,
             } => Ask::Resolve {
-                key,
-                outcome,
-                note,
-                by,
+                key: key.view(),
+                outcome: outcome.view(),
+                note: note.view(),
+                by: by.view(),
             },
-            Command::Release { key, note, by } => Ask::Release { key, note, by },
+            Command::Release { key, note, by } => Ask::Release {
+                key: key.view(),
+                note: note.view(),
+                by: by.view(),
+            },
         }
     }
 }
 
-/// The event an `Append` verdict on `ask` stands for.
-fn event_for(state: &State, ask: Ask<'_>) -> EventKind {
-    match ask {
-        Ask::Open { accept_foreign_ids } => EventKind::Opened { accept_foreign_ids },
-        Ask::Create {
+/// The event an `Append` verdict on `command` stands for.
+fn event_for(state: &State, command: &Command) -> EventKind {
+    match command {
+        Command::Open { accept_foreign_ids } => EventKind::Opened {
+            accept_foreign_ids: *accept_foreign_ids,
+        },
+        Command::Create {
             amount,
             currency,
             destination,
@@ -214,37 +238,37 @@ fn event_for(state: &State, ask: Ask<'_>) -> EventKind {
             let id = WithdrawalId::minted(state.last_seq() + 1);
             let withdrawal = WithdrawalRequest::new(
                 id,
-                amount,
+                *amount,
                 currency.clone(),
                 destination.clone(),
                 requested_by.clone(),
             );
             EventKind::Created { withdrawal }
         }
-        Ask::Claim { key, request } => EventKind::Claimed {
+        Command::Claim { key, request } => EventKind::Claimed {
             key: key.clone(),
             request: request.clone(),
         },
-        Ask::Record { key, request } => EventKind::Recorded {
+        Command::Record { key, request } => EventKind::Recorded {
             key: key.clone(),
             request: request.clone(),
         },
-        Ask::Complete { key, result } => match result {
-            Sent::Outcome(outcome) => EventKind::Completed {
+        Command::Complete { key, result } => match result {
+            SendResult::Sent(outcome) => EventKind::Completed {
                 key: key.clone(),
                 outcome: outcome.clone(),
             },
-            Sent::Rejected(reason) => EventKind::SendRejected {
+            SendResult::Rejected(reason) => EventKind::SendRejected {
                 key: key.clone(),
                 reason: reason.clone(),
             },
-            Sent::Failed { error, cause } => EventKind::SendFailed {
+            SendResult::Failed { error, cause } => EventKind::SendFailed {
                 key: key.clone(),
                 error: error.clone(),
                 cause: cause.clone(),
             },
         },
-        Ask::Resolve {
+        Command::Resolve {
             key,
             outcome,
             note,
@@ -255,7 +279,7 @@ fn event_for(state: &State, ask: Ask<'_>) -> EventKind {
             note: note.clone(),
             by: by.clone(),
         },
-        Ask::Release { key, note, by } => EventKind::Released {
+        Command::Release { key, note, by } => EventKind::Released {
             key: key.clone(),
             note: note.clone(),
             by: by.clone(),
@@ -264,14 +288,11 @@ fn event_for(state: &State, ask: Ask<'_>) -> EventKind {
 }
 
 /// The send failure recorded when a send returned another withdrawal.
-fn mismatch_event(ask: Ask<'_>, differences: Vec<Difference>) -> EventKind {
-    let Ask::Complete {
-        key,
-        result: Sent::Outcome(outcome),
-    } = ask
-    else {
-        unreachable!("only a completion with an outcome can mismatch")
-    };
+fn mismatch_event(
+    key: &RequestKey,
+    outcome: &WithdrawalRequest,
+    differences: Vec<Difference>,
+) -> EventKind {
     let summary: Vec<String> = differences.iter().map(ToString::to_string).collect();
     let error = Reason::lossy(&format!(
         "the send returned another withdrawal: {}",
@@ -299,7 +320,7 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
         }
         Ask::Complete { key, result } => judge_complete(state, key, result),
         Ask::Resolve { key, outcome, .. } => {
-            let Some(record) = state.record(key) else {
+            let Some(record) = state.record(&key) else {
                 // A fresh key passes the same withdrawal check as a claim, so
                 // a callback under a new key cannot declare what happened to a
                 // withdrawal another key holds.
@@ -309,25 +330,25 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
             if record.send_running() {
                 return Err(in_flight(key, &record));
             }
-            if !record.matches(outcome) {
+            if !record.matches_view(outcome) {
                 let differences = record.fingerprint().differences(&outcome.fingerprint());
                 return Err(Refusal::OutcomeMismatch {
-                    key: key.clone(),
+                    key: key.to_value(),
                     differences,
                 });
             }
             match record.progress() {
                 None => Ok(Verdict::Append),
-                Some(recorded) if outcome.has_progress(&recorded) => Ok(Verdict::Unchanged),
+                Some(_) if record.has_outcome_view(outcome) => Ok(Verdict::Unchanged),
                 Some(recorded) => Err(Refusal::OutcomeDiffers {
-                    key: key.clone(),
+                    key: key.to_value(),
                     recorded_state: recorded.state(),
                     recorded_reference: recorded.reference().cloned(),
                 }),
             }
         }
         Ask::Release { key, .. } => {
-            let Some(record) = state.record(key) else {
+            let Some(record) = state.record(&key) else {
                 return Ok(Verdict::Unchanged);
             };
             if record.send_running() {
@@ -335,7 +356,7 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
             }
             if let Some(state) = record.outcome_state() {
                 return Err(Refusal::HasOutcome {
-                    key: key.clone(),
+                    key: key.to_value(),
                     state,
                 });
             }
@@ -348,14 +369,14 @@ pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
 /// The key is looked up first.
 fn judge_claim(
     state: &State,
-    key: &RequestKey,
-    request: &WithdrawalRequest,
+    key: TextView<'_, RequestKey>,
+    request: WithdrawalView<'_>,
 ) -> Result<Verdict, Refusal> {
-    if let Some(record) = state.record(key) {
-        if !record.matches(request) {
+    if let Some(record) = state.record(&key) {
+        if !record.matches_view(request) {
             let differences = record.fingerprint().differences(&request.fingerprint());
             return Err(Refusal::KeyReused {
-                key: key.clone(),
+                key: key.to_value(),
                 differences,
             });
         }
@@ -372,31 +393,31 @@ fn judge_claim(
 /// foreign ids are accepted), as created, and not held by another key.
 fn check_withdrawal_free(
     state: &State,
-    key: &RequestKey,
-    request: &WithdrawalRequest,
+    key: TextView<'_, RequestKey>,
+    request: WithdrawalView<'_>,
 ) -> Result<(), Refusal> {
     let id = request.id();
-    let withdrawal = state.withdrawal(id);
+    let withdrawal = state.withdrawal(&id);
     match withdrawal {
         Some(created) if created.created() && !created.matches(request) => {
             let differences = created.fingerprint().differences(&request.fingerprint());
             return Err(Refusal::NotAsCreated {
-                withdrawal: id.clone(),
+                withdrawal: id.to_value(),
                 differences,
             });
         }
         Some(created) if created.created() => {}
         _ if !state.accepts_foreign_ids() => {
             return Err(Refusal::UnknownWithdrawal {
-                withdrawal: id.clone(),
+                withdrawal: id.to_value(),
             });
         }
         _ => {}
     }
     match withdrawal.and_then(|withdrawal| withdrawal.holder()) {
         Some(holder) if holder.key_str() != key.as_str() => Err(Refusal::Claimed {
-            key: key.clone(),
-            withdrawal: id.clone(),
+            key: key.to_value(),
+            withdrawal: id.to_value(),
             holder: holder.key(),
             holder_state: holder_state(&holder),
         }),
@@ -418,9 +439,9 @@ fn holder_state(record: &Record<'_>) -> HolderState {
     }
 }
 
-fn in_flight(key: &RequestKey, record: &Record<'_>) -> Refusal {
+fn in_flight(key: TextView<'_, RequestKey>, record: &Record<'_>) -> Refusal {
     Refusal::InFlight {
-        key: key.clone(),
+        key: key.to_value(),
         withdrawal: record.withdrawal(),
         since: record.claimed_at(),
         seq: record.claimed_seq(),
@@ -428,13 +449,21 @@ fn in_flight(key: &RequestKey, record: &Record<'_>) -> Refusal {
     }
 }
 
-fn judge_complete(state: &State, key: &RequestKey, result: Sent<'_>) -> Result<Verdict, Refusal> {
-    let record = match state.record(key) {
+fn judge_complete(
+    state: &State,
+    key: TextView<'_, RequestKey>,
+    result: Sent<'_>,
+) -> Result<Verdict, Refusal> {
+    let record = match state.record(&key) {
         Some(record) if record.send_running() && record.outcome_state().is_none() => record,
-        _ => return Err(Refusal::NoSendRunning { key: key.clone() }),
+        _ => {
+            return Err(Refusal::NoSendRunning {
+                key: key.to_value(),
+            });
+        }
     };
     match result {
-        Sent::Outcome(outcome) if !record.matches(outcome) => Ok(Verdict::Mismatch(
+        Sent::Outcome(outcome) if !record.matches_view(outcome) => Ok(Verdict::Mismatch(
             record.fingerprint().differences(&outcome.fingerprint()),
         )),
         _ => Ok(Verdict::Append),
@@ -445,23 +474,33 @@ fn judge_complete(state: &State, key: &RequestKey, result: Sent<'_>) -> Result<V
 /// `kind`, would record exactly `kind`. Compares verdicts rather than
 /// rebuilt events where the event is a copy of its command's fields, so
 /// replaying a log copies nothing.
-pub(crate) fn decides_again(state: &State, kind: &EventKind) -> bool {
+pub(crate) fn decides_again(state: &State, kind: &KindView<'_>) -> bool {
     let ask = kind.ask();
     match (kind, judge(state, &ask)) {
-        (EventKind::Refused { refusal, .. }, Err(again)) => *refusal == again,
-        (EventKind::Refused { .. }, Ok(_)) | (_, Err(_)) => false,
-        // The minted id is the one part of the event not in the command.
-        (EventKind::Created { withdrawal }, Ok(Verdict::Append)) => {
-            matches!(event_for(state, ask), EventKind::Created { withdrawal: fresh } if fresh == *withdrawal)
+        (KindView::Refused { refusal, .. }, Err(again)) => **refusal == again,
+        (KindView::Refused { .. }, Ok(_)) | (_, Err(_)) => false,
+        // The minted id is the one part of the event not in the command;
+        // the rest is the command's, in state requested.
+        (KindView::Created { withdrawal }, Ok(Verdict::Append)) => {
+            WithdrawalId::is_minted(&withdrawal.id(), state.last_seq() + 1)
+                && withdrawal.state() == WithdrawalState::Requested
+                && withdrawal.replaced().is_empty()
         }
         (_, Ok(Verdict::Append)) => !matches!(
             kind,
-            EventKind::SendFailed {
-                cause: FailureCause::OutcomeMismatch { .. },
-                ..
-            }
+            KindView::SendFailed { cause, .. }
+                if matches!(**cause, FailureCause::OutcomeMismatch { .. })
         ),
-        (_, Ok(Verdict::Mismatch(differences))) => *kind == mismatch_event(ask, differences),
+        (_, Ok(Verdict::Mismatch(differences))) => {
+            let Ask::Complete {
+                key,
+                result: Sent::Outcome(outcome),
+            } = ask
+            else {
+                unreachable!("only a completion with an outcome can mismatch")
+            };
+            kind.to_value() == mismatch_event(&key.to_value(), &outcome.to_value(), differences)
+        }
         (_, Ok(Verdict::Replay(_) | Verdict::Unchanged)) => false,
     }
 }

@@ -1,8 +1,12 @@
 //! Events: what the log stores. Each is one decision, stamped with its
 //! sequence number and time, encoded through the model's codec.
 
+use std::borrow::Cow;
+
 use payonce_model::codec::{self, CodecError};
-use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
+use payonce_model::{
+    Actor, Note, Reason, RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalView,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, FailureCause};
@@ -111,60 +115,275 @@ pub enum EventKind {
     },
 }
 
-impl EventKind {
-    /// The command that produces this event, so replay can ask `decide` again
-    /// and compare. For a refusal, the refused command.
-    pub fn command(&self) -> Command {
-        self.ask().to_command()
-    }
+/// An [`Event`] whose text is borrowed from the bytes it was decoded
+/// from, or from an [`Event`]: what replay reads, so that decoding a
+/// million events allocates nothing for their keys, ids and references.
+/// Field for field and variant for variant the same encoding as [`Event`];
+/// what a view cannot borrow (a bumped withdrawal, a currency code in lower
+/// case, a refusal) is decoded as [`Event`] instead, or held owned.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct EventView<'a> {
+    schema: u16,
+    pub(crate) seq: u64,
+    pub(crate) at: Timestamp,
+    #[serde(borrow)]
+    pub(crate) kind: KindView<'a>,
+}
 
-    /// [`EventKind::command`], borrowed.
+/// [`EventKind`], borrowed. Variants and fields in [`EventKind`]'s order:
+/// the encoding numbers them.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) enum KindView<'a> {
+    Opened {
+        accept_foreign_ids: bool,
+    },
+    Created {
+        #[serde(borrow)]
+        withdrawal: WithdrawalView<'a>,
+    },
+    Claimed {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        request: WithdrawalView<'a>,
+    },
+    Recorded {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        request: WithdrawalView<'a>,
+    },
+    Completed {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        outcome: WithdrawalView<'a>,
+    },
+    SendRejected {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        reason: TextView<'a, Reason>,
+    },
+    SendFailed {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        error: TextView<'a, Reason>,
+        cause: Cow<'a, FailureCause>,
+    },
+    Resolved {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        outcome: WithdrawalView<'a>,
+        #[serde(borrow)]
+        note: TextView<'a, Note>,
+        #[serde(borrow)]
+        by: TextView<'a, Actor>,
+    },
+    Released {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        note: TextView<'a, Note>,
+        #[serde(borrow)]
+        by: TextView<'a, Actor>,
+    },
+    Refused {
+        command: Cow<'a, Command>,
+        refusal: Cow<'a, Refusal>,
+    },
+}
+
+impl Event {
+    /// The event, borrowed.
+    pub(crate) fn view(&self) -> EventView<'_> {
+        EventView {
+            schema: self.schema,
+            seq: self.seq,
+            at: self.at,
+            kind: self.kind.view(),
+        }
+    }
+}
+
+impl<'a> KindView<'a> {
+    /// The command behind the event, borrowed: for a refusal, the refused
+    /// command.
     pub(crate) fn ask(&self) -> Ask<'_> {
         match self {
-            EventKind::Opened { accept_foreign_ids } => Ask::Open {
+            KindView::Opened { accept_foreign_ids } => Ask::Open {
                 accept_foreign_ids: *accept_foreign_ids,
             },
-            EventKind::Created { withdrawal } => Ask::Create {
+            KindView::Created { withdrawal } => Ask::Create {
                 amount: withdrawal.amount(),
                 currency: withdrawal.currency(),
                 destination: withdrawal.destination(),
                 requested_by: withdrawal.requested_by(),
             },
-            EventKind::Claimed { key, request } => Ask::Claim { key, request },
-            EventKind::Recorded { key, request } => Ask::Record { key, request },
-            EventKind::Completed { key, outcome } => Ask::Complete {
-                key,
-                result: Sent::Outcome(outcome),
+            KindView::Claimed { key, request } => Ask::Claim {
+                key: *key,
+                request: *request,
             },
-            EventKind::SendRejected { key, reason } => Ask::Complete {
-                key,
-                result: Sent::Rejected(reason),
+            KindView::Recorded { key, request } => Ask::Record {
+                key: *key,
+                request: *request,
             },
-            EventKind::SendFailed { key, error, cause } => match cause {
+            KindView::Completed { key, outcome } => Ask::Complete {
+                key: *key,
+                result: Sent::Outcome(*outcome),
+            },
+            KindView::SendRejected { key, reason } => Ask::Complete {
+                key: *key,
+                result: Sent::Rejected(*reason),
+            },
+            KindView::SendFailed { key, error, cause } => match &**cause {
                 // The send returned another withdrawal: replay re-derives the
                 // refusal from the outcome it returned.
                 FailureCause::OutcomeMismatch { outcome, .. } => Ask::Complete {
-                    key,
-                    result: Sent::Outcome(outcome),
+                    key: *key,
+                    result: Sent::Outcome(outcome.view()),
                 },
-                _ => Ask::Complete {
-                    key,
-                    result: Sent::Failed { error, cause },
+                cause => Ask::Complete {
+                    key: *key,
+                    result: Sent::Failed {
+                        error: *error,
+                        cause,
+                    },
                 },
+            },
+            KindView::Resolved {
+                key,
+                outcome,
+                note,
+                by,
+            } => Ask::Resolve {
+                key: *key,
+                outcome: *outcome,
+                note: *note,
+                by: *by,
+            },
+            KindView::Released { key, note, by } => Ask::Release {
+                key: *key,
+                note: *note,
+                by: *by,
+            },
+            KindView::Refused { command, .. } => command.ask(),
+        }
+    }
+
+    /// The owned event.
+    pub(crate) fn to_value(&self) -> EventKind {
+        match self {
+            KindView::Opened { accept_foreign_ids } => EventKind::Opened {
+                accept_foreign_ids: *accept_foreign_ids,
+            },
+            KindView::Created { withdrawal } => EventKind::Created {
+                withdrawal: withdrawal.to_value(),
+            },
+            KindView::Claimed { key, request } => EventKind::Claimed {
+                key: key.to_value(),
+                request: request.to_value(),
+            },
+            KindView::Recorded { key, request } => EventKind::Recorded {
+                key: key.to_value(),
+                request: request.to_value(),
+            },
+            KindView::Completed { key, outcome } => EventKind::Completed {
+                key: key.to_value(),
+                outcome: outcome.to_value(),
+            },
+            KindView::SendRejected { key, reason } => EventKind::SendRejected {
+                key: key.to_value(),
+                reason: reason.to_value(),
+            },
+            KindView::SendFailed { key, error, cause } => EventKind::SendFailed {
+                key: key.to_value(),
+                error: error.to_value(),
+                cause: cause.clone().into_owned(),
+            },
+            KindView::Resolved {
+                key,
+                outcome,
+                note,
+                by,
+            } => EventKind::Resolved {
+                key: key.to_value(),
+                outcome: outcome.to_value(),
+                note: note.to_value(),
+                by: by.to_value(),
+            },
+            KindView::Released { key, note, by } => EventKind::Released {
+                key: key.to_value(),
+                note: note.to_value(),
+                by: by.to_value(),
+            },
+            KindView::Refused { command, refusal } => EventKind::Refused {
+                command: command.clone().into_owned(),
+                refusal: refusal.clone().into_owned(),
+            },
+        }
+    }
+}
+
+impl EventKind {
+    /// The command that produces this event, so replay can ask `decide` again
+    /// and compare. For a refusal, the refused command.
+    pub fn command(&self) -> Command {
+        self.view().ask().to_command()
+    }
+
+    /// The event, borrowed.
+    pub(crate) fn view(&self) -> KindView<'_> {
+        match self {
+            EventKind::Opened { accept_foreign_ids } => KindView::Opened {
+                accept_foreign_ids: *accept_foreign_ids,
+            },
+            EventKind::Created { withdrawal } => KindView::Created {
+                withdrawal: withdrawal.view(),
+            },
+            EventKind::Claimed { key, request } => KindView::Claimed {
+                key: key.view(),
+                request: request.view(),
+            },
+            EventKind::Recorded { key, request } => KindView::Recorded {
+                key: key.view(),
+                request: request.view(),
+            },
+            EventKind::Completed { key, outcome } => KindView::Completed {
+                key: key.view(),
+                outcome: outcome.view(),
+            },
+            EventKind::SendRejected { key, reason } => KindView::SendRejected {
+                key: key.view(),
+                reason: reason.view(),
+            },
+            EventKind::SendFailed { key, error, cause } => KindView::SendFailed {
+                key: key.view(),
+                error: error.view(),
+                cause: Cow::Borrowed(cause),
             },
             EventKind::Resolved {
                 key,
                 outcome,
                 note,
                 by,
-            } => Ask::Resolve {
-                key,
-                outcome,
-                note,
-                by,
+            } => KindView::Resolved {
+                key: key.view(),
+                outcome: outcome.view(),
+                note: note.view(),
+                by: by.view(),
             },
-            EventKind::Released { key, note, by } => Ask::Release { key, note, by },
-            EventKind::Refused { command, .. } => command.ask(),
+            EventKind::Released { key, note, by } => KindView::Released {
+                key: key.view(),
+                note: note.view(),
+                by: by.view(),
+            },
+            EventKind::Refused { command, refusal } => KindView::Refused {
+                command: Cow::Borrowed(command),
+                refusal: Cow::Borrowed(refusal),
+            },
         }
     }
 
@@ -297,16 +516,207 @@ impl Event {
 
     /// Decodes an event written by [`Event::encode`].
     pub fn decode(bytes: &[u8]) -> Result<Event, EventDecodeError> {
-        let Some(version) = bytes.get(..2) else {
-            return Err(EventDecodeError::Truncated { len: bytes.len() });
-        };
-        let found = u16::from_le_bytes([version[0], version[1]]);
-        if found != SCHEMA_VERSION {
-            return Err(EventDecodeError::UnknownSchema {
-                found,
-                expected: SCHEMA_VERSION,
-            });
-        }
+        check_schema(bytes)?;
         codec::decode(bytes).map_err(EventDecodeError::Codec)
+    }
+}
+
+impl<'a> EventView<'a> {
+    /// Decodes an event written by [`Event::encode`], borrowing its text
+    /// from `bytes`. Refuses what [`Event::decode`] refuses, and also what
+    /// a view cannot borrow: the caller decodes those with
+    /// [`Event::decode`], which says why it refuses, if it does.
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
+        check_schema(bytes)?;
+        let event: EventView<'a> =
+            codec::decode_borrowed(bytes).map_err(EventDecodeError::Codec)?;
+        assert_eq!(
+            event.schema, SCHEMA_VERSION,
+            "the schema version leads the encoding"
+        );
+        Ok(event)
+    }
+}
+
+/// Refuses bytes that do not start with [`SCHEMA_VERSION`].
+fn check_schema(bytes: &[u8]) -> Result<(), EventDecodeError> {
+    let Some(version) = bytes.get(..2) else {
+        return Err(EventDecodeError::Truncated { len: bytes.len() });
+    };
+    let found = u16::from_le_bytes([version[0], version[1]]);
+    if found != SCHEMA_VERSION {
+        return Err(EventDecodeError::UnknownSchema {
+            found,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use payonce_model::{Amount, Currency, Destination, Reference};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn request(id: &str) -> WithdrawalRequest {
+        WithdrawalRequest::new(
+            WithdrawalId::new(id).unwrap(),
+            Amount::parse("25.5").unwrap(),
+            Currency::new("USDC").unwrap(),
+            Destination::new("0xabc").unwrap(),
+            Actor::new("alice").unwrap(),
+        )
+    }
+
+    fn sent(id: &str, reference: &str) -> WithdrawalRequest {
+        let reference = Reference::new(reference).unwrap();
+        request(id)
+            .approve()
+            .unwrap()
+            .start_sending()
+            .unwrap()
+            .mark_sent(reference)
+            .unwrap()
+    }
+
+    /// One event of every kind, and a bumped outcome, which a view cannot
+    /// borrow.
+    fn every_kind() -> Vec<EventKind> {
+        let key = || RequestKey::new("k-1").unwrap();
+        let note = Note::new("checked the rail").unwrap();
+        let by = Actor::new("ops").unwrap();
+        let reason = Reason::new("node down").unwrap();
+        let bumped = sent("w-1", "0xa")
+            .bump(Reference::new("0xb").unwrap())
+            .unwrap();
+        let failed = request("w-1")
+            .approve()
+            .unwrap()
+            .fail(reason.clone())
+            .unwrap();
+        vec![
+            EventKind::Opened {
+                accept_foreign_ids: true,
+            },
+            EventKind::Created {
+                withdrawal: request("w-1"),
+            },
+            EventKind::Claimed {
+                key: key(),
+                request: request("w-1"),
+            },
+            EventKind::Recorded {
+                key: key(),
+                request: failed.clone(),
+            },
+            EventKind::Completed {
+                key: key(),
+                outcome: sent("w-1", "0xa"),
+            },
+            EventKind::Completed {
+                key: key(),
+                outcome: bumped.clone(),
+            },
+            EventKind::SendRejected {
+                key: key(),
+                reason: reason.clone(),
+            },
+            EventKind::SendFailed {
+                key: key(),
+                error: reason.clone(),
+                cause: FailureCause::OutcomeMismatch {
+                    outcome: Box::new(sent("w-2", "0xc")),
+                    differences: request("w-1")
+                        .fingerprint()
+                        .differences(&request("w-2").fingerprint()),
+                },
+            },
+            EventKind::Resolved {
+                key: key(),
+                outcome: failed,
+                note: note.clone(),
+                by: by.clone(),
+            },
+            EventKind::Released {
+                key: key(),
+                note: note.clone(),
+                by: by.clone(),
+            },
+            EventKind::Refused {
+                command: Command::Release {
+                    key: key(),
+                    note,
+                    by,
+                },
+                refusal: Refusal::UnknownWithdrawal {
+                    withdrawal: WithdrawalId::new("w-9").unwrap(),
+                },
+            },
+        ]
+    }
+
+    fn event(seq: u64, kind: EventKind) -> Event {
+        Event {
+            schema: SCHEMA_VERSION,
+            seq,
+            at: Timestamp::from_unix_nanos(seq * 1_000),
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_view_decodes_every_kind_it_can_borrow_to_the_event_written() {
+        let mut borrowed = 0;
+        for (index, kind) in every_kind().into_iter().enumerate() {
+            let event = event(index as u64 + 1, kind);
+            let bytes = event.encode().unwrap();
+            match EventView::decode(&bytes) {
+                Ok(view) => {
+                    borrowed += 1;
+                    assert_eq!((view.seq, view.at), (event.seq, event.at));
+                    assert_eq!(view.kind.to_value(), event.kind);
+                    assert_eq!(
+                        event.view().kind.to_value(),
+                        event.kind,
+                        "{}",
+                        event.kind.name()
+                    );
+                }
+                Err(_) => {
+                    // Only the bumped outcome is refused; `Event` reads it.
+                    let EventKind::Completed { outcome, .. } = &event.kind else {
+                        panic!("a view refused {:?}", event.kind)
+                    };
+                    assert!(!outcome.replaced().is_empty());
+                    assert_eq!(Event::decode(&bytes).unwrap(), event);
+                }
+            }
+        }
+        assert_eq!(borrowed, every_kind().len() - 1);
+    }
+
+    proptest! {
+        #[test]
+        fn a_view_decodes_only_what_the_owned_decoding_reads_alike(
+            which in any::<prop::sample::Index>(),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            let kinds = every_kind();
+            let event = event(7, kinds[which.index(kinds.len())].clone());
+            let mut bytes = event.encode().unwrap();
+            for (index, value) in flips {
+                let at = index.index(bytes.len());
+                bytes[at] = value;
+            }
+            if let Ok(view) = EventView::decode(&bytes) {
+                let owned = Event::decode(&bytes);
+                prop_assert!(owned.is_ok(), "the view read what the event refuses: {:?}", owned);
+                let owned = owned.unwrap();
+                prop_assert_eq!((view.seq, view.at), (owned.seq, owned.at));
+                prop_assert_eq!(view.kind.to_value(), owned.kind);
+            }
+        }
     }
 }

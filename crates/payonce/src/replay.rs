@@ -13,107 +13,149 @@ use tracing::{Dispatch, Span, warn};
 
 use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
-use crate::event::Event;
-use crate::state::{State, apply};
+use crate::event::{Event, EventView};
+use crate::state::{State, apply_view};
 
-/// Decoded events handed from the scanning thread to the applying one at a
-/// time: large enough that the hand-over costs little per event.
+/// Records handed from the scanning thread to the applying one at a time:
+/// large enough that the hand-over costs little per record.
 pub(crate) const REPLAY_BATCH_LEN: usize = 1024;
 
-/// Encoded bytes after which a batch is handed over even if it holds fewer
-/// than [`REPLAY_BATCH_LEN`] events, so large events do not make large
+/// Bytes of records after which a batch is handed over even if it holds
+/// fewer than [`REPLAY_BATCH_LEN`], so large records do not make large
 /// batches.
 pub(crate) const REPLAY_BATCH_BYTES_MAX: usize = 1 << 20;
 
-/// Batches decoded ahead of the applying thread. With the two limits above,
-/// bounds the memory of decoded events alive at once (those not yet
-/// applied, and as many applied ones waiting to be freed) to about a dozen
-/// MiB of encoded events for any log.
+/// Batches read ahead of the applying thread. With the two limits above,
+/// bounds the memory of records read and not yet applied to a few MiB for
+/// any log.
 pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 4;
 
 /// Decodes the event stored as log record `seq`.
 pub fn decode_event(seq: u64, payload: &[u8]) -> Result<Event, LedgerError> {
     let event = Event::decode(payload).map_err(|error| LedgerError::BadEvent { seq, error })?;
-    if event.seq != seq {
-        return Err(LedgerError::MisplacedEvent {
-            seq,
-            found: event.seq,
-        });
-    }
+    check_seq(seq, event.seq)?;
     Ok(event)
+}
+
+fn check_seq(seq: u64, found: u64) -> Result<(), LedgerError> {
+    if found != seq {
+        return Err(LedgerError::MisplacedEvent { seq, found });
+    }
+    Ok(())
 }
 
 /// Asks `decide` again, from `state`, for the command behind `event`.
 /// `None` when it agrees with what was recorded.
 pub fn rederive(state: &State, event: &Event) -> Option<Divergence> {
+    rederive_view(state, &event.view())
+}
+
+/// [`rederive`], for an event read without copying its text.
+fn rederive_view(state: &State, event: &EventView<'_>) -> Option<Divergence> {
     if decides_again(state, &event.kind) {
         return None;
     }
-    let recomputed = decide(state, &event.kind.command());
+    let recomputed = decide(state, &event.kind.ask().to_command());
     Some(Divergence {
         seq: event.seq,
-        recorded: event.kind.clone(),
+        recorded: event.kind.to_value(),
         recomputed,
     })
 }
 
-/// Why the scanning side of a replay stopped.
-enum Stop {
-    /// The applying thread stopped first; its answer is the one to report.
-    Applier,
-    /// Decoding a record failed.
-    Ledger(LedgerError),
+/// Decodes log record `seq`, re-derives the decision it records from
+/// `state` (a divergence is an error) and applies it: replay, one record.
+/// The event's text is borrowed from `payload`, unless the event holds
+/// what a view cannot borrow; then it is decoded whole, which also
+/// reports why a record does not decode.
+pub(crate) fn replay_record(
+    state: &mut State,
+    seq: u64,
+    payload: &[u8],
+) -> Result<(), LedgerError> {
+    match EventView::decode(payload) {
+        Ok(event) => {
+            check_seq(seq, event.seq)?;
+            replay_event(state, &event)
+        }
+        Err(_) => replay_event(state, &decode_event(seq, payload)?.view()),
+    }
 }
+
+/// Records read by the scanning thread, end to end, for the applying one.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Each record's sequence number and where its bytes end.
+    records: Vec<(u64, usize)>,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
+
+    fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let mut start = 0;
+        self.records.iter().map(move |&(seq, end)| {
+            let payload = &self.bytes[start..end];
+            start = end;
+            (seq, payload)
+        })
+    }
+}
+
+/// The scanning side stopped because the applying thread stopped first:
+/// its answer is the one to report.
+struct ApplierStopped;
 
 /// What the applying thread returns.
 type Applied = Result<State, LedgerError>;
 
-/// The scanning side: decodes records, hands them over in batches, and in
-/// the end waits for the applying side's answer.
-struct Decoder<'scope> {
-    batch: Vec<Event>,
-    /// Encoded bytes of the events in `batch`.
-    batch_bytes: usize,
-    batches: Option<SyncSender<Vec<Event>>>,
-    /// Batches the applier is done with, dropped here: the allocator
-    /// frees memory fastest on the thread that allocated it, and the
-    /// emptied vectors are reused.
-    applied: Receiver<Vec<Event>>,
+/// The scanning side: reads and checks records, hands them over in
+/// batches, and in the end waits for the applying side's answer.
+struct Reader<'scope> {
+    batch: Batch,
+    batches: Option<SyncSender<Batch>>,
+    /// Batches the applier is done with, to fill again.
+    applied: Receiver<Batch>,
     applier: Option<ScopedJoinHandle<'scope, Applied>>,
     answer: Option<Applied>,
 }
 
-impl Decoder<'_> {
-    fn hand_over(&mut self) -> Result<(), Stop> {
-        let mut next = None;
-        while let Ok(mut applied) = self.applied.try_recv() {
-            applied.clear();
-            next = Some(applied);
-        }
-        let next = next.unwrap_or_default();
+impl Reader<'_> {
+    fn hand_over(&mut self) -> Result<(), ApplierStopped> {
+        let next = match self.applied.try_recv() {
+            Ok(mut applied) => {
+                applied.clear();
+                applied
+            }
+            Err(_) => Batch::default(),
+        };
         let batch = std::mem::replace(&mut self.batch, next);
-        self.batch_bytes = 0;
         match &self.batches {
-            Some(batches) => batches.send(batch).map_err(|_| Stop::Applier),
-            None => Err(Stop::Applier),
+            Some(batches) => batches.send(batch).map_err(|_| ApplierStopped),
+            None => Err(ApplierStopped),
         }
     }
 
-    fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), Stop> {
-        self.batch
-            .push(decode_event(seq, payload).map_err(Stop::Ledger)?);
-        self.batch_bytes += payload.len();
-        if self.batch.len() == REPLAY_BATCH_LEN || self.batch_bytes >= REPLAY_BATCH_BYTES_MAX {
+    fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), ApplierStopped> {
+        self.batch.bytes.extend_from_slice(payload);
+        self.batch.records.push((seq, self.batch.bytes.len()));
+        if self.batch.records.len() == REPLAY_BATCH_LEN
+            || self.batch.bytes.len() >= REPLAY_BATCH_BYTES_MAX
+        {
             self.hand_over()?;
         }
         Ok(())
     }
 
-    /// Hands over what was decoded, says there is no more, and waits for
+    /// Hands over what was read, says there is no more, and waits for
     /// the applier to apply it all: when the scan has visited every record,
     /// and when it stopped early (what was visited before the fault may
     /// hold an earlier one). `Err` if the applier refused.
-    fn finish(&mut self) -> Result<(), Stop> {
+    fn finish(&mut self) -> Result<(), ApplierStopped> {
         if let Some(applier) = self.applier.take() {
             // A refused hand-over means the applier stopped: its answer
             // says why.
@@ -126,18 +168,18 @@ impl Decoder<'_> {
         }
         match &self.answer {
             Some(Ok(_)) => Ok(()),
-            _ => Err(Stop::Applier),
+            _ => Err(ApplierStopped),
         }
     }
 }
 
 /// Re-derives the decision `event` records from `state` (a divergence is
 /// an error) and applies it.
-fn replay_event(state: &mut State, event: &Event) -> Result<(), LedgerError> {
-    if let Some(divergence) = rederive(state, event) {
+fn replay_event(state: &mut State, event: &EventView<'_>) -> Result<(), LedgerError> {
+    if let Some(divergence) = rederive_view(state, event) {
         return Err(LedgerError::Divergence(Box::new(divergence)));
     }
-    apply(state, event);
+    apply_view(state, event);
     Ok(())
 }
 
@@ -158,7 +200,7 @@ fn replay_on_this_thread(
 ) -> Result<Replayed, LedgerError> {
     let mut state = State::new();
     let (log, recovery) = Log::open_visiting(storage, config, |record| {
-        replay_event(&mut state, &decode_event(record.seq, record.payload)?)
+        replay_record(&mut state, record.seq, record.payload)
     })
     .map_err(|error| match error {
         OpenError::Log(error) => LedgerError::Log(error),
@@ -176,9 +218,10 @@ fn replay_on_this_thread(
 /// fresh [`State`]: what opening a ledger does. On this thread alone unless
 /// `two_threads` (and a thread can be started).
 ///
-/// With `two_threads`, two threads share the work. This one reads and
-/// verifies the log and decodes each event; a second re-derives each
-/// decision (a divergence is an error) and applies the events, in log order.
+/// With `two_threads`, two threads share the work. This one reads the log,
+/// verifies its checksums and copies each record into a batch; a second
+/// decodes each event, re-derives its decision (a divergence is an error)
+/// and applies it, in log order.
 /// Every event is applied before the log repairs any segment (a torn tail
 /// cut), so a divergence refuses the open before a repair, as it would on
 /// one thread; and an error of the applying side, always at an earlier
@@ -194,19 +237,19 @@ pub(crate) fn replay_log(
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     thread::scope(|scope| {
-        let (batches, received) = sync_channel::<Vec<Event>>(REPLAY_BATCHES_AHEAD_MAX);
+        let (batches, received) = sync_channel::<Batch>(REPLAY_BATCHES_AHEAD_MAX);
         // Room for every batch alive at once (those queued, the one being
         // applied, the one being filled), so applied batches are returned to
-        // be freed on the scanning thread.
-        let (returned, applied) = sync_channel::<Vec<Event>>(REPLAY_BATCHES_AHEAD_MAX + 2);
+        // be filled again.
+        let (returned, applied) = sync_channel::<Batch>(REPLAY_BATCHES_AHEAD_MAX + 2);
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
             let mut state = State::new();
             for batch in received {
-                for event in &batch {
-                    replay_event(&mut state, event)?;
+                for (seq, payload) in batch.records() {
+                    replay_record(&mut state, seq, payload)?;
                 }
                 // Should the return channel be full, this thread frees the
                 // batch itself.
@@ -225,9 +268,8 @@ pub(crate) fn replay_log(
                 return replay_on_this_thread(storage, config);
             }
         };
-        let decoder = RefCell::new(Decoder {
-            batch: Vec::new(),
-            batch_bytes: 0,
+        let reader = RefCell::new(Reader {
+            batch: Batch::default(),
             batches: Some(batches),
             applied,
             applier: Some(applier),
@@ -236,13 +278,13 @@ pub(crate) fn replay_log(
         let opened = Log::open_visiting_then(
             storage,
             config,
-            |record| decoder.borrow_mut().visit(record.seq, record.payload),
-            || decoder.borrow_mut().finish(),
+            |record| reader.borrow_mut().visit(record.seq, record.payload),
+            || reader.borrow_mut().finish(),
         );
-        let mut decoder = decoder.into_inner();
+        let mut reader = reader.into_inner();
         // Done already unless the scan stopped early.
-        let _ = decoder.finish();
-        let Some(answer) = decoder.answer.take() else {
+        let _ = reader.finish();
+        let Some(answer) = reader.answer.take() else {
             unreachable!("finishing waits for the applier's answer")
         };
         match (opened, answer) {
@@ -254,8 +296,7 @@ pub(crate) fn replay_log(
             }),
             (_, Err(error)) => Err(error),
             (Err(OpenError::Log(error)), Ok(_)) => Err(LedgerError::Log(error)),
-            (Err(OpenError::Visit(Stop::Ledger(error))), Ok(_)) => Err(error),
-            (Err(OpenError::Visit(Stop::Applier)), Ok(_)) => {
+            (Err(OpenError::Visit(ApplierStopped)), Ok(_)) => {
                 unreachable!("the applier stops early only with an error")
             }
         }

@@ -32,11 +32,11 @@ use std::num::NonZeroU16;
 use hashbrown::HashTable;
 use payonce_model::{
     Actor, Amount, Currency, Destination, FieldError, Fingerprint, Progress, Reason, Reference,
-    RequestKey, WithdrawalId, WithdrawalRequest, WithdrawalState,
+    RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalState, WithdrawalView,
 };
 use rust_decimal::Decimal;
 
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventView, KindView};
 use crate::time::Timestamp;
 
 /// Most keys, and most withdrawals, the state can hold at once: slots are
@@ -133,6 +133,11 @@ fn stored<'t, T>(text: &'t str, parse: impl FnOnce(&'t str) -> Result<T, FieldEr
 #[derive(Clone)]
 struct Slots<T> {
     entries: Vec<T>,
+    /// The hash of each slot's name, beside it: growing the table moves
+    /// every entry by its hash, and hashing every name again (text spread
+    /// over the whole buffer) cost a sixth of a replay. 32 bits of it, 4
+    /// bytes a slot.
+    hashes: Vec<u32>,
     free: Vec<u32>,
     table: HashTable<u32>,
 }
@@ -146,19 +151,35 @@ impl<T> Default for Slots<T> {
     fn default() -> Self {
         Slots {
             entries: Vec::new(),
+            hashes: Vec::new(),
             free: Vec::new(),
             table: HashTable::new(),
         }
     }
 }
 
+/// The 32 bits of a name's hash that a slot keeps.
+fn name_hash(hasher: &RandomState, name: &str) -> u32 {
+    // Any 32 bits of SipHash's output are as good as any other.
+    hasher.hash_one(name) as u32
+}
+
+/// The table's hash of a kept 32-bit hash. The table places an entry by the
+/// low bits of its hash and tells entries of one group apart by the top 7;
+/// with the 32 bits in both halves, the two are independent up to 2^25
+/// buckets, and beyond that only tell apart less well.
+fn table_hash(hash: u32) -> u64 {
+    u64::from(hash) << 32 | u64::from(hash)
+}
+
 impl<T: Named> Slots<T> {
     /// The slot named `name`.
     fn find(&self, texts: &Texts, hasher: &RandomState, name: &str) -> Option<u32> {
-        let entries = &self.entries;
+        let hash = name_hash(hasher, name);
+        let (entries, hashes) = (&self.entries, &self.hashes);
         self.table
-            .find(hasher.hash_one(name), |&slot| {
-                texts.get(entries[slot as usize].name()) == name
+            .find(table_hash(hash), |&slot| {
+                hashes[slot as usize] == hash && texts.get(entries[slot as usize].name()) == name
             })
             .copied()
     }
@@ -166,10 +187,11 @@ impl<T: Named> Slots<T> {
     /// Puts `entry` in a free slot, or a new one, and returns its number.
     /// Its name must not be in use.
     fn insert(&mut self, texts: &Texts, hasher: &RandomState, entry: T) -> u32 {
-        let hash = hasher.hash_one(texts.get(entry.name()));
+        let hash = name_hash(hasher, texts.get(entry.name()));
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.entries[slot as usize] = entry;
+                self.hashes[slot as usize] = hash;
                 slot
             }
             None => {
@@ -178,20 +200,21 @@ impl<T: Named> Slots<T> {
                     "the state holds {SLOTS_MAX} slots already"
                 );
                 self.entries.push(entry);
+                self.hashes.push(hash);
                 (self.entries.len() - 1) as u32
             }
         };
-        let entries = &self.entries;
-        self.table.insert_unique(hash, slot, |&slot| {
-            hasher.hash_one(texts.get(entries[slot as usize].name()))
+        let hashes = &self.hashes;
+        self.table.insert_unique(table_hash(hash), slot, |&slot| {
+            table_hash(hashes[slot as usize])
         });
         slot
     }
 
     /// Takes slot `slot` out of the table: its name no longer finds it.
     /// The caller frees it (pushes it on `free`) once nothing names it.
-    fn unlist(&mut self, texts: &Texts, hasher: &RandomState, slot: u32) {
-        let hash = hasher.hash_one(texts.get(self.entries[slot as usize].name()));
+    fn unlist(&mut self, slot: u32) {
+        let hash = table_hash(self.hashes[slot as usize]);
         if let Ok(found) = self.table.find_entry(hash, |&found| found == slot) {
             found.remove();
         }
@@ -444,6 +467,10 @@ impl<'a> Record<'a> {
     }
     /// Whether `request` is the withdrawal the key claimed. Builds nothing.
     pub fn matches(&self, request: &WithdrawalRequest) -> bool {
+        self.matches_view(request.view())
+    }
+    /// [`Record::matches`], for a borrowed request.
+    pub(crate) fn matches_view(&self, request: WithdrawalView<'_>) -> bool {
         self.withdrawal.matches(request)
     }
     /// Its outcome; `None` while in flight.
@@ -478,15 +505,16 @@ impl<'a> Record<'a> {
     }
     /// Whether the key's outcome is `outcome`. Builds nothing.
     pub fn has_outcome(&self, outcome: &WithdrawalRequest) -> bool {
+        self.has_outcome_view(outcome.view())
+    }
+    /// [`Record::has_outcome`], for a borrowed outcome.
+    pub(crate) fn has_outcome_view(&self, outcome: WithdrawalView<'_>) -> bool {
         let same = |at, text: Option<&str>| self.text(at) == text;
         self.entry.state == Some(outcome.state())
-            && self.matches(outcome)
-            && same(
-                self.entry.reference,
-                outcome.reference().map(|r| r.as_str()),
-            )
-            && same(self.entry.reason, outcome.reason().map(|r| r.as_str()))
-            && same(self.entry.requested_by, Some(outcome.requested_by()))
+            && self.matches_view(outcome)
+            && same(self.entry.reference, outcome.reference().as_deref())
+            && same(self.entry.reason, outcome.reason().as_deref())
+            && same(self.entry.requested_by, Some(&outcome.requested_by()))
             && self.replaced() == outcome.replaced()
     }
     fn replaced(&self) -> &'a [Reference] {
@@ -545,11 +573,11 @@ impl<'a> Withdrawal<'a> {
         )
     }
     /// Whether `request` is this withdrawal. Builds nothing.
-    pub(crate) fn matches(&self, request: &WithdrawalRequest) -> bool {
+    pub(crate) fn matches(&self, request: WithdrawalView<'_>) -> bool {
         let texts = &self.state.texts;
         request.id().as_str() == self.id_str()
             && request.amount() == self.entry.amount
-            && request.currency() == self.currency()
+            && request.currency().as_str() == self.currency().as_str()
             && request.destination().as_str() == texts.get(self.entry.destination)
     }
     /// Minted by this ledger.
@@ -769,25 +797,26 @@ impl State {
     }
 
     /// The number of `currency`, numbering it if new.
-    fn currency_number(&mut self, currency: &Currency) -> u32 {
-        if let Some(&number) = self.currency_numbers.get(currency) {
+    fn currency_number(&mut self, code: TextView<'_, Currency>) -> u32 {
+        if let Some(&number) = self.currency_numbers.get(code.as_str()) {
             return number;
         }
+        let currency = code.to_value();
         let number = u32::try_from(self.currencies.len())
             .unwrap_or_else(|_| panic!("the state holds {} currencies", self.currencies.len()));
         self.currencies.push(currency.clone());
-        self.currency_numbers.insert(currency.clone(), number);
+        self.currency_numbers.insert(currency, number);
         number
     }
 
     /// The slot of `request`'s withdrawal, made if new.
-    fn withdrawal_slot(&mut self, request: &WithdrawalRequest) -> u32 {
-        if let Some(slot) = self.find_withdrawal(request.id()) {
+    fn withdrawal_slot(&mut self, request: WithdrawalView<'_>) -> u32 {
+        if let Some(slot) = self.find_withdrawal(&request.id()) {
             return slot;
         }
         let entry = WithdrawalSlot {
-            id: self.texts.push(request.id()),
-            destination: self.texts.push(request.destination()),
+            id: self.texts.push(&request.id()),
+            destination: self.texts.push(&request.destination()),
             amount: request.amount(),
             currency: self.currency_number(request.currency()),
             holder: NO_HOLDER,
@@ -799,7 +828,7 @@ impl State {
         self.withdrawals.insert(&self.texts, &self.hasher, entry)
     }
 
-    fn claim(&mut self, key: &RequestKey, request: &WithdrawalRequest, event: &Event) -> u32 {
+    fn claim(&mut self, key: &str, request: WithdrawalView<'_>, event: &EventView<'_>) -> u32 {
         let withdrawal = self.withdrawal_slot(request);
         self.withdrawals[withdrawal].named_by += 1;
         let entry = KeySlot {
@@ -916,14 +945,14 @@ impl State {
         }
     }
 
-    fn set_outcome(&mut self, key: &str, outcome: &WithdrawalRequest) {
+    fn set_outcome(&mut self, key: &str, outcome: WithdrawalView<'_>) {
         let Some(slot) = self.find_key(key) else {
             return;
         };
         self.free_outcome(slot);
-        let reference = outcome.reference().map(|text| self.texts.push(text));
-        let reason = outcome.reason().map(|text| self.texts.push(text));
-        let requested_by = Some(self.texts.push(outcome.requested_by()));
+        let reference = outcome.reference().map(|text| self.texts.push(&text));
+        let reason = outcome.reason().map(|text| self.texts.push(&text));
+        let requested_by = Some(self.texts.push(&outcome.requested_by()));
         let entry = &mut self.keys[slot];
         entry.state = Some(outcome.state());
         entry.reference = reference;
@@ -940,7 +969,7 @@ impl State {
         let withdrawal = if record_names_it {
             Some(named)
         } else {
-            self.find_withdrawal(outcome.id())
+            self.find_withdrawal(&outcome.id())
         };
         let Some(withdrawal) = withdrawal else {
             return;
@@ -981,7 +1010,7 @@ impl State {
         let named = self.keys[slot].withdrawal;
         self.set_send_running(slot, false);
         self.free_key_texts(slot);
-        self.keys.unlist(&self.texts, &self.hasher, slot);
+        self.keys.unlist(slot);
         self.keys.free.push(slot);
         // A late release never evicts a claim that moved to another key.
         // Only the slot the key names can be held by it.
@@ -990,7 +1019,7 @@ impl State {
             self.withdrawals[named].holder = NO_HOLDER;
             if !self.withdrawals[named].created {
                 // Nothing else refers to a foreign withdrawal nobody holds.
-                self.withdrawals.unlist(&self.texts, &self.hasher, named);
+                self.withdrawals.unlist(named);
                 self.withdrawals[named].listed = false;
             }
         }
@@ -1048,6 +1077,11 @@ impl State {
 /// of the state's own layout (text kept that no slot names, or a slot
 /// naming text that is gone), also a bug.
 pub fn apply(state: &mut State, event: &Event) {
+    apply_view(state, &event.view());
+}
+
+/// [`apply`], for an event read from the log without copying its text.
+pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
     assert!(
         event.seq > state.last_seq,
         "event {} applied after event {}: events apply in log order",
@@ -1056,7 +1090,7 @@ pub fn apply(state: &mut State, event: &Event) {
     );
     state.last_seq = event.seq;
     match &event.kind {
-        EventKind::Opened { accept_foreign_ids } => {
+        KindView::Opened { accept_foreign_ids } => {
             state.accept_foreign_ids = *accept_foreign_ids;
             // No send of an earlier process is running in this one.
             for slot in std::mem::take(&mut state.running) {
@@ -1064,25 +1098,25 @@ pub fn apply(state: &mut State, event: &Event) {
             }
             state.sending = 0;
         }
-        EventKind::Created { withdrawal } => {
-            let slot = state.withdrawal_slot(withdrawal);
+        KindView::Created { withdrawal } => {
+            let slot = state.withdrawal_slot(*withdrawal);
             state.withdrawals[slot].created = true;
         }
-        EventKind::Claimed { key, request } => {
-            let slot = state.claim(key, request, event);
+        KindView::Claimed { key, request } => {
+            let slot = state.claim(key, *request, event);
             state.set_send_running(slot, true);
         }
-        EventKind::Recorded { key, request } => {
-            state.claim(key, request, event);
-            state.set_outcome(key, request);
+        KindView::Recorded { key, request } => {
+            state.claim(key, *request, event);
+            state.set_outcome(key, *request);
         }
-        EventKind::Completed { key, outcome } => {
+        KindView::Completed { key, outcome } => {
             if let Some(slot) = state.find_key(key) {
                 state.set_send_running(slot, false);
             }
-            state.set_outcome(key, outcome);
+            state.set_outcome(key, *outcome);
         }
-        EventKind::SendRejected { key, reason } => {
+        KindView::SendRejected { key, reason } => {
             if let Some(slot) = state.find_key(key) {
                 state.set_send_running(slot, false);
                 let error = Reason::lossy(&format!("rejected by the rail: {reason}"));
@@ -1092,20 +1126,20 @@ pub fn apply(state: &mut State, event: &Event) {
                 }
             }
         }
-        EventKind::SendFailed { key, error, .. } => {
+        KindView::SendFailed { key, error, .. } => {
             if let Some(slot) = state.find_key(key) {
                 state.set_send_running(slot, false);
                 state.set_last_error(slot, error);
             }
         }
-        EventKind::Resolved { key, outcome, .. } => {
+        KindView::Resolved { key, outcome, .. } => {
             if state.find_key(key).is_none() {
-                state.claim(key, outcome, event);
+                state.claim(key, *outcome, event);
             }
-            state.set_outcome(key, outcome);
+            state.set_outcome(key, *outcome);
         }
-        EventKind::Released { key, .. } => state.release(key),
-        EventKind::Refused { .. } => state.refusals += 1,
+        KindView::Released { key, .. } => state.release(key),
+        KindView::Refused { .. } => state.refusals += 1,
     }
     state.compact_if_worthwhile();
 }
@@ -1120,7 +1154,7 @@ mod tests {
     use payonce_model::{Note, Reference};
 
     use super::*;
-    use crate::event::SCHEMA_VERSION;
+    use crate::event::{EventKind, SCHEMA_VERSION};
 
     /// Applies events made by `kinds`, numbering them after the last.
     fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {

@@ -2,8 +2,9 @@
 //! trips are the identity, and no input makes a constructor panic.
 
 use payonce_model::{
-    Actor, Amount, Currency, Destination, Note, Progress, Reason, Reference, RequestKey,
-    WithdrawalId, WithdrawalRequest, WithdrawalState, codec,
+    Actor, Amount, Currency, Destination, Field, FieldError, Note, Progress, Reason, Reference,
+    RequestKey, Rule, TEXT_LEN_MAX, TextView, ValidText, WithdrawalId, WithdrawalRequest,
+    WithdrawalState, WithdrawalView, codec,
 };
 use proptest::prelude::*;
 
@@ -163,5 +164,115 @@ proptest! {
             let again = codec::encode(&decoded).unwrap();
             prop_assert_eq!(codec::decode::<WithdrawalRequest>(&again).unwrap(), decoded);
         }
+    }
+
+    #[test]
+    fn free_text_rules_are_those_of_the_reference_check(text in any::<String>(), ascii in "[ -~]{0,8}") {
+        for text in [text, ascii] {
+            prop_assert_eq!(Reason::new(text.as_str()).err().map(|error| (error.field, error.rule)), reference_text_check(&text).map(|rule| (Field::Reason, rule)));
+        }
+    }
+
+    #[test]
+    fn a_text_view_accepts_what_its_type_accepts_unchanged_or_trimmed(text in any::<String>(), ascii in "[ -~]{0,16}") {
+        for text in [text, ascii] {
+            view_agrees::<WithdrawalId>(&text, WithdrawalId::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<RequestKey>(&text, RequestKey::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<Destination>(&text, Destination::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<Reference>(&text, Reference::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<Reason>(&text, Reason::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<Actor>(&text, Actor::new(text.as_str()).map(|v| v.to_string()))?;
+            view_agrees::<Note>(&text, Note::new(text.as_str()).map(|v| v.to_string()))?;
+            // A currency in lower case is the one text a view cannot keep.
+            let owned = Currency::new(&text).map(|v| v.to_string());
+            match TextView::<Currency>::new(&text) {
+                Ok(view) => prop_assert_eq!(Ok(view.to_value().to_string()), owned),
+                Err(error) if error.rule == Rule::NotCanonical => {
+                    prop_assert_eq!(owned, Ok(text.to_ascii_uppercase()));
+                }
+                Err(error) => prop_assert_eq!(Err(error), owned),
+            }
+        }
+    }
+
+    #[test]
+    fn a_view_decodes_to_the_request_the_owned_decoding_reads(steps in prop::collection::vec(step(), 0..12), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
+        let mut withdrawal = make("w-1");
+        for step in &steps {
+            withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
+        }
+        let mut bytes = codec::encode(&withdrawal).unwrap();
+        let unchanged = bytes.clone();
+        for (index, value) in flips {
+            let at = index.index(bytes.len());
+            bytes[at] = value;
+        }
+        let owned = codec::decode::<WithdrawalRequest>(&bytes);
+        match codec::decode_borrowed::<WithdrawalView<'_>>(&bytes) {
+            Ok(view) => {
+                let owned = owned.unwrap();
+                prop_assert_eq!(view.to_value(), owned.clone());
+                prop_assert_eq!(owned.view(), view);
+            }
+            // A view refuses only what it cannot borrow, or what the owned
+            // decoding refuses too.
+            Err(_) => if let Ok(owned) = owned {
+                prop_assert!(
+                    !owned.replaced().is_empty() || bytes != unchanged,
+                    "refused the unchanged encoding of {:?}", owned
+                );
+                prop_assert!(
+                    !owned.replaced().is_empty() || codec::encode(&owned).unwrap() != bytes,
+                    "refused the canonical encoding of {:?}", owned
+                );
+            },
+        }
+    }
+}
+
+/// The free-text rules, written out plainly: empty, too long, a control
+/// character (the first), blank.
+fn reference_text_check(text: &str) -> Option<Rule> {
+    let rule = if text.is_empty() {
+        Rule::Empty
+    } else if text.len() > TEXT_LEN_MAX {
+        Rule::TooLong {
+            len: text.len(),
+            max: TEXT_LEN_MAX,
+        }
+    } else if let Some((offset, _)) = text.char_indices().find(|(_, c)| c.is_control()) {
+        Rule::ControlCharacter { offset }
+    } else if text.trim().is_empty() {
+        Rule::Blank
+    } else {
+        return None;
+    };
+    Some(rule)
+}
+
+/// A view of `text` accepts what the owned type accepts, borrowing the
+/// text the owned value holds, and refuses with the owned type's error.
+fn view_agrees<T: ValidText + std::fmt::Display>(
+    text: &str,
+    owned: Result<String, FieldError>,
+) -> Result<(), TestCaseError> {
+    match TextView::<T>::new(text) {
+        Ok(view) => {
+            prop_assert_eq!(Ok(view.as_str().to_owned()), owned);
+            prop_assert_eq!(view.to_value().to_string(), view.as_str());
+        }
+        Err(error) => prop_assert_eq!(Err(error), owned),
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn an_id_is_minted_for_a_sequence_number_exactly_when_minting_gives_it(seq in any::<u64>(), other in any::<u64>(), text in "w-[+0-9]{0,21}") {
+        let minted = WithdrawalId::minted(seq);
+        prop_assert!(WithdrawalId::is_minted(&minted, seq));
+        prop_assert_eq!(WithdrawalId::is_minted(&minted, other), other == seq);
+        prop_assert_eq!(WithdrawalId::is_minted(&text, seq), text == minted.as_str());
+        prop_assert_eq!(WithdrawalId::is_minted(&format!("w-0{seq}"), seq), false);
     }
 }
