@@ -7,6 +7,9 @@
 //!   [`Currency`], [`Destination`], and free text) that cannot hold an invalid
 //!   value, not even when deserialised. A refusal is a [`FieldError`] naming
 //!   the field and the rule.
+//! - Borrowed views of them ([`TextView`], [`WithdrawalView`]): the same
+//!   rules over text borrowed from the bytes being decoded, for readers of
+//!   millions of records that keep little of each.
 //! - [`Fingerprint`]: what makes two requests the same withdrawal.
 //! - [`codec`]: the one pair of functions that turns values into bytes.
 //!

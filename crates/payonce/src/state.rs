@@ -175,7 +175,11 @@ fn table_hash(hash: u32) -> u64 {
 impl<T: Named> Slots<T> {
     /// The slot named `name`.
     fn find(&self, texts: &Texts, hasher: &RandomState, name: &str) -> Option<u32> {
-        let hash = name_hash(hasher, name);
+        self.find_hashed(texts, name_hash(hasher, name), name)
+    }
+
+    /// The slot named `name`, whose [`name_hash`] is `hash`.
+    fn find_hashed(&self, texts: &Texts, hash: u32, name: &str) -> Option<u32> {
         let (entries, hashes) = (&self.entries, &self.hashes);
         self.table
             .find(table_hash(hash), |&slot| {
@@ -184,10 +188,9 @@ impl<T: Named> Slots<T> {
             .copied()
     }
 
-    /// Puts `entry` in a free slot, or a new one, and returns its number.
-    /// Its name must not be in use.
-    fn insert(&mut self, texts: &Texts, hasher: &RandomState, entry: T) -> u32 {
-        let hash = name_hash(hasher, texts.get(entry.name()));
+    /// Puts `entry`, whose name's [`name_hash`] is `hash`, in a free slot,
+    /// or a new one, and returns its number. Its name must not be in use.
+    fn insert(&mut self, hash: u32, entry: T) -> u32 {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.entries[slot as usize] = entry;
@@ -811,7 +814,9 @@ impl State {
 
     /// The slot of `request`'s withdrawal, made if new.
     fn withdrawal_slot(&mut self, request: WithdrawalView<'_>) -> u32 {
-        if let Some(slot) = self.find_withdrawal(&request.id()) {
+        let id = request.id();
+        let hash = name_hash(&self.hasher, &id);
+        if let Some(slot) = self.withdrawals.find_hashed(&self.texts, hash, &id) {
             return slot;
         }
         let entry = WithdrawalSlot {
@@ -825,7 +830,7 @@ impl State {
             held: false,
             listed: true,
         };
-        self.withdrawals.insert(&self.texts, &self.hasher, entry)
+        self.withdrawals.insert(hash, entry)
     }
 
     fn claim(&mut self, key: &str, request: WithdrawalView<'_>, event: &EventView<'_>) -> u32 {
@@ -842,7 +847,8 @@ impl State {
             reason: None,
             requested_by: None,
         };
-        let slot = match self.find_key(key) {
+        let hash = name_hash(&self.hasher, key);
+        let slot = match self.keys.find_hashed(&self.texts, hash, key) {
             // A key claims once. Only a diverging log, applied anyway by
             // `Ledger::verify` to report on it, claims again: the new record
             // replaces the old (a send running stays running).
@@ -861,7 +867,7 @@ impl State {
                 };
                 slot
             }
-            None => self.keys.insert(&self.texts, &self.hasher, entry),
+            None => self.keys.insert(hash, entry),
         };
         let held = &mut self.withdrawals[withdrawal];
         held.holder = slot;
@@ -945,10 +951,8 @@ impl State {
         }
     }
 
-    fn set_outcome(&mut self, key: &str, outcome: WithdrawalView<'_>) {
-        let Some(slot) = self.find_key(key) else {
-            return;
-        };
+    /// Records `outcome` as the outcome of key slot `slot`.
+    fn set_outcome(&mut self, slot: u32, outcome: WithdrawalView<'_>) {
         self.free_outcome(slot);
         let reference = outcome.reference().map(|text| self.texts.push(&text));
         let reason = outcome.reason().map(|text| self.texts.push(&text));
@@ -1107,14 +1111,14 @@ pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
             state.set_send_running(slot, true);
         }
         KindView::Recorded { key, request } => {
-            state.claim(key, *request, event);
-            state.set_outcome(key, *request);
+            let slot = state.claim(key, *request, event);
+            state.set_outcome(slot, *request);
         }
         KindView::Completed { key, outcome } => {
             if let Some(slot) = state.find_key(key) {
                 state.set_send_running(slot, false);
+                state.set_outcome(slot, *outcome);
             }
-            state.set_outcome(key, *outcome);
         }
         KindView::SendRejected { key, reason } => {
             if let Some(slot) = state.find_key(key) {
@@ -1133,10 +1137,11 @@ pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
             }
         }
         KindView::Resolved { key, outcome, .. } => {
-            if state.find_key(key).is_none() {
-                state.claim(key, *outcome, event);
-            }
-            state.set_outcome(key, *outcome);
+            let slot = match state.find_key(key) {
+                Some(slot) => slot,
+                None => state.claim(key, *outcome, event),
+            };
+            state.set_outcome(slot, *outcome);
         }
         KindView::Released { key, .. } => state.release(key),
         KindView::Refused { .. } => state.refusals += 1,
