@@ -9,7 +9,8 @@
 //!   the field and the rule.
 //! - Borrowed views of them ([`TextView`], [`WithdrawalView`]): the same
 //!   rules over text borrowed from the bytes being decoded, for readers of
-//!   millions of records that keep little of each.
+//!   millions of records that keep little of each; [`TextArena`] copies
+//!   many views' text into one buffer, to hand them to another thread.
 //! - [`Fingerprint`]: what makes two requests the same withdrawal.
 //! - [`codec`]: the one pair of functions that turns values into bytes.
 //!
@@ -36,6 +37,7 @@
 //! [`mark_sent`]: WithdrawalRequest::mark_sent
 
 mod amount;
+mod arena;
 pub mod bounded;
 pub mod codec;
 mod error;
@@ -47,6 +49,7 @@ pub use crate::amount::{
     AMOUNT_DECIMALS_MAX, AMOUNT_DIGITS_MAX, AMOUNT_TEXT_LEN_MAX, Amount, CURRENCY_LEN_MAX,
     CURRENCY_LEN_MIN, Currency,
 };
+pub use crate::arena::{ARENA_LEN_MAX, ArenaRequest, ArenaText, TextArena};
 pub use crate::error::{Field, FieldError, Rule};
 pub use crate::fingerprint::{DIFFERENCES_MAX, Difference, Fingerprint, FingerprintField};
 pub use crate::text::{

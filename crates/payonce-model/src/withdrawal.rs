@@ -363,15 +363,15 @@ fn check_state_fields(
 /// owned [`WithdrawalRequest`] reads everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WithdrawalView<'a> {
-    id: TextView<'a, WithdrawalId>,
-    amount: Amount,
-    currency: TextView<'a, Currency>,
-    destination: TextView<'a, Destination>,
-    state: WithdrawalState,
-    reference: Option<TextView<'a, Reference>>,
-    reason: Option<TextView<'a, Reason>>,
-    requested_by: TextView<'a, Actor>,
-    replaced: &'a [Reference],
+    pub(crate) id: TextView<'a, WithdrawalId>,
+    pub(crate) amount: Amount,
+    pub(crate) currency: TextView<'a, Currency>,
+    pub(crate) destination: TextView<'a, Destination>,
+    pub(crate) state: WithdrawalState,
+    pub(crate) reference: Option<TextView<'a, Reference>>,
+    pub(crate) reason: Option<TextView<'a, Reason>>,
+    pub(crate) requested_by: TextView<'a, Actor>,
+    pub(crate) replaced: &'a [Reference],
 }
 
 /// The unchecked shape of a [`WithdrawalView`]: [`WithdrawalFields`],

@@ -5,7 +5,8 @@ use std::borrow::Cow;
 
 use payonce_model::codec::{self, CodecError};
 use payonce_model::{
-    Actor, Note, Reason, RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalView,
+    Actor, ArenaRequest, ArenaText, Note, Reason, RequestKey, TextArena, TextView, WithdrawalId,
+    WithdrawalRequest, WithdrawalView,
 };
 use serde::{Deserialize, Serialize};
 
@@ -204,6 +205,115 @@ impl Event {
             seq: self.seq,
             at: self.at,
             kind: self.kind.view(),
+        }
+    }
+}
+
+/// An event made ready to cross to another thread: its text copied into a
+/// [`TextArena`] shared by a batch of events, or, for the kinds replay
+/// rarely meets and what an arena cannot hold, the whole event.
+#[derive(Debug)]
+pub(crate) struct PackedEvent {
+    seq: u64,
+    at: Timestamp,
+    kind: PackedKind,
+}
+
+#[derive(Debug)]
+enum PackedKind {
+    Opened {
+        accept_foreign_ids: bool,
+    },
+    Created {
+        withdrawal: ArenaRequest,
+    },
+    Claimed {
+        key: ArenaText<RequestKey>,
+        request: ArenaRequest,
+    },
+    Recorded {
+        key: ArenaText<RequestKey>,
+        request: ArenaRequest,
+    },
+    Completed {
+        key: ArenaText<RequestKey>,
+        outcome: ArenaRequest,
+    },
+    Whole(Box<Event>),
+}
+
+impl PackedEvent {
+    /// Copies `view`'s text into `arena`. `None` if the arena cannot hold
+    /// some of it: the caller keeps the whole event.
+    #[inline]
+    pub(crate) fn pack(view: &EventView<'_>, arena: &mut TextArena) -> Option<PackedEvent> {
+        let kind = match &view.kind {
+            KindView::Opened { accept_foreign_ids } => PackedKind::Opened {
+                accept_foreign_ids: *accept_foreign_ids,
+            },
+            KindView::Created { withdrawal } => PackedKind::Created {
+                withdrawal: arena.push_request(*withdrawal)?,
+            },
+            KindView::Claimed { key, request } => PackedKind::Claimed {
+                key: arena.push(*key),
+                request: arena.push_request(*request)?,
+            },
+            KindView::Recorded { key, request } => PackedKind::Recorded {
+                key: arena.push(*key),
+                request: arena.push_request(*request)?,
+            },
+            KindView::Completed { key, outcome } => PackedKind::Completed {
+                key: arena.push(*key),
+                outcome: arena.push_request(*outcome)?,
+            },
+            _ => return None,
+        };
+        Some(PackedEvent {
+            seq: view.seq,
+            at: view.at,
+            kind,
+        })
+    }
+
+    /// Keeps `event` whole.
+    pub(crate) fn whole(event: Event) -> PackedEvent {
+        PackedEvent {
+            seq: event.seq,
+            at: event.at,
+            kind: PackedKind::Whole(Box::new(event)),
+        }
+    }
+
+    /// The event, borrowed from itself and from the arena it was packed
+    /// into.
+    #[inline]
+    pub(crate) fn view<'a>(&'a self, arena: &'a TextArena) -> EventView<'a> {
+        let kind = match &self.kind {
+            PackedKind::Opened { accept_foreign_ids } => KindView::Opened {
+                accept_foreign_ids: *accept_foreign_ids,
+            },
+            PackedKind::Created { withdrawal } => KindView::Created {
+                withdrawal: arena.request(withdrawal),
+            },
+            PackedKind::Claimed { key, request } => KindView::Claimed {
+                key: arena.get(*key),
+                request: arena.request(request),
+            },
+            PackedKind::Recorded { key, request } => KindView::Recorded {
+                key: arena.get(*key),
+                request: arena.request(request),
+            },
+            PackedKind::Completed { key, outcome } => KindView::Completed {
+                key: arena.get(*key),
+                outcome: arena.request(outcome),
+            },
+            PackedKind::Whole(event) => return event.view(),
+        };
+        EventView {
+            schema: SCHEMA_VERSION,
+            seq: self.seq,
+            at: self.at,
+            kind,
         }
     }
 }
@@ -526,6 +636,7 @@ impl<'a> EventView<'a> {
     /// from `bytes`. Refuses what [`Event::decode`] refuses, and also what
     /// a view cannot borrow: the caller decodes those with
     /// [`Event::decode`], which says why it refuses, if it does.
+    #[inline]
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
         check_schema(bytes)?;
         let event: EventView<'a> =
@@ -695,6 +806,35 @@ mod tests {
             }
         }
         assert_eq!(borrowed, every_kind().len() - 1);
+    }
+
+    #[test]
+    fn a_packed_event_reads_back_as_the_event_written() {
+        let mut arena = TextArena::new();
+        let events: Vec<Event> = every_kind()
+            .into_iter()
+            .enumerate()
+            .map(|(index, kind)| event(index as u64 + 1, kind))
+            .collect();
+        // Packed one after the other into one arena, as a batch is.
+        let packed: Vec<PackedEvent> = events
+            .iter()
+            .map(|event| {
+                PackedEvent::pack(&event.view(), &mut arena)
+                    .unwrap_or_else(|| PackedEvent::whole(event.clone()))
+            })
+            .collect();
+        let whole = packed
+            .iter()
+            .filter(|packed| matches!(packed.kind, PackedKind::Whole(_)))
+            .count();
+        // Refusals, send results, operator actions and the bumped outcome.
+        assert_eq!(whole, 6);
+        for (event, packed) in events.iter().zip(&packed) {
+            let view = packed.view(&arena);
+            assert_eq!((view.seq, view.at), (event.seq, event.at));
+            assert_eq!(view.kind.to_value(), event.kind);
+        }
     }
 
     proptest! {

@@ -9,11 +9,12 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::{self, ScopedJoinHandle};
 
 use payonce_log::{Log, LogConfig, OpenError, Recovery, Storage};
+use payonce_model::TextArena;
 use tracing::{Dispatch, Span, warn};
 
 use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
-use crate::event::{Event, EventView};
+use crate::event::{Event, EventView, PackedEvent};
 use crate::state::{State, apply_view};
 
 /// Records handed from the scanning thread to the applying one at a time:
@@ -82,39 +83,51 @@ pub(crate) fn replay_record(
     }
 }
 
-/// Records read by the scanning thread, end to end, for the applying one.
+/// Events decoded by the scanning thread for the applying one: their text
+/// in one arena, so a batch costs a few allocations however many events
+/// and strings it holds.
 #[derive(Default)]
 struct Batch {
-    bytes: Vec<u8>,
-    /// Each record's sequence number and where its bytes end.
-    records: Vec<(u64, usize)>,
+    text: TextArena,
+    events: Vec<PackedEvent>,
+    /// Encoded bytes of the events.
+    bytes: usize,
 }
 
 impl Batch {
     fn clear(&mut self) {
-        self.bytes.clear();
-        self.records.clear();
-    }
-
-    fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        let mut start = 0;
-        self.records.iter().map(move |&(seq, end)| {
-            let payload = &self.bytes[start..end];
-            start = end;
-            (seq, payload)
-        })
+        self.text.clear();
+        self.events.clear();
+        self.bytes = 0;
     }
 }
 
-/// The scanning side stopped because the applying thread stopped first:
-/// its answer is the one to report.
-struct ApplierStopped;
+/// Decodes log record `seq` for the applying thread: borrowed and packed
+/// into `text` when it can be, else whole.
+#[inline]
+fn pack_record(seq: u64, payload: &[u8], text: &mut TextArena) -> Result<PackedEvent, LedgerError> {
+    if let Ok(event) = EventView::decode(payload) {
+        check_seq(seq, event.seq)?;
+        if let Some(packed) = PackedEvent::pack(&event, text) {
+            return Ok(packed);
+        }
+    }
+    Ok(PackedEvent::whole(decode_event(seq, payload)?))
+}
+
+/// Why the scanning side of a replay stopped.
+enum Stop {
+    /// The applying thread stopped first; its answer is the one to report.
+    Applier,
+    /// Decoding a record failed.
+    Ledger(LedgerError),
+}
 
 /// What the applying thread returns.
 type Applied = Result<State, LedgerError>;
 
-/// The scanning side: reads and checks records, hands them over in
-/// batches, and in the end waits for the applying side's answer.
+/// The scanning side: reads, checks and decodes records, hands them over
+/// in batches, and in the end waits for the applying side's answer.
 struct Reader<'scope> {
     batch: Batch,
     batches: Option<SyncSender<Batch>>,
@@ -125,7 +138,7 @@ struct Reader<'scope> {
 }
 
 impl Reader<'_> {
-    fn hand_over(&mut self) -> Result<(), ApplierStopped> {
+    fn hand_over(&mut self) -> Result<(), Stop> {
         let next = match self.applied.try_recv() {
             Ok(mut applied) => {
                 applied.clear();
@@ -135,16 +148,16 @@ impl Reader<'_> {
         };
         let batch = std::mem::replace(&mut self.batch, next);
         match &self.batches {
-            Some(batches) => batches.send(batch).map_err(|_| ApplierStopped),
-            None => Err(ApplierStopped),
+            Some(batches) => batches.send(batch).map_err(|_| Stop::Applier),
+            None => Err(Stop::Applier),
         }
     }
 
-    fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), ApplierStopped> {
-        self.batch.bytes.extend_from_slice(payload);
-        self.batch.records.push((seq, self.batch.bytes.len()));
-        if self.batch.records.len() == REPLAY_BATCH_LEN
-            || self.batch.bytes.len() >= REPLAY_BATCH_BYTES_MAX
+    fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), Stop> {
+        let event = pack_record(seq, payload, &mut self.batch.text).map_err(Stop::Ledger)?;
+        self.batch.events.push(event);
+        self.batch.bytes += payload.len();
+        if self.batch.events.len() == REPLAY_BATCH_LEN || self.batch.bytes >= REPLAY_BATCH_BYTES_MAX
         {
             self.hand_over()?;
         }
@@ -155,7 +168,7 @@ impl Reader<'_> {
     /// the applier to apply it all: when the scan has visited every record,
     /// and when it stopped early (what was visited before the fault may
     /// hold an earlier one). `Err` if the applier refused.
-    fn finish(&mut self) -> Result<(), ApplierStopped> {
+    fn finish(&mut self) -> Result<(), Stop> {
         if let Some(applier) = self.applier.take() {
             // A refused hand-over means the applier stopped: its answer
             // says why.
@@ -168,7 +181,7 @@ impl Reader<'_> {
         }
         match &self.answer {
             Some(Ok(_)) => Ok(()),
-            _ => Err(ApplierStopped),
+            _ => Err(Stop::Applier),
         }
     }
 }
@@ -219,9 +232,9 @@ fn replay_on_this_thread(
 /// `two_threads` (and a thread can be started).
 ///
 /// With `two_threads`, two threads share the work. This one reads the log,
-/// verifies its checksums and copies each record into a batch; a second
-/// decodes each event, re-derives its decision (a divergence is an error)
-/// and applies it, in log order.
+/// verifies its checksums and decodes each event, copying its text into a
+/// batch's arena; a second re-derives each decision (a divergence is an
+/// error) and applies the events, in log order.
 /// Every event is applied before the log repairs any segment (a torn tail
 /// cut), so a divergence refuses the open before a repair, as it would on
 /// one thread; and an error of the applying side, always at an earlier
@@ -248,8 +261,8 @@ pub(crate) fn replay_log(
             let _entered = span.enter();
             let mut state = State::new();
             for batch in received {
-                for (seq, payload) in batch.records() {
-                    replay_record(&mut state, seq, payload)?;
+                for event in &batch.events {
+                    replay_event(&mut state, &event.view(&batch.text))?;
                 }
                 // Should the return channel be full, this thread frees the
                 // batch itself.
@@ -296,7 +309,8 @@ pub(crate) fn replay_log(
             }),
             (_, Err(error)) => Err(error),
             (Err(OpenError::Log(error)), Ok(_)) => Err(LedgerError::Log(error)),
-            (Err(OpenError::Visit(ApplierStopped)), Ok(_)) => {
+            (Err(OpenError::Visit(Stop::Ledger(error))), Ok(_)) => Err(error),
+            (Err(OpenError::Visit(Stop::Applier)), Ok(_)) => {
                 unreachable!("the applier stops early only with an error")
             }
         }
