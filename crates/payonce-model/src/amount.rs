@@ -148,7 +148,7 @@ const MANTISSA_MAX: u128 = 9_999_999_999_999_999_999_999_999_999;
 impl Amount {
     /// The amount with `mantissa` × 10^-`scale`, if it is positive,
     /// canonical (no trailing zero after the point) and within the limits.
-    fn from_parts(mantissa: u128, scale: u8) -> Result<Self, FieldError> {
+    pub(crate) fn from_parts(mantissa: u128, scale: u8) -> Result<Self, FieldError> {
         let refuse = |rule| Err(FieldError::new(Field::Amount, rule));
         if mantissa == 0 {
             return refuse(Rule::NotPositive);

@@ -5,8 +5,8 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::amount::{Amount, Currency};
-use crate::text::{Actor, Destination, Reason, Reference, TextView, WithdrawalId};
+use crate::amount::Amount;
+use crate::text::{TEXT_LEN_MAX, TextView};
 use crate::withdrawal::{WithdrawalState, WithdrawalView};
 
 /// Most bytes of text a [`TextArena`] holds: handles are 32-bit offsets.
@@ -53,17 +53,18 @@ impl<T> std::fmt::Debug for ArenaText<T> {
     }
 }
 
-/// A [`WithdrawalView`] copied into a [`TextArena`].
+/// A [`WithdrawalView`] copied into a [`TextArena`]: its text end to end
+/// from `start`, in the order of `lens` (a length of 0 for an absent
+/// reference or reason: checked text is never empty). 48 bytes, so a
+/// batch of packed events stays small.
 #[derive(Debug, Clone, Copy)]
 pub struct ArenaRequest {
-    id: ArenaText<WithdrawalId>,
+    generation: u64,
+    start: u32,
+    /// Id, currency, destination, reference, reason, requester.
+    lens: [u16; 6],
     amount: Amount,
-    currency: ArenaText<Currency>,
-    destination: ArenaText<Destination>,
     state: WithdrawalState,
-    reference: Option<ArenaText<Reference>>,
-    reason: Option<ArenaText<Reason>>,
-    requested_by: ArenaText<Actor>,
 }
 
 impl Default for TextArena {
@@ -135,19 +136,42 @@ impl TextArena {
     /// Copies `request` in; `None` if it has replaced references, which an
     /// arena does not hold.
     #[inline]
-    pub fn push_request(&mut self, request: WithdrawalView<'_>) -> Option<ArenaRequest> {
+    pub fn push_request(&mut self, request: &WithdrawalView<'_>) -> Option<ArenaRequest> {
         if !request.replaced().is_empty() {
             return None;
         }
+        let start = self.text.len();
+        let texts = [
+            Some(request.id().as_str()),
+            Some(request.currency().as_str()),
+            Some(request.destination().as_str()),
+            request.reference().map(|text| text.as_str()),
+            request.reason().map(|text| text.as_str()),
+            Some(request.requested_by().as_str()),
+        ];
+        let mut lens = [0u16; 6];
+        for (len, text) in lens.iter_mut().zip(texts) {
+            let Some(text) = text else { continue };
+            // Checked text is never empty, and no field allows more than
+            // TEXT_LEN_MAX bytes.
+            assert!(
+                !text.is_empty() && text.len() <= TEXT_LEN_MAX,
+                "a withdrawal's text of {} bytes in an arena",
+                text.len()
+            );
+            *len = text.len() as u16;
+            self.text.push_str(text);
+        }
+        assert!(
+            self.text.len() <= ARENA_LEN_MAX,
+            "a text arena outgrew {ARENA_LEN_MAX} bytes"
+        );
         Some(ArenaRequest {
-            id: self.push(request.id()),
+            generation: self.generation,
+            start: start as u32,
+            lens,
             amount: request.amount(),
-            currency: self.push(request.currency()),
-            destination: self.push(request.destination()),
             state: request.state(),
-            reference: request.reference().map(|text| self.push(text)),
-            reason: request.reason().map(|text| self.push(text)),
-            requested_by: self.push(request.requested_by()),
         })
     }
 
@@ -157,15 +181,35 @@ impl TextArena {
     /// As [`TextArena::get`].
     #[inline]
     pub fn request(&self, at: &ArenaRequest) -> WithdrawalView<'_> {
+        assert_eq!(
+            at.generation, self.generation,
+            "a request handle read from an arena that did not make it"
+        );
+        let mut texts = [None; 6];
+        let mut start = at.start as usize;
+        for (text, &len) in texts.iter_mut().zip(&at.lens) {
+            if len > 0 {
+                let end = start + usize::from(len);
+                *text = Some(&self.text[start..end]);
+                start = end;
+            }
+        }
+        // Present exactly where `push_request` found text.
+        fn present(text: Option<&str>) -> &str {
+            match text {
+                Some(text) => text,
+                None => unreachable!("a request packed without its required text"),
+            }
+        }
         WithdrawalView {
-            id: self.get(at.id),
+            id: TextView::of(present(texts[0])),
             amount: at.amount,
-            currency: self.get(at.currency),
-            destination: self.get(at.destination),
+            currency: TextView::of(present(texts[1])),
+            destination: TextView::of(present(texts[2])),
             state: at.state,
-            reference: at.reference.map(|text| self.get(text)),
-            reason: at.reason.map(|text| self.get(text)),
-            requested_by: self.get(at.requested_by),
+            reference: texts[3].map(TextView::of),
+            reason: texts[4].map(TextView::of),
+            requested_by: TextView::of(present(texts[5])),
             replaced: &[],
         }
     }
@@ -174,7 +218,8 @@ impl TextArena {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::RequestKey;
+    use crate::text::{Actor, Destination, Reason, Reference, RequestKey, WithdrawalId};
+    use crate::{Amount, Currency, WithdrawalRequest};
 
     #[test]
     fn text_comes_back_as_it_went_in() {
@@ -184,6 +229,34 @@ mod tests {
         let other = arena.push(TextView::<Reason>::new("node down").unwrap());
         assert_eq!(arena.get(at).to_value(), key);
         assert_eq!(arena.get(other).as_str(), "node down");
+    }
+
+    #[test]
+    fn a_request_comes_back_as_it_went_in() {
+        let requested = WithdrawalRequest::new(
+            WithdrawalId::new("w-1").unwrap(),
+            Amount::parse("2.5").unwrap(),
+            Currency::new("USDC").unwrap(),
+            Destination::new("0xabc").unwrap(),
+            Actor::new("alice").unwrap(),
+        );
+        let approved = requested.approve().unwrap();
+        let sent = approved
+            .start_sending()
+            .unwrap()
+            .mark_sent(Reference::new("0xfeed").unwrap())
+            .unwrap();
+        let failed = approved.fail(Reason::new("node down").unwrap()).unwrap();
+        let bumped = sent.bump(Reference::new("0xbeef").unwrap()).unwrap();
+        let mut arena = TextArena::new();
+        let packed: Vec<_> = [&requested, &sent, &failed]
+            .iter()
+            .map(|request| arena.push_request(&request.view()).unwrap())
+            .collect();
+        assert!(arena.push_request(&bumped.view()).is_none());
+        for (request, at) in [&requested, &sent, &failed].iter().zip(&packed) {
+            assert_eq!(arena.request(at).to_value(), **request);
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::state::{State, apply_view};
 
 /// Records handed from the scanning thread to the applying one at a time:
 /// large enough that the hand-over costs little per record.
-pub(crate) const REPLAY_BATCH_LEN: usize = 1024;
+pub(crate) const REPLAY_BATCH_LEN: usize = 2048;
 
 /// Bytes of records after which a batch is handed over even if it holds
 /// fewer than [`REPLAY_BATCH_LEN`], so large records do not make large
@@ -29,7 +29,7 @@ pub(crate) const REPLAY_BATCH_BYTES_MAX: usize = 1 << 20;
 /// Batches read ahead of the applying thread. With the two limits above,
 /// bounds the memory of records read and not yet applied to a few MiB for
 /// any log.
-pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 4;
+pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 8;
 
 /// Decodes the event stored as log record `seq`.
 pub fn decode_event(seq: u64, payload: &[u8]) -> Result<Event, LedgerError> {

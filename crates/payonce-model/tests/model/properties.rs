@@ -208,6 +208,16 @@ proptest! {
             bytes[at] = value;
         }
         let owned = codec::decode::<WithdrawalRequest>(&bytes);
+        // Read without serde: what it accepts, the owned decoding reads alike.
+        let mut reader = codec::Reader::new(&bytes);
+        let read = WithdrawalView::read(&mut reader).and_then(|view| reader.finish().map(|()| view));
+        match &read {
+            Ok(view) => prop_assert_eq!(Ok(view.to_value()), owned.clone()),
+            Err(_) => prop_assert!(
+                bytes != unchanged || !withdrawal.replaced().is_empty(),
+                "refused the unchanged encoding of {:?}", withdrawal
+            ),
+        }
         match codec::decode_borrowed::<WithdrawalView<'_>>(&bytes) {
             Ok(view) => {
                 let owned = owned.unwrap();
