@@ -341,7 +341,10 @@ pub struct State {
     /// The last send error or rail refusal, by key slot, until an outcome
     /// is recorded: only keys whose send failed have one.
     last_errors: HashMap<u32, TextRef>,
-    held_totals: BTreeMap<Currency, Decimal>,
+    /// Funds held, by currency number: a sum per claim and per outcome,
+    /// where a map by currency cost a lookup, a clone of the code and a
+    /// normalisation each.
+    held: Vec<Decimal>,
     /// Keys with `send_running` set.
     sending: usize,
     /// Every key slot whose `send_running` was set since the last open
@@ -375,7 +378,7 @@ impl fmt::Debug for State {
             .field("accept_foreign_ids", &self.accept_foreign_ids)
             .field("records", &records)
             .field("withdrawals (holder, created, held)", &withdrawals)
-            .field("held_totals", &self.held_totals)
+            .field("held_totals", &self.held_totals())
             .field("refusals", &self.refusals)
             .finish()
     }
@@ -408,7 +411,7 @@ impl PartialEq for State {
         self.last_seq == other.last_seq
             && self.accept_foreign_ids == other.accept_foreign_ids
             && self.refusals == other.refusals
-            && self.held_totals == other.held_totals
+            && self.held_totals() == other.held_totals()
             && self.keys.len() == other.keys.len()
             && self.withdrawals.len() == other.withdrawals.len()
             && self.records().count() == other.records().count()
@@ -676,8 +679,14 @@ impl State {
     }
 
     /// Held funds per currency. Currencies with nothing held are absent.
-    pub fn held_totals(&self) -> &BTreeMap<Currency, Decimal> {
-        &self.held_totals
+    pub fn held_totals(&self) -> BTreeMap<Currency, Decimal> {
+        self.currencies
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, total)| !total.is_zero())
+            // Normalised, so a total prints the same however it was reached.
+            .map(|(currency, total)| (currency.clone(), total.normalize()))
+            .collect()
     }
 
     /// Whether `key` has a send running in this process.
@@ -808,6 +817,7 @@ impl State {
         let number = u32::try_from(self.currencies.len())
             .unwrap_or_else(|_| panic!("the state holds {} currencies", self.currencies.len()));
         self.currencies.push(currency.clone());
+        self.held.push(Decimal::ZERO);
         self.currency_numbers.insert(currency, number);
         number
     }
@@ -872,11 +882,7 @@ impl State {
         let held = &mut self.withdrawals[withdrawal];
         held.holder = slot;
         if !std::mem::replace(&mut held.held, true) {
-            let (amount, currency) = (held.amount, held.currency);
-            let currency = self.currencies[currency as usize].clone();
-            let total = self.held_totals.entry(currency).or_default();
-            // Normalised, so a total prints the same however it was reached.
-            *total = (*total + amount.value()).normalize();
+            self.held[held.currency as usize] += held.amount.value();
         }
         slot
     }
@@ -942,13 +948,7 @@ impl State {
         if !std::mem::replace(&mut entry.held, false) {
             return;
         }
-        let (amount, currency) = (entry.amount, &self.currencies[entry.currency as usize]);
-        if let Some(total) = self.held_totals.get_mut(currency) {
-            *total = (*total - amount.value()).normalize();
-            if total.is_zero() {
-                self.held_totals.remove(currency);
-            }
-        }
+        self.held[entry.currency as usize] -= entry.amount.value();
     }
 
     /// Records `outcome` as the outcome of key slot `slot`.
