@@ -14,7 +14,7 @@ use payonce_model::{
 use crate::command::{Command, FailureCause, SendResult};
 use crate::event::{EventKind, KindView};
 use crate::refusal::{HolderState, Refusal};
-use crate::state::{Record, State};
+use crate::state::{NameHashes, Record, State};
 
 /// What `decide` concluded, when it did not refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum Decision {
 
 /// Judges `command` against `state`.
 pub fn decide(state: &State, command: &Command) -> Result<Decision, Refusal> {
-    Ok(match judge(state, &command.ask())? {
+    Ok(match judge(state, &command.ask(), NameHashes::default())? {
         Verdict::Append => Decision::Append(event_for(state, command)),
         Verdict::Mismatch(differences) => {
             let Command::Complete {
@@ -311,20 +311,21 @@ fn mismatch_event(
     }
 }
 
-/// Judges a borrowed command against `state`.
-pub(crate) fn judge(state: &State, ask: &Ask<'_>) -> Result<Verdict, Refusal> {
+/// Judges a borrowed command against `state`. `names` are the hashes of
+/// the names it carries, where known.
+pub(crate) fn judge(state: &State, ask: &Ask<'_>, names: NameHashes) -> Result<Verdict, Refusal> {
     match *ask {
         Ask::Open { .. } | Ask::Create { .. } => Ok(Verdict::Append),
         Ask::Claim { key, request } | Ask::Record { key, request } => {
-            judge_claim(state, key, request)
+            judge_claim(state, key, request, names)
         }
-        Ask::Complete { key, result } => judge_complete(state, key, result),
+        Ask::Complete { key, result } => judge_complete(state, key, result, names),
         Ask::Resolve { key, outcome, .. } => {
-            let Some(record) = state.record(&key) else {
+            let Some(record) = state.record_hashed(&key, names.key) else {
                 // A fresh key passes the same withdrawal check as a claim, so
                 // a callback under a new key cannot declare what happened to a
                 // withdrawal another key holds.
-                check_withdrawal_free(state, key, outcome)?;
+                check_withdrawal_free(state, key, outcome, names)?;
                 return Ok(Verdict::Append);
             };
             if record.send_running() {
@@ -371,8 +372,9 @@ fn judge_claim(
     state: &State,
     key: TextView<'_, RequestKey>,
     request: WithdrawalView<'_>,
+    names: NameHashes,
 ) -> Result<Verdict, Refusal> {
-    if let Some(record) = state.record(&key) {
+    if let Some(record) = state.record_hashed(&key, names.key) {
         if !record.matches_view(request) {
             let differences = record.fingerprint().differences(&request.fingerprint());
             return Err(Refusal::KeyReused {
@@ -385,7 +387,7 @@ fn judge_claim(
             None => Err(in_flight(key, &record)),
         };
     }
-    check_withdrawal_free(state, key, request)?;
+    check_withdrawal_free(state, key, request, names)?;
     Ok(Verdict::Append)
 }
 
@@ -395,9 +397,10 @@ fn check_withdrawal_free(
     state: &State,
     key: TextView<'_, RequestKey>,
     request: WithdrawalView<'_>,
+    names: NameHashes,
 ) -> Result<(), Refusal> {
     let id = request.id();
-    let withdrawal = state.withdrawal(&id);
+    let withdrawal = state.withdrawal_hashed(&id, names.id);
     match withdrawal {
         Some(created) if created.created() && !created.matches(request) => {
             let differences = created.fingerprint().differences(&request.fingerprint());
@@ -453,8 +456,9 @@ fn judge_complete(
     state: &State,
     key: TextView<'_, RequestKey>,
     result: Sent<'_>,
+    names: NameHashes,
 ) -> Result<Verdict, Refusal> {
-    let record = match state.record(&key) {
+    let record = match state.record_hashed(&key, names.key) {
         Some(record) if record.send_running() && record.outcome_state().is_none() => record,
         _ => {
             return Err(Refusal::NoSendRunning {
@@ -474,9 +478,9 @@ fn judge_complete(
 /// `kind`, would record exactly `kind`. Compares verdicts rather than
 /// rebuilt events where the event is a copy of its command's fields, so
 /// replaying a log copies nothing.
-pub(crate) fn decides_again(state: &State, kind: &KindView<'_>) -> bool {
+pub(crate) fn decides_again(state: &State, kind: &KindView<'_>, names: NameHashes) -> bool {
     let ask = kind.ask();
-    match (kind, judge(state, &ask)) {
+    match (kind, judge(state, &ask, names)) {
         (KindView::Refused { refusal, .. }, Err(again)) => **refusal == again,
         (KindView::Refused { .. }, Ok(_)) | (_, Err(_)) => false,
         // The minted id is the one part of the event not in the command;

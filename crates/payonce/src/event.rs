@@ -2,6 +2,7 @@
 //! sequence number and time, encoded through the model's codec.
 
 use std::borrow::Cow;
+use std::hash::RandomState;
 
 use payonce_model::codec::{self, CodecError, Reader};
 use payonce_model::{
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::{Command, FailureCause};
 use crate::decide::{Ask, Sent};
 use crate::refusal::Refusal;
+use crate::state::{NameHashes, name_hash};
 use crate::time::Timestamp;
 
 /// Version of the event schema. Stored as the first two bytes (little-endian)
@@ -217,6 +219,8 @@ pub(crate) struct PackedEvent {
     seq: u64,
     at: Timestamp,
     kind: PackedKind,
+    /// The hashes of its key and withdrawal id, computed while packing.
+    names: NameHashes,
 }
 
 #[derive(Debug)]
@@ -246,7 +250,29 @@ impl PackedEvent {
     /// Copies `view`'s text into `arena`. `None` if the arena cannot hold
     /// some of it: the caller keeps the whole event.
     #[inline]
-    pub(crate) fn pack(view: &EventView<'_>, arena: &mut TextArena) -> Option<PackedEvent> {
+    pub(crate) fn pack(
+        view: &EventView<'_>,
+        arena: &mut TextArena,
+        hasher: &RandomState,
+    ) -> Option<PackedEvent> {
+        let hash = |name: &str| Some(name_hash(hasher, name));
+        let names = match &view.kind {
+            KindView::Created { withdrawal } => NameHashes {
+                key: None,
+                id: hash(&withdrawal.id()),
+            },
+            KindView::Claimed { key, request } | KindView::Recorded { key, request } => {
+                NameHashes {
+                    key: hash(key),
+                    id: hash(&request.id()),
+                }
+            }
+            KindView::Completed { key, .. } => NameHashes {
+                key: hash(key),
+                id: None,
+            },
+            _ => NameHashes::default(),
+        };
         let kind = match &view.kind {
             KindView::Opened { accept_foreign_ids } => PackedKind::Opened {
                 accept_foreign_ids: *accept_foreign_ids,
@@ -272,7 +298,13 @@ impl PackedEvent {
             seq: view.seq,
             at: view.at,
             kind,
+            names,
         })
+    }
+
+    /// The hashes of its names, where computed.
+    pub(crate) fn names(&self) -> NameHashes {
+        self.names
     }
 
     /// Keeps `event` whole.
@@ -281,6 +313,7 @@ impl PackedEvent {
             seq: event.seq,
             at: event.at,
             kind: PackedKind::Whole(Box::new(event)),
+            names: NameHashes::default(),
         }
     }
 
@@ -886,6 +919,7 @@ mod tests {
     #[test]
     fn a_packed_event_reads_back_as_the_event_written() {
         let mut arena = TextArena::new();
+        let hasher = RandomState::new();
         let events: Vec<Event> = every_kind()
             .into_iter()
             .enumerate()
@@ -895,7 +929,7 @@ mod tests {
         let packed: Vec<PackedEvent> = events
             .iter()
             .map(|event| {
-                PackedEvent::pack(&event.view(), &mut arena)
+                PackedEvent::pack(&event.view(), &mut arena, &hasher)
                     .unwrap_or_else(|| PackedEvent::whole(event.clone()))
             })
             .collect();
@@ -909,6 +943,19 @@ mod tests {
             let view = packed.view(&arena);
             assert_eq!((view.seq, view.at), (event.seq, event.at));
             assert_eq!(view.kind.to_value(), event.kind);
+            // The hashes the applying thread will use instead of its own.
+            let hash = |name: &str| Some(name_hash(&hasher, name));
+            let (key, id) = match &event.kind {
+                EventKind::Created { withdrawal } => (None, hash(withdrawal.id())),
+                EventKind::Claimed { key, request } | EventKind::Recorded { key, request } => {
+                    (hash(key), hash(request.id()))
+                }
+                EventKind::Completed { key, outcome } if outcome.replaced().is_empty() => {
+                    (hash(key), None)
+                }
+                _ => (None, None),
+            };
+            assert_eq!((packed.names.key, packed.names.id), (key, id));
         }
     }
 

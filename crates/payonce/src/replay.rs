@@ -3,6 +3,7 @@
 //! caught rather than believed.
 
 use std::cell::RefCell;
+use std::hash::RandomState;
 use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -15,7 +16,7 @@ use tracing::{Dispatch, Span, warn};
 use crate::decide::{decide, decides_again};
 use crate::error::{Divergence, LedgerError};
 use crate::event::{Event, EventView, PackedEvent};
-use crate::state::{State, apply_view};
+use crate::state::{NameHashes, State, apply_view};
 
 /// Records handed from the scanning thread to the applying one at a time:
 /// large enough that the hand-over costs little per record.
@@ -48,12 +49,12 @@ fn check_seq(seq: u64, found: u64) -> Result<(), LedgerError> {
 /// Asks `decide` again, from `state`, for the command behind `event`.
 /// `None` when it agrees with what was recorded.
 pub fn rederive(state: &State, event: &Event) -> Option<Divergence> {
-    rederive_view(state, &event.view())
+    rederive_view(state, &event.view(), NameHashes::default())
 }
 
 /// [`rederive`], for an event read without copying its text.
-fn rederive_view(state: &State, event: &EventView<'_>) -> Option<Divergence> {
-    if decides_again(state, &event.kind) {
+fn rederive_view(state: &State, event: &EventView<'_>, names: NameHashes) -> Option<Divergence> {
+    if decides_again(state, &event.kind, names) {
         return None;
     }
     let recomputed = decide(state, &event.kind.ask().to_command());
@@ -77,9 +78,13 @@ pub(crate) fn replay_record(
     match EventView::decode(payload) {
         Ok(event) => {
             check_seq(seq, event.seq)?;
-            replay_event(state, &event)
+            replay_event(state, &event, NameHashes::default())
         }
-        Err(_) => replay_event(state, &decode_event(seq, payload)?.view()),
+        Err(_) => replay_event(
+            state,
+            &decode_event(seq, payload)?.view(),
+            NameHashes::default(),
+        ),
     }
 }
 
@@ -105,10 +110,15 @@ impl Batch {
 /// Decodes log record `seq` for the applying thread: borrowed and packed
 /// into `text` when it can be, else whole.
 #[inline]
-fn pack_record(seq: u64, payload: &[u8], text: &mut TextArena) -> Result<PackedEvent, LedgerError> {
+fn pack_record(
+    seq: u64,
+    payload: &[u8],
+    text: &mut TextArena,
+    hasher: &RandomState,
+) -> Result<PackedEvent, LedgerError> {
     if let Ok(event) = EventView::decode(payload) {
         check_seq(seq, event.seq)?;
-        if let Some(packed) = PackedEvent::pack(&event, text) {
+        if let Some(packed) = PackedEvent::pack(&event, text, hasher) {
             return Ok(packed);
         }
     }
@@ -130,6 +140,8 @@ type Applied = Result<State, LedgerError>;
 /// in batches, and in the end waits for the applying side's answer.
 struct Reader<'scope> {
     batch: Batch,
+    /// The applying state's hasher.
+    hasher: RandomState,
     batches: Option<SyncSender<Batch>>,
     /// Batches the applier is done with, to fill again.
     applied: Receiver<Batch>,
@@ -154,7 +166,8 @@ impl Reader<'_> {
     }
 
     fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), Stop> {
-        let event = pack_record(seq, payload, &mut self.batch.text).map_err(Stop::Ledger)?;
+        let event =
+            pack_record(seq, payload, &mut self.batch.text, &self.hasher).map_err(Stop::Ledger)?;
         self.batch.events.push(event);
         self.batch.bytes += payload.len();
         if self.batch.events.len() == REPLAY_BATCH_LEN || self.batch.bytes >= REPLAY_BATCH_BYTES_MAX
@@ -188,11 +201,15 @@ impl Reader<'_> {
 
 /// Re-derives the decision `event` records from `state` (a divergence is
 /// an error) and applies it.
-fn replay_event(state: &mut State, event: &EventView<'_>) -> Result<(), LedgerError> {
-    if let Some(divergence) = rederive_view(state, event) {
+fn replay_event(
+    state: &mut State,
+    event: &EventView<'_>,
+    names: NameHashes,
+) -> Result<(), LedgerError> {
+    if let Some(divergence) = rederive_view(state, event, names) {
         return Err(LedgerError::Divergence(Box::new(divergence)));
     }
-    apply_view(state, event);
+    apply_view(state, event, names);
     Ok(())
 }
 
@@ -250,6 +267,10 @@ pub(crate) fn replay_log(
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     thread::scope(|scope| {
+        // Both threads hash names alike: this one hashes each event's key
+        // and id as it decodes them, so the applying thread need not.
+        let hasher = RandomState::new();
+        let applier_hasher = hasher.clone();
         let (batches, received) = sync_channel::<Batch>(REPLAY_BATCHES_AHEAD_MAX);
         // Room for every batch alive at once (those queued, the one being
         // applied, the one being filled), so applied batches are returned to
@@ -259,10 +280,10 @@ pub(crate) fn replay_log(
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            let mut state = State::new();
+            let mut state = State::with_hasher(applier_hasher);
             for batch in received {
                 for event in &batch.events {
-                    replay_event(&mut state, &event.view(&batch.text))?;
+                    replay_event(&mut state, &event.view(&batch.text), event.names())?;
                 }
                 // Should the return channel be full, this thread frees the
                 // batch itself.
@@ -283,6 +304,7 @@ pub(crate) fn replay_log(
         };
         let reader = RefCell::new(Reader {
             batch: Batch::default(),
+            hasher,
             batches: Some(batches),
             applied,
             applier: Some(applier),

@@ -159,7 +159,7 @@ impl<T> Default for Slots<T> {
 }
 
 /// The 32 bits of a name's hash that a slot keeps.
-fn name_hash(hasher: &RandomState, name: &str) -> u32 {
+pub(crate) fn name_hash(hasher: &RandomState, name: &str) -> u32 {
     // Any 32 bits of SipHash's output are as good as any other.
     hasher.hash_one(name) as u32
 }
@@ -648,6 +648,15 @@ impl State {
         State::default()
     }
 
+    /// The state before any event, hashing names under `hasher`: replay
+    /// hashes an event's names on the thread that decodes it.
+    pub(crate) fn with_hasher(hasher: RandomState) -> Self {
+        State {
+            hasher,
+            ..State::default()
+        }
+    }
+
     /// Sequence number of the last event applied; 0 before any.
     pub fn last_seq(&self) -> u64 {
         self.last_seq
@@ -660,7 +669,12 @@ impl State {
 
     /// The record for `key`.
     pub fn record(&self, key: &str) -> Option<Record<'_>> {
-        self.record_at(self.find_key(key)?)
+        self.record_hashed(key, None)
+    }
+
+    /// [`State::record`], with the key's [`name_hash`] if known.
+    pub(crate) fn record_hashed(&self, key: &str, hash: Option<u32>) -> Option<Record<'_>> {
+        self.record_at(self.find_key_hashed(key, hash)?)
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
@@ -765,7 +779,13 @@ impl State {
 
     /// Withdrawal `id`, if this ledger minted it or a key holds it.
     pub(crate) fn withdrawal(&self, id: &str) -> Option<Withdrawal<'_>> {
-        let slot = self.find_withdrawal(id)?;
+        self.withdrawal_hashed(id, None)
+    }
+
+    /// [`State::withdrawal`], with the id's [`name_hash`] if known.
+    pub(crate) fn withdrawal_hashed(&self, id: &str, hash: Option<u32>) -> Option<Withdrawal<'_>> {
+        let hash = self.hash_of(id, hash);
+        let slot = self.withdrawals.find_hashed(&self.texts, hash, id)?;
         Some(self.withdrawal_at(slot))
     }
 
@@ -801,7 +821,27 @@ impl State {
     }
 
     fn find_key(&self, key: &str) -> Option<u32> {
-        self.keys.find(&self.texts, &self.hasher, key)
+        self.find_key_hashed(key, None)
+    }
+
+    fn find_key_hashed(&self, key: &str, hash: Option<u32>) -> Option<u32> {
+        self.keys
+            .find_hashed(&self.texts, self.hash_of(key, hash), key)
+    }
+
+    /// The [`name_hash`] of `name`: `known` if given, which must be it.
+    fn hash_of(&self, name: &str, known: Option<u32>) -> u32 {
+        match known {
+            Some(hash) => {
+                debug_assert_eq!(
+                    hash,
+                    name_hash(&self.hasher, name),
+                    "a hash computed ahead is not {name:?}'s"
+                );
+                hash
+            }
+            None => name_hash(&self.hasher, name),
+        }
     }
 
     fn find_withdrawal(&self, id: &str) -> Option<u32> {
@@ -823,9 +863,9 @@ impl State {
     }
 
     /// The slot of `request`'s withdrawal, made if new.
-    fn withdrawal_slot(&mut self, request: WithdrawalView<'_>) -> u32 {
+    fn withdrawal_slot(&mut self, request: WithdrawalView<'_>, hash: Option<u32>) -> u32 {
         let id = request.id();
-        let hash = name_hash(&self.hasher, &id);
+        let hash = self.hash_of(&id, hash);
         if let Some(slot) = self.withdrawals.find_hashed(&self.texts, hash, &id) {
             return slot;
         }
@@ -843,8 +883,14 @@ impl State {
         self.withdrawals.insert(hash, entry)
     }
 
-    fn claim(&mut self, key: &str, request: WithdrawalView<'_>, event: &EventView<'_>) -> u32 {
-        let withdrawal = self.withdrawal_slot(request);
+    fn claim(
+        &mut self,
+        key: &str,
+        request: WithdrawalView<'_>,
+        event: &EventView<'_>,
+        names: NameHashes,
+    ) -> u32 {
+        let withdrawal = self.withdrawal_slot(request, names.id);
         self.withdrawals[withdrawal].named_by += 1;
         let entry = KeySlot {
             key: self.texts.push(key),
@@ -857,7 +903,7 @@ impl State {
             reason: None,
             requested_by: None,
         };
-        let hash = name_hash(&self.hasher, key);
+        let hash = self.hash_of(key, names.key);
         let slot = match self.keys.find_hashed(&self.texts, hash, key) {
             // A key claims once. Only a diverging log, applied anyway by
             // `Ledger::verify` to report on it, claims again: the new record
@@ -1081,11 +1127,21 @@ impl State {
 /// of the state's own layout (text kept that no slot names, or a slot
 /// naming text that is gone), also a bug.
 pub fn apply(state: &mut State, event: &Event) {
-    apply_view(state, &event.view());
+    apply_view(state, &event.view(), NameHashes::default());
+}
+
+/// The hashes of the request key and the withdrawal id an event names,
+/// when the thread that decoded it computed them under the state's hasher
+/// ([`State::with_hasher`]): the applying thread of a replay then hashes
+/// nothing. Each must be the [`name_hash`] of its name; debug builds check.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NameHashes {
+    pub(crate) key: Option<u32>,
+    pub(crate) id: Option<u32>,
 }
 
 /// [`apply`], for an event read from the log without copying its text.
-pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
+pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>, names: NameHashes) {
     assert!(
         event.seq > state.last_seq,
         "event {} applied after event {}: events apply in log order",
@@ -1103,19 +1159,19 @@ pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
             state.sending = 0;
         }
         KindView::Created { withdrawal } => {
-            let slot = state.withdrawal_slot(*withdrawal);
+            let slot = state.withdrawal_slot(*withdrawal, names.id);
             state.withdrawals[slot].created = true;
         }
         KindView::Claimed { key, request } => {
-            let slot = state.claim(key, *request, event);
+            let slot = state.claim(key, *request, event, names);
             state.set_send_running(slot, true);
         }
         KindView::Recorded { key, request } => {
-            let slot = state.claim(key, *request, event);
+            let slot = state.claim(key, *request, event, names);
             state.set_outcome(slot, *request);
         }
         KindView::Completed { key, outcome } => {
-            if let Some(slot) = state.find_key(key) {
+            if let Some(slot) = state.find_key_hashed(key, names.key) {
                 state.set_send_running(slot, false);
                 state.set_outcome(slot, *outcome);
             }
@@ -1139,7 +1195,7 @@ pub(crate) fn apply_view(state: &mut State, event: &EventView<'_>) {
         KindView::Resolved { key, outcome, .. } => {
             let slot = match state.find_key(key) {
                 Some(slot) => slot,
-                None => state.claim(key, *outcome, event),
+                None => state.claim(key, *outcome, event, names),
             };
             state.set_outcome(slot, *outcome);
         }
