@@ -82,6 +82,14 @@ impl TextArena {
         }
     }
 
+    /// An empty arena with room for `len` bytes of text.
+    pub fn with_capacity(len: usize) -> Self {
+        TextArena {
+            text: String::with_capacity(len),
+            generation: next_generation(),
+        }
+    }
+
     /// Empties the arena, keeping its memory. Handles into it from before
     /// are no longer valid.
     pub fn clear(&mut self) {
