@@ -176,7 +176,7 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
     };
     let ledger = Ledger::open_with(&ledger_dir, creating).unwrap();
     // Enough for any thread at several times the expected rate.
-    let per_thread = (duration.as_secs() as usize * 60_000 / threads).max(2_000);
+    let per_thread = (duration.as_secs() as usize * 150_000 / threads).max(2_000);
     let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
         .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
         .collect();
