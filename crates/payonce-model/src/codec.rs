@@ -188,24 +188,26 @@ impl<'a> Reader<'a> {
         Ok(u128::from_le_bytes(self.array()?))
     }
 
-    /// A `bool`: `0` or `1`.
+    /// A byte that must be `0` or `1`, as `what`.
     #[inline]
-    pub fn bool(&mut self) -> Result<bool, CodecError> {
+    fn zero_or_one(&mut self, what: &str) -> Result<bool, CodecError> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
-            _ => Err(malformed("a boolean other than 0 or 1", self.at - 1)),
+            _ => Err(malformed(&format!("{what} other than 0 or 1"), self.at - 1)),
         }
+    }
+
+    /// A `bool`: `0` or `1`.
+    #[inline]
+    pub fn bool(&mut self) -> Result<bool, CodecError> {
+        self.zero_or_one("a boolean")
     }
 
     /// Whether an option holds a value: `0` or `1`.
     #[inline]
     pub fn is_some(&mut self) -> Result<bool, CodecError> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(malformed("an option tag other than 0 or 1", self.at - 1)),
-        }
+        self.zero_or_one("an option tag")
     }
 
     /// The length of a sequence.

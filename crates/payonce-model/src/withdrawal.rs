@@ -425,6 +425,15 @@ impl<'de> Deserialize<'de> for NoReplaced {
 
 impl<'de: 'a, 'a> Deserialize<'de> for WithdrawalView<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        WithdrawalFieldsView::deserialize(deserializer)?
+            .checked()
+            .map_err(de::Error::custom)
+    }
+}
+
+impl<'a> WithdrawalFieldsView<'a> {
+    /// The view, if the fields are as its state requires.
+    fn checked(self) -> Result<WithdrawalView<'a>, FieldError> {
         let WithdrawalFieldsView {
             id,
             amount,
@@ -435,9 +444,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for WithdrawalView<'a> {
             reason,
             requested_by,
             replaced: NoReplaced,
-        } = WithdrawalFieldsView::deserialize(deserializer)?;
-        check_state_fields(state, reference.is_some(), reason.is_some())
-            .map_err(de::Error::custom)?;
+        } = self;
+        check_state_fields(state, reference.is_some(), reason.is_some())?;
         Ok(WithdrawalView {
             id,
             amount,
@@ -491,12 +499,7 @@ impl<'a> WithdrawalView<'a> {
                 detail: "a withdrawal view holds no replaced references".to_owned(),
             });
         }
-        check_state_fields(state, reference.is_some(), reason.is_some()).map_err(|error| {
-            CodecError::Decode {
-                detail: error.to_string(),
-            }
-        })?;
-        Ok(WithdrawalView {
+        let fields = WithdrawalFieldsView {
             id,
             amount,
             currency,
@@ -505,7 +508,10 @@ impl<'a> WithdrawalView<'a> {
             reference,
             reason,
             requested_by,
-            replaced: &[],
+            replaced: NoReplaced,
+        };
+        fields.checked().map_err(|error| CodecError::Decode {
+            detail: error.to_string(),
         })
     }
 
