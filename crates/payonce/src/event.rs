@@ -876,6 +876,7 @@ mod tests {
 
     #[test]
     fn a_view_decodes_every_kind_it_can_borrow_to_the_event_written() {
+        // Guards against the view types drifting from `Event`'s encoding, kind by kind.
         let mut borrowed = 0;
         for (index, kind) in every_kind().into_iter().enumerate() {
             let event = event(index as u64 + 1, kind);
@@ -927,6 +928,7 @@ mod tests {
 
     #[test]
     fn a_packed_event_reads_back_as_the_event_written() {
+        // Guards against packing losing fields or computing hashes of other names.
         let mut arena = TextArena::new();
         let hasher = RandomState::new();
         let events: Vec<Event> = every_kind()
@@ -974,6 +976,7 @@ mod tests {
             which in any::<prop::sample::Index>(),
             flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         ) {
+            // Guards against a fast path accepting corrupt bytes the owned decoding refuses.
             let kinds = every_kind();
             let event = event(7, kinds[which.index(kinds.len())].clone());
             let mut bytes = event.encode().unwrap();

@@ -168,6 +168,7 @@ proptest! {
 
     #[test]
     fn free_text_rules_are_those_of_the_reference_check(text in any::<String>(), ascii in "[ -~]{0,8}") {
+        // Guards the printable-ASCII shortcut: it must refuse and accept exactly as the plain rules do.
         for text in [text, ascii] {
             prop_assert_eq!(Reason::new(text.as_str()).err().map(|error| (error.field, error.rule)), reference_text_check(&text).map(|rule| (Field::Reason, rule)));
         }
@@ -175,6 +176,7 @@ proptest! {
 
     #[test]
     fn a_text_view_accepts_what_its_type_accepts_unchanged_or_trimmed(text in any::<String>(), ascii in "[ -~]{0,16}") {
+        // Guards against a view that accepts text its owned type refuses, or keeps other text.
         for text in [text, ascii] {
             view_agrees::<WithdrawalId>(&text, WithdrawalId::new(text.as_str()).map(|v| v.to_string()))?;
             view_agrees::<RequestKey>(&text, RequestKey::new(text.as_str()).map(|v| v.to_string()))?;
@@ -197,6 +199,7 @@ proptest! {
 
     #[test]
     fn a_view_decodes_to_the_request_the_owned_decoding_reads(steps in prop::collection::vec(step(), 0..12), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
+        // Guards against borrowed decoding, serde's or the reader's, reading what the owned one would not.
         let mut withdrawal = make("w-1");
         for step in &steps {
             withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
@@ -279,6 +282,7 @@ fn view_agrees<T: ValidText + std::fmt::Display>(
 proptest! {
     #[test]
     fn an_id_is_minted_for_a_sequence_number_exactly_when_minting_gives_it(seq in any::<u64>(), other in any::<u64>(), text in "w-[+0-9]{0,21}") {
+        // Guards replay's check of minted ids against leading zeros, signs and other numbers.
         let minted = WithdrawalId::minted(seq);
         prop_assert!(WithdrawalId::is_minted(&minted, seq));
         prop_assert_eq!(WithdrawalId::is_minted(&minted, other), other == seq);
