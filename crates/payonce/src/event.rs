@@ -701,7 +701,7 @@ impl<'a> EventView<'a> {
     /// and for bytes this reading refuses: serde then decides.
     #[inline]
     fn read_common(bytes: &'a [u8]) -> Option<EventView<'a>> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Reader::new(bytes).ok()?;
         let schema = reader
             .u16()
             .ok()
@@ -968,6 +968,31 @@ mod tests {
             };
             assert_eq!((packed.names.key, packed.names.id), (key, id));
         }
+    }
+
+    #[test]
+    fn a_view_refuses_a_key_padded_past_the_codecs_length_limit() {
+        // Guards against the fast reader accepting bytes the owned decoding refuses for length.
+        let event = event(
+            2,
+            EventKind::Claimed {
+                key: RequestKey::new("k-1").unwrap(),
+                request: request("w-1"),
+            },
+        );
+        let bytes = event.encode().unwrap();
+        // Schema (2), seq (8), at (8), variant (4), then the key's length and text.
+        assert_eq!(&bytes[22..33], b"\x03\0\0\0\0\0\0\0k-1");
+        // A key is trimmed after it is read: padded with spaces, it passes
+        // its own limit and only the codec's refuses it.
+        let key = format!("{}k-1", " ".repeat(codec::ENCODED_LEN_MAX));
+        let mut padded = bytes[..22].to_vec();
+        padded.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        padded.extend_from_slice(key.as_bytes());
+        padded.extend_from_slice(&bytes[33..]);
+        assert!(Event::decode(&padded).is_err());
+        assert!(EventView::read_common(&padded).is_none());
+        assert!(EventView::decode(&padded).is_err());
     }
 
     proptest! {
