@@ -417,15 +417,29 @@ fn check_withdrawal_free(
         }
         _ => {}
     }
-    match withdrawal.and_then(|withdrawal| withdrawal.holder()) {
-        Some(holder) if holder.key_str() != key.as_str() => Err(Refusal::Claimed {
+    if let Some(holder) = withdrawal.and_then(|withdrawal| withdrawal.holder())
+        && holder.key_str() != key.as_str()
+    {
+        return Err(Refusal::Claimed {
             key: key.to_value(),
             withdrawal: id.to_value(),
             holder: holder.key(),
             holder_state: holder_state(&holder),
-        }),
-        _ => Ok(()),
+        });
     }
+    // A claim places a hold unless one is placed already. A record or a
+    // resolve whose outcome ends the hold at once is checked all the same:
+    // `apply` adds the hold before the outcome ends it.
+    let placed = withdrawal.is_some_and(|withdrawal| withdrawal.held());
+    if !placed && !state.can_hold(&request.currency(), request.amount()) {
+        return Err(Refusal::HeldTotalTooLarge {
+            key: key.to_value(),
+            withdrawal: id.to_value(),
+            currency: request.currency().to_value(),
+            amount: request.amount(),
+        });
+    }
+    Ok(())
 }
 
 fn holder_state(record: &Record<'_>) -> HolderState {

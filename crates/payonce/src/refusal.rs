@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use payonce_model::{Difference, Reference, RequestKey, WithdrawalId, WithdrawalState};
+use payonce_model::{
+    Amount, Currency, Difference, Reference, RequestKey, WithdrawalId, WithdrawalState,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::time::Timestamp;
@@ -68,6 +70,8 @@ pub enum RefusalKind {
     InFlight,
     /// The withdrawal id was not minted by this ledger.
     UnknownWithdrawal,
+    /// Granting it would pass one of the ledger's limits.
+    Limit,
 }
 
 /// A refusal: the ledger will not do this, and here is why, with the facts.
@@ -151,6 +155,18 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
     },
+    /// Holding the withdrawal would take the funds held in its currency
+    /// past [`crate::HELD_TOTAL_MAX`], the most the ledger can total.
+    HeldTotalTooLarge {
+        /// The key.
+        key: RequestKey,
+        /// The withdrawal it asked for.
+        withdrawal: WithdrawalId,
+        /// Its currency.
+        currency: Currency,
+        /// Its amount.
+        amount: Amount,
+    },
 }
 
 impl Refusal {
@@ -159,6 +175,7 @@ impl Refusal {
         match self {
             Refusal::InFlight { .. } => RefusalKind::InFlight,
             Refusal::UnknownWithdrawal { .. } => RefusalKind::UnknownWithdrawal,
+            Refusal::HeldTotalTooLarge { .. } => RefusalKind::Limit,
             _ => RefusalKind::Conflict,
         }
     }
@@ -172,7 +189,8 @@ impl Refusal {
             | Refusal::OutcomeDiffers { key, .. }
             | Refusal::HasOutcome { key, .. }
             | Refusal::InFlight { key, .. }
-            | Refusal::NoSendRunning { key } => Some(key),
+            | Refusal::NoSendRunning { key }
+            | Refusal::HeldTotalTooLarge { key, .. } => Some(key),
             Refusal::UnknownWithdrawal { .. } | Refusal::NotAsCreated { .. } => None,
         }
     }
@@ -183,7 +201,8 @@ impl Refusal {
             Refusal::Claimed { withdrawal, .. }
             | Refusal::InFlight { withdrawal, .. }
             | Refusal::UnknownWithdrawal { withdrawal }
-            | Refusal::NotAsCreated { withdrawal, .. } => Some(withdrawal),
+            | Refusal::NotAsCreated { withdrawal, .. }
+            | Refusal::HeldTotalTooLarge { withdrawal, .. } => Some(withdrawal),
             _ => None,
         }
     }
@@ -280,6 +299,18 @@ impl fmt::Display for Refusal {
             }
             Refusal::NoSendRunning { key } => {
                 write!(f, "request key {key} has no send running to complete")
+            }
+            Refusal::HeldTotalTooLarge {
+                key,
+                withdrawal,
+                currency,
+                amount,
+            } => {
+                write!(
+                    f,
+                    "request key {key} cannot hold withdrawal {withdrawal}: {amount} {currency} more \
+                     would take the funds held in {currency} past the most the ledger can total"
+                )
             }
         }
     }

@@ -43,6 +43,11 @@ use crate::time::Timestamp;
 /// numbered with 32 bits. Each costs memory long before this.
 pub const SLOTS_MAX: usize = u32::MAX as usize;
 
+/// The most funds held in one currency at once: the largest decimal the
+/// state can total, about 7.9 × 10^28. A claim that would pass it is
+/// refused ([`crate::Refusal::HeldTotalTooLarge`]).
+pub const HELD_TOTAL_MAX: Decimal = Decimal::MAX;
+
 /// Text freed by releases that the buffer may hold before it is compacted:
 /// at least this many bytes, and at least as many as are still in use.
 const GARBAGE_MIN: usize = 1 << 20;
@@ -590,6 +595,10 @@ impl<'a> Withdrawal<'a> {
     pub(crate) fn created(&self) -> bool {
         self.entry.created
     }
+    /// Funds are held for its current claim.
+    pub(crate) fn held(&self) -> bool {
+        self.entry.held
+    }
     /// The record of the key holding it.
     pub(crate) fn holder(&self) -> Option<Record<'a>> {
         if self.entry.holder == NO_HOLDER {
@@ -690,6 +699,16 @@ impl State {
     /// The funds held for withdrawal `id`.
     pub fn held(&self, id: &str) -> Option<Hold> {
         self.withdrawal(id)?.hold()
+    }
+
+    /// Whether `amount` more can be held in `currency` without passing
+    /// [`HELD_TOTAL_MAX`].
+    pub(crate) fn can_hold(&self, currency: &str, amount: Amount) -> bool {
+        self.currency_numbers.get(currency).is_none_or(|&number| {
+            self.held[number as usize]
+                .checked_add(amount.value())
+                .is_some()
+        })
     }
 
     /// Held funds per currency. Currencies with nothing held are absent.
@@ -928,7 +947,11 @@ impl State {
         let held = &mut self.withdrawals[withdrawal];
         held.holder = slot;
         if !std::mem::replace(&mut held.held, true) {
-            self.held[held.currency as usize] += held.amount.value();
+            // `decide` refuses a claim that would pass HELD_TOTAL_MAX; only
+            // a log that diverged, which `Ledger::verify` applies to report
+            // on it, gets here with one, and its total stops at the most.
+            let total = &mut self.held[held.currency as usize];
+            *total = total.saturating_add(held.amount.value());
         }
         slot
     }
@@ -994,7 +1017,8 @@ impl State {
         if !std::mem::replace(&mut entry.held, false) {
             return;
         }
-        self.held[entry.currency as usize] -= entry.amount.value();
+        let total = &mut self.held[entry.currency as usize];
+        *total = total.saturating_sub(entry.amount.value());
     }
 
     /// Records `outcome` as the outcome of key slot `slot`.

@@ -818,3 +818,53 @@ fn held_totals_print_the_same_however_they_were_reached() {
         .collect();
     assert_eq!(shown, ["10 USDC"], "10 + 7.5 - 7.5 is shown as 10");
 }
+
+#[test]
+fn a_hold_that_would_pass_the_most_the_ledger_can_total_is_refused() {
+    // Guards against the sum of holds overflowing inside `apply`, after the claim went to the log.
+    let mut f = Fixture::new();
+    let rail = Rail::default();
+    let largest = "9999999999999999999999999999";
+    let withdrawals: Vec<_> = (0..8).map(|_| f.withdrawal_of(largest)).collect();
+    // Seven fit under HELD_TOTAL_MAX (about 7.9 × 10^28); an eighth would not.
+    // Each send times out: the keys stay in flight and the funds held.
+    for (n, withdrawal) in withdrawals[..7].iter().enumerate() {
+        f.ledger()
+            .submit(&format!("req-{n}"), withdrawal.clone(), rail.timeout())
+            .unwrap_err();
+    }
+    let last = &withdrawals[7];
+    let error = f.ledger().record("req-7", last.clone()).unwrap_err();
+    assert!(
+        matches!(
+            error.refusal(),
+            Some(Refusal::HeldTotalTooLarge { key, withdrawal, currency, amount })
+                if key.as_str() == "req-7"
+                    && withdrawal == last.id()
+                    && currency == last.currency()
+                    && *amount == last.amount()
+        ),
+        "{error}"
+    );
+    assert_eq!(error.refusal_kind(), Some(RefusalKind::Limit));
+    let error = f
+        .ledger()
+        .submit("req-8", last.clone(), rail.ok())
+        .unwrap_err();
+    assert_eq!(error.refusal_kind(), Some(RefusalKind::Limit), "{error}");
+    assert_eq!(rail.sends(last), 0);
+    assert_eq!(f.ledger().outcome("req-7"), None);
+    assert!(f.ledger().held(last.id()).is_none());
+    assert_eq!(f.ledger().claimed_by(last.id()), None);
+
+    // Once a hold ends there is room again.
+    f.ledger()
+        .release("req-0", "the rail has no such transfer", "ops")
+        .unwrap();
+    f.ledger().record("req-7", last.clone()).unwrap();
+    assert!(f.ledger().held(last.id()).is_some());
+    let keys: Vec<String> = (0..9).map(|n| format!("req-{n}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let withdrawals: Vec<_> = withdrawals.iter().collect();
+    f.assert_same_after_reopen(&keys, &withdrawals);
+}
