@@ -83,7 +83,7 @@ pub fn verify_on(
         segments: recovery.segments,
         keys: state.key_count(),
         in_flight: state.in_flight().len(),
-        held: state.held_totals().clone(),
+        held: state.held_totals(),
         refusals: state.refusal_count(),
         divergences,
         torn_tail: recovery.torn_tail,

@@ -611,7 +611,7 @@ impl Ledger {
 
     /// Held funds per currency.
     pub fn held_totals(&self) -> BTreeMap<Currency, Decimal> {
-        self.read(|state| state.held_totals().clone())
+        self.read(|state| state.held_totals())
     }
 
     /// Sequence number of the last event decided, durable or not.
