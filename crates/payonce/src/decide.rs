@@ -431,7 +431,7 @@ fn check_withdrawal_free(
     // resolve whose outcome ends the hold at once is checked all the same:
     // `apply` adds the hold before the outcome ends it.
     let placed = withdrawal.is_some_and(|withdrawal| withdrawal.held());
-    if !placed && !state.can_hold(&request.currency(), request.amount()) {
+    if !placed && !state.can_hold(withdrawal, &request) {
         return Err(Refusal::HeldTotalTooLarge {
             key: key.to_value(),
             withdrawal: id.to_value(),

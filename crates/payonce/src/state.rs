@@ -701,12 +701,24 @@ impl State {
         self.withdrawal(id)?.hold()
     }
 
-    /// Whether `amount` more can be held in `currency` without passing
-    /// [`HELD_TOTAL_MAX`].
-    pub(crate) fn can_hold(&self, currency: &str, amount: Amount) -> bool {
-        self.currency_numbers.get(currency).is_none_or(|&number| {
+    /// Whether `request`'s amount more can be held without passing
+    /// [`HELD_TOTAL_MAX`]: in the currency of `withdrawal`, the slot a
+    /// claim would hold, if the state has it, else in the request's.
+    pub(crate) fn can_hold(
+        &self,
+        withdrawal: Option<Withdrawal<'_>>,
+        request: &WithdrawalView<'_>,
+    ) -> bool {
+        let number = match withdrawal {
+            Some(withdrawal) => Some(withdrawal.entry.currency),
+            None => self
+                .currency_numbers
+                .get(request.currency().as_str())
+                .copied(),
+        };
+        number.is_none_or(|number| {
             self.held[number as usize]
-                .checked_add(amount.value())
+                .checked_add(request.amount().value())
                 .is_some()
         })
     }
