@@ -133,18 +133,9 @@ fn malformed(what: &str, at: usize) -> CodecError {
 }
 
 impl<'a> Reader<'a> {
-    /// A reader at the start of `bytes`. Refuses more than
-    /// [`ENCODED_LEN_MAX`] bytes, as [`decode`] does: a value that long
-    /// would claim more than the limit or leave bytes over. (A request key
-    /// is trimmed after it is read, so a key padded with spaces could
-    /// otherwise pass every field's own limit.)
-    pub fn new(bytes: &'a [u8]) -> Result<Self, CodecError> {
-        if bytes.len() > ENCODED_LEN_MAX {
-            return Err(CodecError::Decode {
-                detail: format!("{} bytes; at most {ENCODED_LEN_MAX}", bytes.len()),
-            });
-        }
-        Ok(Reader { bytes, at: 0 })
+    /// A reader at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0 }
     }
 
     /// The next `len` bytes.
@@ -249,8 +240,17 @@ impl<'a> Reader<'a> {
         Amount::from_parts(mantissa, scale).map_err(|error| malformed(&error.to_string(), at))
     }
 
-    /// Refuses bytes left over, as [`decode`] does.
+    /// Refuses bytes left over, and more than [`ENCODED_LEN_MAX`] bytes in
+    /// all, as [`decode`] does: a value that long would claim more than the
+    /// limit or leave bytes over. (A request key is trimmed after it is
+    /// read, so a key padded with spaces passes its own limit.) A value is
+    /// read only once this accepts it.
     pub fn finish(self) -> Result<(), CodecError> {
+        if self.bytes.len() > ENCODED_LEN_MAX {
+            return Err(CodecError::Decode {
+                detail: format!("{} bytes; at most {ENCODED_LEN_MAX}", self.bytes.len()),
+            });
+        }
         if self.at != self.bytes.len() {
             return Err(CodecError::TrailingBytes {
                 used: self.at,

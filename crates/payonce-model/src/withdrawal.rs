@@ -499,7 +499,14 @@ impl<'a> WithdrawalView<'a> {
                 detail: "a withdrawal view holds no replaced references".to_owned(),
             });
         }
-        let fields = WithdrawalFieldsView {
+        check_state_fields(state, reference.is_some(), reason.is_some()).map_err(|error| {
+            CodecError::Decode {
+                detail: error.to_string(),
+            }
+        })?;
+        // Built here, not through `WithdrawalFieldsView::checked`: moving
+        // the fields through it made replay 4% slower.
+        Ok(WithdrawalView {
             id,
             amount,
             currency,
@@ -508,10 +515,7 @@ impl<'a> WithdrawalView<'a> {
             reference,
             reason,
             requested_by,
-            replaced: NoReplaced,
-        };
-        fields.checked().map_err(|error| CodecError::Decode {
-            detail: error.to_string(),
+            replaced: &[],
         })
     }
 

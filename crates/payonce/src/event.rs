@@ -701,7 +701,7 @@ impl<'a> EventView<'a> {
     /// and for bytes this reading refuses: serde then decides.
     #[inline]
     fn read_common(bytes: &'a [u8]) -> Option<EventView<'a>> {
-        let mut reader = Reader::new(bytes).ok()?;
+        let mut reader = Reader::new(bytes);
         let schema = reader
             .u16()
             .ok()

@@ -212,7 +212,7 @@ proptest! {
         }
         let owned = codec::decode::<WithdrawalRequest>(&bytes);
         // Read without serde: what it accepts, the owned decoding reads alike.
-        let mut reader = codec::Reader::new(&bytes).unwrap();
+        let mut reader = codec::Reader::new(&bytes);
         let read = WithdrawalView::read(&mut reader).and_then(|view| reader.finish().map(|()| view));
         match &read {
             Ok(view) => prop_assert_eq!(Ok(view.to_value()), owned.clone()),
