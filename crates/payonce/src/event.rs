@@ -692,9 +692,7 @@ impl<'a> EventView<'a> {
         );
         Ok(event)
     }
-}
 
-impl<'a> EventView<'a> {
     /// The kinds a replay meets most (opened, created, claimed, recorded,
     /// completed), read field by field in [`Event`]'s serde order without
     /// serde, which costs more than the reading. `None` for any other kind,

@@ -178,11 +178,6 @@ fn table_hash(hash: u32) -> u64 {
 }
 
 impl<T: Named> Slots<T> {
-    /// The slot named `name`.
-    fn find(&self, texts: &Texts, hasher: &RandomState, name: &str) -> Option<u32> {
-        self.find_hashed(texts, name_hash(hasher, name), name)
-    }
-
     /// The slot named `name`, whose [`name_hash`] is `hash`.
     fn find_hashed(&self, texts: &Texts, hash: u32, name: &str) -> Option<u32> {
         let (entries, hashes) = (&self.entries, &self.hashes);
@@ -815,9 +810,7 @@ impl State {
 
     /// [`State::withdrawal`], with the id's [`name_hash`] if known.
     pub(crate) fn withdrawal_hashed(&self, id: &str, hash: Option<u32>) -> Option<Withdrawal<'_>> {
-        let hash = self.hash_of(id, hash);
-        let slot = self.withdrawals.find_hashed(&self.texts, hash, id)?;
-        Some(self.withdrawal_at(slot))
+        Some(self.withdrawal_at(self.find_withdrawal_hashed(id, hash)?))
     }
 
     /// The record in key slot `slot`; `None` if its withdrawal is
@@ -876,7 +869,12 @@ impl State {
     }
 
     fn find_withdrawal(&self, id: &str) -> Option<u32> {
-        self.withdrawals.find(&self.texts, &self.hasher, id)
+        self.find_withdrawal_hashed(id, None)
+    }
+
+    fn find_withdrawal_hashed(&self, id: &str, hash: Option<u32>) -> Option<u32> {
+        self.withdrawals
+            .find_hashed(&self.texts, self.hash_of(id, hash), id)
     }
 
     /// The number of `currency`, numbering it if new.
