@@ -124,6 +124,34 @@ pub fn decode_borrowed<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, 
 pub struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Bytes from `ascii_at` on already known to be ASCII, as text: a
+    /// record's strings mostly follow one another, apart only by lengths
+    /// and tags that are ASCII bytes too, so a few runs hold them all and
+    /// each string is a slice of one.
+    ascii: &'a str,
+    ascii_at: usize,
+}
+
+/// The length of the ASCII prefix of `bytes`, read eight bytes at a time.
+#[inline]
+fn ascii_prefix_len(bytes: &[u8]) -> usize {
+    let mut words = bytes.chunks_exact(8);
+    let mut len = 0;
+    for chunk in &mut words {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let high = u64::from_le_bytes(word) & 0x8080_8080_8080_8080;
+        if high != 0 {
+            // The first byte with its top bit set ends the prefix.
+            return len + (high.trailing_zeros() / 8) as usize;
+        }
+        len += 8;
+    }
+    len + words
+        .remainder()
+        .iter()
+        .take_while(|b| b.is_ascii())
+        .count()
 }
 
 fn malformed(what: &str, at: usize) -> CodecError {
@@ -135,7 +163,12 @@ fn malformed(what: &str, at: usize) -> CodecError {
 impl<'a> Reader<'a> {
     /// A reader at the start of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
-        Reader { bytes, at: 0 }
+        Reader {
+            bytes,
+            at: 0,
+            ascii: "",
+            ascii_at: 0,
+        }
     }
 
     /// The next `len` bytes.
@@ -221,7 +254,29 @@ impl<'a> Reader<'a> {
     pub fn str(&mut self) -> Result<&'a str, CodecError> {
         let at = self.at;
         let len = usize::try_from(self.u64()?).map_err(|_| malformed("a string too long", at))?;
-        std::str::from_utf8(self.take(len)?).map_err(|_| malformed("a string not UTF-8", at))
+        let start = self.at;
+        let bytes = self.take(len)?;
+        let in_run = |ascii: &'a str, ascii_at: usize| {
+            let from = start.checked_sub(ascii_at)?;
+            ascii.get(from..from.checked_add(len)?)
+        };
+        if let Some(text) = in_run(self.ascii, self.ascii_at) {
+            return Ok(text);
+        }
+        // A new run from this string on: one UTF-8 check for the strings
+        // it holds, where each alone was a call whose result the processor
+        // waited for.
+        let run = ascii_prefix_len(&self.bytes[start..]);
+        if run >= len
+            && let Ok(ascii) = std::str::from_utf8(&self.bytes[start..start + run])
+        {
+            self.ascii = ascii;
+            self.ascii_at = start;
+            if let Some(text) = in_run(ascii, start) {
+                return Ok(text);
+            }
+        }
+        std::str::from_utf8(bytes).map_err(|_| malformed("a string not UTF-8", at))
     }
 
     /// A string checked under `T`'s rules, as [`TextView`] deserialises it.
