@@ -261,9 +261,8 @@ fn build_log(dir: &Path, events: u64) -> (u64, f64) {
     ledger.sync().unwrap();
     drop(ledger);
     // Built without syncs, for speed, the log is left in the kernel's cache
-    // to be written back, and writing back 2 GB took CPU from the open that
-    // followed: up to half again as long. A ledger with the default
-    // durability has synced every record before it is reopened.
+    // to be written back, perhaps while the opens run. A ledger with the
+    // default durability has synced every record before it is reopened.
     sync_dir_files(dir);
     (withdrawals, text as f64 / withdrawals as f64)
 }
