@@ -96,8 +96,9 @@ fn main() {
         "| log | withdrawals | first open | events/s | best of {OPENS} opens | events/s | peak memory | resident bytes per claimed withdrawal, beyond key and id text |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for events in sizes {
-        let ledger_dir = dir.path().join(format!("replay-{events}"));
+    for (index, events) in sizes.into_iter().enumerate() {
+        // Numbered too, so a size given twice builds a second log.
+        let ledger_dir = dir.path().join(format!("replay-{index}-{events}"));
         let (withdrawals, text_bytes) = build_log(&ledger_dir, events);
         // The first open follows the build at once; the later ones read a
         // log at rest.

@@ -326,8 +326,12 @@ pub(crate) fn replay_log(
                         ahead.touch();
                     }
                     if index % READ_AHEAD_GROUP == 0 {
-                        let next_group = batch.events.iter().skip(index + READ_AHEAD_GROUP);
-                        for ahead in next_group.take(READ_AHEAD_GROUP) {
+                        // A batch's first group is read ahead as it starts.
+                        let (from, len) = match index {
+                            0 => (0, 2 * READ_AHEAD_GROUP),
+                            _ => (index + READ_AHEAD_GROUP, READ_AHEAD_GROUP),
+                        };
+                        for ahead in batch.events.iter().skip(from).take(len) {
                             state.read_ahead(ahead.names());
                         }
                     }

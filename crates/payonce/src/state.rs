@@ -188,8 +188,9 @@ impl<T: Named> Slots<T> {
             .copied()
     }
 
-    /// Reads the part of the table that finding a name whose [`name_hash`]
-    /// is `hash` reads first, and finds nothing: see [`State::read_ahead`].
+    /// Reads the control bytes that finding a name whose [`name_hash`] is
+    /// `hash` probes, as a lookup of a name not in the table does, and
+    /// finds nothing: see [`State::read_ahead`].
     fn read_ahead(&self, hash: u32) {
         std::hint::black_box(self.table.find(table_hash(hash), |_| false));
     }
@@ -854,12 +855,13 @@ impl State {
         self.find_key_hashed(key, None)
     }
 
-    /// Reads the parts of the tables that finding the names hashed in
-    /// `names` will read, and changes nothing. With millions of names the
-    /// tables are far larger than the processor's caches, and each lookup
-    /// of a name not seen lately misses them; replay reads ahead for
-    /// several events at once, so their misses overlap one another instead
-    /// of each stalling the event that needs it.
+    /// Reads the tables' control bytes that finding the names hashed in
+    /// `names` will probe (not the slots or text a match leads to), and
+    /// changes nothing. With millions of names the tables are far larger
+    /// than the processor's caches, and each lookup of a name not seen
+    /// lately misses them; replay reads ahead for several events at once,
+    /// so their misses overlap one another instead of each stalling the
+    /// event that needs it.
     pub(crate) fn read_ahead(&self, names: NameHashes) {
         if let Some(hash) = names.key {
             self.keys.read_ahead(hash);
