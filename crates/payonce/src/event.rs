@@ -214,9 +214,7 @@ impl Event {
 /// An event made ready to cross to another thread: its text copied into a
 /// [`TextArena`] shared by a batch of events, or, for the kinds replay
 /// rarely meets and what an arena cannot hold, the whole event.
-// Fields in declaration order, so `touch` reads the first and the last.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct PackedEvent {
     seq: u64,
     at: Timestamp,
@@ -307,13 +305,6 @@ impl PackedEvent {
     /// The hashes of its names, where computed.
     pub(crate) fn names(&self) -> NameHashes {
         self.names
-    }
-
-    /// Reads the event's first and last bytes and does nothing with them,
-    /// so its cache lines are loaded before it is viewed.
-    #[inline]
-    pub(crate) fn touch(&self) {
-        std::hint::black_box((self.seq, self.names.key));
     }
 
     /// Keeps `event` whole.

@@ -36,17 +36,13 @@ pub(crate) const REPLAY_BATCH_BYTES_MAX: usize = 1 << 20;
 /// about 17 MiB for the benchmark's.
 pub(crate) const REPLAY_BATCHES_AHEAD_MAX: usize = 32;
 
-/// Events ahead of the one being applied whose memory the applying thread
-/// reads early: the scanning thread wrote them, on the other core, and
-/// reading one costs a cache miss that the processor can overlap with
-/// applying the events before it.
-const TOUCH_AHEAD: usize = 4;
-
 /// Events whose names the applying thread looks up in its tables ahead of
 /// applying them (see [`State::read_ahead`]), a group at a time, one group
 /// ahead: the table misses of a group overlap, and are served while the
 /// group before it is applied. At 10M events, 10% faster than reading
 /// ahead for no event, and as fast as reading 2 events ahead one at a time.
+/// Reading each packed event's hashes also loads the event, which the
+/// scanning thread wrote on the other core, before it is applied.
 const READ_AHEAD_GROUP: usize = 8;
 
 /// Decodes the event stored as log record `seq`.
@@ -322,9 +318,6 @@ pub(crate) fn replay_log(
             let mut state = State::with_hasher(applier_hasher);
             for batch in received {
                 for (index, event) in batch.events.iter().enumerate() {
-                    if let Some(ahead) = batch.events.get(index + TOUCH_AHEAD) {
-                        ahead.touch();
-                    }
                     if index % READ_AHEAD_GROUP == 0 {
                         // A batch's first group is read ahead as it starts.
                         let (from, len) = match index {

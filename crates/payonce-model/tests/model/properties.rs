@@ -150,15 +150,9 @@ proptest! {
 
     #[test]
     fn mutated_encodings_decode_only_to_valid_values(steps in prop::collection::vec(step(), 0..12), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4)) {
-        let mut withdrawal = make("w-1");
-        for step in &steps {
-            withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
-        }
+        let withdrawal = after(&steps);
         let mut bytes = codec::encode(&withdrawal).unwrap();
-        for (index, value) in flips {
-            let at = index.index(bytes.len());
-            bytes[at] = value;
-        }
+        overwrite(&mut bytes, flips);
         if let Ok(decoded) = codec::decode::<WithdrawalRequest>(&bytes) {
             // Whatever came back passed every rule: it re-encodes and round trips.
             let again = codec::encode(&decoded).unwrap();
@@ -205,16 +199,10 @@ proptest! {
     #[test]
     fn a_view_decodes_to_the_request_the_owned_decoding_reads(steps in prop::collection::vec(step(), 0..12), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
         // Guards against borrowed decoding, serde's or the reader's, reading what the owned one would not.
-        let mut withdrawal = make("w-1");
-        for step in &steps {
-            withdrawal = apply(&withdrawal, step).unwrap_or(withdrawal);
-        }
+        let withdrawal = after(&steps);
         let mut bytes = codec::encode(&withdrawal).unwrap();
         let unchanged = bytes.clone();
-        for (index, value) in flips {
-            let at = index.index(bytes.len());
-            bytes[at] = value;
-        }
+        overwrite(&mut bytes, flips);
         let owned = codec::decode::<WithdrawalRequest>(&bytes);
         // Read without serde: what it accepts, the owned decoding reads alike.
         let mut reader = codec::Reader::new(&bytes);
@@ -245,6 +233,23 @@ proptest! {
                 );
             },
         }
+    }
+}
+
+/// Withdrawal `w-1` after `steps`, each skipped if its transition is refused.
+fn after(steps: &[Step]) -> WithdrawalRequest {
+    steps.iter().fold(make("w-1"), |withdrawal, step| {
+        apply(&withdrawal, step).unwrap_or(withdrawal)
+    })
+}
+
+/// Sets each byte `flips` names, at an index scaled to `bytes`, to its value.
+fn overwrite(bytes: &mut [u8], flips: Vec<(prop::sample::Index, u8)>) {
+    if bytes.is_empty() {
+        return;
+    }
+    for (index, value) in flips {
+        bytes[index.index(bytes.len())] = value;
     }
 }
 
@@ -352,12 +357,7 @@ proptest! {
             }
         }
         let unchanged = bytes.clone();
-        for (index, value) in flips {
-            if !bytes.is_empty() {
-                let at = index.index(bytes.len());
-                bytes[at] = value;
-            }
-        }
+        overwrite(&mut bytes, flips);
         let mut reader = codec::Reader::new(&bytes);
         let mut at = 0;
         for field in &fields {
