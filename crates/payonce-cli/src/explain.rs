@@ -214,13 +214,15 @@ pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> Strin
             outcome_words(outcome),
             hold_effect(outcome)
         ),
-        EventKind::SendRejected { key, reason } => format!(
+        EventKind::SendRejected { key, reason, .. } => format!(
             "the rail refused the send for request key {key}{} cleanly: {reason}. Nothing left \
              the account, so the hold is released; the key stays claimed with an unknown \
              outcome until an operator releases or resolves it",
             of(withdrawal)
         ),
-        EventKind::SendFailed { key, error, cause } => {
+        EventKind::SendFailed {
+            key, error, cause, ..
+        } => {
             let what = match cause {
                 FailureCause::Panic => "panicked".to_owned(),
                 FailureCause::Abandoned => "was abandoned without a result".to_owned(),
@@ -248,13 +250,15 @@ pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> Strin
             outcome_words(outcome),
             hold_effect(outcome)
         ),
-        EventKind::Released { key, note, by } => format!(
+        EventKind::Released { key, note, by, .. } => format!(
             "operator {by} released request key {key}{}, noting \"{note}\": nothing was sent, \
              so the key, its claim and its hold are gone and the withdrawal may be submitted \
              again",
             of(withdrawal)
         ),
-        EventKind::Refused { command, refusal } => {
+        EventKind::Refused {
+            command, refusal, ..
+        } => {
             let consequence = match (command, refusal) {
                 (Command::Claim { .. }, _) => "The send did not run and nothing changed",
                 (_, Refusal::InFlight { .. }) => "Nothing changed; the key is still in flight",

@@ -9,8 +9,9 @@
 //!   the field and the rule.
 //! - Borrowed views of them ([`TextView`], [`WithdrawalView`]): the same
 //!   rules over text borrowed from the bytes being decoded, for readers of
-//!   millions of records that keep little of each; [`TextArena`] copies
-//!   many views' text into one buffer, to hand them to another thread.
+//!   millions of records that keep little of each.
+//! - [`handover`]: many views' text copied into one buffer, to hand them
+//!   to another thread without checking them again.
 //! - [`Fingerprint`]: what makes two requests the same withdrawal.
 //! - [`codec`]: the one pair of functions that turns values into bytes.
 //!
@@ -37,11 +38,11 @@
 //! [`mark_sent`]: WithdrawalRequest::mark_sent
 
 mod amount;
-mod arena;
 pub mod bounded;
 pub mod codec;
 mod error;
 mod fingerprint;
+pub mod handover;
 mod text;
 mod withdrawal;
 
@@ -49,7 +50,6 @@ pub use crate::amount::{
     AMOUNT_DECIMALS_MAX, AMOUNT_DIGITS_MAX, AMOUNT_TEXT_LEN_MAX, Amount, CURRENCY_LEN_MAX,
     CURRENCY_LEN_MIN, Currency,
 };
-pub use crate::arena::{ARENA_LEN_MAX, ArenaRequest, ArenaText, TextArena};
 pub use crate::error::{Field, FieldError, Rule};
 pub use crate::fingerprint::{DIFFERENCES_MAX, Difference, Fingerprint, FingerprintField};
 pub use crate::text::{

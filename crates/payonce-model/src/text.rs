@@ -64,38 +64,9 @@ fn check_text(field: Field, value: &str, len_max: usize, blank: Blank) -> Result
     Ok(())
 }
 
-/// Whether every byte of `bytes` is printable ASCII (`b' '..=b'~'`),
-/// looked at eight at a time: most text is a few dozen bytes, too short
-/// for a vectorised loop to pay for its setup.
-#[inline]
+/// Whether every byte of `bytes` is printable ASCII (`b' '..=b'~'`).
 fn is_printable_ascii(bytes: &[u8]) -> bool {
-    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
-    /// The top bit of each byte of `word` that is not printable ASCII.
-    fn unprintable(word: u64) -> u64 {
-        // With its top bit cleared a byte is at most 0x7f: adding 0x60
-        // carries into its top bit exactly when it is at least 0x20, and
-        // adding 0x01 exactly when it is 0x7f; neither carries into the
-        // next byte. A byte with its top bit set is not ASCII.
-        let low = word & !HIGH_BITS;
-        let control = !(low + 0x6060_6060_6060_6060) & HIGH_BITS;
-        let delete = (low + 0x0101_0101_0101_0101) & HIGH_BITS;
-        (word & HIGH_BITS) | control | delete
-    }
-    let word = |chunk: &[u8]| {
-        let mut word = [0; 8];
-        word.copy_from_slice(chunk);
-        u64::from_le_bytes(word)
-    };
-    let Some(last) = bytes.len().checked_sub(8) else {
-        return bytes.iter().all(|b| (b' '..=b'~').contains(b));
-    };
-    let mut found = 0;
-    for chunk in bytes.chunks_exact(8) {
-        found |= unprintable(word(chunk));
-    }
-    // The last eight bytes, which may overlap the last word read above.
-    found |= unprintable(word(&bytes[last..]));
-    found == 0
+    bytes.iter().all(|b| (b' '..=b'~').contains(b))
 }
 
 /// Keeps [`ValidText`]'s methods to this crate: only it knows each type's

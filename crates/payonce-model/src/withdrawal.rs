@@ -6,7 +6,6 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::amount::{Amount, Currency};
-use crate::codec::{CodecError, Reader};
 use crate::error::{Field, FieldError, Rule};
 use crate::fingerprint::Fingerprint;
 use crate::text::{Actor, Destination, Reason, Reference, TextView, WithdrawalId};
@@ -461,64 +460,6 @@ impl<'a> WithdrawalFieldsView<'a> {
 }
 
 impl<'a> WithdrawalView<'a> {
-    /// Reads a view the way it deserialises, field by field, without
-    /// serde: replay reads millions. Refuses what deserialising refuses.
-    #[inline]
-    pub fn read(reader: &mut Reader<'a>) -> Result<WithdrawalView<'a>, CodecError> {
-        let id = reader.text()?;
-        let amount = reader.amount()?;
-        let currency = reader.text()?;
-        let destination = reader.text()?;
-        let state = match reader.u32()? {
-            0 => WithdrawalState::Requested,
-            1 => WithdrawalState::Approved,
-            2 => WithdrawalState::Sending,
-            3 => WithdrawalState::Sent,
-            4 => WithdrawalState::Confirmed,
-            5 => WithdrawalState::Rejected,
-            6 => WithdrawalState::Failed,
-            found => {
-                return Err(CodecError::Decode {
-                    detail: format!("withdrawal state {found} is unknown"),
-                });
-            }
-        };
-        let reference = if reader.is_some()? {
-            Some(reader.text()?)
-        } else {
-            None
-        };
-        let reason = if reader.is_some()? {
-            Some(reader.text()?)
-        } else {
-            None
-        };
-        let requested_by = reader.text()?;
-        if reader.seq_len()? != 0 {
-            return Err(CodecError::Decode {
-                detail: "a withdrawal view holds no replaced references".to_owned(),
-            });
-        }
-        check_state_fields(state, reference.is_some(), reason.is_some()).map_err(|error| {
-            CodecError::Decode {
-                detail: error.to_string(),
-            }
-        })?;
-        // Built here, not through `WithdrawalFieldsView::checked`: moving
-        // the fields through it made replay 4% slower.
-        Ok(WithdrawalView {
-            id,
-            amount,
-            currency,
-            destination,
-            state,
-            reference,
-            reason,
-            requested_by,
-            replaced: &[],
-        })
-    }
-
     /// The withdrawal's identity.
     pub fn id(&self) -> TextView<'a, WithdrawalId> {
         self.id

@@ -14,8 +14,8 @@ use rust_decimal::Decimal;
 
 use crate::error::{Divergence, LedgerError};
 use crate::event::Event;
-use crate::replay::{decode_event, rederive};
-use crate::state::{State, apply};
+use crate::replay::{Batch, apply_batch, decode_event};
+use crate::state::State;
 
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,21 +63,24 @@ pub fn verify_on(
 ) -> Result<VerifyReport, LedgerError> {
     let reader = LogReader::open(storage, config)?;
     let mut state = State::new();
+    let hasher = state.hasher().clone();
     let mut divergences = Vec::new();
+    let mut batch = Batch::new();
     let recovery = reader
         .scan(|record| {
-            let event = decode_event(record.seq, record.payload)?;
-            if let Some(divergence) = rederive(&state, &event) {
-                divergences.push(divergence);
+            batch.push(record.seq, record.payload, &hasher)?;
+            if batch.is_full() {
+                // The log is what happened: keep replaying it as written.
+                apply_batch(&mut state, &batch, &mut divergences)?;
+                batch.clear();
             }
-            // The log is what happened: keep replaying it as written.
-            apply(&mut state, &event);
             Ok(())
         })
         .map_err(|error| match error {
             OpenError::Log(error) => LedgerError::Log(error),
             OpenError::Visit(error) => error,
         })?;
+    apply_batch(&mut state, &batch, &mut divergences)?;
     Ok(VerifyReport {
         events: recovery.records,
         segments: recovery.segments,

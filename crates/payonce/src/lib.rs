@@ -66,7 +66,9 @@ pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide};
 pub use crate::error::{Divergence, LedgerError, SendFailure, SubmitError};
-pub use crate::event::{Event, EventDecodeError, EventKind, SCHEMA_VERSION, command_key};
+pub use crate::event::{
+    Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
+};
 pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN, Ticket};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{decode_event, rederive};

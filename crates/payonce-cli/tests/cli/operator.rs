@@ -313,11 +313,18 @@ fn release_drops_the_key_its_claim_and_hold_so_a_retry_sends() {
     assert_eq!(view["claimed_by"], serde_json::Value::Null);
     assert_eq!(view["held"], serde_json::Value::Null);
     match last_event(dir.path()).kind {
-        EventKind::Released { key, note, by } => {
+        EventKind::Released {
+            key,
+            withdrawal,
+            note,
+            by,
+        } => {
             assert_eq!(
                 (key.as_str(), note.as_str(), by.as_str()),
                 ("req-3", "nothing on chain", "ops-ana")
             );
+            // The event names the withdrawal the key held (schema 2 on).
+            assert_eq!(withdrawal.as_ref(), Some(scenario.failed.id()));
         }
         other => panic!("the last event is {other:?}"),
     }

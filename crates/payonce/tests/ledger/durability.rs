@@ -58,11 +58,18 @@ fn refusals_are_recorded_for_audit_and_change_nothing() {
     f.ledger().sync().unwrap();
 
     let last = events(&f.storage).pop().unwrap();
-    let EventKind::Refused { command, refusal } = &last.kind else {
+    let EventKind::Refused {
+        command,
+        refusal,
+        held,
+    } = &last.kind
+    else {
         panic!("{last:?}")
     };
     assert_eq!(Some(refusal), refused.refusal());
     assert_eq!(payonce::command_key(command).unwrap().as_str(), "req-2");
+    // req-2 held nothing when it was refused.
+    assert_eq!(held, &None);
     let after = f.ledger().state();
     crate::assert_same_projections(&before, &after);
     assert_eq!(after.refusal_count(), 1);
@@ -505,6 +512,7 @@ fn verify_of_a_send_failure_recorded_after_an_outcome_keeps_the_outcome_and_the_
         &storage,
         vec![EventKind::SendFailed {
             key: "req-1".parse().unwrap(),
+            withdrawal: Some(w.id().clone()),
             error: payonce_model::Reason::new("timeout").unwrap(),
             cause: payonce::FailureCause::Error,
         }],

@@ -1,6 +1,8 @@
-//! [`TextArena`]: validated text of many views copied end to end, so the
-//! views can be handed to another thread in one allocation and read back
-//! without being checked again.
+//! Handing borrowed values to another thread: [`TextArena`] copies the
+//! validated text of many views end to end, so the views can cross to
+//! another thread in one allocation and be read back without being checked
+//! again. A replay that decodes on one thread and applies on another uses
+//! it; nothing else in the model depends on it.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};

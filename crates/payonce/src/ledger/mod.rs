@@ -1,5 +1,8 @@
-//! The thin shell around `decide` and `apply`: one mutex orders decisions and
-//! appends, durability waits and sends happen outside it.
+//! The thin shell around `decide` and `apply`: one mutex orders decisions
+//! and appends, durability waits and sends happen outside it.
+
+mod config;
+mod ticket;
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -8,155 +11,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, LogConfig, Storage, segments_len};
-use payonce_model::{
-    Actor, Amount, Currency, Destination, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest,
-};
+use payonce_log::{FsStorage, Log, Storage, segments_len};
+use payonce_model::{Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
 
+pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
+pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
-use crate::decide::{Decision, decide};
+use crate::decide::{self, Answer};
 use crate::error::{LedgerError, SendFailure, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, replay_log};
 use crate::state::{Hold, InFlight, State, apply};
-use crate::time::{Clock, SystemClock};
-
-/// How a ledger is opened.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The log's settings, durability among them. The default is durable
-    /// and appends; `LogConfig::preallocate_len` trades availability after
-    /// a power loss for throughput (see docs/log-format.md).
-    pub log: LogConfig,
-    /// Accept withdrawal ids this ledger did not mint. Off by default: this
-    /// weakens exclusivity, since a client that mints ids can mint a second
-    /// one for the same money.
-    pub accept_foreign_ids: bool,
-    /// Append refusals to the log as audit events (on by default). They
-    /// change no projection and are not synced before returning.
-    pub log_refusals: bool,
-    /// Where events get their time.
-    pub clock: Arc<dyn Clock>,
-    /// Opening replays a log whose segment files hold at least this many
-    /// bytes on two threads, a shorter one on the opening thread, where
-    /// starting a thread costs more than it saves. Default
-    /// [`REPLAY_THREAD_MIN_LEN`]; 0 always uses two threads, `u64::MAX`
-    /// never. Either way replay decides, and refuses, alike.
-    pub replay_thread_min_len: u64,
-}
-
-/// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
-/// events.
-pub const REPLAY_THREAD_MIN_LEN: u64 = 4 << 20;
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            log: LogConfig::default(),
-            accept_foreign_ids: false,
-            log_refusals: true,
-            clock: Arc::new(SystemClock),
-            replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
-        }
-    }
-}
-
-/// A new withdrawal for [`Ledger::create`]: everything but the id, which
-/// the ledger mints.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewWithdrawal {
-    /// How much.
-    pub amount: Amount,
-    /// In what.
-    pub currency: Currency,
-    /// To where.
-    pub destination: Destination,
-    /// Who asked.
-    pub requested_by: Actor,
-}
-
-/// The answer to [`Ledger::claim`].
-#[derive(Debug)]
-#[must_use = "a granted claim must be completed, or its key stays in flight"]
-pub enum Claim {
-    /// The claim is on stable storage: send now, then
-    /// [`complete`](Ledger::complete) the ticket.
-    Granted(Ticket),
-    /// The key already has this outcome: do not send.
-    Replayed(WithdrawalRequest),
-}
-
-/// A claim on stable storage, waiting for its send's result.
-///
-/// Dropped without [`Ledger::complete`], it leaves the key in flight, records
-/// that it was abandoned, and logs a warning.
-#[must_use = "complete the ticket with what the send did"]
-pub struct Ticket {
-    ledger: Ledger,
-    key: RequestKey,
-    request: WithdrawalRequest,
-    claimed_seq: u64,
-    completed: bool,
-}
-
-impl Ticket {
-    /// The claimed key.
-    pub fn key(&self) -> &RequestKey {
-        &self.key
-    }
-    /// The request to send.
-    pub fn request(&self) -> &WithdrawalRequest {
-        &self.request
-    }
-    /// Sequence number of the claim in the log.
-    pub fn claimed_seq(&self) -> u64 {
-        self.claimed_seq
-    }
-
-    /// Records that the send's outcome is unknown, for reasons other than an
-    /// error the caller holds.
-    fn fail(&mut self, error: &str, cause: FailureCause) {
-        self.completed = true;
-        warn!(
-            key = %self.key, withdrawal = %self.request.id(), error,
-            "the send's outcome is unknown; the key stays claimed until it is resolved or released"
-        );
-        let command = Command::Complete {
-            key: self.key.clone(),
-            result: SendResult::Failed {
-                error: Reason::lossy(error),
-                cause,
-            },
-        };
-        if let Err(failure) = self.ledger.execute(&command) {
-            warn!(key = %self.key, %failure, "could not record the unknown outcome; the claim stands");
-        }
-    }
-}
-
-impl fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("key", &self.key)
-            .field("withdrawal", self.request.id())
-            .field("claimed_seq", &self.claimed_seq)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if !self.completed {
-            self.fail(
-                "the claim's ticket was dropped without being completed",
-                FailureCause::Abandoned,
-            );
-        }
-    }
-}
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
 ///
@@ -185,11 +53,11 @@ impl fmt::Debug for Ledger {
     }
 }
 
-/// What executing a command did.
-enum Executed {
-    Appended(Event),
-    Replayed(WithdrawalRequest),
-    Unchanged,
+/// What executing a decision did: appended its event as `seq`, or wrote
+/// nothing.
+enum Executed<M, N> {
+    Appended { seq: u64, meaning: M },
+    Nothing(N),
 }
 
 impl Ledger {
@@ -236,7 +104,8 @@ impl Ledger {
                 config,
             }),
         };
-        ledger.execute(&Command::Open { accept_foreign_ids })?;
+        let command = Command::Open { accept_foreign_ids };
+        ledger.execute(&command, |_| Ok(decide::open(accept_foreign_ids)))?;
         Ok(ledger)
     }
 
@@ -246,42 +115,30 @@ impl Ledger {
         self.inner.state.lock().map_err(|_| LedgerError::Poisoned)
     }
 
-    /// Decides `command`; appends and applies the event if there is one;
-    /// waits until everything the decision saw is on stable storage.
-    fn execute(&self, command: &Command) -> Result<Executed, LedgerError> {
+    /// Decides with `decide` under the lock; appends and applies the event
+    /// its answer holds, if any; waits until everything the decision saw is
+    /// on stable storage. A refusal of `command` is recorded for audit.
+    fn execute<M, N>(
+        &self,
+        command: &Command,
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+    ) -> Result<Executed<M, N>, LedgerError> {
         let mut state = self.lock_state()?;
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
         self.inner.log.check()?;
-        let decision = match decide(&state, command) {
-            Ok(decision) => decision,
-            Err(refusal) => {
-                info!(%refusal, "refused");
-                if self.inner.config.log_refusals {
-                    let kind = EventKind::Refused {
-                        command: command.clone(),
-                        refusal: refusal.clone(),
-                    };
-                    // The refusal stands whether or not its audit record lands.
-                    if let Err(error) = self.append(&mut state, kind) {
-                        warn!(%error, %refusal, "could not record a refusal in the log");
-                    }
-                }
-                return Err(LedgerError::Refused(refusal));
-            }
+        let executed = match decide(&state) {
+            Ok(Answer::Append { event, meaning }) => Executed::Appended {
+                seq: self.append(&mut state, event)?,
+                meaning,
+            },
+            Ok(Answer::Nothing(reason)) => Executed::Nothing(reason),
+            Err(refusal) => return Err(self.refuse(&mut state, command, refusal)),
         };
-        let (executed, wait_for) = match decision {
-            Decision::Append(kind) => {
-                let event = self.append(&mut state, kind)?;
-                let seq = event.seq;
-                (Executed::Appended(event), seq)
-            }
-            // A replayed outcome may have been appended a moment ago by
-            // another thread that is still waiting for it to be synced:
-            // nothing is acknowledged before it is durable.
-            Decision::Replay(outcome) => (Executed::Replayed(outcome), state.last_seq()),
-            Decision::Unchanged => (Executed::Unchanged, state.last_seq()),
-        };
+        // A replayed outcome may have been appended a moment ago by another
+        // thread that is still waiting for it to be synced: nothing is
+        // acknowledged before it is durable.
+        let wait_for = state.last_seq();
         drop(state);
         if wait_for > 0 {
             self.inner.log.wait_durable(wait_for)?;
@@ -289,9 +146,24 @@ impl Ledger {
         Ok(executed)
     }
 
-    /// Appends `kind` as the next event and applies it. Called with the state
-    /// locked, so the event's number is the log's next.
-    fn append(&self, state: &mut State, kind: EventKind) -> Result<Event, LedgerError> {
+    /// Records the refusal of `command` for audit, if refusals are logged,
+    /// and returns it as the error.
+    fn refuse(&self, state: &mut State, command: &Command, refusal: Refusal) -> LedgerError {
+        info!(%refusal, "refused");
+        if self.inner.config.log_refusals {
+            let kind = decide::refused(state, command, &refusal);
+            // The refusal stands whether or not its audit record lands.
+            if let Err(error) = self.append(state, kind) {
+                warn!(%error, %refusal, "could not record a refusal in the log");
+            }
+        }
+        LedgerError::Refused(refusal)
+    }
+
+    /// Appends `kind` as the next event and applies it; returns its number.
+    /// Called with the state locked, so the event's number is the log's
+    /// next.
+    fn append(&self, state: &mut State, kind: EventKind) -> Result<u64, LedgerError> {
         let event = Event {
             schema: SCHEMA_VERSION,
             seq: state.last_seq() + 1,
@@ -305,7 +177,7 @@ impl Ledger {
             "the log numbered an event differently from the ledger"
         );
         apply(state, &event);
-        Ok(event)
+        Ok(seq)
     }
 
     /// Mints an id for a new withdrawal and records it. The returned request
@@ -319,19 +191,28 @@ impl Ledger {
         } = new;
         let command = Command::Create {
             amount,
-            currency,
-            destination,
-            requested_by,
+            currency: currency.clone(),
+            destination: destination.clone(),
+            requested_by: requested_by.clone(),
         };
-        match self.execute(&command)? {
-            Executed::Appended(Event {
-                kind: EventKind::Created { withdrawal },
+        let decided = |state: &State| {
+            Ok(decide::create(
+                state,
+                amount,
+                &currency,
+                &destination,
+                &requested_by,
+            ))
+        };
+        match self.execute(&command, decided)? {
+            Executed::Appended {
+                meaning: withdrawal,
                 ..
-            }) => {
+            } => {
                 info!(withdrawal = %withdrawal.id(), "created");
                 Ok(withdrawal)
             }
-            other => unexpected(other),
+            Executed::Nothing(never) => match never {},
         }
     }
 
@@ -348,22 +229,21 @@ impl Ledger {
             key: key.clone(),
             request: request.clone(),
         };
-        match self.execute(&command)? {
-            Executed::Appended(event) => {
-                info!(seq = event.seq, "claimed");
+        match self.execute(&command, |state| decide::claim(state, &key, &request))? {
+            Executed::Appended { seq, .. } => {
+                info!(seq, "claimed");
                 Ok(Claim::Granted(Ticket {
                     ledger: self.clone(),
                     key,
                     request,
-                    claimed_seq: event.seq,
+                    claimed_seq: seq,
                     completed: false,
                 }))
             }
-            Executed::Replayed(outcome) => {
+            Executed::Nothing(outcome) => {
                 info!(state = %outcome.state(), "replayed");
                 Ok(Claim::Replayed(outcome))
             }
-            other @ Executed::Unchanged => unexpected(other),
         }
     }
 
@@ -383,88 +263,112 @@ impl Ledger {
         let withdrawal = ticket.request.id().clone();
         let span = info_span!("complete", key = %key, withdrawal = %withdrawal);
         let _entered = span.enter();
-        let (result, send_error) = match result {
-            Ok(outcome) => (SendResult::Sent(outcome), None),
-            Err(SendFailure::Rejected(reason)) => (SendResult::Rejected(reason), None),
+        match result {
+            Ok(outcome) => self.complete_sent(key, outcome),
+            Err(SendFailure::Rejected(reason)) => self.complete_rejected(key, withdrawal, reason),
             Err(SendFailure::Failed(error)) => {
                 let text = Reason::lossy(&error.to_string());
-                (
-                    SendResult::Failed {
-                        error: text,
-                        cause: FailureCause::Error,
-                    },
-                    Some(error),
-                )
+                let result = SendResult::Failed {
+                    error: text.clone(),
+                    cause: FailureCause::Error,
+                };
+                let command = Command::Complete {
+                    key: key.clone(),
+                    result,
+                };
+                let decided = |state: &State| {
+                    decide::complete_failed(state, &key, &text, &FailureCause::Error)
+                };
+                match self.execute(&command, decided) {
+                    Ok(_) => warn!(
+                        key = %key, withdrawal = %withdrawal, error = %text,
+                        "the send's outcome is unknown; the key stays claimed until it is resolved"
+                    ),
+                    Err(cause) => warn!(
+                        key = %key, withdrawal = %withdrawal, %cause,
+                        "the send failed and recording it failed too; the claim stands"
+                    ),
+                }
+                Err(SubmitError::Send(error))
             }
-        };
+        }
+    }
+
+    /// The send for `key` returned `outcome`: recorded before it is
+    /// returned, unless it is another withdrawal than the claimed one.
+    fn complete_sent<E>(
+        &self,
+        key: RequestKey,
+        outcome: WithdrawalRequest,
+    ) -> Result<WithdrawalRequest, SubmitError<E>> {
         let command = Command::Complete {
             key: key.clone(),
-            result: result.clone(),
+            result: SendResult::Sent(outcome.clone()),
         };
-        let executed = self.execute(&command);
-        match (executed, &result, send_error) {
-            (Ok(Executed::Appended(event)), _, send_error) => match event.kind {
-                EventKind::Completed { outcome, .. } => {
-                    info!(state = %outcome.state(), "outcome recorded");
-                    Ok(outcome)
-                }
-                EventKind::SendRejected { reason, .. } => {
-                    warn!(
-                        key = %key,
-                        withdrawal = %withdrawal,%reason, "the rail refused; hold released, the key stays claimed until released or resolved");
-                    Err(SubmitError::Rejected {
-                        key,
-                        withdrawal,
-                        reason,
-                    })
-                }
-                EventKind::SendFailed {
-                    cause: FailureCause::OutcomeMismatch { differences, .. },
-                    error,
-                    ..
-                } => {
-                    warn!(
-                        key = %key,
-                        withdrawal = %withdrawal,%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
-                    Err(SubmitError::Ledger(LedgerError::Refused(
-                        Refusal::OutcomeMismatch { key, differences },
-                    )))
-                }
-                EventKind::SendFailed { error, .. } => {
-                    warn!(
-                        key = %key,
-                        withdrawal = %withdrawal,%error, "the send's outcome is unknown; the key stays claimed until it is resolved");
-                    match send_error {
-                        Some(send_error) => Err(SubmitError::Send(send_error)),
-                        None => unexpected_event(),
-                    }
-                }
-                _ => unexpected_event(),
-            },
-            (Ok(other), ..) => unexpected(other),
-            (Err(cause), SendResult::Sent(outcome), _) => {
-                warn!(key = %key, withdrawal = %withdrawal, %cause, "the send succeeded but its outcome could not be recorded; the key stays in flight");
+        let decided = |state: &State| decide::complete_sent(state, &key, &outcome);
+        match self.execute(&command, decided) {
+            Ok(Executed::Appended { meaning, .. }) if meaning.is_empty() => {
+                info!(state = %outcome.state(), "outcome recorded");
+                Ok(outcome)
+            }
+            Ok(Executed::Appended {
+                meaning: differences,
+                ..
+            }) => {
+                warn!(
+                    key = %key, withdrawal = %outcome.id(), ?differences,
+                    "the send returned another withdrawal; the key stays claimed until it is resolved"
+                );
+                Err(SubmitError::Ledger(LedgerError::Refused(
+                    Refusal::OutcomeMismatch { key, differences },
+                )))
+            }
+            Ok(Executed::Nothing(never)) => match never {},
+            Err(cause) => {
+                warn!(
+                    key = %key, withdrawal = %outcome.id(), %cause,
+                    "the send succeeded but its outcome could not be recorded; the key stays in flight"
+                );
                 Err(SubmitError::Unrecorded {
                     key,
-                    outcome: Box::new(outcome.clone()),
+                    outcome: Box::new(outcome),
                     cause: Box::new(cause),
                 })
             }
-            (Err(cause), SendResult::Rejected(reason), _) => {
-                // `Rejected` promises a released hold; the release never
-                // reached the disk, so the caller hears of the failure.
-                warn!(
-                    key = %key, withdrawal = %withdrawal, %cause, %reason,
-                    "the rail refused, but recording it failed: the hold stays until the key is released"
-                );
-                Err(SubmitError::Ledger(cause))
-            }
-            (Err(cause), _, Some(send_error)) => {
-                warn!(key = %key, withdrawal = %withdrawal, %cause, "the send failed and recording it failed too; the claim stands");
-                Err(SubmitError::Send(send_error))
-            }
-            (Err(cause), ..) => Err(SubmitError::Ledger(cause)),
         }
+    }
+
+    /// The rail refused the send for `key` cleanly: recorded, which
+    /// releases the hold.
+    fn complete_rejected<E>(
+        &self,
+        key: RequestKey,
+        withdrawal: WithdrawalId,
+        reason: Reason,
+    ) -> Result<WithdrawalRequest, SubmitError<E>> {
+        let command = Command::Complete {
+            key: key.clone(),
+            result: SendResult::Rejected(reason.clone()),
+        };
+        let decided = |state: &State| decide::complete_rejected(state, &key, &reason);
+        if let Err(cause) = self.execute(&command, decided) {
+            // `Rejected` promises a released hold; the release never
+            // reached the disk, so the caller hears of the failure.
+            warn!(
+                key = %key, withdrawal = %withdrawal, %cause, %reason,
+                "the rail refused, but recording it failed: the hold stays until the key is released"
+            );
+            return Err(SubmitError::Ledger(cause));
+        }
+        warn!(
+            key = %key, withdrawal = %withdrawal, %reason,
+            "the rail refused; hold released, the key stays claimed until released or resolved"
+        );
+        Err(SubmitError::Rejected {
+            key,
+            withdrawal,
+            reason,
+        })
     }
 
     /// Submits `request` under `key`: claims, sends, records the outcome.
@@ -517,20 +421,16 @@ impl Ledger {
         let key = RequestKey::new(key)?;
         let span = info_span!("record", key = %key, withdrawal = %request.id());
         let _entered = span.enter();
-        match self.execute(&Command::Record { key, request })? {
-            Executed::Appended(Event {
-                kind: EventKind::Recorded { request, .. },
-                ..
-            }) => {
-                info!(state = %request.state(), "recorded");
-                Ok(request)
-            }
-            Executed::Replayed(outcome) => {
-                info!(state = %outcome.state(), "replayed");
-                Ok(outcome)
-            }
-            other => unexpected(other),
-        }
+        let command = Command::Record {
+            key: key.clone(),
+            request: request.clone(),
+        };
+        let outcome = match self.execute(&command, |state| decide::record(state, &key, &request))? {
+            Executed::Appended { .. } => request,
+            Executed::Nothing(outcome) => outcome,
+        };
+        info!(state = %outcome.state(), "recorded");
+        Ok(outcome)
     }
 
     /// An operator's "I looked; here is what happened": closes `key` with
@@ -547,15 +447,16 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("resolve", key = %key, withdrawal = %outcome.id());
         let _entered = span.enter();
-        match self.execute(&Command::Resolve {
-            key,
-            outcome,
-            note,
-            by,
-        })? {
-            Executed::Appended(_) => info!("resolved"),
-            Executed::Unchanged => info!("already resolved with this outcome"),
-            other @ Executed::Replayed(_) => return unexpected(other),
+        let command = Command::Resolve {
+            key: key.clone(),
+            outcome: outcome.clone(),
+            note: note.clone(),
+            by: by.clone(),
+        };
+        let decided = |state: &State| decide::resolve(state, &key, &outcome, &note, &by);
+        match self.execute(&command, decided)? {
+            Executed::Appended { .. } => info!("resolved"),
+            Executed::Nothing(_) => info!("already resolved with this outcome"),
         }
         Ok(())
     }
@@ -568,10 +469,14 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("release", key = %key);
         let _entered = span.enter();
-        match self.execute(&Command::Release { key, note, by })? {
-            Executed::Appended(_) => info!("released"),
-            Executed::Unchanged => info!("unknown key; nothing to release"),
-            other @ Executed::Replayed(_) => return unexpected(other),
+        let command = Command::Release {
+            key: key.clone(),
+            note: note.clone(),
+            by: by.clone(),
+        };
+        match self.execute(&command, |state| decide::release(state, &key, &note, &by))? {
+            Executed::Appended { .. } => info!("released"),
+            Executed::Nothing(_) => info!("unknown key; nothing to release"),
         }
         Ok(())
     }
@@ -649,19 +554,4 @@ fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     } else {
         "a panic without a message".to_owned()
     }
-}
-
-#[track_caller]
-fn unexpected<T>(executed: Executed) -> T {
-    let what = match executed {
-        Executed::Appended(event) => format!("appended {:?}", event.kind),
-        Executed::Replayed(_) => "a replay".to_owned(),
-        Executed::Unchanged => "no change".to_owned(),
-    };
-    unreachable!("decide answered this command with {what}")
-}
-
-#[track_caller]
-fn unexpected_event<T>() -> T {
-    unreachable!("decide answered a completion with an event of another kind")
 }

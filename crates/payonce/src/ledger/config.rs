@@ -1,0 +1,62 @@
+//! How a ledger is opened, and what a new withdrawal needs.
+
+use std::sync::Arc;
+
+use payonce_log::LogConfig;
+use payonce_model::{Actor, Amount, Currency, Destination};
+
+use crate::time::{Clock, SystemClock};
+
+/// How a ledger is opened.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The log's settings, durability among them. The default is durable
+    /// and appends; `LogConfig::preallocate_len` trades availability after
+    /// a power loss for throughput (see docs/log-format.md).
+    pub log: LogConfig,
+    /// Accept withdrawal ids this ledger did not mint. Off by default: this
+    /// weakens exclusivity, since a client that mints ids can mint a second
+    /// one for the same money.
+    pub accept_foreign_ids: bool,
+    /// Append refusals to the log as audit events (on by default). They
+    /// change no projection and are not synced before returning.
+    pub log_refusals: bool,
+    /// Where events get their time.
+    pub clock: Arc<dyn Clock>,
+    /// Opening replays a log whose segment files hold at least this many
+    /// bytes on two threads, a shorter one on the opening thread, where
+    /// starting a thread costs more than it saves. Default
+    /// [`REPLAY_THREAD_MIN_LEN`]; 0 always uses two threads, `u64::MAX`
+    /// never. Either way replay decides, and refuses, alike.
+    pub replay_thread_min_len: u64,
+}
+
+/// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
+/// events.
+pub const REPLAY_THREAD_MIN_LEN: u64 = 4 << 20;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            log: LogConfig::default(),
+            accept_foreign_ids: false,
+            log_refusals: true,
+            clock: Arc::new(SystemClock),
+            replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
+        }
+    }
+}
+
+/// A new withdrawal for [`Ledger::create`](crate::Ledger::create):
+/// everything but the id, which the ledger mints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWithdrawal {
+    /// How much.
+    pub amount: Amount,
+    /// In what.
+    pub currency: Currency,
+    /// To where.
+    pub destination: Destination,
+    /// Who asked.
+    pub requested_by: Actor,
+}

@@ -1,0 +1,219 @@
+//! Batches: the events a replay decodes together and applies together, in
+//! a form that crosses threads. A batch keeps its events' text in one
+//! [`TextArena`] and each event packed beside it with the hashes of the
+//! names it looks up, computed by whichever thread decoded it; kinds the
+//! arena does not hold (refusals, send results, operator actions, a bumped
+//! withdrawal) are kept whole. Replay alone reads this format.
+
+use payonce_model::RequestKey;
+use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
+
+use crate::error::LedgerError;
+use crate::event::{Event, EventView, KindView};
+use crate::state::{NameHasher, Names};
+use crate::time::Timestamp;
+
+/// Records in one batch: large enough that handing a batch to another
+/// thread costs little per record.
+pub(crate) const BATCH_LEN: usize = 2048;
+
+/// Bytes of records after which a batch is full even if it holds fewer
+/// than [`BATCH_LEN`], so large records do not make large batches.
+pub(crate) const BATCH_BYTES_MAX: usize = 1 << 20;
+
+/// Events decoded together: their text in one arena, so a batch costs a
+/// few allocations however many events and strings it holds.
+pub(crate) struct Batch {
+    pub(super) text: TextArena,
+    pub(super) events: Vec<PackedEvent>,
+    /// Encoded bytes of the events.
+    bytes: usize,
+}
+
+/// An event of a batch.
+#[derive(Debug)]
+pub(super) struct PackedEvent {
+    schema: u16,
+    seq: u64,
+    at: Timestamp,
+    kind: PackedKind,
+    /// The hashes of the names it looks up ([`Names::texts`]).
+    hashes: [Option<u32>; 2],
+}
+
+#[derive(Debug)]
+enum PackedKind {
+    Opened {
+        accept_foreign_ids: bool,
+    },
+    Created {
+        withdrawal: ArenaRequest,
+    },
+    Claimed {
+        key: ArenaText<RequestKey>,
+        request: ArenaRequest,
+    },
+    Recorded {
+        key: ArenaText<RequestKey>,
+        request: ArenaRequest,
+    },
+    Completed {
+        key: ArenaText<RequestKey>,
+        outcome: ArenaRequest,
+    },
+    Whole(Box<Event>),
+}
+
+impl Batch {
+    /// An empty batch with room for [`BATCH_LEN`] events of the usual size;
+    /// a batch of larger ones grows.
+    pub(crate) fn new() -> Self {
+        Batch {
+            text: TextArena::with_capacity(BATCH_LEN * 256),
+            events: Vec::with_capacity(BATCH_LEN),
+            bytes: 0,
+        }
+    }
+
+    /// Empties the batch, keeping its memory.
+    pub(crate) fn clear(&mut self) {
+        self.text.clear();
+        self.events.clear();
+        self.bytes = 0;
+    }
+
+    /// Whether the batch should be applied before another event is added.
+    pub(crate) fn is_full(&self) -> bool {
+        self.events.len() >= BATCH_LEN || self.bytes >= BATCH_BYTES_MAX
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Decodes log record `seq` into the batch, hashing its names with
+    /// `hasher`: borrowed and packed when it can be, else whole (which also
+    /// reports why a record does not decode).
+    pub(crate) fn push(
+        &mut self,
+        seq: u64,
+        payload: &[u8],
+        hasher: &NameHasher,
+    ) -> Result<(), LedgerError> {
+        let event = match EventView::decode(payload) {
+            Ok(event) => {
+                check_seq(seq, event.seq)?;
+                pack(&event, &mut self.text, hasher)
+            }
+            Err(_) => None,
+        };
+        let event = match event {
+            Some(event) => event,
+            None => PackedEvent::whole(decode_event(seq, payload)?, hasher),
+        };
+        self.events.push(event);
+        self.bytes += payload.len();
+        Ok(())
+    }
+}
+
+/// Decodes the event stored as log record `seq`.
+pub fn decode_event(seq: u64, payload: &[u8]) -> Result<Event, LedgerError> {
+    let event = Event::decode(payload).map_err(|error| LedgerError::BadEvent { seq, error })?;
+    check_seq(seq, event.seq)?;
+    Ok(event)
+}
+
+fn check_seq(seq: u64, found: u64) -> Result<(), LedgerError> {
+    if found != seq {
+        return Err(LedgerError::MisplacedEvent { seq, found });
+    }
+    Ok(())
+}
+
+/// The hashes of the names `kind` looks up.
+fn hashes(kind: &KindView<'_>, hasher: &NameHasher) -> [Option<u32>; 2] {
+    Names::texts(kind).map(|text| text.map(|text| hasher.hash(text)))
+}
+
+/// Copies `view`'s text into `arena`. `None` for the kinds an arena does
+/// not hold: the caller keeps the whole event.
+fn pack(view: &EventView<'_>, arena: &mut TextArena, hasher: &NameHasher) -> Option<PackedEvent> {
+    let kind = match &view.kind {
+        KindView::Opened { accept_foreign_ids } => PackedKind::Opened {
+            accept_foreign_ids: *accept_foreign_ids,
+        },
+        KindView::Created { withdrawal } => PackedKind::Created {
+            withdrawal: arena.push_request(withdrawal)?,
+        },
+        KindView::Claimed { key, request } => PackedKind::Claimed {
+            key: arena.push(*key),
+            request: arena.push_request(request)?,
+        },
+        KindView::Recorded { key, request } => PackedKind::Recorded {
+            key: arena.push(*key),
+            request: arena.push_request(request)?,
+        },
+        KindView::Completed { key, outcome } => PackedKind::Completed {
+            key: arena.push(*key),
+            outcome: arena.push_request(outcome)?,
+        },
+        _ => return None,
+    };
+    Some(PackedEvent {
+        schema: view.schema,
+        seq: view.seq,
+        at: view.at,
+        kind,
+        hashes: hashes(&view.kind, hasher),
+    })
+}
+
+impl PackedEvent {
+    fn whole(event: Event, hasher: &NameHasher) -> PackedEvent {
+        PackedEvent {
+            schema: event.schema,
+            seq: event.seq,
+            at: event.at,
+            hashes: hashes(&event.kind.view(), hasher),
+            kind: PackedKind::Whole(Box::new(event)),
+        }
+    }
+
+    /// The hashes of the names it looks up.
+    pub(super) fn hashes(&self) -> [Option<u32>; 2] {
+        self.hashes
+    }
+
+    /// The event, borrowed from itself and from the arena it was packed
+    /// into.
+    pub(super) fn view<'a>(&'a self, arena: &'a TextArena) -> EventView<'a> {
+        let kind = match &self.kind {
+            PackedKind::Opened { accept_foreign_ids } => KindView::Opened {
+                accept_foreign_ids: *accept_foreign_ids,
+            },
+            PackedKind::Created { withdrawal } => KindView::Created {
+                withdrawal: arena.request(withdrawal),
+            },
+            PackedKind::Claimed { key, request } => KindView::Claimed {
+                key: arena.get(*key),
+                request: arena.request(request),
+            },
+            PackedKind::Recorded { key, request } => KindView::Recorded {
+                key: arena.get(*key),
+                request: arena.request(request),
+            },
+            PackedKind::Completed { key, outcome } => KindView::Completed {
+                key: arena.get(*key),
+                outcome: arena.request(outcome),
+            },
+            PackedKind::Whole(event) => return event.view(),
+        };
+        EventView {
+            schema: self.schema,
+            seq: self.seq,
+            at: self.at,
+            kind,
+        }
+    }
+}

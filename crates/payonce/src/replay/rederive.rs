@@ -1,0 +1,106 @@
+//! Re-derivation: whether `decide`, asked again from the state before an
+//! event, records exactly that event. A log the code would not have
+//! written is caught rather than believed.
+//!
+//! The recorded event is judged itself, by the judge functions that judge
+//! a caller's proposal, so every field the judgement reads is checked
+//! against the state, and what an event derives from the state (a minted
+//! id, the withdrawal a key holds) is compared with what the judgement
+//! derives now. Only refusals and send failures listing another
+//! withdrawal have their proposal rebuilt, since their event is not the
+//! proposal itself.
+
+use payonce_model::{TextView, WithdrawalId};
+
+use crate::command::FailureCause;
+use crate::decide::judge::{self, ClaimVerdict, CloseVerdict};
+use crate::decide::{Decision, decide};
+use crate::error::Divergence;
+use crate::event::{Event, EventView, KindView, SCHEMA_NAMING_HELD};
+use crate::state::{Prefetched, Record, State};
+
+/// Asks `decide` again, from `state`, for the command behind `event`.
+/// `None` when it agrees with what was recorded.
+pub fn rederive(state: &State, event: &Event) -> Option<Divergence> {
+    let view = event.view();
+    let found = state.prefetch(&state.names(&view.kind));
+    rederive_prefetched(state, &view, &found)
+}
+
+/// [`rederive`], with what the event touches found already.
+pub(crate) fn rederive_prefetched(
+    state: &State,
+    event: &EventView<'_>,
+    found: &Prefetched<'_>,
+) -> Option<Divergence> {
+    if decides_again(state, event, found) {
+        return None;
+    }
+    let recorded = event.kind.to_value();
+    Some(Divergence {
+        seq: event.seq,
+        recomputed: decide(state, &recorded.command()),
+        recorded,
+    })
+}
+
+fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -> bool {
+    let schema = event.schema;
+    match &event.kind {
+        KindView::Opened { .. } => true,
+        KindView::Created { withdrawal } => judge::created(state, *withdrawal),
+        KindView::Claimed { key, request } | KindView::Recorded { key, request } => matches!(
+            judge::claim(state, found, *key, *request),
+            Ok(ClaimVerdict::Grant)
+        ),
+        KindView::Completed { key, outcome } => {
+            judge::completion(state, found, *key, Some(*outcome))
+                .is_ok_and(|verdict| verdict.differences.is_empty())
+        }
+        KindView::SendFailed { cause, .. }
+            if matches!(**cause, FailureCause::OutcomeMismatch { .. }) =>
+        {
+            let recorded = event.kind.to_value();
+            decide(state, &recorded.command()) == Ok(Decision::Append(recorded))
+        }
+        KindView::SendRejected {
+            key, withdrawal, ..
+        }
+        | KindView::SendFailed {
+            key, withdrawal, ..
+        } => judge::completion(state, found, *key, None)
+            .is_ok_and(|verdict| derived(schema, *withdrawal, Some(verdict.record))),
+        KindView::Resolved { key, outcome, .. } => matches!(
+            judge::resolution(state, found, *key, *outcome),
+            Ok(CloseVerdict::Close(_))
+        ),
+        KindView::Released {
+            key, withdrawal, ..
+        } => match judge::release(state, found, *key) {
+            Ok(CloseVerdict::Close(record)) => derived(schema, *withdrawal, record),
+            _ => false,
+        },
+        KindView::Refused {
+            command,
+            refusal,
+            held,
+        } => {
+            decide(state, command).as_ref() == Err(&**refusal)
+                && derived(schema, *held, judge::held(state, found))
+        }
+    }
+}
+
+/// Whether `recorded`, a withdrawal an event of `schema` names because a
+/// key holds it, is the one `record`'s key holds now. Schemas before
+/// [`SCHEMA_NAMING_HELD`] recorded none.
+fn derived(
+    schema: u16,
+    recorded: Option<TextView<'_, WithdrawalId>>,
+    record: Option<Record<'_>>,
+) -> bool {
+    if schema < SCHEMA_NAMING_HELD {
+        return recorded.is_none();
+    }
+    recorded.map(|id| id.as_str()) == record.map(|record| record.withdrawal_str())
+}

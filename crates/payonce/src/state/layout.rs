@@ -1,0 +1,331 @@
+//! How the state is laid out in memory, apart from what it means: every
+//! claimed withdrawal of the ledger's life stays in memory, so the layout
+//! is about bytes.
+//!
+//! - [`Texts`]: every piece of text (keys, ids, destinations, references,
+//!   reasons, requesters) end to end in one buffer; slots refer to it by
+//!   offset and length ([`TextRef`]). An owned string per field would cost
+//!   an allocation header and a pointer each.
+//! - [`Slots`]: fixed-size entries of one kind, numbered and reused once
+//!   freed, and a hash table of the numbers in use that finds an entry by
+//!   the text it is named by. A map of owned keys would cost a wide entry
+//!   per slot of spare capacity.
+//! - [`KeySlot`] and [`WithdrawalSlot`]: the two kinds of entries.
+//! - [`NameHasher`]: how names are hashed, so a name can be hashed once,
+//!   on any thread, for every lookup an event makes.
+
+use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroU16;
+
+use hashbrown::HashTable;
+use payonce_model::{Amount, FieldError, WithdrawalState};
+
+use crate::time::Timestamp;
+
+/// Most keys, and most withdrawals, the state can hold at once: slots are
+/// numbered with 32 bits. Each costs memory long before this.
+pub const SLOTS_MAX: usize = u32::MAX as usize;
+
+/// Text freed by releases that the buffer may hold before it is compacted:
+/// at least this many bytes, and at least as many as are still in use.
+pub(super) const GARBAGE_MIN: usize = 1 << 20;
+
+/// Where a piece of text sits in [`Texts`]: a 48-bit offset and a length.
+/// Validated text is never empty, which leaves `Option<TextRef>` its niche.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TextRef {
+    offset_low: u32,
+    offset_high: u16,
+    len: NonZeroU16,
+}
+
+/// Every piece of text the state holds, end to end. Text is appended and
+/// never moved, except by [`Texts::compacted`]; freed text is only counted.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Texts {
+    pub(super) buffer: String,
+    pub(super) garbage: usize,
+}
+
+impl Texts {
+    pub(super) fn push(&mut self, text: &str) -> TextRef {
+        let offset = self.buffer.len();
+        // Validated text is at most a few KiB and never empty; a buffer of
+        // 2^48 bytes would not fit in memory.
+        let len = u16::try_from(text.len())
+            .ok()
+            .and_then(NonZeroU16::new)
+            .unwrap_or_else(|| panic!("text of {} bytes kept in the state", text.len()));
+        assert!(
+            offset >> 48 == 0,
+            "the state's text buffer outgrew 48-bit offsets"
+        );
+        self.buffer.push_str(text);
+        TextRef {
+            offset_low: offset as u32,
+            offset_high: (offset >> 32) as u16,
+            len,
+        }
+    }
+
+    pub(super) fn get(&self, at: TextRef) -> &str {
+        let start = (usize::from(at.offset_high) << 32) | at.offset_low as usize;
+        &self.buffer[start..start + usize::from(at.len.get())]
+    }
+
+    pub(super) fn free(&mut self, at: TextRef) {
+        self.garbage += usize::from(at.len.get());
+    }
+
+    pub(super) fn free_option(&mut self, at: Option<TextRef>) {
+        if let Some(at) = at {
+            self.free(at);
+        }
+    }
+
+    /// Whether enough text has been freed that copying out what is still
+    /// in use pays for itself.
+    pub(super) fn wants_compacting(&self) -> bool {
+        self.garbage >= GARBAGE_MIN && self.garbage * 2 >= self.buffer.len()
+    }
+
+    /// A buffer holding only the text still in use: `live` calls its
+    /// argument with every reference in use, which it moves into the new
+    /// buffer. The text of a ledger whose keys are released or retried for
+    /// years so stops growing; amortised over the frees that earned it,
+    /// a few bytes each.
+    pub(super) fn compacted(&self, live: impl FnOnce(&mut dyn FnMut(&mut TextRef))) -> Texts {
+        let used = self.buffer.len() - self.garbage;
+        let mut texts = Texts {
+            buffer: String::with_capacity(used),
+            garbage: 0,
+        };
+        live(&mut |at: &mut TextRef| *at = texts.push(self.get(*at)));
+        assert_eq!(
+            texts.buffer.len(),
+            used,
+            "compaction kept other text than was in use"
+        );
+        texts
+    }
+}
+
+/// Builds a model value back from text the state stored. The text passed
+/// the same rules when it was stored, and a slot's text stays where its
+/// slot says until the slot is freed, so it passes again.
+pub(super) fn stored<'t, T>(
+    text: &'t str,
+    parse: impl FnOnce(&'t str) -> Result<T, FieldError>,
+) -> T {
+    match parse(text) {
+        Ok(value) => value,
+        Err(error) => panic!("text {text:?} was valid when stored and now is not: {error}"),
+    }
+}
+
+/// Hashes names (request keys and withdrawal ids, which come from clients)
+/// with a keyed hash, so nobody can choose colliding ones. Clones hash
+/// alike: replay hashes an event's names on the thread that decodes it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameHasher(RandomState);
+
+impl NameHasher {
+    /// The 32 bits of `name`'s hash that a slot keeps.
+    pub(crate) fn hash(&self, name: &str) -> u32 {
+        // Any 32 bits of SipHash's output are as good as any other.
+        self.0.hash_one(name) as u32
+    }
+}
+
+/// The table's hash of a kept 32-bit hash. The table places an entry by the
+/// low bits of its hash and tells entries of one group apart by the top 7;
+/// with the 32 bits in both halves, the two are independent up to 2^25
+/// buckets, and beyond that only tell apart less well.
+fn table_hash(hash: u32) -> u64 {
+    u64::from(hash) << 32 | u64::from(hash)
+}
+
+/// An entry named by a piece of text: a key by the key, a withdrawal by
+/// its id.
+pub(super) trait NamedEntry {
+    fn name(&self) -> TextRef;
+}
+
+/// Entries of one kind, numbered, reused once freed, and a hash table of
+/// the numbers in use that finds an entry by the text it is named by.
+#[derive(Clone)]
+pub(super) struct Slots<T> {
+    pub(super) entries: Vec<T>,
+    /// The hash of each entry's name, beside it: growing the table moves
+    /// every entry by its hash, and hashing every name again (text spread
+    /// over the whole buffer) cost a sixth of a replay. 32 bits of it, 4
+    /// bytes an entry.
+    hashes: Vec<u32>,
+    pub(super) free: Vec<u32>,
+    table: HashTable<u32>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            entries: Vec::new(),
+            hashes: Vec::new(),
+            free: Vec::new(),
+            table: HashTable::new(),
+        }
+    }
+}
+
+impl<T: NamedEntry> Slots<T> {
+    /// The entry named `name`, whose [`NameHasher::hash`] is `hash`.
+    pub(super) fn find(&self, texts: &Texts, hash: u32, name: &str) -> Option<u32> {
+        let (entries, hashes) = (&self.entries, &self.hashes);
+        self.table
+            .find(table_hash(hash), |&slot| {
+                hashes[slot as usize] == hash && texts.get(entries[slot as usize].name()) == name
+            })
+            .copied()
+    }
+
+    /// Reads the control bytes that finding a name whose hash is `hash`
+    /// probes, as a lookup of a name not in the table does, and finds
+    /// nothing: see `State::read_ahead`.
+    pub(super) fn read_ahead(&self, hash: u32) {
+        std::hint::black_box(self.table.find(table_hash(hash), |_| false));
+    }
+
+    /// Puts `entry`, whose name's hash is `hash`, in a free slot, or a new
+    /// one, and returns its number. Its name must not be in use.
+    pub(super) fn insert(&mut self, hash: u32, entry: T) -> u32 {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.entries[slot as usize] = entry;
+                self.hashes[slot as usize] = hash;
+                slot
+            }
+            None => {
+                assert!(
+                    self.entries.len() < SLOTS_MAX,
+                    "the state holds {SLOTS_MAX} slots already"
+                );
+                self.entries.push(entry);
+                self.hashes.push(hash);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        let hashes = &self.hashes;
+        self.table.insert_unique(table_hash(hash), slot, |&slot| {
+            table_hash(hashes[slot as usize])
+        });
+        slot
+    }
+
+    /// Takes slot `slot` out of the table: its name no longer finds it.
+    /// The caller frees it (pushes it on `free`) once nothing names it.
+    pub(super) fn unlist(&mut self, slot: u32) {
+        let hash = table_hash(self.hashes[slot as usize]);
+        if let Ok(found) = self.table.find_entry(hash, |&found| found == slot) {
+            found.remove();
+        }
+    }
+
+    /// The numbers of the slots in use, in no particular order.
+    pub(super) fn in_use(&self) -> impl Iterator<Item = u32> + '_ {
+        self.table.iter().copied()
+    }
+
+    /// Calls `change` on every entry in use.
+    pub(super) fn change_in_use(&mut self, mut change: impl FnMut(&mut T)) {
+        for &slot in self.table.iter() {
+            change(&mut self.entries[slot as usize]);
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
+impl<T> std::ops::Index<u32> for Slots<T> {
+    type Output = T;
+    fn index(&self, slot: u32) -> &T {
+        &self.entries[slot as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<u32> for Slots<T> {
+    fn index_mut(&mut self, slot: u32) -> &mut T {
+        &mut self.entries[slot as usize]
+    }
+}
+
+/// What a request key claimed and what came of it.
+#[derive(Debug, Clone)]
+pub(super) struct KeySlot {
+    pub(super) key: TextRef,
+    /// The slot of the withdrawal it claimed.
+    pub(super) withdrawal: u32,
+    pub(super) claimed_seq: u64,
+    pub(super) claimed_at: Timestamp,
+    /// The outcome's state; `None` while in flight.
+    pub(super) state: Option<WithdrawalState>,
+    /// Its send is running in this process: claimed since the last open
+    /// and not completed.
+    pub(super) send_running: bool,
+    /// The outcome's reference.
+    pub(super) reference: Option<TextRef>,
+    /// The outcome's reason.
+    pub(super) reason: Option<TextRef>,
+    /// The outcome's requester; `None` while in flight.
+    pub(super) requested_by: Option<TextRef>,
+}
+
+/// A withdrawal: its fingerprint, holder and hold.
+#[derive(Debug, Clone)]
+pub(super) struct WithdrawalSlot {
+    pub(super) id: TextRef,
+    pub(super) destination: TextRef,
+    pub(super) amount: Amount,
+    /// Its place in the state's currencies.
+    pub(super) currency: u32,
+    /// The slot of the key holding it, or [`NO_HOLDER`].
+    pub(super) holder: u32,
+    /// How many keys' records name this slot. One at most, but in a log
+    /// that diverged (which only `verify` applies): the slot is not reused
+    /// while a record names it.
+    pub(super) named_by: u32,
+    /// Minted by this ledger.
+    pub(super) created: bool,
+    /// Funds reserved for the current claim.
+    pub(super) held: bool,
+    /// Found by its id. A foreign withdrawal released by its holder is
+    /// forgotten; its slot stays, unlisted, while another record names it.
+    pub(super) listed: bool,
+}
+
+impl WithdrawalSlot {
+    /// Neither found by id nor named by a record: free for reuse.
+    pub(super) fn is_free(&self) -> bool {
+        !self.listed && self.named_by == 0
+    }
+}
+
+/// [`WithdrawalSlot::holder`] of a withdrawal no key holds.
+pub(super) const NO_HOLDER: u32 = u32::MAX;
+
+impl NamedEntry for KeySlot {
+    fn name(&self) -> TextRef {
+        self.key
+    }
+}
+
+impl NamedEntry for WithdrawalSlot {
+    fn name(&self) -> TextRef {
+        self.id
+    }
+}
+
+// The per-withdrawal memory figure rests on these sizes (docs/performance.md).
+const _: () = assert!(size_of::<KeySlot>() <= 56);
+const _: () = assert!(size_of::<WithdrawalSlot>() <= 48);
+const _: () = assert!(size_of::<Option<TextRef>>() == 8);

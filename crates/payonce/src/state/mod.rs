@@ -1,0 +1,707 @@
+//! The projections the log is replayed into, what they mean, and how they
+//! are read. [`apply`] (in `apply`) is the only code that changes them;
+//! how they are laid out in memory is `layout`'s business.
+//!
+//! The ledger answers from three projections: records (a key to what it
+//! claimed and what came of it), claims (a withdrawal to the key that
+//! holds it) and holds (a withdrawal to the funds reserved for it). They
+//! are kept as one slot per key and one slot per withdrawal: a
+//! withdrawal's fingerprint, holder and hold live in its slot; a key's
+//! slot names its withdrawal's slot and keeps the outcome's progress.
+//! Queries put the values back together.
+//!
+//! Applying an event has two phases, as a state machine's commit does:
+//! [`State::prefetch`] looks up what the event touches (the record of its
+//! key, the slot of its withdrawal) once, then judging the event
+//! (`crate::decide::judge`) and applying it ([`State::apply_prefetched`])
+//! read what was found. [`State::read_ahead`] warms the memory a later
+//! prefetch will probe, so replay's cache misses overlap.
+//!
+//! A log that diverged, which only `verify` applies, asks for what the
+//! code never decides: a key claiming twice, two keys on one withdrawal, a
+//! send error after an outcome. Slot numbers stay valid through all of it
+//! (a withdrawal slot is not reused while a record names it), and the
+//! answers are those of a state keeping owned text, but for one: the first
+//! withdrawal of a key that claims again is left unclaimed, rather than
+//! claimed by a key whose record names another withdrawal.
+
+mod apply;
+mod layout;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Fingerprint, Progress, Reason, Reference, RequestKey,
+    WithdrawalId, WithdrawalRequest, WithdrawalState, WithdrawalView,
+};
+use rust_decimal::Decimal;
+
+pub use self::apply::apply;
+pub(crate) use self::layout::NameHasher;
+pub use self::layout::SLOTS_MAX;
+use self::layout::{KeySlot, NO_HOLDER, Slots, Texts, WithdrawalSlot, stored};
+use crate::event::{KindView, command_key};
+use crate::time::Timestamp;
+
+/// The most funds held in one currency at once: the largest decimal the
+/// state can total, about 7.9 × 10^28. A claim that would pass it is
+/// refused ([`crate::Refusal::HeldTotalTooLarge`]).
+pub const HELD_TOTAL_MAX: Decimal = Decimal::MAX;
+
+/// What the ledger believes after some prefix of the log.
+///
+/// Built only by [`apply`]; read through its query methods.
+#[derive(Clone, Default)]
+pub struct State {
+    last_seq: u64,
+    accept_foreign_ids: bool,
+    texts: Texts,
+    /// Every key with a record, found by the key.
+    keys: Slots<KeySlot>,
+    /// Every withdrawal minted here and every one a key holds, found by id.
+    withdrawals: Slots<WithdrawalSlot>,
+    hasher: NameHasher,
+    /// One copy of each currency code, numbered.
+    currencies: Vec<Currency>,
+    currency_numbers: HashMap<Currency, u32>,
+    /// References replaced by bumps, by key slot: rare, so kept aside.
+    replaced: HashMap<u32, Box<[Reference]>>,
+    /// The last send error or rail refusal, by key slot, until an outcome
+    /// is recorded: only keys whose send failed have one.
+    last_errors: HashMap<u32, layout::TextRef>,
+    /// Funds held, by currency number: a sum per claim and per outcome,
+    /// where a map by currency cost a lookup, a clone of the code and a
+    /// normalisation each.
+    held: Vec<Decimal>,
+    /// Keys with `send_running` set.
+    sending: usize,
+    /// Every key slot whose `send_running` was set since the last open
+    /// (some since cleared), so an open clears them without visiting every
+    /// key. Pruned when it holds more than twice the running sends.
+    running: Vec<u32>,
+    refusals: u64,
+}
+
+/// A name an event looks up (its request key, or its withdrawal's id),
+/// with its hash under the state's [`NameHasher`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Name<'a> {
+    text: &'a str,
+    hash: u32,
+}
+
+/// The names an event looks up: hashed once, on whichever thread reads
+/// the event, for every lookup judging and applying it makes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Names<'a> {
+    key: Option<Name<'a>>,
+    id: Option<Name<'a>>,
+}
+
+impl<'a> Names<'a> {
+    /// The texts of the names `kind` looks up: its request key, and the
+    /// withdrawal id it names.
+    pub(crate) fn texts(kind: &'a KindView<'_>) -> [Option<&'a str>; 2] {
+        match kind {
+            KindView::Created { withdrawal } => [None, Some(withdrawal.id().as_str())],
+            KindView::Claimed { key, request } | KindView::Recorded { key, request } => {
+                [Some(key.as_str()), Some(request.id().as_str())]
+            }
+            KindView::Resolved { key, outcome, .. } => {
+                [Some(key.as_str()), Some(outcome.id().as_str())]
+            }
+            KindView::Completed { key, .. }
+            | KindView::SendRejected { key, .. }
+            | KindView::SendFailed { key, .. }
+            | KindView::Released { key, .. } => [Some(key.as_str()), None],
+            KindView::Refused { command, .. } => {
+                [command_key(command).map(|key| key.as_str()), None]
+            }
+            KindView::Opened { .. } => [None, None],
+        }
+    }
+
+    /// The names of `kind`, with hashes computed ahead for
+    /// [`Names::texts`] under the state's hasher (debug builds check).
+    pub(crate) fn hashed(kind: &'a KindView<'_>, hashes: [Option<u32>; 2]) -> Names<'a> {
+        let [key, id] = Names::texts(kind);
+        let name = |text: Option<&'a str>, hash: Option<u32>| {
+            Some(Name {
+                text: text?,
+                hash: hash?,
+            })
+        };
+        Names {
+            key: name(key, hashes[0]),
+            id: name(id, hashes[1]),
+        }
+    }
+}
+
+/// What an event touches, looked up by [`State::prefetch`]: the slot of
+/// its key and of its withdrawal, where the state has them, and their
+/// names, to insert them where it does not.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Prefetched<'a> {
+    key: Option<Found<'a>>,
+    id: Option<Found<'a>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Found<'a> {
+    name: Name<'a>,
+    slot: Option<u32>,
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Sorted, so two states with the same answers print the same.
+        let records: BTreeMap<&str, Record<'_>> = self
+            .keys
+            .in_use()
+            .filter_map(|slot| self.record_at(slot))
+            .map(|record| (record.key_str(), record))
+            .collect();
+        let withdrawals: BTreeMap<&str, (Option<&str>, bool, bool)> = self
+            .withdrawals
+            .in_use()
+            .map(|slot| {
+                let withdrawal = self.withdrawal_at(slot);
+                let holder = withdrawal.holder().map(|record| record.key_str());
+                let entry = withdrawal.entry;
+                (withdrawal.id_str(), (holder, entry.created, entry.held))
+            })
+            .collect();
+        f.debug_struct("State")
+            .field("last_seq", &self.last_seq)
+            .field("accept_foreign_ids", &self.accept_foreign_ids)
+            .field("records", &records)
+            .field("withdrawals (holder, created, held)", &withdrawals)
+            .field("held_totals", &self.held_totals())
+            .field("refusals", &self.refusals)
+            .finish()
+    }
+}
+
+/// Two states are equal when every query answers the same: slot numbers,
+/// buffer offsets and hash order are how a state got there, not what it
+/// believes.
+impl PartialEq for State {
+    fn eq(&self, other: &Self) -> bool {
+        let same_record = |mine: Record<'_>| {
+            other.record(mine.key_str()).is_some_and(|theirs| {
+                mine.withdrawal.id_str() == theirs.withdrawal.id_str()
+                    && mine.entry.claimed_seq == theirs.entry.claimed_seq
+                    && mine.entry.claimed_at == theirs.entry.claimed_at
+                    && mine.entry.send_running == theirs.entry.send_running
+                    && mine.progress() == theirs.progress()
+                    && mine.last_error() == theirs.last_error()
+            })
+        };
+        let same_withdrawal = |mine: Withdrawal<'_>| {
+            other.withdrawal(mine.id_str()).is_some_and(|theirs| {
+                mine.fingerprint() == theirs.fingerprint()
+                    && mine.entry.created == theirs.entry.created
+                    && mine.entry.held == theirs.entry.held
+                    && mine.holder().map(|record| record.key_str())
+                        == theirs.holder().map(|record| record.key_str())
+            })
+        };
+        self.last_seq == other.last_seq
+            && self.accept_foreign_ids == other.accept_foreign_ids
+            && self.refusals == other.refusals
+            && self.held_totals() == other.held_totals()
+            && self.keys.len() == other.keys.len()
+            && self.withdrawals.len() == other.withdrawals.len()
+            && self.records().count() == other.records().count()
+            && self
+                .keys
+                .in_use()
+                .filter_map(|slot| self.record_at(slot))
+                .all(same_record)
+            && self
+                .withdrawals
+                .in_use()
+                .all(|slot| same_withdrawal(self.withdrawal_at(slot)))
+    }
+}
+
+impl Eq for State {}
+
+/// What a request key claimed, and what came of it: a view into a [`State`].
+#[derive(Clone, Copy)]
+pub struct Record<'a> {
+    state: &'a State,
+    slot: u32,
+    entry: &'a KeySlot,
+    withdrawal: Withdrawal<'a>,
+}
+
+impl fmt::Debug for Record<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key_str())
+            .field("withdrawal", &self.withdrawal.id_str())
+            .field("outcome", &self.progress())
+            .field("claimed_seq", &self.entry.claimed_seq)
+            .field("claimed_at", &self.entry.claimed_at)
+            .field("last_error", &self.last_error())
+            .field("send_running", &self.entry.send_running)
+            .finish()
+    }
+}
+
+impl<'a> Record<'a> {
+    /// The request key.
+    pub fn key(&self) -> RequestKey {
+        stored(self.key_str(), RequestKey::new)
+    }
+    pub(crate) fn key_str(&self) -> &'a str {
+        self.state.texts.get(self.entry.key)
+    }
+    fn text(&self, at: Option<layout::TextRef>) -> Option<&'a str> {
+        Some(self.state.texts.get(at?))
+    }
+    /// The withdrawal the key claimed.
+    pub fn withdrawal(&self) -> WithdrawalId {
+        self.withdrawal.id()
+    }
+    /// [`Record::withdrawal`]'s text, borrowed.
+    pub(crate) fn withdrawal_str(&self) -> &'a str {
+        self.withdrawal.id_str()
+    }
+    /// The withdrawal's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.withdrawal.fingerprint()
+    }
+    /// Whether `request` is the withdrawal the key claimed. Builds nothing.
+    pub fn matches(&self, request: &WithdrawalRequest) -> bool {
+        self.matches_view(request.view())
+    }
+    /// [`Record::matches`], for a borrowed request.
+    pub(crate) fn matches_view(&self, request: WithdrawalView<'_>) -> bool {
+        self.withdrawal.matches(request)
+    }
+    /// Its outcome; `None` while in flight.
+    pub fn outcome(&self) -> Option<WithdrawalRequest> {
+        let progress = self.progress()?;
+        Some(WithdrawalRequest::from_parts(self.fingerprint(), progress))
+    }
+    /// The outcome's state; `None` while in flight. Builds nothing.
+    pub fn outcome_state(&self) -> Option<WithdrawalState> {
+        self.entry.state
+    }
+    /// The outcome's progress (state, reference, ...); `None` while in flight.
+    pub fn progress(&self) -> Option<Progress> {
+        let state = self.entry.state?;
+        let text = |at| self.text(at);
+        let requested_by = text(self.entry.requested_by)
+            .unwrap_or_else(|| panic!("key {} has an outcome without a requester", self.key_str()));
+        let progress = Progress::new(
+            state,
+            text(self.entry.reference).map(|at| stored(at, Reference::new)),
+            text(self.entry.reason).map(|at| stored(at, Reason::new)),
+            stored(requested_by, Actor::new),
+            self.replaced().to_vec(),
+        );
+        match progress {
+            Ok(progress) => Some(progress),
+            Err(error) => panic!(
+                "the outcome of key {} was valid when stored and now is not: {error}",
+                self.key_str()
+            ),
+        }
+    }
+    /// Whether the key's outcome is `outcome`. Builds nothing.
+    pub fn has_outcome(&self, outcome: &WithdrawalRequest) -> bool {
+        self.has_outcome_view(outcome.view())
+    }
+    /// [`Record::has_outcome`], for a borrowed outcome.
+    pub(crate) fn has_outcome_view(&self, outcome: WithdrawalView<'_>) -> bool {
+        let same = |at, text: Option<&str>| self.text(at) == text;
+        self.entry.state == Some(outcome.state())
+            && self.matches_view(outcome)
+            && same(self.entry.reference, outcome.reference().as_deref())
+            && same(self.entry.reason, outcome.reason().as_deref())
+            && same(self.entry.requested_by, Some(&outcome.requested_by()))
+            && self.replaced() == outcome.replaced()
+    }
+    fn replaced(&self) -> &'a [Reference] {
+        if self.entry.state.is_none() {
+            return &[];
+        }
+        self.state
+            .replaced
+            .get(&self.slot)
+            .map_or(&[], |replaced| replaced)
+    }
+    /// Sequence number of the claim.
+    pub fn claimed_seq(&self) -> u64 {
+        self.entry.claimed_seq
+    }
+    /// Time of the claim.
+    pub fn claimed_at(&self) -> Timestamp {
+        self.entry.claimed_at
+    }
+    /// The last send error or rail refusal since the claim, until an
+    /// outcome is recorded.
+    pub fn last_error(&self) -> Option<Reason> {
+        let at = *self.state.last_errors.get(&self.slot)?;
+        Some(stored(self.state.texts.get(at), Reason::new))
+    }
+    /// Whether the key's send is running in this process right now.
+    pub fn send_running(&self) -> bool {
+        self.entry.send_running
+    }
+}
+
+/// A withdrawal the state knows: a view into a [`State`].
+#[derive(Clone, Copy)]
+pub(crate) struct Withdrawal<'a> {
+    state: &'a State,
+    entry: &'a WithdrawalSlot,
+}
+
+impl<'a> Withdrawal<'a> {
+    fn id_str(&self) -> &'a str {
+        self.state.texts.get(self.entry.id)
+    }
+    pub(crate) fn id(&self) -> WithdrawalId {
+        stored(self.id_str(), WithdrawalId::new)
+    }
+    fn currency(&self) -> &'a Currency {
+        &self.state.currencies[self.entry.currency as usize]
+    }
+    pub(crate) fn fingerprint(&self) -> Fingerprint {
+        let texts = &self.state.texts;
+        Fingerprint::new(
+            self.id(),
+            self.entry.amount,
+            self.currency().clone(),
+            stored(texts.get(self.entry.destination), Destination::new),
+        )
+    }
+    /// Whether `request` is this withdrawal. Builds nothing.
+    pub(crate) fn matches(&self, request: WithdrawalView<'_>) -> bool {
+        let texts = &self.state.texts;
+        request.id().as_str() == self.id_str()
+            && request.amount() == self.entry.amount
+            && request.currency().as_str() == self.currency().as_str()
+            && request.destination().as_str() == texts.get(self.entry.destination)
+    }
+    /// Minted by this ledger.
+    pub(crate) fn created(&self) -> bool {
+        self.entry.created
+    }
+    /// Funds are held for its current claim.
+    pub(crate) fn held(&self) -> bool {
+        self.entry.held
+    }
+    /// The record of the key holding it.
+    pub(crate) fn holder(&self) -> Option<Record<'a>> {
+        if self.entry.holder == NO_HOLDER {
+            return None;
+        }
+        Some(Record {
+            state: self.state,
+            slot: self.entry.holder,
+            entry: &self.state.keys[self.entry.holder],
+            withdrawal: *self,
+        })
+    }
+    fn hold(&self) -> Option<Hold> {
+        self.entry.held.then(|| Hold {
+            amount: self.entry.amount,
+            currency: self.currency().clone(),
+        })
+    }
+}
+
+/// Funds reserved for a claimed withdrawal until its outcome is known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Hold {
+    /// How much.
+    pub amount: Amount,
+    /// In what.
+    pub currency: Currency,
+}
+
+/// A key with an unknown outcome: the operator's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    /// The key.
+    pub key: RequestKey,
+    /// The withdrawal it holds.
+    pub withdrawal: WithdrawalId,
+    /// How much.
+    pub amount: Amount,
+    /// In what.
+    pub currency: Currency,
+    /// When it was claimed.
+    pub claimed_at: Timestamp,
+    /// Sequence number of the claim.
+    pub claimed_seq: u64,
+    /// The last send error or rail refusal, if any.
+    pub last_error: Option<Reason>,
+    /// Whether its send is running in this process right now.
+    pub send_running: bool,
+    /// Whether funds are still held for it (a rail refusal gave them back).
+    pub held: bool,
+}
+
+impl State {
+    /// The state before any event.
+    pub fn new() -> Self {
+        State::default()
+    }
+
+    /// How the state hashes names: replay hashes each event's names with
+    /// it on the thread that decodes the event.
+    pub(crate) fn hasher(&self) -> &NameHasher {
+        &self.hasher
+    }
+
+    /// The names `kind` looks up, hashed here.
+    pub(crate) fn names<'a>(&self, kind: &'a KindView<'_>) -> Names<'a> {
+        let hashes = Names::texts(kind).map(|text| text.map(|text| self.hasher.hash(text)));
+        Names::hashed(kind, hashes)
+    }
+
+    /// Phase one of applying an event: finds the slots of the names it
+    /// looks up, so judging and applying it probe no table again.
+    pub(crate) fn prefetch<'a>(&self, names: &Names<'a>) -> Prefetched<'a> {
+        let found = |name: Option<Name<'a>>, find: &dyn Fn(Name<'a>) -> Option<u32>| {
+            let name = name?;
+            debug_assert_eq!(
+                name.hash,
+                self.hasher.hash(name.text),
+                "a hash computed ahead is not {:?}'s",
+                name.text
+            );
+            Some(Found {
+                name,
+                slot: find(name),
+            })
+        };
+        Prefetched {
+            key: found(names.key, &|name| {
+                self.keys.find(&self.texts, name.hash, name.text)
+            }),
+            id: found(names.id, &|name| {
+                self.withdrawals.find(&self.texts, name.hash, name.text)
+            }),
+        }
+    }
+
+    /// Reads the tables' control bytes that prefetching names with these
+    /// hashes (a later event's key and id, as [`Names::texts`] lists
+    /// them) will probe, not the slots or text a match leads to, and
+    /// changes nothing. With millions of names the tables are far larger
+    /// than the processor's caches, and each lookup of a name not seen
+    /// lately misses them; replay reads ahead for several events at once,
+    /// so their misses overlap one another instead of each stalling the
+    /// event that needs it.
+    pub(crate) fn read_ahead(&self, hashes: [Option<u32>; 2]) {
+        if let Some(key) = hashes[0] {
+            self.keys.read_ahead(key);
+        }
+        if let Some(id) = hashes[1] {
+            self.withdrawals.read_ahead(id);
+        }
+    }
+
+    /// The record of the key `prefetched` looked up.
+    pub(crate) fn record_of(&self, prefetched: &Prefetched<'_>) -> Option<Record<'_>> {
+        self.record_at(prefetched.key?.slot?)
+    }
+
+    /// The withdrawal `prefetched` looked up.
+    pub(crate) fn withdrawal_of(&self, prefetched: &Prefetched<'_>) -> Option<Withdrawal<'_>> {
+        Some(self.withdrawal_at(prefetched.id?.slot?))
+    }
+
+    /// Sequence number of the last event applied; 0 before any.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Whether ids minted elsewhere are accepted (as of the last open).
+    pub fn accepts_foreign_ids(&self) -> bool {
+        self.accept_foreign_ids
+    }
+
+    /// The record for `key`.
+    pub fn record(&self, key: &str) -> Option<Record<'_>> {
+        self.record_at(self.find_key(key)?)
+    }
+
+    /// The outcome recorded for `key`; `None` if unknown or in flight.
+    pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
+        self.record(key)?.outcome()
+    }
+
+    /// The key holding withdrawal `id`.
+    pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
+        Some(self.withdrawal(id)?.holder()?.key())
+    }
+
+    /// The funds held for withdrawal `id`.
+    pub fn held(&self, id: &str) -> Option<Hold> {
+        self.withdrawal(id)?.hold()
+    }
+
+    /// Whether `request`'s amount more can be held without passing
+    /// [`HELD_TOTAL_MAX`]: in the currency of `withdrawal`, the slot a
+    /// claim would hold, if the state has it, else in the request's.
+    pub(crate) fn can_hold(
+        &self,
+        withdrawal: Option<Withdrawal<'_>>,
+        request: &WithdrawalView<'_>,
+    ) -> bool {
+        let number = match withdrawal {
+            Some(withdrawal) => Some(withdrawal.entry.currency),
+            None => self
+                .currency_numbers
+                .get(request.currency().as_str())
+                .copied(),
+        };
+        number.is_none_or(|number| {
+            self.held[number as usize]
+                .checked_add(request.amount().value())
+                .is_some()
+        })
+    }
+
+    /// Held funds per currency. Currencies with nothing held are absent.
+    pub fn held_totals(&self) -> BTreeMap<Currency, Decimal> {
+        self.currencies
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, total)| !total.is_zero())
+            // Normalised, so a total prints the same however it was reached.
+            .map(|(currency, total)| (currency.clone(), total.normalize()))
+            .collect()
+    }
+
+    /// Whether `key` has a send running in this process.
+    pub fn is_sending(&self, key: &str) -> bool {
+        self.find_key(key)
+            .is_some_and(|slot| self.keys[slot].send_running)
+    }
+
+    /// Whether this ledger minted withdrawal `id`.
+    pub fn was_created(&self, id: &str) -> bool {
+        self.withdrawal(id).is_some_and(|entry| entry.created())
+    }
+
+    /// The fingerprint of withdrawal `id`, if this ledger minted it or a key
+    /// holds it.
+    pub fn fingerprint(&self, id: &str) -> Option<Fingerprint> {
+        Some(self.withdrawal(id)?.fingerprint())
+    }
+
+    /// Every key with an unknown outcome, oldest claim first.
+    pub fn in_flight(&self) -> Vec<InFlight> {
+        let mut keys: Vec<InFlight> = self
+            .keys
+            .in_use()
+            .filter_map(|slot| self.record_at(slot))
+            .filter(|record| record.outcome_state().is_none())
+            .map(|record| InFlight {
+                key: record.key(),
+                withdrawal: record.withdrawal(),
+                amount: record.withdrawal.entry.amount,
+                currency: record.withdrawal.currency().clone(),
+                claimed_at: record.claimed_at(),
+                claimed_seq: record.claimed_seq(),
+                last_error: record.last_error(),
+                send_running: record.send_running(),
+                held: record.withdrawal.entry.held,
+            })
+            .collect();
+        keys.sort_by_key(|entry| entry.claimed_seq);
+        keys
+    }
+
+    /// Every record with its key, in no particular order.
+    pub fn records(&self) -> impl Iterator<Item = (RequestKey, Record<'_>)> {
+        self.keys.in_use().filter_map(|slot| {
+            let record = self.record_at(slot)?;
+            Some((record.key(), record))
+        })
+    }
+
+    /// Every claim (withdrawal id, holder key), in no particular order.
+    pub fn claims(&self) -> impl Iterator<Item = (WithdrawalId, RequestKey)> {
+        self.withdrawals.in_use().filter_map(|slot| {
+            let withdrawal = self.withdrawal_at(slot);
+            Some((withdrawal.id(), withdrawal.holder()?.key()))
+        })
+    }
+
+    /// Every hold, in no particular order.
+    pub fn holds(&self) -> impl Iterator<Item = (WithdrawalId, Hold)> {
+        self.withdrawals.in_use().filter_map(|slot| {
+            let withdrawal = self.withdrawal_at(slot);
+            Some((withdrawal.id(), withdrawal.hold()?))
+        })
+    }
+
+    /// Number of request keys with a record.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Number of refusals recorded in the log so far.
+    pub fn refusal_count(&self) -> u64 {
+        self.refusals
+    }
+
+    /// Withdrawal `id`, if this ledger minted it or a key holds it.
+    pub(crate) fn withdrawal(&self, id: &str) -> Option<Withdrawal<'_>> {
+        Some(self.withdrawal_at(self.find_withdrawal(id)?))
+    }
+
+    /// The record in key slot `slot`; `None` if its withdrawal is
+    /// forgotten, which only a diverging log brings about.
+    fn record_at(&self, slot: u32) -> Option<Record<'_>> {
+        let entry = &self.keys[slot];
+        Some(Record {
+            state: self,
+            slot,
+            entry,
+            withdrawal: self.withdrawal_at(self.listed_withdrawal(entry.withdrawal)?),
+        })
+    }
+
+    /// The slot a record naming withdrawal slot `named` refers to: a record
+    /// names its withdrawal by id, and a slot stands for the id while it is
+    /// listed. In a log that diverged, a foreign withdrawal can be
+    /// forgotten while a record names it, and come back under a new slot.
+    fn listed_withdrawal(&self, named: u32) -> Option<u32> {
+        let entry = &self.withdrawals[named];
+        if entry.listed {
+            return Some(named);
+        }
+        self.find_withdrawal(self.texts.get(entry.id))
+    }
+
+    fn withdrawal_at(&self, slot: u32) -> Withdrawal<'_> {
+        Withdrawal {
+            state: self,
+            entry: &self.withdrawals[slot],
+        }
+    }
+
+    fn find_key(&self, key: &str) -> Option<u32> {
+        self.keys.find(&self.texts, self.hasher.hash(key), key)
+    }
+
+    fn find_withdrawal(&self, id: &str) -> Option<u32> {
+        self.withdrawals.find(&self.texts, self.hasher.hash(id), id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,360 @@
+//! The state's layout under what only unusual logs do: slots reused,
+//! text compacted, records whose withdrawal was forgotten.
+
+use payonce_model::{Note, Reference};
+
+use super::layout::GARBAGE_MIN;
+use super::*;
+use crate::event::{Event, EventKind, SCHEMA_VERSION};
+
+/// Applies events made by `kinds`, numbering them after the last.
+fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
+    for kind in kinds {
+        let seq = state.last_seq() + 1;
+        let at = Timestamp::from_unix_nanos(seq * 1_000);
+        apply(
+            state,
+            &Event {
+                schema: SCHEMA_VERSION,
+                seq,
+                at,
+                kind,
+            },
+        );
+    }
+}
+
+fn withdrawal(id: &str) -> WithdrawalRequest {
+    WithdrawalRequest::new(
+        WithdrawalId::new(id).unwrap_or_else(|e| panic!("{e}")),
+        "12.50".parse().unwrap_or_else(|e| panic!("{e}")),
+        Currency::new("USDC").unwrap_or_else(|e| panic!("{e}")),
+        Destination::new(format!("dest-of-{id}")).unwrap_or_else(|e| panic!("{e}")),
+        Actor::new("alice").unwrap_or_else(|e| panic!("{e}")),
+    )
+}
+
+fn key(text: &str) -> RequestKey {
+    RequestKey::new(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+    let reference = Reference::new(reference).unwrap_or_else(|e| panic!("{e}"));
+    request
+        .approve()
+        .and_then(|r| r.start_sending())
+        .and_then(|r| r.mark_sent(reference))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn created(withdrawal: &WithdrawalRequest) -> EventKind {
+    EventKind::Created {
+        withdrawal: withdrawal.clone(),
+    }
+}
+
+/// A state where withdrawals w-1 and w-2 were created.
+fn two_created() -> (State, WithdrawalRequest, WithdrawalRequest) {
+    let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
+    let mut state = State::new();
+    run(&mut state, [created(&w1), created(&w2)]);
+    (state, w1, w2)
+}
+
+fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
+    EventKind::Claimed {
+        key: key(key_text),
+        request: request.clone(),
+    }
+}
+
+fn released(key_text: &str) -> EventKind {
+    EventKind::Released {
+        key: key(key_text),
+        withdrawal: None,
+        note: Note::new("nothing was sent").unwrap_or_else(|e| panic!("{e}")),
+        by: Actor::new("ops").unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+#[test]
+fn a_released_key_slot_taken_by_another_key_is_not_the_old_withdrawals_holder() {
+    let (mut state, w1, w2) = two_created();
+    run(
+        &mut state,
+        [claimed("k-1", &w1), released("k-1"), claimed("k-2", &w2)],
+    );
+    assert_eq!(state.keys.entries.len(), 1, "k-2 reuses the slot k-1 left");
+    assert_eq!(state.claimed_by("w-1"), None);
+    assert_eq!(state.held("w-1"), None);
+    assert_eq!(state.claimed_by("w-2"), Some(key("k-2")));
+    assert!(state.record("k-1").is_none());
+    assert!(state.is_sending("k-2"));
+}
+
+#[test]
+fn a_foreign_withdrawal_released_leaves_no_slot_behind() {
+    let foreign = withdrawal("elsewhere-1");
+    let mut state = State::new();
+    run(
+        &mut state,
+        [
+            EventKind::Opened {
+                accept_foreign_ids: true,
+            },
+            claimed("k-1", &foreign),
+            released("k-1"),
+        ],
+    );
+    assert!(state.withdrawal("elsewhere-1").is_none());
+    assert_eq!(state.fingerprint("elsewhere-1"), None);
+    assert_eq!(state.withdrawals.free, [0]);
+    assert_eq!(state.texts.garbage, state.texts.buffer.len());
+}
+
+#[test]
+fn released_text_is_compacted_away_and_every_answer_stays() {
+    let mut state = State::new();
+    run(
+        &mut state,
+        [EventKind::Opened {
+            accept_foreign_ids: true,
+        }],
+    );
+    // Keys that stay, with outcomes, errors and holds of every kind.
+    let kept: Vec<WithdrawalRequest> = (0..50).map(|n| withdrawal(&format!("kept-{n}"))).collect();
+    for (n, request) in kept.iter().enumerate() {
+        let key_text = format!("kept-key-{n}");
+        run(&mut state, [claimed(&key_text, request)]);
+        let next = match n % 3 {
+            0 => EventKind::Completed {
+                key: key(&key_text),
+                outcome: sent(request, &format!("ref-{n}")),
+            },
+            1 => EventKind::SendFailed {
+                key: key(&key_text),
+                withdrawal: None,
+                error: Reason::new("timed out").unwrap_or_else(|e| panic!("{e}")),
+                cause: crate::command::FailureCause::Error,
+            },
+            _ => EventKind::SendRejected {
+                key: key(&key_text),
+                withdrawal: None,
+                reason: Reason::new("no funds").unwrap_or_else(|e| panic!("{e}")),
+            },
+        };
+        run(&mut state, [next]);
+    }
+    // Each claim released frees about 240 bytes of text: 10,000 free
+    // more than twice the compaction threshold.
+    let mut largest = 0;
+    for n in 0..10_000 {
+        let request = withdrawal(&format!("gone-{n}-{}", "x".repeat(100)));
+        let key_text = format!("gone-key-{n}");
+        run(
+            &mut state,
+            [claimed(&key_text, &request), released(&key_text)],
+        );
+        largest = largest.max(state.texts.buffer.len());
+    }
+    assert!(
+        largest < GARBAGE_MIN * 3 / 2,
+        "the buffer grew to {largest} bytes while holding about {} bytes of live text",
+        state.texts.buffer.len() - state.texts.garbage
+    );
+    let uncompacted = state.clone();
+    state.compact();
+    assert_eq!(state.texts.garbage, 0);
+    assert_eq!(state, uncompacted);
+    for (n, request) in kept.iter().enumerate() {
+        let record = state
+            .record(&format!("kept-key-{n}"))
+            .unwrap_or_else(|| panic!("kept-key-{n} lost"));
+        assert!(record.matches(request));
+        match n % 3 {
+            0 => assert_eq!(record.outcome(), Some(sent(request, &format!("ref-{n}")))),
+            1 => assert_eq!(record.last_error().as_deref(), Some("timed out")),
+            _ => assert_eq!(
+                record.last_error().as_deref(),
+                Some("rejected by the rail: no funds")
+            ),
+        }
+        assert_eq!(state.held(request.id()).is_some(), n % 3 == 1);
+    }
+}
+
+#[test]
+fn states_are_equal_by_their_answers_not_their_layout() {
+    let (w1, w2) = (withdrawal("w-1"), withdrawal("w-2"));
+    let events = [
+        created(&w1),
+        created(&w2),
+        claimed("k-1", &w1),
+        claimed("k-2", &w2),
+    ];
+    let (mut one, mut two) = (State::new(), State::new());
+    run(&mut one, events.clone());
+    run(&mut two, events);
+    // Different hash keys, same beliefs.
+    assert_eq!(one, two);
+    run(
+        &mut one,
+        [EventKind::Completed {
+            key: key("k-1"),
+            outcome: sent(&w1, "ref-1"),
+        }],
+    );
+    run(
+        &mut two,
+        [EventKind::Completed {
+            key: key("k-1"),
+            outcome: sent(&w1, "ref-other"),
+        }],
+    );
+    assert_ne!(one, two, "the outcomes' references differ");
+}
+
+fn opened(accept_foreign_ids: bool) -> EventKind {
+    EventKind::Opened { accept_foreign_ids }
+}
+
+/// A state accepting foreign ids, and two foreign withdrawals.
+fn two_foreign() -> (State, WithdrawalRequest, WithdrawalRequest) {
+    let mut state = State::new();
+    run(&mut state, [opened(true)]);
+    (state, withdrawal("f-0"), withdrawal("f-1"))
+}
+
+#[test]
+fn a_record_whose_foreign_withdrawal_was_forgotten_is_hidden_until_the_id_returns() {
+    // Two keys on one foreign withdrawal (a divergence `verify` applies):
+    // the holder's release forgets the withdrawal while k-0 names it.
+    let (mut state, f0, f1) = two_foreign();
+    run(
+        &mut state,
+        [
+            claimed("k-0", &f0),
+            claimed("k-1", &f0),
+            released("k-1"),
+            claimed("k-2", &f1),
+        ],
+    );
+    assert!(state.record("k-0").is_none(), "its withdrawal is forgotten");
+    assert_eq!(state.key_count(), 2, "k-0 keeps its place");
+    assert_eq!(state.claimed_by("f-1"), Some(key("k-2")));
+    assert!(
+        state
+            .in_flight()
+            .iter()
+            .all(|entry| entry.key.as_str() == "k-2")
+    );
+    // The forgotten slot is not reused while k-0 names it, and its text
+    // survives compaction.
+    state.compact();
+    assert!(state.record("k-0").is_none());
+    assert_eq!(state.in_flight().len(), 1);
+    // The id comes back: k-0's record names it again, by id.
+    run(&mut state, [claimed("k-3", &f0)]);
+    let record = state.record("k-0").unwrap_or_else(|| panic!("k-0 hidden"));
+    assert_eq!(record.withdrawal().as_str(), "f-0");
+    assert_eq!(state.claimed_by("f-0"), Some(key("k-3")));
+    // Once nothing names the old slot, it is freed.
+    run(&mut state, [released("k-0")]);
+    assert_eq!(state.withdrawals.free.len(), 1);
+}
+
+#[test]
+fn a_key_claimed_twice_keeps_its_running_send_and_frees_its_first_withdrawal() {
+    let (mut state, w1, w2) = two_created();
+    run(
+        &mut state,
+        [
+            claimed("k-1", &w1),
+            EventKind::Recorded {
+                key: key("k-1"),
+                request: w2.clone(),
+            },
+        ],
+    );
+    assert!(state.is_sending("k-1"), "a recorded request ends no send");
+    assert_eq!(state.claimed_by("w-2"), Some(key("k-1")));
+    // Its first withdrawal is no longer claimed by a key whose record
+    // names another.
+    assert_eq!(state.claimed_by("w-1"), None);
+    run(&mut state, [released("k-1"), claimed("k-2", &w2)]);
+    assert_eq!(state.claimed_by("w-1"), None);
+    assert_eq!(state.claimed_by("w-2"), Some(key("k-2")));
+}
+
+#[test]
+fn an_outcome_for_another_withdrawal_ends_that_withdrawals_hold() {
+    let (mut state, f0, f1) = two_foreign();
+    run(
+        &mut state,
+        [
+            claimed("k-0", &f0),
+            claimed("k-1", &f1),
+            EventKind::Completed {
+                key: key("k-0"),
+                outcome: sent(&f1, "ref-1"),
+            },
+        ],
+    );
+    assert!(state.held("f-1").is_none(), "the outcome's withdrawal");
+    assert!(state.held("f-0").is_some());
+}
+
+#[test]
+fn an_open_ends_every_running_send_however_many_came_and_went() {
+    let requests: Vec<WithdrawalRequest> =
+        (0..300).map(|n| withdrawal(&format!("w-{n}"))).collect();
+    let mut state = State::new();
+    run(&mut state, [opened(true)]);
+    for (n, request) in requests.iter().enumerate() {
+        run(&mut state, [claimed(&format!("k-{n}"), request)]);
+        if n % 4 != 0 {
+            run(
+                &mut state,
+                [EventKind::Completed {
+                    key: key(&format!("k-{n}")),
+                    outcome: sent(request, &format!("ref-{n}")),
+                }],
+            );
+        }
+    }
+    assert_eq!(state.sending, 75);
+    assert!(state.running.len() <= 2 * 75 + 64, "pruned as it grew");
+    assert!(state.is_sending("k-0") && !state.is_sending("k-1"));
+    run(&mut state, [opened(true)]);
+    assert_eq!(state.sending, 0);
+    assert!(state.running.is_empty());
+    assert!((0..300).all(|n| !state.is_sending(&format!("k-{n}"))));
+    assert!(state.in_flight().iter().all(|entry| !entry.send_running));
+}
+
+#[test]
+fn a_bumped_outcome_comes_back_whole_after_compaction() {
+    let request = withdrawal("w-1");
+    let bumped = sent(&request, "ref-a")
+        .bump(Reference::new("ref-b").unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut state = State::new();
+    run(
+        &mut state,
+        [
+            created(&request),
+            claimed("k-1", &request),
+            EventKind::Completed {
+                key: key("k-1"),
+                outcome: bumped.clone(),
+            },
+        ],
+    );
+    let before = state.clone();
+    state.compact();
+    assert_eq!(state, before);
+    let record = state.record("k-1").unwrap_or_else(|| panic!("k-1 lost"));
+    assert_eq!(record.outcome(), Some(bumped.clone()));
+    assert!(record.has_outcome(&bumped));
+    assert!(!record.has_outcome(&sent(&request, "ref-b")));
+}
