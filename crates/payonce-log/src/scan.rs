@@ -88,7 +88,7 @@ pub(crate) struct Tail {
 }
 
 /// A second-to-last segment left unsealed by a roll cut short.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unsealed {
     pub(crate) first_seq: u64,
     pub(crate) valid_end: u64,
