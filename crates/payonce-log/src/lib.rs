@@ -9,8 +9,12 @@
 //! - [`Log::open_visiting`] verifies every record while handing it to the
 //!   caller, cuts a torn tail after saving it aside, and refuses any other
 //!   damage with a [`LogError::Corrupt`] naming file, offset and sequence
-//!   number. [`Log::open_visiting_then`] also asks the caller for a last
-//!   verdict before anything is repaired.
+//!   number. [`Log::scan_to_open`] runs the same open in phases: an
+//!   [`Opening`] hands out the verified records, [`Opening::plan`] looks
+//!   up how the log ends in a decision table and returns a [`RecoveryPlan`]
+//!   of [`Repair`]s without changing anything, and
+//!   [`RecoveryPlan::execute`] makes them and returns the writer. A caller
+//!   that refuses after the last record drops the plan: nothing is repaired.
 //! - [`LogReader`]: read-only scans, [`Records`] from any sequence number,
 //!   and [`LogReader::read_at`] to fetch one record by its [`Position`].
 //! - [`Storage`]: the small file-system trait behind it all, with
@@ -55,8 +59,11 @@ mod error;
 mod faults;
 mod format;
 mod mem;
+mod open;
 mod reader;
 mod record;
+mod recovery;
+mod repair;
 mod rng;
 mod scan;
 mod storage;
@@ -70,8 +77,11 @@ pub use crate::format::{
     SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING,
 };
 pub use crate::mem::{CrashMode, MemStats, MemStorage};
+pub use crate::open::Opening;
 pub use crate::reader::{LogReader, Records};
 pub use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
+pub use crate::recovery::Repair;
+pub use crate::repair::RecoveryPlan;
 pub use crate::scan::segments_len;
 pub use crate::storage::{
     FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,

@@ -77,69 +77,21 @@ impl LogReader {
     /// checksum must verify chained from `position.chain`.
     pub fn read_at(&self, seq: u64, position: Position) -> Result<Vec<u8>, LogError> {
         let name = segment_name(position.segment);
-        let file = self.storage.describe(&name);
-        let corrupt = |damage, expected: String, found: String| LogError::Corrupt {
-            file: file.clone(),
-            offset: position.offset,
+        let frame = FrameAt {
+            file: self.storage.describe(&name),
+            name,
             seq,
-            damage,
-            expected,
-            found,
+            position,
         };
-        if position.offset < SEGMENT_HEADER_LEN as u64 || !position.offset.is_multiple_of(8) {
-            return Err(corrupt(
-                Damage::Length,
-                "a frame offset past the header, a multiple of 8".to_owned(),
-                format!("offset {}", position.offset),
-            ));
-        }
-        let head = self
-            .storage
-            .read_range(&name, position.offset, FRAME_HEADER_LEN)
-            .map_err(|error| io_error("read", &file, error))?;
-        if head.len() < FRAME_HEADER_LEN {
-            return Err(corrupt(
-                Damage::Length,
-                format!("a {FRAME_HEADER_LEN}-byte frame header"),
-                format!("{} bytes before the end of the file", head.len()),
-            ));
-        }
-        let (stored, len, found_seq) = frame_fields(&head, 0);
-        if len > self.config.record_max {
-            return Err(corrupt(
-                Damage::Length,
-                format!("a record length of at most {}", self.config.record_max),
-                format!("length {len}"),
-            ));
-        }
-        if found_seq != seq {
-            return Err(corrupt(
-                Damage::Sequence,
-                format!("seq {seq}"),
-                format!("seq {found_seq}"),
-            ));
-        }
-        let body_len = frame_len(len) as usize - FRAME_HEADER_LEN;
-        let body = self
-            .storage
-            .read_range(&name, position.offset + FRAME_HEADER_LEN as u64, body_len)
-            .map_err(|error| io_error("read", &file, error))?;
-        if body.len() < body_len {
-            return Err(corrupt(
-                Damage::Length,
-                format!("a {}-byte frame", frame_len(len)),
-                format!(
-                    "{} bytes before the end of the file",
-                    FRAME_HEADER_LEN + body.len()
-                ),
-            ));
-        }
+        let (head, len) = self.read_head(&frame)?;
+        let body = self.read_body(&frame, len)?;
+        let stored = frame_fields(&head, 0).0;
         let mut hasher = crc32fast::Hasher::new_with_initial(position.chain);
         hasher.update(&head[4..]);
         hasher.update(&body);
         let computed = hasher.finalize();
         if computed != stored {
-            return Err(corrupt(
+            return Err(frame.corrupt(
                 Damage::Checksum,
                 format!(
                     "checksum {computed:#010x} (chained from {:#010x})",
@@ -152,6 +104,95 @@ impl LogReader {
         payload.truncate(len as usize);
         assert_eq!(payload.len(), len as usize);
         Ok(payload)
+    }
+
+    /// Reads the header of the frame `read_at` was asked for and checks its
+    /// place, length and sequence number: (the header's bytes, the payload
+    /// length).
+    fn read_head(&self, frame: &FrameAt) -> Result<(Vec<u8>, u32), LogError> {
+        let offset = frame.position.offset;
+        if offset < SEGMENT_HEADER_LEN as u64 || !offset.is_multiple_of(8) {
+            return Err(frame.corrupt(
+                Damage::Length,
+                "a frame offset past the header, a multiple of 8".to_owned(),
+                format!("offset {offset}"),
+            ));
+        }
+        let head = self
+            .storage
+            .read_range(&frame.name, offset, FRAME_HEADER_LEN)
+            .map_err(|error| io_error("read", &frame.file, error))?;
+        if head.len() < FRAME_HEADER_LEN {
+            return Err(frame.corrupt(
+                Damage::Length,
+                format!("a {FRAME_HEADER_LEN}-byte frame header"),
+                format!("{} bytes before the end of the file", head.len()),
+            ));
+        }
+        let (_, len, found_seq) = frame_fields(&head, 0);
+        if len > self.config.record_max {
+            return Err(frame.corrupt(
+                Damage::Length,
+                format!("a record length of at most {}", self.config.record_max),
+                format!("length {len}"),
+            ));
+        }
+        if found_seq != frame.seq {
+            return Err(frame.corrupt(
+                Damage::Sequence,
+                format!("seq {}", frame.seq),
+                format!("seq {found_seq}"),
+            ));
+        }
+        Ok((head, len))
+    }
+
+    /// Reads the payload and padding after a frame header that said `len`.
+    fn read_body(&self, frame: &FrameAt, len: u32) -> Result<Vec<u8>, LogError> {
+        let body_len = frame_len(len) as usize - FRAME_HEADER_LEN;
+        let body = self
+            .storage
+            .read_range(
+                &frame.name,
+                frame.position.offset + FRAME_HEADER_LEN as u64,
+                body_len,
+            )
+            .map_err(|error| io_error("read", &frame.file, error))?;
+        if body.len() < body_len {
+            return Err(frame.corrupt(
+                Damage::Length,
+                format!("a {}-byte frame", frame_len(len)),
+                format!(
+                    "{} bytes before the end of the file",
+                    FRAME_HEADER_LEN + body.len()
+                ),
+            ));
+        }
+        Ok(body)
+    }
+}
+
+/// The frame [`LogReader::read_at`] was asked for: where it is, and the
+/// sequence number it must hold.
+struct FrameAt {
+    name: String,
+    /// The segment file, as refusals name it.
+    file: String,
+    seq: u64,
+    position: Position,
+}
+
+impl FrameAt {
+    /// A refusal of this frame.
+    fn corrupt(&self, damage: Damage, expected: String, found: String) -> LogError {
+        LogError::Corrupt {
+            file: self.file.clone(),
+            offset: self.position.offset,
+            seq: self.seq,
+            damage,
+            expected,
+            found,
+        }
     }
 }
 

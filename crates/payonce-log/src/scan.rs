@@ -88,7 +88,7 @@ pub(crate) struct Tail {
 }
 
 /// A second-to-last segment left unsealed by a roll cut short.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unsealed {
     pub(crate) first_seq: u64,
     pub(crate) valid_end: u64,
@@ -360,21 +360,7 @@ impl Cursor {
             return Step::Seal { next_seq: seq };
         }
         if len > self.record_max {
-            // A frame that verifies despite its length was written with a
-            // larger limit: refuse rather than cut a good record as torn.
-            let size = frame_len(len);
-            let whole = size <= remaining as u64
-                && chained_crc(self.chain, &buf[offset + 4..offset + size as usize]) == stored;
-            return Step::Bad(Bad {
-                damage: Damage::Length,
-                expected: format!("a record length of at most {}", self.record_max),
-                found: if whole {
-                    format!("a whole record of length {len}, written with a larger record_max")
-                } else {
-                    format!("length {len}")
-                },
-                whole,
-            });
+            return Step::Bad(self.oversized(stored, len));
         }
         let size = frame_len(len) as usize;
         if size > remaining {
@@ -404,6 +390,27 @@ impl Cursor {
         }
     }
 
+    /// The frame at `self.pos`, whose length `len` is above the record
+    /// maximum. A frame that verifies despite its length was written with a
+    /// larger limit: it is whole, so it is refused rather than cut as torn.
+    fn oversized(&self, stored: u32, len: u32) -> Bad {
+        let buf = &self.buf;
+        let offset = self.pos;
+        let size = frame_len(len);
+        let whole = size <= (buf.len() - offset) as u64
+            && chained_crc(self.chain, &buf[offset + 4..offset + size as usize]) == stored;
+        Bad {
+            damage: Damage::Length,
+            expected: format!("a record length of at most {}", self.record_max),
+            found: if whole {
+                format!("a whole record of length {len}, written with a larger record_max")
+            } else {
+                format!("length {len}")
+            },
+            whole,
+        }
+    }
+
     fn checksum_bad(&self, stored: u32, computed: u32, seq: u64, what: &str) -> Bad {
         Bad {
             damage: Damage::Checksum,
@@ -416,11 +423,34 @@ impl Cursor {
         }
     }
 
-    /// Reads and checks the header of `segments[index]`.
+    /// Reads `segments[index]` and checks its header.
     fn load_segment(&mut self) -> Result<(), LogError> {
         let first_seq = self.segments[self.index];
         self.name = segment_name(first_seq);
         self.first_seq = first_seq;
+        self.read_segment()?;
+        self.check_continues(first_seq)?;
+        if self.buf.len() < SEGMENT_HEADER_LEN {
+            return self.end_at_short_header(first_seq);
+        }
+        let header = Header::decode(&self.buf[..SEGMENT_HEADER_LEN]).map_err(|fault| {
+            let (expected, found) = fault.expected_found();
+            self.corrupt(0, Damage::Header, expected, found)
+        })?;
+        self.check_header(&header, first_seq)?;
+        self.seq = first_seq;
+        self.chain = header.chain;
+        self.zeros_ahead = header.zeros_ahead;
+        self.continuing = true;
+        self.pos = SEGMENT_HEADER_LEN;
+        self.loaded = true;
+        self.segments_verified += 1;
+        Ok(())
+    }
+
+    /// Reads the current segment file whole into the buffer, refusing one
+    /// longer than `segment_len_max` before reading it.
+    fn read_segment(&mut self) -> Result<(), LogError> {
         let describe = |storage: &Arc<dyn Storage>, name: &str| storage.describe(name);
         let len = self
             .storage
@@ -437,33 +467,32 @@ impl Cursor {
             .read_into(&self.name, self.segment_len_max, &mut self.buf)
             .map_err(|error| io_error("read", &describe(&self.storage, &self.name), error))?;
         assert!(self.buf.len() as u64 <= self.segment_len_max);
-        if self.continuing && first_seq != self.seq {
-            let damage = if self.index == 0 || first_seq > self.seq {
-                Damage::MissingSegment
-            } else {
-                Damage::Sequence
-            };
-            return Err(self.corrupt(
-                0,
-                damage,
-                format!("a segment starting at seq {}", self.seq),
-                format!("segment {} (starting at seq {first_seq})", self.name),
-            ));
+        Ok(())
+    }
+
+    /// Refuses a segment whose name is not the sequence number the log has
+    /// reached: a segment is missing before it, or it overlaps the one before.
+    fn check_continues(&self, first_seq: u64) -> Result<(), LogError> {
+        if !self.continuing || first_seq == self.seq {
+            return Ok(());
         }
-        if self.buf.len() < SEGMENT_HEADER_LEN {
-            if self.is_last() {
-                // The newest segment's header never fully reached the disk:
-                // it holds no record, so it is a torn tail.
-                self.tail = Some(Tail {
-                    first_seq,
-                    valid_end: 0,
-                    torn_len: self.buf.len() as u64,
-                    header_torn: true,
-                    zeros_ahead: false,
-                });
-                self.done = true;
-                return Ok(());
-            }
+        let damage = if self.index == 0 || first_seq > self.seq {
+            Damage::MissingSegment
+        } else {
+            Damage::Sequence
+        };
+        Err(self.corrupt(
+            0,
+            damage,
+            format!("a segment starting at seq {}", self.seq),
+            format!("segment {} (starting at seq {first_seq})", self.name),
+        ))
+    }
+
+    /// A segment shorter than a header: a torn tail if it is the newest,
+    /// damage anywhere else.
+    fn end_at_short_header(&mut self, first_seq: u64) -> Result<(), LogError> {
+        if !self.is_last() {
             return Err(self.corrupt(
                 0,
                 Damage::Header,
@@ -471,10 +500,23 @@ impl Cursor {
                 format!("{} bytes", self.buf.len()),
             ));
         }
-        let header = Header::decode(&self.buf[..SEGMENT_HEADER_LEN]).map_err(|fault| {
-            let (expected, found) = fault.expected_found();
-            self.corrupt(0, Damage::Header, expected, found)
-        })?;
+        // The newest segment's header never fully reached the disk: it holds
+        // no record, so it is a torn tail.
+        self.tail = Some(Tail {
+            first_seq,
+            valid_end: 0,
+            torn_len: self.buf.len() as u64,
+            header_torn: true,
+            zeros_ahead: false,
+        });
+        self.done = true;
+        Ok(())
+    }
+
+    /// Checks that a decoded header belongs where it is: the name it is
+    /// filed under, the log of the first segment, and the chain carried from
+    /// the previous segment.
+    fn check_header(&mut self, header: &Header, first_seq: u64) -> Result<(), LogError> {
         if header.first_seq != first_seq {
             return Err(self.corrupt(
                 24,
@@ -495,28 +537,22 @@ impl Cursor {
             }
             Some(_) => {}
         }
-        if self.continuing {
-            let chain = if self.index == 0 {
-                first_chain(header.log_id)
-            } else {
-                self.chain
-            };
-            if header.chain != chain {
-                return Err(self.corrupt(
-                    32,
-                    Damage::Chain,
-                    format!("chain value {chain:#010x} carried from the previous segment"),
-                    format!("chain value {:#010x}", header.chain),
-                ));
-            }
+        if !self.continuing {
+            return Ok(());
         }
-        self.seq = first_seq;
-        self.chain = header.chain;
-        self.zeros_ahead = header.zeros_ahead;
-        self.continuing = true;
-        self.pos = SEGMENT_HEADER_LEN;
-        self.loaded = true;
-        self.segments_verified += 1;
+        let chain = if self.index == 0 {
+            first_chain(header.log_id)
+        } else {
+            self.chain
+        };
+        if header.chain != chain {
+            return Err(self.corrupt(
+                32,
+                Damage::Chain,
+                format!("chain value {chain:#010x} carried from the previous segment"),
+                format!("chain value {:#010x}", header.chain),
+            ));
+        }
         Ok(())
     }
 
@@ -569,47 +605,63 @@ impl Cursor {
     /// The current segment ends at `offset` without a seal, cleanly or with
     /// the bad frame `bad`.
     fn end_unsealed(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
+        if self.is_last() {
+            self.end_newest(offset, bad)
+        } else {
+            self.end_before_newest(offset, bad)
+        }
+    }
+
+    /// The newest segment ends at `offset`: the end of the log, with a torn
+    /// tail after it unless the bad frame there is whole or a record that
+    /// verifies follows it.
+    fn end_newest(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
+        let offset_u64 = offset as u64;
+        if let Some(bad) = bad {
+            if bad.whole {
+                return Err(self.corrupt(offset_u64, bad.damage, bad.expected, bad.found));
+            }
+            if let Some(evidence) = self.evidence_after(offset) {
+                if self.mode == Mode::Read
+                    && self.zeros_ahead
+                    && self.rereads < CONCURRENT_REREADS_MAX
+                {
+                    // A writer writing over the zeros while this scan
+                    // copied the file can leave a page still zero before
+                    // one it has filled: read again before calling it
+                    // damage.
+                    self.rereads += 1;
+                    return self.reread_segment(offset);
+                }
+                return Err(self.corrupt(
+                    offset_u64,
+                    bad.damage,
+                    bad.expected,
+                    format!(
+                        "{}; a record that verifies follows at byte {evidence}, so this is \
+                         not a torn write",
+                        bad.found
+                    ),
+                ));
+            }
+        }
+        self.tail = Some(Tail {
+            first_seq: self.first_seq,
+            valid_end: offset_u64,
+            torn_len: self.torn_extent(offset) as u64,
+            header_torn: false,
+            zeros_ahead: self.zeros_ahead,
+        });
+        self.done = true;
+        Ok(())
+    }
+
+    /// A segment before the newest ends at `offset` without a seal: a roll
+    /// cut short if the newest segment holds no record yet (or, for a
+    /// reader, if a writer has sealed it since), damage otherwise.
+    fn end_before_newest(&mut self, offset: usize, bad: Option<Bad>) -> Result<(), LogError> {
         let offset_u64 = offset as u64;
         let torn_len = self.torn_extent(offset) as u64;
-        if self.is_last() {
-            if let Some(bad) = bad {
-                if bad.whole {
-                    return Err(self.corrupt(offset_u64, bad.damage, bad.expected, bad.found));
-                }
-                if let Some(evidence) = self.evidence_after(offset) {
-                    if self.mode == Mode::Read
-                        && self.zeros_ahead
-                        && self.rereads < CONCURRENT_REREADS_MAX
-                    {
-                        // A writer writing over the zeros while this scan
-                        // copied the file can leave a page still zero before
-                        // one it has filled: read again before calling it
-                        // damage.
-                        self.rereads += 1;
-                        return self.reread_segment(offset);
-                    }
-                    return Err(self.corrupt(
-                        offset_u64,
-                        bad.damage,
-                        bad.expected,
-                        format!(
-                            "{}; a record that verifies follows at byte {evidence}, so this is \
-                             not a torn write",
-                            bad.found
-                        ),
-                    ));
-                }
-            }
-            self.tail = Some(Tail {
-                first_seq: self.first_seq,
-                valid_end: offset_u64,
-                torn_len,
-                header_torn: false,
-                zeros_ahead: self.zeros_ahead,
-            });
-            self.done = true;
-            return Ok(());
-        }
         // A roll cut short leaves the segment before the newest unsealed (or
         // with part of its seal) while the newest holds no record yet.
         let torn_seal = match &bad {

@@ -2,8 +2,6 @@
 //! group-commits it to the active segment with one write and one fdatasync
 //! per batch, rolling to a new segment when the active one is full.
 
-use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -12,13 +10,11 @@ use std::thread::{self, Thread};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::{Durability, LogConfig};
-use crate::error::{LogError, OpenError, io_error};
+use crate::error::{LogError, io_error};
 use crate::format::{
-    FRAME_HEADER_LEN, Header, SEAL_LEN, SEGMENT_HEADER_LEN, first_chain, frame_fields, frame_len,
-    is_segment_tmp_name, push_frame, seal_frame, segment_name, segment_tmp_name,
+    FRAME_HEADER_LEN, Header, SEAL_LEN, SEGMENT_HEADER_LEN, frame_fields, frame_len, push_frame,
+    seal_frame, segment_name, segment_tmp_name,
 };
-use crate::record::{Record, Recovery, TornTail};
-use crate::scan::{Cursor, Mode, list_segments};
 use crate::storage::{Storage, StorageFile, StorageLock};
 
 /// Pending bytes beyond which [`Log::append`] flushes before returning, so a
@@ -28,10 +24,6 @@ pub const PENDING_LEN_MAX: usize = 16 << 20;
 /// Most batches one caller of [`Log::wait_durable`] flushes in a row for
 /// others once its own record is durable.
 const LEADER_FLUSHES_MAX: u32 = 8;
-
-/// Most copies of torn bytes kept for one segment offset (a crash during
-/// recovery can leave earlier copies behind).
-const TORN_COPIES_MAX: u32 = 1000;
 
 /// Counters of a [`Log`], for monitoring and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,21 +149,22 @@ impl Parked {
 
 /// The segment being appended to. Only the thread leading a flush uses it.
 #[derive(Debug)]
-struct Active {
-    file: Box<dyn StorageFile>,
-    name: String,
-    len: u64,
+pub(crate) struct Active {
+    pub(crate) file: Box<dyn StorageFile>,
+    pub(crate) name: String,
+    /// Where its records end.
+    pub(crate) len: u64,
     /// The sequence number of the next record written to the file.
-    next_seq: u64,
+    pub(crate) next_seq: u64,
     /// The checksum of the last record in the file (the header's chain value
     /// if it has none).
-    chain: u32,
-    unsynced: bool,
+    pub(crate) chain: u32,
+    pub(crate) unsynced: bool,
     /// The file's length: `len` plus the zeros written ahead of the records.
-    allocated: u64,
+    pub(crate) allocated: u64,
     /// The segment's header says zeros may follow its records
     /// ([`Header::zeros_ahead`]); only then are more written ahead.
-    zeros_ahead: bool,
+    pub(crate) zeros_ahead: bool,
 }
 
 /// The writer of a log directory: `Send + Sync`, used through `&self` from
@@ -220,7 +213,8 @@ impl Drop for LeaderGuard<'_> {
     }
 }
 
-fn new_log_id() -> u64 {
+/// A random identity for a new log.
+pub(crate) fn new_log_id() -> u64 {
     let mut hasher = RandomState::new().build_hasher();
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -231,254 +225,10 @@ fn new_log_id() -> u64 {
 }
 
 impl Log {
-    /// Opens the log in `storage` for writing, creating it if the directory
-    /// is empty or missing. See [`Log::open_visiting`].
-    pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<(Log, Recovery), LogError> {
-        match Log::open_visiting(storage, config, |_| Ok::<(), Infallible>(())) {
-            Ok(opened) => Ok(opened),
-            Err(OpenError::Log(error)) => Err(error),
-            Err(OpenError::Visit(never)) => match never {},
-        }
-    }
-
-    /// Opens the log in `storage` for writing, handing every record to
-    /// `visit` as it is verified, in order, in the same pass.
-    ///
-    /// Takes the directory's writer lock, removes leftover temporary segment
-    /// files, verifies every segment and record, cuts a torn tail off the
-    /// last segment (after copying it aside to `<segment>.torn-<offset>`)
-    /// and finishes a segment roll a crash interrupted. Any other damage
-    /// refuses with [`LogError::Corrupt`]. A refusal can come after some
-    /// records were visited: discard what the visitor built on an error.
-    pub fn open_visiting<E>(
-        storage: Arc<dyn Storage>,
-        config: LogConfig,
-        visit: impl FnMut(Record<'_>) -> Result<(), E>,
-    ) -> Result<(Log, Recovery), OpenError<E>> {
-        Log::open_visiting_then(storage, config, visit, || Ok(()))
-    }
-
-    /// [`Log::open_visiting`], calling `finish` once every record has been
-    /// visited, before the open repairs any segment (cuts a torn tail,
-    /// replaces a torn header, finishes a roll). A visitor that works behind
-    /// the scan, on another thread, reports its last verdict there, so a
-    /// refused open changes no more than a refusal from `visit` would:
-    /// leftover temporary segment files are removed before the scan either
-    /// way.
-    pub fn open_visiting_then<E>(
-        storage: Arc<dyn Storage>,
-        config: LogConfig,
-        mut visit: impl FnMut(Record<'_>) -> Result<(), E>,
-        finish: impl FnOnce() -> Result<(), E>,
-    ) -> Result<(Log, Recovery), OpenError<E>> {
-        config.validate()?;
-        let dir = storage.describe("");
-        let lock = storage
-            .try_lock()
-            .map_err(|error| io_error("lock", &dir, error))?
-            .ok_or_else(|| LogError::Locked { dir: dir.clone() })?;
-        remove_tmp_debris(&*storage)?;
-        if config.durability == Durability::Always {
-            // A directory sync that failed before (poisoning the last writer)
-            // can leave an entry, such as a segment just renamed into place,
-            // that this process sees but a power loss would drop. Make every
-            // entry durable before writing a seal that names it or records
-            // into it.
-            storage
-                .sync_dir()
-                .map_err(|error| io_error("sync directory", &dir, error))?;
-        }
-        let segments = list_segments(&*storage)?;
-        if segments.is_empty() {
-            finish().map_err(OpenError::Visit)?;
-            let log_id = new_log_id();
-            let header = Header {
-                log_id,
-                first_seq: 1,
-                chain: first_chain(log_id),
-                zeros_ahead: config.zeros_ahead(),
-            };
-            let file = create_segment(&*storage, config.durability, &header)?;
-            tracing::info!(dir = %dir, log_id = format_args!("{log_id:#018x}"), "created a new log");
-            let recovery = Recovery {
-                segments: 1,
-                ..Recovery::default()
-            };
-            let active = Active::fresh(file, &header);
-            return Ok((Log::new(storage, config, log_id, active, lock), recovery));
-        }
-
-        let newest_two: Vec<u64> = segments.iter().rev().take(2).copied().collect();
-        let mut cursor = Cursor::new(storage.clone(), &config, Mode::Write, segments);
-        while let Some(record) = cursor.next_record()? {
-            visit(record).map_err(OpenError::Visit)?;
-        }
-        finish().map_err(OpenError::Visit)?;
-        let (next_seq, chain) = cursor.end_state();
-        let Some(tail) = cursor.tail.clone() else {
-            unreachable!("a finished scan describes the last segment");
-        };
-        let mut recovery = Recovery {
-            records: cursor.records,
-            segments: cursor.segments_verified,
-            last_seq: next_seq - 1,
-            torn_tail: None,
-            interrupted_roll: false,
-        };
-        let name = segment_name(tail.first_seq);
-        let (log_id, active) = if tail.header_torn {
-            // Keep the torn header's bytes, then put a whole segment in its
-            // place atomically (rename over it), so a crash during this
-            // repair leaves either the torn file or the new one.
-            let saved_as = save_aside(&*storage, &name, 0, tail.torn_len)?;
-            let (log_id, chain) = match cursor.log_id {
-                Some(log_id) => (log_id, chain),
-                None => {
-                    let log_id = new_log_id();
-                    (log_id, first_chain(log_id))
-                }
-            };
-            let header = Header {
-                log_id,
-                first_seq: tail.first_seq,
-                chain,
-                zeros_ahead: config.zeros_ahead(),
-            };
-            let file = create_segment(&*storage, Durability::Always, &header)?;
-            tracing::warn!(
-                file = %storage.describe(&name),
-                bytes = tail.torn_len,
-                saved_as = %saved_as,
-                "replaced a segment whose header was torn"
-            );
-            recovery.torn_tail = Some(TornTail {
-                segment: tail.first_seq,
-                offset: 0,
-                len: tail.torn_len,
-                saved_as: Some(saved_as),
-            });
-            recovery.segments += 1;
-            (log_id, Active::fresh(file, &header))
-        } else {
-            let Some(log_id) = cursor.log_id else {
-                unreachable!("a segment with a whole header gave the log id");
-            };
-            // A log written with a larger segment limit cannot take its seal
-            // under this one: refuse before changing anything.
-            if tail.valid_end + SEAL_LEN as u64 > config.segment_len_max {
-                return Err(LogError::SegmentTooLong {
-                    file: storage.describe(&name),
-                    len: tail.valid_end,
-                    max: config.segment_len_max,
-                }
-                .into());
-            }
-            let mut file = storage
-                .open_append(&name)
-                .map_err(|error| io_error("open", &storage.describe(&name), error))?;
-            if tail.torn_len > 0 {
-                let saved_as =
-                    cut_tail(&*storage, &mut *file, &name, tail.valid_end, tail.torn_len)?;
-                recovery.torn_tail = Some(TornTail {
-                    segment: tail.first_seq,
-                    offset: tail.valid_end,
-                    len: tail.torn_len,
-                    saved_as: Some(saved_as),
-                });
-            }
-            // What follows the records is zeros written ahead (the scan
-            // checked), cut above if anything else was there.
-            let allocated = storage
-                .len(&name)
-                .map_err(|error| io_error("stat", &storage.describe(&name), error))?;
-            if allocated < tail.valid_end || allocated > config.segment_len_max {
-                // Only another program, despite the lock, changes a file
-                // between the scan and here: a fault of the world.
-                return Err(io_error(
-                    "stat",
-                    &storage.describe(&name),
-                    io::Error::other(format!(
-                        "the file is {allocated} bytes, changed while the log was opened \
-                         (its records end at byte {})",
-                        tail.valid_end
-                    )),
-                )
-                .into());
-            }
-            let active = Active {
-                file,
-                name: name.clone(),
-                len: tail.valid_end,
-                next_seq,
-                chain,
-                unsynced: false,
-                allocated,
-                zeros_ahead: tail.zeros_ahead,
-            };
-            (log_id, active)
-        };
-        if let Some(unsealed) = cursor.unsealed.clone() {
-            // The newest segment exists and holds no record: finish the roll
-            // by sealing the one before it.
-            let old = segment_name(unsealed.first_seq);
-            let mut file = storage
-                .open_append(&old)
-                .map_err(|error| io_error("open", &storage.describe(&old), error))?;
-            if unsealed.torn_len > 0 {
-                let saved_as = cut_tail(
-                    &*storage,
-                    &mut *file,
-                    &old,
-                    unsealed.valid_end,
-                    unsealed.torn_len,
-                )?;
-                recovery.torn_tail.get_or_insert(TornTail {
-                    segment: unsealed.first_seq,
-                    offset: unsealed.valid_end,
-                    len: unsealed.torn_len,
-                    saved_as: Some(saved_as),
-                });
-            }
-            assert_eq!(unsealed.chain, active.chain);
-            assert_eq!(tail.first_seq, next_seq);
-            let seal = seal_frame(unsealed.chain, tail.first_seq);
-            let describe = storage.describe(&old);
-            // At the end of the records, over any zeros written ahead.
-            file.write_at(unsealed.valid_end, &seal)
-                .map_err(|error| io_error("write", &describe, error))?;
-            file.sync_data()
-                .map_err(|error| io_error("fdatasync", &describe, error))?;
-            tracing::info!(file = %describe, "sealed a segment whose roll a crash interrupted");
-            recovery.interrupted_roll = true;
-        }
-        if config.durability == Durability::Always {
-            // A writer that failed before in this same system (and was
-            // poisoned) can have left bytes that are visible, and verified
-            // above, but were never synced: records at the end of the newest
-            // segment, the seal of the one before it. Older segments were
-            // synced before a later one was written. Make them durable
-            // before anything is written after them or reported durable.
-            for &first_seq in &newest_two {
-                let name = segment_name(first_seq);
-                let describe = storage.describe(&name);
-                storage
-                    .open_append(&name)
-                    .map_err(|error| io_error("open", &describe, error))?
-                    .sync_data()
-                    .map_err(|error| io_error("fdatasync", &describe, error))?;
-            }
-        }
-        tracing::info!(
-            dir = %dir,
-            records = recovery.records,
-            segments = recovery.segments,
-            last_seq = recovery.last_seq,
-            "opened log"
-        );
-        Ok((Log::new(storage, config, log_id, active, lock), recovery))
-    }
-
-    fn new(
+    /// The writer of a log whose records end in `active`, the segment it
+    /// appends to. The records already there count as durable: opening
+    /// synced them.
+    pub(crate) fn new(
         storage: Arc<dyn Storage>,
         config: LogConfig,
         log_id: u64,
@@ -835,7 +585,8 @@ impl Drop for Log {
 }
 
 impl Active {
-    fn fresh(file: Box<dyn StorageFile>, header: &Header) -> Active {
+    /// A segment just created from `header`, holding no record yet.
+    pub(crate) fn fresh(file: Box<dyn StorageFile>, header: &Header) -> Active {
         Active {
             file,
             name: segment_name(header.first_seq),
@@ -930,7 +681,7 @@ fn fitting_prefix(batch: &[u8], room: u64, next_seq: u64, chain: u32) -> (usize,
 
 /// Creates the segment `header` describes: temporary name, header, sync,
 /// rename into place (replacing a torn file of that name), directory sync.
-fn create_segment(
+pub(crate) fn create_segment(
     storage: &dyn Storage,
     durability: Durability,
     header: &Header,
@@ -956,94 +707,4 @@ fn create_segment(
             .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
     }
     Ok(file)
-}
-
-/// Removes temporary segment files: a roll that crashed before its rename.
-fn remove_tmp_debris(storage: &dyn Storage) -> Result<(), LogError> {
-    let names = storage
-        .list()
-        .map_err(|error| io_error("list", &storage.describe(""), error))?;
-    let mut removed = false;
-    for name in names.iter().filter(|name| is_segment_tmp_name(name)) {
-        tracing::warn!(file = %storage.describe(name), "removing a segment a crash left half made");
-        storage
-            .remove(name)
-            .map_err(|error| io_error("remove", &storage.describe(name), error))?;
-        removed = true;
-    }
-    if removed {
-        storage
-            .sync_dir()
-            .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
-    }
-    Ok(())
-}
-
-/// Copies `len` bytes of `name` from `offset` to a new file beside it,
-/// durably, and returns the copy's name.
-fn save_aside(
-    storage: &dyn Storage,
-    name: &str,
-    offset: u64,
-    len: u64,
-) -> Result<String, LogError> {
-    let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
-    let bytes = storage
-        .read_range(name, offset, len_usize)
-        .map_err(|error| io_error("read", &storage.describe(name), error))?;
-    assert_eq!(bytes.len() as u64, len, "torn bytes are read back whole");
-    let existing: BTreeSet<String> = storage
-        .list()
-        .map_err(|error| io_error("list", &storage.describe(""), error))?
-        .into_iter()
-        .collect();
-    let base = format!("{name}.torn-{offset}");
-    let aside = std::iter::once(base.clone())
-        .chain((1..=TORN_COPIES_MAX).map(|copy| format!("{base}.{copy}")))
-        .find(|candidate| !existing.contains(candidate))
-        .ok_or_else(|| LogError::Io {
-            op: "save torn bytes",
-            file: storage.describe(&base),
-            source: io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{TORN_COPIES_MAX} copies exist already"),
-            ),
-        })?;
-    let describe = storage.describe(&aside);
-    let mut file = storage
-        .create_new(&aside)
-        .map_err(|error| io_error("create", &describe, error))?;
-    file.append(&bytes)
-        .map_err(|error| io_error("write", &describe, error))?;
-    file.sync_data()
-        .map_err(|error| io_error("fdatasync", &describe, error))?;
-    storage
-        .sync_dir()
-        .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
-    Ok(aside)
-}
-
-/// Saves the torn bytes of `name` after `valid_end`, then truncates the file
-/// there and syncs it. Returns where the bytes were saved.
-fn cut_tail(
-    storage: &dyn Storage,
-    file: &mut dyn StorageFile,
-    name: &str,
-    valid_end: u64,
-    torn_len: u64,
-) -> Result<String, LogError> {
-    let saved_as = save_aside(storage, name, valid_end, torn_len)?;
-    let describe = storage.describe(name);
-    file.set_len(valid_end)
-        .map_err(|error| io_error("truncate", &describe, error))?;
-    file.sync_data()
-        .map_err(|error| io_error("fdatasync", &describe, error))?;
-    tracing::warn!(
-        file = %describe,
-        offset = valid_end,
-        bytes = torn_len,
-        saved_as = %saved_as,
-        "cut a torn tail off the log"
-    );
-    Ok(saved_as)
 }

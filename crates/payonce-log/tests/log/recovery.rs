@@ -2,7 +2,9 @@
 //! interrupted roll is finished, and everything else is refused without
 //! ever returning changed data.
 
-use payonce_log::{Damage, Log, LogConfig, LogError, LogReader, OpenError, TornTail};
+use payonce_log::{
+    Damage, Log, LogConfig, LogError, LogReader, OpenError, Opening, Repair, TornTail,
+};
 
 use crate::support::{
     Env, Frame, Kind, Seen, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
@@ -429,43 +431,175 @@ fn torn_last_record(env: &Env) -> (String, Vec<u8>, usize) {
     (name, bytes, offset)
 }
 
+/// Starts opening `env` for writing and reads every record: the scan's
+/// verdict on the whole log, given before anything is repaired.
+fn scan_whole(env: &Env) -> (Opening, u64) {
+    let mut opening = Log::scan_to_open(env.storage.clone(), small_config()).unwrap();
+    let mut visited = 0;
+    while opening.next_record().unwrap().is_some() {
+        visited += 1;
+    }
+    (opening, visited)
+}
+
 #[test]
-fn finish_runs_after_the_last_record_and_its_error_refuses_before_any_repair() {
+fn a_refusal_after_the_scan_drops_the_plan_and_repairs_nothing() {
     // Guards against a replay that runs behind the scan refusing only after the open cut a torn tail.
     on_both(|env| {
         let (_, _, offset) = torn_last_record(env);
         let before = env.disk.files();
-        let visited = std::cell::Cell::new(0);
-        let result = Log::open_visiting_then(
-            env.storage.clone(),
-            small_config(),
-            |_| {
-                visited.set(visited.get() + 1);
-                Ok(())
-            },
-            || {
-                assert_eq!(visited.get(), 19, "every whole record was visited first");
-                Err("refused at the end")
-            },
+        let (opening, visited) = scan_whole(env);
+        assert_eq!(visited, 19, "every whole record was visited first");
+        let plan = opening.plan().unwrap();
+        assert_eq!(
+            plan.recovery().torn_tail.as_ref().unwrap().offset,
+            offset as u64
         );
-        assert!(
-            matches!(result, Err(OpenError::Visit("refused at the end"))),
-            "{:?}",
-            result.map(drop)
-        );
+        // The replay refuses: the plan is dropped, not executed.
+        drop(plan);
         assert!(
             env.disk.files() == before,
             "the refused open changed no file"
         );
         // Accepted, the same open cuts the tail.
-        let (_, recovery) = Log::open_visiting_then(
-            env.storage.clone(),
-            small_config(),
-            |_| Ok::<(), ()>(()),
-            || Ok(()),
-        )
-        .unwrap();
+        let (_, recovery) = scan_whole(env).0.plan().unwrap().execute().unwrap();
         assert_eq!(recovery.torn_tail.unwrap().offset, offset as u64);
+    });
+}
+
+#[test]
+fn a_plan_names_every_repair_before_making_any() {
+    // Guards against an open changing a file before its plan says so, or doing other than it said.
+    on_both(|env| {
+        let segments = multi_segment_log(env, 20);
+        let (old, new) = (&segments[segments.len() - 2], &segments[segments.len() - 1]);
+        let (old_seq, new_seq): (u64, u64) =
+            (old[..20].parse().unwrap(), new[..20].parse().unwrap());
+        // A roll cut short after five bytes of its seal landed.
+        let old_bytes = env.disk.bytes(old);
+        let seal_at = records_end(&old_bytes) - 16;
+        let mut unsealed = old_bytes[..seal_at + 5].to_vec();
+        unsealed[seal_at] ^= 0xFF;
+        env.disk.put(old, &unsealed);
+        env.disk.put(new, &env.disk.bytes(new)[..40]);
+        let before = env.disk.files();
+        let plan = scan_whole(env).0.plan().unwrap();
+        // The seal chains from the checksum of the segment's last record.
+        let (last_record, _) = frames(&old_bytes[..seal_at]).pop().unwrap();
+        let chain = u32::from_le_bytes(old_bytes[last_record..last_record + 4].try_into().unwrap());
+        assert_eq!(
+            plan.repairs(),
+            [
+                Repair::CutTornTail {
+                    segment: old_seq,
+                    offset: seal_at as u64,
+                    len: trim_zeros(&unsealed[seal_at..]).len() as u64,
+                },
+                Repair::SealInterruptedRoll {
+                    segment: old_seq,
+                    offset: seal_at as u64,
+                    next_seq: new_seq,
+                    chain,
+                },
+            ]
+        );
+        let planned = plan.recovery().clone();
+        assert!(planned.interrupted_roll);
+        assert_eq!(planned.torn_tail.as_ref().unwrap().saved_as, None);
+        assert!(env.disk.files() == before, "planning changed no file");
+        let (_, recovery) = plan.execute().unwrap();
+        let saved_as = format!("{old}.torn-{seal_at}");
+        let mut expected_recovery = planned;
+        expected_recovery.torn_tail.as_mut().unwrap().saved_as = Some(saved_as.clone());
+        assert_eq!(
+            recovery, expected_recovery,
+            "the open did what its plan said"
+        );
+        assert_eq!(env.disk.bytes(&saved_as), trim_zeros(&unsealed[seal_at..]));
+        assert_eq!(
+            env.disk.bytes(old),
+            old_bytes[..seal_at + 16],
+            "the seal is back"
+        );
+    });
+}
+
+#[test]
+fn dropping_a_plan_changes_nothing_and_releases_the_lock_in_every_case() {
+    // Guards against a plan that is not executed leaving any case's directory changed or locked.
+    type Setup = fn(&Env);
+    // Each case, and how many repairs its plan lists.
+    let cases: [(&str, Setup, usize); 5] = [
+        ("an empty directory", |_| {}, 1),
+        ("a clean end", |env| build_log(env, &small_config(), 20), 0),
+        ("a torn tail", |env| drop(torn_last_record(env)), 1),
+        (
+            "a torn header",
+            |env| {
+                let segments = multi_segment_log(env, 20);
+                let last = segments.last().unwrap();
+                env.disk.put(last, &env.disk.bytes(last)[..12]);
+            },
+            1,
+        ),
+        (
+            "an interrupted roll",
+            |env| {
+                let segments = multi_segment_log(env, 20);
+                let (old, new) = (&segments[segments.len() - 2], &segments[segments.len() - 1]);
+                let old_bytes = env.disk.bytes(old);
+                env.disk
+                    .put(old, &old_bytes[..records_end(&old_bytes) - 16]);
+                env.disk.put(new, &env.disk.bytes(new)[..40]);
+            },
+            1,
+        ),
+    ];
+    for (case, setup, repairs) in cases {
+        on_both(|env| {
+            setup(env);
+            let before = env.disk.files();
+            let plan = scan_whole(env).0.plan().unwrap();
+            assert_eq!(
+                plan.repairs().len(),
+                repairs,
+                "{case}: {:?}",
+                plan.repairs()
+            );
+            drop(plan);
+            assert!(
+                env.disk.files() == before,
+                "{case}: a dropped plan changed a file"
+            );
+            // The lock went with the plan: the same directory opens.
+            let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+            log.append_durable(b"after").unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_refused_scan_hands_out_nothing_more_and_releases_the_lock() {
+    // Guards against records after damage reaching a caller that went on reading.
+    on_both(|env| {
+        let (name, mut bytes, frames) = last_segment(env);
+        bytes[frames[0].0 + 16] ^= 0x40;
+        env.disk.put(&name, &bytes);
+        let mut opening = Log::scan_to_open(env.storage.clone(), small_config()).unwrap();
+        let refused = loop {
+            match opening.next_record() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the damage went unnoticed"),
+                Err(error) => break error,
+            }
+        };
+        assert_corrupt::<()>(Err(refused), &env.describe(&name));
+        assert!(opening.next_record().unwrap().is_none());
+        drop(opening);
+        assert!(matches!(
+            Log::open(env.storage.clone(), small_config()),
+            Err(LogError::Corrupt { .. })
+        ));
     });
 }
 
