@@ -11,11 +11,11 @@ use serde::Serialize;
 
 use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
 use crate::duration::format_age;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::index;
 use crate::logdir::open_log;
-use crate::run::{Env, Status};
 use crate::table::Table;
 use crate::views::{
     EventView, InFlightView, RecordView, TornTailView, in_flight_table, records, warn_torn_tail,

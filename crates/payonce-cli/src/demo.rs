@@ -16,10 +16,10 @@ use payonce::{
 use payonce_model::{Reason, Reference, WithdrawalRequest};
 
 use crate::cli::DemoArgs;
+use crate::env::Status;
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::outcome_words;
-use crate::run::Status;
 
 /// Attempts at finding an unused name for the default demo directory.
 const DIRECTORY_ATTEMPTS_MAX: u32 = 100;

@@ -14,12 +14,12 @@ use tracing::info;
 
 use crate::audit::to_json;
 use crate::cli::HistoryArgs;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::{Holdings, Subject, touches};
 use crate::index;
 use crate::logdir::{LogDir, open_log};
-use crate::run::{Env, Status};
 use crate::table::Table;
 use crate::views::{EventView, TornTailView, warn_torn_tail};
 

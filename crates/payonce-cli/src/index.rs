@@ -53,11 +53,11 @@ use sled::{Batch, Db, Tree};
 use tracing::{info, warn};
 
 use crate::cli::IndexArgs;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::{HoldingChange, Subject, attribute, holding_change, keys_touched};
 use crate::logdir::{LogDir, Walked, open_log};
-use crate::run::{Env, Status};
 use crate::views::warn_torn_tail;
 
 /// The index's directory inside the log's directory. The log only reads

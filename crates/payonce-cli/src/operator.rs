@@ -18,10 +18,10 @@ use tracing::info;
 
 use crate::audit::to_json;
 use crate::cli::{ReleaseArgs, ResolveArgs};
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::logdir::{LogDir, open_log};
-use crate::run::{Env, Status};
 use crate::views::{RecordView, record_words, records};
 
 /// Largest outcome file read, in bytes; checked before reading. A
