@@ -16,43 +16,15 @@ use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::index;
 use crate::logdir::open_log;
+use crate::output::{count, held_words, say, warn_torn_tail};
 use crate::table::Table;
 use crate::views::{
-    EventView, InFlightView, RecordView, TornTailView, in_flight_table, records, warn_torn_tail,
+    EventView, InFlightView, RecordView, TornTailView, held_map, in_flight_table, records, to_json,
 };
 
 /// Most divergences listed one by one; the rest are counted. A log that the
 /// code disagrees with everywhere would otherwise print itself whole.
 pub const DIVERGENCES_LISTED_MAX: usize = 100;
-
-macro_rules! say {
-    ($out:expr) => {
-        writeln!($out).map_err(CliError::output)
-    };
-    ($out:expr, $($arg:tt)*) => {
-        writeln!($out, $($arg)*).map_err(CliError::output)
-    };
-}
-
-fn held_map(state: &State) -> BTreeMap<String, String> {
-    state
-        .held_totals()
-        .iter()
-        // A total keeps the scale of the arithmetic that made it (10.0
-        // after adding and removing 7.5); print it as an amount prints.
-        .map(|(currency, total)| (currency.to_string(), total.normalize().to_string()))
-        .collect()
-}
-
-fn held_words(held: &BTreeMap<String, String>) -> String {
-    if held.is_empty() {
-        return "none".to_owned();
-    }
-    held.iter()
-        .map(|(currency, total)| format!("{total} {currency}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// `verify`'s report.
 #[derive(Debug, Serialize)]
@@ -525,18 +497,4 @@ pub(crate) fn export(
     })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
-}
-
-/// `1 key`, `2 keys`.
-pub(crate) fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-/// One line of JSON. Reports are plain data, so this cannot fail.
-pub(crate) fn to_json(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\":\"{error}\"}}"))
 }

@@ -20,6 +20,7 @@ use crate::env::Status;
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::outcome_words;
+use crate::output::count;
 
 /// Attempts at finding an unused name for the default demo directory.
 const DIRECTORY_ATTEMPTS_MAX: u32 = 100;
@@ -510,7 +511,7 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     let queue = story.ledger()?.in_flight();
     story.step(&format!(
         "40 minutes later the operator's queue (payonce inflight) holds {}: {}",
-        crate::audit::count(queue.len(), "key"),
+        count(queue.len(), "key"),
         queue
             .iter()
             .map(|k| format!("{} for {}", k.key, k.withdrawal))

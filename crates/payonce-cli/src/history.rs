@@ -12,7 +12,6 @@ use payonce_model::{RequestKey, WithdrawalId};
 use serde::Serialize;
 use tracing::info;
 
-use crate::audit::to_json;
 use crate::cli::HistoryArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
@@ -20,8 +19,9 @@ use crate::escape::Escaped;
 use crate::explain::{Holdings, Subject, touches};
 use crate::index;
 use crate::logdir::{LogDir, open_log};
+use crate::output::{count, warn_torn_tail};
 use crate::table::Table;
-use crate::views::{EventView, TornTailView, warn_torn_tail};
+use crate::views::{EventView, TornTailView, to_json};
 
 /// Most events one history lists. A withdrawal that a misbehaving client
 /// retries under fresh keys collects a refusal per attempt; past this many,
@@ -201,7 +201,7 @@ pub(crate) fn history(
         "history of {} in {}: {}",
         Escaped(&what),
         Escaped(&log.dir.display().to_string()),
-        crate::audit::count(views.len(), "event")
+        count(views.len(), "event")
     )
     .map_err(CliError::output)?;
     let mut table = Table::new(&["seq", "time", "event", "key", "withdrawal", "what happened"]);

@@ -58,7 +58,7 @@ use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::{HoldingChange, Subject, attribute, holding_change, keys_touched};
 use crate::logdir::{LogDir, Walked, open_log};
-use crate::views::warn_torn_tail;
+use crate::output::warn_torn_tail;
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.

@@ -47,6 +47,7 @@ mod history;
 mod index;
 mod logdir;
 mod operator;
+mod output;
 mod run;
 mod table;
 mod views;

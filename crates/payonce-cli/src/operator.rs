@@ -16,13 +16,12 @@ use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
 use serde::Serialize;
 use tracing::info;
 
-use crate::audit::to_json;
 use crate::cli::{ReleaseArgs, ResolveArgs};
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::logdir::{LogDir, open_log};
-use crate::views::{RecordView, record_words, records};
+use crate::views::{RecordView, record_words, records, to_json};
 
 /// Largest outcome file read, in bytes; checked before reading. A
 /// withdrawal's JSON is well under 8 KiB even with every bump recorded.

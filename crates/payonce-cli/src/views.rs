@@ -1,6 +1,6 @@
 //! What reports print as JSON, and the pieces the text reports share.
 
-use std::io::Write;
+use std::collections::BTreeMap;
 
 use payonce::{Event, InFlight, State, Timestamp};
 use payonce_log::TornTail;
@@ -9,8 +9,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::duration::format_age;
-use crate::error::CliError;
-use crate::escape::Escaped;
 use crate::explain::explain;
 use crate::logdir::{LogDir, segment_name};
 use crate::table::Table;
@@ -72,20 +70,6 @@ impl TornTailView {
             len: torn.len,
         }
     }
-}
-
-/// Warns about a torn tail on `err`; returns whether there was one.
-pub(crate) fn warn_torn_tail(
-    log: &LogDir,
-    torn: Option<&TornTail>,
-    err: &mut dyn Write,
-) -> Result<bool, CliError> {
-    let Some(torn) = torn else {
-        return Ok(false);
-    };
-    writeln!(err, "warning: {}", Escaped(&log.describe_torn_tail(torn)))
-        .map_err(CliError::output)?;
-    Ok(true)
 }
 
 /// A key in flight, for JSON.
@@ -231,4 +215,20 @@ pub(crate) fn record_words(record: &RecordView) -> String {
         record.claimed_seq,
         record.claimed_at
     )
+}
+
+/// The funds held in total per currency, for JSON.
+pub(crate) fn held_map(state: &State) -> BTreeMap<String, String> {
+    state
+        .held_totals()
+        .iter()
+        // A total keeps the scale of the arithmetic that made it (10.0
+        // after adding and removing 7.5); print it as an amount prints.
+        .map(|(currency, total)| (currency.to_string(), total.normalize().to_string()))
+        .collect()
+}
+
+/// One line of JSON. Reports are plain data, so this cannot fail.
+pub(crate) fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\":\"{error}\"}}"))
 }
