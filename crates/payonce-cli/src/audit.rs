@@ -15,12 +15,12 @@ use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::index;
+use crate::json::{
+    EventJson, InFlightKeyJson, KeyRecordJson, TornTailJson, held_totals_json, key_records, to_json,
+};
 use crate::logdir::open_log;
 use crate::output::{count, held_words, say, warn_torn_tail};
 use crate::table::Table;
-use crate::views::{
-    EventView, InFlightView, RecordView, TornTailView, held_map, in_flight_table, records, to_json,
-};
 
 /// Most divergences listed one by one; the rest are counted. A log that the
 /// code disagrees with everywhere would otherwise print itself whole.
@@ -28,7 +28,7 @@ pub const DIVERGENCES_LISTED_MAX: usize = 100;
 
 /// `verify`'s report.
 #[derive(Debug, Serialize)]
-struct VerifyView {
+struct VerifyJson {
     dir: String,
     clean: bool,
     events: u64,
@@ -38,20 +38,20 @@ struct VerifyView {
     held: BTreeMap<String, String>,
     refusals: u64,
     divergence_count: usize,
-    divergences: Vec<DivergenceView>,
-    torn_tail: Option<TornTailView>,
+    divergences: Vec<DivergenceJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 #[derive(Debug, Serialize)]
-struct DivergenceView {
+struct DivergenceJson {
     seq: u64,
     recorded_event: &'static str,
     message: String,
 }
 
-impl DivergenceView {
+impl DivergenceJson {
     fn new(divergence: &Divergence) -> Self {
-        DivergenceView {
+        DivergenceJson {
             seq: divergence.seq,
             recorded_event: divergence.recorded.name(),
             message: divergence.to_string(),
@@ -76,46 +76,46 @@ pub(crate) fn verify(
         if let Some(divergence) = rederive(&state, event) {
             divergence_count += 1;
             if divergences.len() < DIVERGENCES_LISTED_MAX {
-                divergences.push(DivergenceView::new(&divergence));
+                divergences.push(DivergenceJson::new(&divergence));
             }
         }
         // The log is what happened: keep replaying it as written.
         apply(&mut state, event);
         Ok(ControlFlow::Continue(()))
     })?;
-    let view = VerifyView {
+    let report = VerifyJson {
         dir: log.dir.display().to_string(),
         clean: divergence_count == 0 && walked.torn_tail.is_none(),
         events: walked.events,
         segments,
         keys: state.key_count(),
         in_flight: state.in_flight().len(),
-        held: held_map(&state),
+        held: held_totals_json(&state),
         refusals: state.refusal_count(),
         divergence_count,
         divergences,
         torn_tail: walked
             .torn_tail
             .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
+            .map(|t| TornTailJson::new(&log, t)),
     };
-    let status = Status::problem_if(!view.clean);
+    let status = Status::problem_if(!report.clean);
     if args.json {
-        say!(out, "{}", to_json(&view))?;
+        say!(out, "{}", to_json(&report))?;
         return Ok(status);
     }
-    say!(out, "verified {}", Escaped(&view.dir))?;
-    say!(out, "  events     {}", view.events)?;
-    say!(out, "  segments   {}", view.segments)?;
+    say!(out, "verified {}", Escaped(&report.dir))?;
+    say!(out, "  events     {}", report.events)?;
+    say!(out, "  segments   {}", report.segments)?;
     say!(
         out,
         "  keys       {} ({} in flight)",
-        view.keys,
-        view.in_flight
+        report.keys,
+        report.in_flight
     )?;
-    say!(out, "  held       {}", Escaped(&held_words(&view.held)))?;
-    say!(out, "  refusals   {}", view.refusals)?;
-    if view.clean {
+    say!(out, "  held       {}", Escaped(&held_words(&report.held)))?;
+    say!(out, "  refusals   {}", report.refusals)?;
+    if report.clean {
         say!(
             out,
             "clean: every checksum and chain link verifies, and every recorded decision is the \
@@ -124,7 +124,7 @@ pub(crate) fn verify(
         return Ok(status);
     }
     say!(out, "problems:")?;
-    for divergence in &view.divergences {
+    for divergence in &report.divergences {
         say!(
             out,
             "  divergence at seq {}: {}",
@@ -132,11 +132,11 @@ pub(crate) fn verify(
             Escaped(&divergence.message)
         )?;
     }
-    if view.divergence_count > view.divergences.len() {
+    if report.divergence_count > report.divergences.len() {
         say!(
             out,
             "  ... and {} more divergences",
-            view.divergence_count - view.divergences.len()
+            report.divergence_count - report.divergences.len()
         )?;
     }
     if let Some(torn) = &walked.torn_tail {
@@ -173,7 +173,7 @@ pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
 
 /// `state`'s report.
 #[derive(Debug, Serialize)]
-struct StateView {
+struct StateJson {
     dir: String,
     /// The last event applied; 0 before any.
     seq: u64,
@@ -181,23 +181,23 @@ struct StateView {
     event: Option<&'static str>,
     /// For `--at TIME`: the time asked about.
     asked_time: Option<String>,
-    records: Vec<RecordView>,
-    claims: Vec<ClaimView>,
-    in_flight: Vec<InFlightView>,
-    holds: Vec<HoldView>,
+    records: Vec<KeyRecordJson>,
+    claims: Vec<ClaimJson>,
+    in_flight: Vec<InFlightKeyJson>,
+    holds: Vec<HoldJson>,
     held_totals: BTreeMap<String, String>,
     refusals: u64,
-    torn_tail: Option<TornTailView>,
+    torn_tail: Option<TornTailJson>,
 }
 
 #[derive(Debug, Serialize)]
-struct ClaimView {
+struct ClaimJson {
     withdrawal: String,
     key: String,
 }
 
 #[derive(Debug, Serialize)]
-struct HoldView {
+struct HoldJson {
     withdrawal: String,
     amount: String,
     currency: String,
@@ -243,9 +243,9 @@ pub(crate) fn state(
         });
     }
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
-    let mut claims: Vec<ClaimView> = state
+    let mut claims: Vec<ClaimJson> = state
         .claims()
-        .map(|(withdrawal, key)| ClaimView {
+        .map(|(withdrawal, key)| ClaimJson {
             withdrawal: withdrawal.to_string(),
             key: key.to_string(),
         })
@@ -256,9 +256,9 @@ pub(crate) fn state(
             .map_or(u64::MAX, |record| record.claimed_seq())
     };
     claims.sort_by_key(|claim| (claimed_seq(Some(&claim.key)), claim.withdrawal.clone()));
-    let mut holds: Vec<HoldView> = state
+    let mut holds: Vec<HoldJson> = state
         .holds()
-        .map(|(withdrawal, hold)| HoldView {
+        .map(|(withdrawal, hold)| HoldJson {
             withdrawal: withdrawal.to_string(),
             amount: hold.amount.to_string(),
             currency: hold.currency.to_string(),
@@ -269,7 +269,7 @@ pub(crate) fn state(
         (claimed_seq(holder.as_deref()), hold.withdrawal.clone())
     });
     let now = last.map_or(env.now, |(_, at, _)| at);
-    let view = StateView {
+    let report = StateJson {
         dir: log.dir.display().to_string(),
         seq: last.map_or(0, |(seq, _, _)| seq),
         at: last.map(|(_, at, _)| at.to_string()),
@@ -278,38 +278,38 @@ pub(crate) fn state(
             Point::Time(time) => Some(time.to_string()),
             _ => None,
         },
-        records: records(&state),
+        records: key_records(&state),
         claims,
         in_flight: state
             .in_flight()
             .iter()
-            .map(|entry| InFlightView::new(entry, now))
+            .map(|entry| InFlightKeyJson::new(entry, now))
             .collect(),
         holds,
-        held_totals: held_map(&state),
+        held_totals: held_totals_json(&state),
         refusals: state.refusal_count(),
         torn_tail: walked
             .torn_tail
             .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
+            .map(|t| TornTailJson::new(&log, t)),
     };
     let status = Status::problem_if(torn);
     if args.json {
-        say!(out, "{}", to_json(&view))?;
+        say!(out, "{}", to_json(&report))?;
         return Ok(status);
     }
-    match (&view.at, view.event) {
+    match (&report.at, report.event) {
         (Some(at), Some(event)) => say!(
             out,
             "state of {} after seq {} ({}, {})",
-            Escaped(&view.dir),
-            view.seq,
+            Escaped(&report.dir),
+            report.seq,
             at,
             event
         )?,
-        _ => say!(out, "state of {} before any event", Escaped(&view.dir))?,
+        _ => say!(out, "state of {} before any event", Escaped(&report.dir))?,
     }
-    if let Some(asked) = &view.asked_time {
+    if let Some(asked) = &report.asked_time {
         say!(
             out,
             "every event stamped at or before {asked}; the next event, if any, is stamped later"
@@ -319,10 +319,10 @@ pub(crate) fn state(
     say!(
         out,
         "records: {}, {} in flight",
-        count(view.records.len(), "key"),
-        view.in_flight.len()
+        count(report.records.len(), "key"),
+        report.in_flight.len()
     )?;
-    if !view.records.is_empty() {
+    if !report.records.is_empty() {
         let mut table = Table::new(&[
             "key",
             "withdrawal",
@@ -331,7 +331,7 @@ pub(crate) fn state(
             "outcome",
             "reference / reason / last error",
         ]);
-        for record in &view.records {
+        for record in &report.records {
             let detail = [&record.reference, &record.reason, &record.last_error]
                 .into_iter()
                 .flatten()
@@ -357,11 +357,11 @@ pub(crate) fn state(
     say!(
         out,
         "claims: {} held by a key",
-        count(view.claims.len(), "withdrawal")
+        count(report.claims.len(), "withdrawal")
     )?;
-    if !view.claims.is_empty() {
+    if !report.claims.is_empty() {
         let mut table = Table::new(&["withdrawal", "claimed by key"]);
-        for claim in &view.claims {
+        for claim in &report.claims {
             table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
         }
         table.write(out, 2)?;
@@ -370,22 +370,22 @@ pub(crate) fn state(
     say!(
         out,
         "in flight: {} with an unknown outcome (ages as of seq {})",
-        count(view.in_flight.len(), "key"),
-        view.seq
+        count(report.in_flight.len(), "key"),
+        report.seq
     )?;
-    if !view.in_flight.is_empty() {
-        in_flight_table(&view.in_flight).write(out, 2)?;
+    if !report.in_flight.is_empty() {
+        in_flight_table(&report.in_flight).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "holds: {}; held in total: {}",
-        count(view.holds.len(), "withdrawal"),
-        Escaped(&held_words(&view.held_totals))
+        count(report.holds.len(), "withdrawal"),
+        Escaped(&held_words(&report.held_totals))
     )?;
-    if !view.holds.is_empty() {
+    if !report.holds.is_empty() {
         let mut table = Table::new(&["withdrawal", "held"]);
-        for hold in &view.holds {
+        for hold in &report.holds {
             table.row(vec![
                 hold.withdrawal.clone(),
                 format!("{} {}", hold.amount, hold.currency),
@@ -394,18 +394,18 @@ pub(crate) fn state(
         table.write(out, 2)?;
     }
     say!(out)?;
-    say!(out, "refusals so far: {}", view.refusals)?;
+    say!(out, "refusals so far: {}", report.refusals)?;
     Ok(status)
 }
 
 /// `inflight`'s report.
 #[derive(Debug, Serialize)]
-struct InflightReport {
+struct InflightJson {
     dir: String,
     now: String,
     older_than_seconds: Option<u64>,
-    keys: Vec<InFlightView>,
-    torn_tail: Option<TornTailView>,
+    keys: Vec<InFlightKeyJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 /// `payonce inflight DIR [--older-than D]`: the operator's queue.
@@ -422,17 +422,17 @@ pub(crate) fn inflight(
         Ok(ControlFlow::Continue(()))
     })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
-    let keys: Vec<InFlightView> = state
+    let keys: Vec<InFlightKeyJson> = state
         .in_flight()
         .iter()
         .filter(|entry| {
             args.older_than
                 .is_none_or(|older_than| env.now.since(entry.claimed_at) > older_than)
         })
-        .map(|entry| InFlightView::new(entry, env.now))
+        .map(|entry| InFlightKeyJson::new(entry, env.now))
         .collect();
     let overdue = args.older_than.is_some() && !keys.is_empty();
-    let report = InflightReport {
+    let report = InflightJson {
         dir: log.dir.display().to_string(),
         now: env.now.to_string(),
         older_than_seconds: args.older_than.map(|d| d.as_secs()),
@@ -440,7 +440,7 @@ pub(crate) fn inflight(
         torn_tail: walked
             .torn_tail
             .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
+            .map(|t| TornTailJson::new(&log, t)),
     };
     let status = Status::problem_if(torn || overdue);
     if args.json {
@@ -491,10 +491,41 @@ pub(crate) fn export(
         if event.seq > to {
             return Ok(ControlFlow::Break(()));
         }
-        let view = EventView::new(event, event.kind.withdrawal(), false);
-        say!(out, "{}", to_json(&view))?;
+        let report = EventJson::new(event, event.kind.withdrawal(), None);
+        say!(out, "{}", to_json(&report))?;
         Ok(ControlFlow::Continue(()))
     })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
+}
+
+/// The in-flight table: key, withdrawal, amount, claim, age, hold, send, last error.
+fn in_flight_table(entries: &[InFlightKeyJson]) -> Table {
+    let mut table = Table::new(&[
+        "key",
+        "withdrawal",
+        "amount",
+        "claimed (seq)",
+        "age",
+        "held",
+        "send may run",
+        "last error",
+    ]);
+    for entry in entries {
+        table.row(vec![
+            entry.key.clone(),
+            entry.withdrawal.clone(),
+            format!("{} {}", entry.amount, entry.currency),
+            format!("{} ({})", entry.claimed_at, entry.claimed_seq),
+            format_age(std::time::Duration::from_secs(entry.age_seconds)),
+            yes_no(entry.held).to_owned(),
+            yes_no(entry.send_may_be_running).to_owned(),
+            entry.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    table
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
 }

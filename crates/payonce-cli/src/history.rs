@@ -16,12 +16,12 @@ use crate::cli::HistoryArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
-use crate::explain::{Holdings, Subject, touches};
+use crate::explain::{Holdings, Subject, explain, touches};
 use crate::index;
+use crate::json::{EventJson, TornTailJson, to_json};
 use crate::logdir::{LogDir, open_log};
 use crate::output::{count, warn_torn_tail};
 use crate::table::Table;
-use crate::views::{EventView, TornTailView, to_json};
 
 /// Most events one history lists. A withdrawal that a misbehaving client
 /// retries under fresh keys collects a refusal per attempt; past this many,
@@ -91,7 +91,7 @@ fn attributed(subject: &Subject, events: &[Event]) -> Vec<Option<WithdrawalId>> 
 }
 
 #[derive(Debug, Serialize)]
-struct HistoryView {
+struct HistoryJson {
     dir: String,
     key: Option<String>,
     withdrawal: Option<String>,
@@ -99,8 +99,8 @@ struct HistoryView {
     source: &'static str,
     /// Whether more events touched the subject than are listed.
     truncated: bool,
-    events: Vec<EventView>,
-    torn_tail: Option<TornTailView>,
+    events: Vec<EventJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 /// `payonce history DIR --key K | --withdrawal W`.
@@ -168,10 +168,16 @@ pub(crate) fn history(
         .map_err(CliError::output)?;
     }
     let withdrawals = attributed(&subject, &events);
-    let views: Vec<EventView> = events
+    let listed: Vec<EventJson> = events
         .iter()
         .zip(&withdrawals)
-        .map(|(event, withdrawal)| EventView::new(event, withdrawal.as_ref(), true))
+        .map(|(event, withdrawal)| {
+            EventJson::new(
+                event,
+                withdrawal.as_ref(),
+                Some(explain(event, withdrawal.as_ref())),
+            )
+        })
         .collect();
     let status = Status::problem_if(torn);
     let (key, withdrawal) = match &subject {
@@ -179,16 +185,16 @@ pub(crate) fn history(
         Subject::Withdrawal(id) => (None, Some(id.to_string())),
     };
     if args.json {
-        let view = HistoryView {
+        let report = HistoryJson {
             dir: log.dir.display().to_string(),
             key,
             withdrawal,
             source: if source.is_some() { "index" } else { "scan" },
             truncated,
-            events: views,
-            torn_tail: torn_tail.as_ref().map(|t| TornTailView::new(&log, t)),
+            events: listed,
+            torn_tail: torn_tail.as_ref().map(|t| TornTailJson::new(&log, t)),
         };
-        writeln!(out, "{}", to_json(&view)).map_err(CliError::output)?;
+        writeln!(out, "{}", to_json(&report)).map_err(CliError::output)?;
         return Ok(status);
     }
     let what = match (&key, &withdrawal) {
@@ -201,18 +207,18 @@ pub(crate) fn history(
         "history of {} in {}: {}",
         Escaped(&what),
         Escaped(&log.dir.display().to_string()),
-        count(views.len(), "event")
+        count(listed.len(), "event")
     )
     .map_err(CliError::output)?;
     let mut table = Table::new(&["seq", "time", "event", "key", "withdrawal", "what happened"]);
-    for view in &views {
+    for line in &listed {
         table.row(vec![
-            view.seq.to_string(),
-            view.at.clone(),
-            view.event.to_owned(),
-            view.key.clone().unwrap_or_else(|| "-".to_owned()),
-            view.withdrawal.clone().unwrap_or_else(|| "-".to_owned()),
-            view.explanation.clone().unwrap_or_default(),
+            line.seq.to_string(),
+            line.at.clone(),
+            line.event.to_owned(),
+            line.key.clone().unwrap_or_else(|| "-".to_owned()),
+            line.withdrawal.clone().unwrap_or_else(|| "-".to_owned()),
+            line.explanation.clone().unwrap_or_default(),
         ]);
     }
     table.write(out, 2)?;

@@ -45,12 +45,12 @@ mod escape;
 mod explain;
 mod history;
 mod index;
+mod json;
 mod logdir;
 mod operator;
 mod output;
 mod run;
 mod table;
-mod views;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
