@@ -16,17 +16,13 @@ use crate::cli::HistoryArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
-use crate::explain::{Holdings, Subject, explain, touches};
+use crate::explain::explain;
 use crate::index;
 use crate::json::{EventJson, TornTailJson, to_json};
 use crate::logdir::{LogDir, open_log};
 use crate::output::{count, warn_torn_tail};
+use crate::subject::{HISTORY_EVENTS_MAX, Holdings, Subject, touches};
 use crate::table::Table;
-
-/// Most events one history lists. A withdrawal that a misbehaving client
-/// retries under fresh keys collects a refusal per attempt; past this many,
-/// `export` with `--from`/`--to` is the tool.
-pub const HISTORY_EVENTS_MAX: usize = 100_000;
 
 /// Reads `--key` or `--withdrawal` through the model's rules, so a value
 /// with a control character is refused before anything is read.

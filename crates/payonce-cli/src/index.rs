@@ -56,9 +56,11 @@ use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
-use crate::explain::{HoldingChange, Subject, attribute, holding_change, keys_touched};
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
+use crate::subject::{
+    HISTORY_EVENTS_MAX, HoldingChange, Subject, attribute, holding_change, keys_touched,
+};
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.
@@ -892,7 +894,7 @@ impl QueryIndex {
         entries.dedup_by_key(|entry| entry.seq);
         let indexed_through = self.pending.last.map_or(0, |last| last.seq);
         // One more than a history lists, so it knows there were more.
-        entries.truncate(crate::history::HISTORY_EVENTS_MAX + 1);
+        entries.truncate(HISTORY_EVENTS_MAX + 1);
         let mut events = Vec::with_capacity(entries.len());
         for entry in entries {
             if entry.seq > indexed_through {

@@ -50,6 +50,7 @@ mod logdir;
 mod operator;
 mod output;
 mod run;
+mod subject;
 mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
@@ -62,7 +63,7 @@ pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
 pub use crate::env::{Env, Status};
 pub use crate::error::{CliError, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE};
 pub use crate::escape::{Escaped, escape};
-pub use crate::history::HISTORY_EVENTS_MAX;
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
 pub use crate::run::run;
+pub use crate::subject::HISTORY_EVENTS_MAX;
