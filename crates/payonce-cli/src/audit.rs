@@ -250,7 +250,7 @@ pub(crate) fn state(
             key: key.to_string(),
         })
         .collect();
-    // In the order the keys claimed them, as the records are listed.
+    // In the order the keys claimed them, as the keys' records are listed.
     let claimed_seq = |key: Option<&str>| {
         key.and_then(|key| state.record(key))
             .map_or(u64::MAX, |record| record.claimed_seq())

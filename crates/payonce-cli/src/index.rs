@@ -9,7 +9,7 @@
 //!   log and checksum-verified; an index built from another log, or that no
 //!   longer matches this one, is ignored (or rebuilt by `payonce index`)
 //!   with a warning.
-//! - Every record it points to is read back with its checksum verified and
+//! - Every event it points to is read back with its checksum verified and
 //!   checked to be about the subject asked for.
 //! - Events appended since it was last written (the tail) are indexed
 //!   first; if that cannot be written, they are kept in memory for this
@@ -574,7 +574,7 @@ fn check(trees: &Trees, log: &LogDir) -> Result<Checked, String> {
             last.seq
         ));
     };
-    // Segments only grow, and only by whole records or by a torn write, so
+    // Segments only grow, and only by whole log records or by a torn write, so
     // a newest segment that still ends where the last indexed event ends
     // holds nothing after it.
     let segments = log.segment_files().map_err(|error| error.to_string())?;

@@ -10,7 +10,7 @@
 //!   while a service holds it).
 //! - The audit index (`payonce index`): a sled database beside the log that
 //!   lets `history` answer without a scan. Derived data, never trusted over
-//!   the log: every record it points to is read back and verified.
+//!   the log: every event it points to is read back and verified.
 //! - The demo ([`run_demo`]): the incidents that pay a user twice, on a
 //!   real ledger, each withdrawal sent once.
 //!

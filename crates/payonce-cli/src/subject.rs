@@ -36,7 +36,7 @@ pub(crate) enum HoldingChange<'a> {
 }
 
 /// The change `kind` makes to the key-to-withdrawal holdings, mirroring what
-/// `apply` does to the ledger's records.
+/// `apply` does to the records of request keys in the ledger's state.
 pub(crate) fn holding_change(kind: &EventKind) -> Option<HoldingChange<'_>> {
     match kind {
         EventKind::Claimed { key, request } | EventKind::Recorded { key, request } => {
