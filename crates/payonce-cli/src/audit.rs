@@ -7,6 +7,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use payonce::{Divergence, State, Timestamp, apply, rederive};
+use payonce_log::TornTail;
 use serde::Serialize;
 
 use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
@@ -18,7 +19,7 @@ use crate::index;
 use crate::json::{
     EventJson, InFlightKeyJson, KeyRecordJson, TornTailJson, held_totals_json, key_records, to_json,
 };
-use crate::logdir::open_log;
+use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::{count, held_words, say, warn_torn_tail};
 use crate::table::Table;
 
@@ -68,6 +69,19 @@ pub(crate) fn verify(
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress_for(args.json))?;
+    let (report, torn_tail) = rederive_all(&log)?;
+    let status = Status::problem_if(!report.clean);
+    if args.json {
+        say!(out, "{}", to_json(&report))?;
+        return Ok(status);
+    }
+    print_verify(&report, &log, torn_tail.as_ref(), out)?;
+    Ok(status)
+}
+
+/// Replays the whole log, re-deriving every recorded decision from the
+/// state before it; returns the report and the torn tail, if any.
+fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError> {
     let segments = log.segment_files()?.len();
     let mut state = State::new();
     let mut divergences = Vec::new();
@@ -94,16 +108,18 @@ pub(crate) fn verify(
         refusals: state.refusal_count(),
         divergence_count,
         divergences,
-        torn_tail: walked
-            .torn_tail
-            .as_ref()
-            .map(|t| TornTailJson::new(&log, t)),
+        torn_tail: walked.torn_tail.as_ref().map(|t| TornTailJson::new(log, t)),
     };
-    let status = Status::problem_if(!report.clean);
-    if args.json {
-        say!(out, "{}", to_json(&report))?;
-        return Ok(status);
-    }
+    Ok((report, walked.torn_tail))
+}
+
+/// `verify`'s report as text: the summary, then clean or every problem.
+fn print_verify(
+    report: &VerifyJson,
+    log: &LogDir,
+    torn_tail: Option<&TornTail>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     say!(out, "verified {}", Escaped(&report.dir))?;
     say!(out, "  events     {}", report.events)?;
     say!(out, "  segments   {}", report.segments)?;
@@ -116,12 +132,11 @@ pub(crate) fn verify(
     say!(out, "  held       {}", Escaped(&held_words(&report.held)))?;
     say!(out, "  refusals   {}", report.refusals)?;
     if report.clean {
-        say!(
+        return say!(
             out,
             "clean: every checksum and chain link verifies, and every recorded decision is the \
              one the code makes again"
-        )?;
-        return Ok(status);
+        );
     }
     say!(out, "problems:")?;
     for divergence in &report.divergences {
@@ -139,10 +154,10 @@ pub(crate) fn verify(
             report.divergence_count - report.divergences.len()
         )?;
     }
-    if let Some(torn) = &walked.torn_tail {
+    if let Some(torn) = torn_tail {
         say!(out, "  {}", Escaped(&log.describe_torn_tail(torn)))?;
     }
-    Ok(status)
+    Ok(())
 }
 
 /// Where `state --at` stops.
@@ -203,6 +218,14 @@ struct HoldJson {
     currency: String,
 }
 
+/// The last event a replay applied.
+#[derive(Debug, Clone, Copy)]
+struct Applied {
+    seq: u64,
+    at: Timestamp,
+    event: &'static str,
+}
+
 /// `payonce state DIR [--at SEQ|TIME]`: replays up to the point and shows
 /// what the ledger believed then.
 pub(crate) fn state(
@@ -219,73 +242,27 @@ pub(crate) fn state(
         Point::Time(time) if !args.no_index => index::time_bound(&log, time, err)?,
         _ => None,
     };
-    let mut state = State::new();
-    let mut last = None;
-    let walked = log.walk(1, |event, _| {
-        let past = match point {
-            Point::Seq(seq) => event.seq > seq,
-            Point::Time(time) => event.at > time || bound.is_some_and(|b| event.seq >= b),
-            Point::End => false,
-        };
-        if past {
-            return Ok(ControlFlow::Break(()));
-        }
-        apply(&mut state, event);
-        last = Some((event.seq, event.at, event.kind.name()));
-        Ok(ControlFlow::Continue(()))
-    })?;
-    if let Point::Seq(seq) = point
-        && seq > walked.last_seq
-    {
-        return Err(CliError::PointPastEnd {
-            seq,
-            last_seq: walked.last_seq,
-        });
-    }
+    let (state, last, walked) = replay_to(&log, point, bound)?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
-    let mut claims: Vec<ClaimJson> = state
-        .claims()
-        .map(|(withdrawal, key)| ClaimJson {
-            withdrawal: withdrawal.to_string(),
-            key: key.to_string(),
-        })
-        .collect();
-    // In the order the keys claimed them, as the keys' records are listed.
-    let claimed_seq = |key: Option<&str>| {
-        key.and_then(|key| state.record(key))
-            .map_or(u64::MAX, |record| record.claimed_seq())
-    };
-    claims.sort_by_key(|claim| (claimed_seq(Some(&claim.key)), claim.withdrawal.clone()));
-    let mut holds: Vec<HoldJson> = state
-        .holds()
-        .map(|(withdrawal, hold)| HoldJson {
-            withdrawal: withdrawal.to_string(),
-            amount: hold.amount.to_string(),
-            currency: hold.currency.to_string(),
-        })
-        .collect();
-    holds.sort_by_key(|hold| {
-        let holder = state.claimed_by(&hold.withdrawal);
-        (claimed_seq(holder.as_deref()), hold.withdrawal.clone())
-    });
-    let now = last.map_or(env.now, |(_, at, _)| at);
+    // Ages are as of the point, not as of now.
+    let now = last.map_or(env.now, |applied| applied.at);
     let report = StateJson {
         dir: log.dir.display().to_string(),
-        seq: last.map_or(0, |(seq, _, _)| seq),
-        at: last.map(|(_, at, _)| at.to_string()),
-        event: last.map(|(_, _, name)| name),
+        seq: last.map_or(0, |applied| applied.seq),
+        at: last.map(|applied| applied.at.to_string()),
+        event: last.map(|applied| applied.event),
         asked_time: match point {
             Point::Time(time) => Some(time.to_string()),
             _ => None,
         },
         records: key_records(&state),
-        claims,
+        claims: claims_json(&state),
         in_flight: state
             .in_flight()
             .iter()
             .map(|entry| InFlightKeyJson::new(entry, now))
             .collect(),
-        holds,
+        holds: holds_json(&state),
         held_totals: held_totals_json(&state),
         refusals: state.refusal_count(),
         torn_tail: walked
@@ -298,6 +275,97 @@ pub(crate) fn state(
         say!(out, "{}", to_json(&report))?;
         return Ok(status);
     }
+    print_state(&report, out)?;
+    Ok(status)
+}
+
+/// Replays the log up to `point` (for a time, at the latest up to the
+/// index's `bound`), without re-deriving decisions. A sequence number past
+/// the end is refused.
+fn replay_to(
+    log: &LogDir,
+    point: Point,
+    bound: Option<u64>,
+) -> Result<(State, Option<Applied>, Walked), CliError> {
+    let mut state = State::new();
+    let mut last = None;
+    let walked = log.walk(1, |event, _| {
+        let past = match point {
+            Point::Seq(seq) => event.seq > seq,
+            Point::Time(time) => event.at > time || bound.is_some_and(|b| event.seq >= b),
+            Point::End => false,
+        };
+        if past {
+            return Ok(ControlFlow::Break(()));
+        }
+        apply(&mut state, event);
+        last = Some(Applied {
+            seq: event.seq,
+            at: event.at,
+            event: event.kind.name(),
+        });
+        Ok(ControlFlow::Continue(()))
+    })?;
+    if let Point::Seq(seq) = point
+        && seq > walked.last_seq
+    {
+        return Err(CliError::PointPastEnd {
+            seq,
+            last_seq: walked.last_seq,
+        });
+    }
+    Ok((state, last, walked))
+}
+
+/// The sequence number at which `key` claimed what it holds, so claims and
+/// holds are listed in the order the keys' records are; `u64::MAX` for no
+/// key.
+fn claimed_seq(state: &State, key: Option<&str>) -> u64 {
+    key.and_then(|key| state.record(key))
+        .map_or(u64::MAX, |record| record.claimed_seq())
+}
+
+/// Every claim in `state`, in the order the keys claimed them.
+fn claims_json(state: &State) -> Vec<ClaimJson> {
+    let mut claims: Vec<ClaimJson> = state
+        .claims()
+        .map(|(withdrawal, key)| ClaimJson {
+            withdrawal: withdrawal.to_string(),
+            key: key.to_string(),
+        })
+        .collect();
+    claims.sort_by_key(|claim| {
+        (
+            claimed_seq(state, Some(&claim.key)),
+            claim.withdrawal.clone(),
+        )
+    });
+    claims
+}
+
+/// Every hold in `state`, in the order the keys holding them claimed them.
+fn holds_json(state: &State) -> Vec<HoldJson> {
+    let mut holds: Vec<HoldJson> = state
+        .holds()
+        .map(|(withdrawal, hold)| HoldJson {
+            withdrawal: withdrawal.to_string(),
+            amount: hold.amount.to_string(),
+            currency: hold.currency.to_string(),
+        })
+        .collect();
+    holds.sort_by_key(|hold| {
+        let holder = state.claimed_by(&hold.withdrawal);
+        (
+            claimed_seq(state, holder.as_deref()),
+            hold.withdrawal.clone(),
+        )
+    });
+    holds
+}
+
+/// `state`'s report as text: where it stands, then records, claims, keys
+/// in flight and holds, each counted and tabled.
+fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> {
     match (&report.at, report.event) {
         (Some(at), Some(event)) => say!(
             out,
@@ -323,35 +391,7 @@ pub(crate) fn state(
         report.in_flight.len()
     )?;
     if !report.records.is_empty() {
-        let mut table = Table::new(&[
-            "key",
-            "withdrawal",
-            "amount",
-            "claimed (seq)",
-            "outcome",
-            "reference / reason / last error",
-        ]);
-        for record in &report.records {
-            let detail = [&record.reference, &record.reason, &record.last_error]
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            table.row(vec![
-                record.key.clone(),
-                record.withdrawal.clone(),
-                format!("{} {}", record.amount, record.currency),
-                format!("{} ({})", record.claimed_at, record.claimed_seq),
-                record.outcome.clone(),
-                if detail.is_empty() {
-                    "-".to_owned()
-                } else {
-                    detail
-                },
-            ]);
-        }
-        table.write(out, 2)?;
+        key_records_table(&report.records).write(out, 2)?;
     }
     say!(out)?;
     say!(
@@ -360,11 +400,7 @@ pub(crate) fn state(
         count(report.claims.len(), "withdrawal")
     )?;
     if !report.claims.is_empty() {
-        let mut table = Table::new(&["withdrawal", "claimed by key"]);
-        for claim in &report.claims {
-            table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
-        }
-        table.write(out, 2)?;
+        claims_table(&report.claims).write(out, 2)?;
     }
     say!(out)?;
     say!(
@@ -384,18 +420,65 @@ pub(crate) fn state(
         Escaped(&held_words(&report.held_totals))
     )?;
     if !report.holds.is_empty() {
-        let mut table = Table::new(&["withdrawal", "held"]);
-        for hold in &report.holds {
-            table.row(vec![
-                hold.withdrawal.clone(),
-                format!("{} {}", hold.amount, hold.currency),
-            ]);
-        }
-        table.write(out, 2)?;
+        holds_table(&report.holds).write(out, 2)?;
     }
     say!(out)?;
-    say!(out, "refusals so far: {}", report.refusals)?;
-    Ok(status)
+    say!(out, "refusals so far: {}", report.refusals)
+}
+
+/// The table of request keys' records: key, withdrawal, amount, claim,
+/// outcome, and the outcome's reference or reason or the last send error.
+fn key_records_table(records: &[KeyRecordJson]) -> Table {
+    let mut table = Table::new(&[
+        "key",
+        "withdrawal",
+        "amount",
+        "claimed (seq)",
+        "outcome",
+        "reference / reason / last error",
+    ]);
+    for record in records {
+        let detail = [&record.reference, &record.reason, &record.last_error]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        table.row(vec![
+            record.key.clone(),
+            record.withdrawal.clone(),
+            format!("{} {}", record.amount, record.currency),
+            format!("{} ({})", record.claimed_at, record.claimed_seq),
+            record.outcome.clone(),
+            if detail.is_empty() {
+                "-".to_owned()
+            } else {
+                detail
+            },
+        ]);
+    }
+    table
+}
+
+/// The table of claims: each withdrawal and the key that holds it.
+fn claims_table(claims: &[ClaimJson]) -> Table {
+    let mut table = Table::new(&["withdrawal", "claimed by key"]);
+    for claim in claims {
+        table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
+    }
+    table
+}
+
+/// The table of holds: each withdrawal and the funds held for it.
+fn holds_table(holds: &[HoldJson]) -> Table {
+    let mut table = Table::new(&["withdrawal", "held"]);
+    for hold in holds {
+        table.row(vec![
+            hold.withdrawal.clone(),
+            format!("{} {}", hold.amount, hold.currency),
+        ]);
+    }
+    table
 }
 
 /// `inflight`'s report.
