@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 
 use payonce::Event;
 use payonce_log::TornTail;
@@ -48,9 +49,51 @@ fn subject(args: &HistoryArgs) -> Result<Subject, CliError> {
     }
 }
 
+/// The events found about a subject, and where they were found.
+struct Found {
+    /// In log order; one more than a history lists if there were more.
+    events: Vec<Event>,
+    /// A torn tail met while reading the log.
+    torn_tail: Option<TornTail>,
+    /// The audit index that answered; `None` for a scan of the log.
+    index: Option<PathBuf>,
+}
+
+/// The subject's events from the audit index beside `log`, if there is a
+/// usable one. An index that cannot answer for this subject is passed
+/// over with a warning on `err`.
+fn from_index(
+    log: &LogDir,
+    subject: &Subject,
+    err: &mut dyn Write,
+) -> Result<Option<Found>, CliError> {
+    let Some(index) = index::open_for_query(log, err)? else {
+        return Ok(None);
+    };
+    match index.events_of(log, subject) {
+        Ok(events) => Ok(Some(Found {
+            events,
+            torn_tail: index.torn_tail.clone(),
+            index: Some(index.path().to_owned()),
+        })),
+        Err(problem) => {
+            writeln!(
+                err,
+                "warning: the audit index {} is not used: {}. Answering from the log instead; \
+                 `payonce index {} --rebuild` rebuilds it",
+                Escaped(&index.path().display().to_string()),
+                Escaped(&problem),
+                Escaped(&log.dir.display().to_string())
+            )
+            .map_err(CliError::output)?;
+            Ok(None)
+        }
+    }
+}
+
 /// One scan of the whole log, attributing key-only events through the
 /// claims as it goes.
-fn scan(log: &LogDir, subject: &Subject) -> Result<(Vec<Event>, Option<TornTail>), CliError> {
+fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
     let mut holdings = Holdings::default();
     let mut events = Vec::new();
     let walked = log.walk(1, |event, _| {
@@ -64,7 +107,11 @@ fn scan(log: &LogDir, subject: &Subject) -> Result<(Vec<Event>, Option<TornTail>
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    Ok((events, walked.torn_tail))
+    Ok(Found {
+        events,
+        torn_tail: walked.torn_tail,
+        index: None,
+    })
 }
 
 /// Attributes each of a subject's events to a withdrawal. A key's holdings
@@ -86,6 +133,7 @@ fn attributed(subject: &Subject, events: &[Event]) -> Vec<Option<WithdrawalId>> 
     }
 }
 
+/// `history`'s report.
 #[derive(Debug, Serialize)]
 struct HistoryJson {
     dir: String,
@@ -108,61 +156,31 @@ pub(crate) fn history(
 ) -> Result<Status, CliError> {
     let subject = subject(args)?;
     let log = open_log(&args.dir, env.progress_for(args.json))?;
-    let mut from_index = None;
-    if !args.no_index
-        && let Some(index) = index::open_for_query(&log, err)?
-    {
-        match index.events_of(&log, &subject) {
-            Ok(events) => {
-                from_index = Some((events, index.torn_tail.clone(), index.path().to_owned()))
-            }
-            Err(problem) => writeln!(
-                err,
-                "warning: the audit index {} is not used: {}. Answering from the log instead; \
-                 `payonce index {} --rebuild` rebuilds it",
-                Escaped(&index.path().display().to_string()),
-                Escaped(&problem),
-                Escaped(&log.dir.display().to_string())
-            )
-            .map_err(CliError::output)?,
-        }
-    }
-    let (events, torn_tail, source) = match from_index {
-        Some((events, torn_tail, path)) => (events, torn_tail, Some(path)),
-        None => {
-            let (events, torn_tail) = scan(&log, &subject)?;
-            (events, torn_tail, None)
-        }
+    let indexed = if args.no_index {
+        None
+    } else {
+        from_index(&log, &subject, err)?
+    };
+    let found = match indexed {
+        Some(found) => found,
+        None => scan(&log, &subject)?,
     };
     info!(
         subject = ?subject,
-        events = events.len(),
-        from_index = source.is_some(),
+        events = found.events.len(),
+        from_index = found.index.is_some(),
         "history answered"
     );
-    let torn = warn_torn_tail(&log, torn_tail.as_ref(), err)?;
+    let torn = warn_torn_tail(&log, found.torn_tail.as_ref(), err)?;
+    let Found {
+        mut events,
+        torn_tail,
+        index,
+    } = found;
     if events.is_empty() {
-        return Err(match subject {
-            Subject::Key(key) => CliError::UnknownKey {
-                key: key.to_string(),
-            },
-            Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
-                withdrawal: id.to_string(),
-            },
-        });
+        return Err(unknown(subject));
     }
-    let mut events = events;
-    let truncated = events.len() > HISTORY_EVENTS_MAX;
-    if truncated {
-        events.truncate(HISTORY_EVENTS_MAX);
-        writeln!(
-            err,
-            "warning: more than {HISTORY_EVENTS_MAX} events touch this subject; the first \
-             {HISTORY_EVENTS_MAX} are listed. `payonce export` with --from and --to shows the \
-             rest"
-        )
-        .map_err(CliError::output)?;
-    }
+    let truncated = keep_listed_max(&mut events, err)?;
     let withdrawals = attributed(&subject, &events);
     let listed: Vec<EventJson> = events
         .iter()
@@ -180,20 +198,59 @@ pub(crate) fn history(
         Subject::Key(key) => (Some(key.to_string()), None),
         Subject::Withdrawal(id) => (None, Some(id.to_string())),
     };
+    let report = HistoryJson {
+        dir: log.dir.display().to_string(),
+        key,
+        withdrawal,
+        source: if index.is_some() { "index" } else { "scan" },
+        truncated,
+        events: listed,
+        torn_tail: torn_tail.as_ref().map(|t| TornTailJson::new(&log, t)),
+    };
     if args.json {
-        let report = HistoryJson {
-            dir: log.dir.display().to_string(),
-            key,
-            withdrawal,
-            source: if source.is_some() { "index" } else { "scan" },
-            truncated,
-            events: listed,
-            torn_tail: torn_tail.as_ref().map(|t| TornTailJson::new(&log, t)),
-        };
         writeln!(out, "{}", to_json(&report)).map_err(CliError::output)?;
-        return Ok(status);
+    } else {
+        print_history(&report, index.as_deref(), out)?;
     }
-    let what = match (&key, &withdrawal) {
+    Ok(status)
+}
+
+/// The error for a subject no event touched.
+fn unknown(subject: Subject) -> CliError {
+    match subject {
+        Subject::Key(key) => CliError::UnknownKey {
+            key: key.to_string(),
+        },
+        Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
+            withdrawal: id.to_string(),
+        },
+    }
+}
+
+/// Keeps the first [`HISTORY_EVENTS_MAX`] events, with a warning on `err`
+/// if there were more; returns whether there were.
+fn keep_listed_max(events: &mut Vec<Event>, err: &mut dyn Write) -> Result<bool, CliError> {
+    if events.len() <= HISTORY_EVENTS_MAX {
+        return Ok(false);
+    }
+    events.truncate(HISTORY_EVENTS_MAX);
+    writeln!(
+        err,
+        "warning: more than {HISTORY_EVENTS_MAX} events touch this subject; the first \
+         {HISTORY_EVENTS_MAX} are listed. `payonce export` with --from and --to shows the rest"
+    )
+    .map_err(CliError::output)?;
+    Ok(true)
+}
+
+/// The history as text: a headline, a table of the events with each
+/// decision in words, and where the answer came from (`index`, or a scan).
+fn print_history(
+    report: &HistoryJson,
+    index: Option<&Path>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let what = match (&report.key, &report.withdrawal) {
         (Some(key), _) => format!("request key {key}"),
         (_, Some(id)) => format!("withdrawal {id}"),
         _ => String::new(),
@@ -202,12 +259,12 @@ pub(crate) fn history(
         out,
         "history of {} in {}: {}",
         Escaped(&what),
-        Escaped(&log.dir.display().to_string()),
-        count(listed.len(), "event")
+        Escaped(&report.dir),
+        count(report.events.len(), "event")
     )
     .map_err(CliError::output)?;
     let mut table = Table::new(&["seq", "time", "event", "key", "withdrawal", "what happened"]);
-    for line in &listed {
+    for line in &report.events {
         table.row(vec![
             line.seq.to_string(),
             line.at.clone(),
@@ -218,13 +275,12 @@ pub(crate) fn history(
         ]);
     }
     table.write(out, 2)?;
-    let footer = match source {
+    let footer = match index {
         Some(path) => format!(
             "answered from the audit index {}, every event read back and verified",
             path.display()
         ),
         None => "answered by one scan of the log".to_owned(),
     };
-    writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)?;
-    Ok(status)
+    writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)
 }
