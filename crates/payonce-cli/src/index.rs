@@ -1015,50 +1015,12 @@ pub(crate) fn index_command(
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress)?;
     let path = log.dir.join(INDEX_DIR);
-    let index_error = |problem: String| CliError::Index {
-        path: path.clone(),
-        problem,
-    };
     let existed = path.exists();
-    let empty = path
-        .read_dir()
-        .is_ok_and(|mut entries| entries.next().is_none());
-    if existed && !empty && !looks_like_index(&path) {
-        return Err(index_error(
-            "the directory exists and does not look like a sled database; move it away and run \
-             again"
-                .to_owned(),
-        ));
-    }
-    let trees = Trees::open(&path).map_err(|problem| {
-        index_error(format!(
-            "cannot be opened ({problem}). It is derived data: delete the directory and run \
-             `payonce index` again"
-        ))
-    })?;
-    let mut checked = Checked {
-        meta: Meta::default(),
-        up_to_date: false,
-    };
-    let mut rebuilt = args.rebuild;
-    if existed && !args.rebuild {
-        match check(&trees, &log) {
-            Ok(found) => checked = found,
-            Err(problem) => {
-                warn_user(
-                    err,
-                    &format!("the audit index {} is rebuilt: {problem}", path.display()),
-                )?;
-                rebuilt = true;
-            }
-        }
-    }
-    if rebuilt {
-        trees.clear().map_err(index_error)?;
-    }
+    let trees = open_to_build(&path, existed)?;
+    let (checked, rebuilt) = check_or_clear(&trees, &log, &path, existed, args.rebuild, err)?;
     let caught = catch_up(&trees, &log, &checked)?;
     if let Some(problem) = caught.write_failure {
-        return Err(index_error(format!("cannot be written: {problem}")));
+        return Err(index_error(&path, format!("cannot be written: {problem}")));
     }
     // sled recovers what was just written from its own log the first time
     // it opens it again, which is slow after a large build; pay that here
@@ -1082,6 +1044,80 @@ pub(crate) fn index_command(
     .map_err(CliError::output)?;
     let torn = warn_torn_tail(&log, caught.walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
+}
+
+/// The error `payonce index` ends with when the index at `path` cannot be
+/// built or written.
+fn index_error(path: &Path, problem: String) -> CliError {
+    CliError::Index {
+        path: path.to_owned(),
+        problem,
+    }
+}
+
+/// Opens (or creates) the index at `path` for building. A directory there
+/// that holds something other than a sled database is refused rather than
+/// written into: it is not ours to change.
+fn open_to_build(path: &Path, existed: bool) -> Result<Trees, CliError> {
+    let empty = path
+        .read_dir()
+        .is_ok_and(|mut entries| entries.next().is_none());
+    if existed && !empty && !looks_like_index(path) {
+        return Err(index_error(
+            path,
+            "the directory exists and does not look like a sled database; move it away and run \
+             again"
+                .to_owned(),
+        ));
+    }
+    Trees::open(path).map_err(|problem| {
+        index_error(
+            path,
+            format!(
+                "cannot be opened ({problem}). It is derived data: delete the directory and run \
+                 `payonce index` again"
+            ),
+        )
+    })
+}
+
+/// Where building starts: after the last event indexed, if the index at
+/// `path` existed, no rebuild was asked for and it matches the log. An
+/// index to rebuild (asked for, or not matching the log, which is said on
+/// `err`) is cleared first. Returns the marks to start from and whether
+/// the index was rebuilt.
+fn check_or_clear(
+    trees: &Trees,
+    log: &LogDir,
+    path: &Path,
+    existed: bool,
+    rebuild: bool,
+    err: &mut dyn Write,
+) -> Result<(Checked, bool), CliError> {
+    let from_start = Checked {
+        meta: Meta::default(),
+        up_to_date: false,
+    };
+    let (checked, rebuilt) = if existed && !rebuild {
+        match check(trees, log) {
+            Ok(found) => (found, false),
+            Err(problem) => {
+                warn_user(
+                    err,
+                    &format!("the audit index {} is rebuilt: {problem}", path.display()),
+                )?;
+                (from_start, true)
+            }
+        }
+    } else {
+        (from_start, rebuild)
+    };
+    if rebuilt {
+        trees
+            .clear()
+            .map_err(|problem| index_error(path, problem))?;
+    }
+    Ok((checked, rebuilt))
 }
 
 #[cfg(test)]
