@@ -1,7 +1,8 @@
 //! What reports print as JSON: one serialisable shape per thing a report
-//! shows (an event, a key in flight, a request key's record, a torn tail),
-//! and the one function that writes any of them as a line. The text reports
-//! read the same shapes, so both outputs always say the same thing.
+//! shows (an event, a key in flight, a request key's record, a torn tail,
+//! the held totals), and the one function that writes any of them as a
+//! line. The text reports read the same shapes, so both outputs say the
+//! same thing.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Writing text reports: one line at a time, nouns counted, held totals
-//! and torn tails in words. What every command's text output shares, so no
-//! command module doubles as a drawer of helpers for the others.
+//! and torn tails in words. It is what every command's text output shares,
+//! kept apart from the commands so that no command imports another.
 
 use std::collections::BTreeMap;
 use std::io::Write;
