@@ -7,56 +7,29 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use payonce::{Divergence, State, Timestamp, apply, rederive};
+use payonce_log::TornTail;
 use serde::Serialize;
 
 use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
 use crate::duration::format_age;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::index;
-use crate::logdir::open_log;
-use crate::run::{Env, Status};
-use crate::table::Table;
-use crate::views::{
-    EventView, InFlightView, RecordView, TornTailView, in_flight_table, records, warn_torn_tail,
+use crate::json::{
+    EventJson, InFlightKeyJson, KeyRecordJson, TornTailJson, held_totals_json, key_records, to_json,
 };
+use crate::logdir::{LogDir, Walked, open_log};
+use crate::output::{count, held_words, say, warn_torn_tail};
+use crate::table::Table;
 
 /// Most divergences listed one by one; the rest are counted. A log that the
 /// code disagrees with everywhere would otherwise print itself whole.
 pub const DIVERGENCES_LISTED_MAX: usize = 100;
 
-macro_rules! say {
-    ($out:expr) => {
-        writeln!($out).map_err(CliError::output)
-    };
-    ($out:expr, $($arg:tt)*) => {
-        writeln!($out, $($arg)*).map_err(CliError::output)
-    };
-}
-
-fn held_map(state: &State) -> BTreeMap<String, String> {
-    state
-        .held_totals()
-        .iter()
-        // A total keeps the scale of the arithmetic that made it (10.0
-        // after adding and removing 7.5); print it as an amount prints.
-        .map(|(currency, total)| (currency.to_string(), total.normalize().to_string()))
-        .collect()
-}
-
-fn held_words(held: &BTreeMap<String, String>) -> String {
-    if held.is_empty() {
-        return "none".to_owned();
-    }
-    held.iter()
-        .map(|(currency, total)| format!("{total} {currency}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// `verify`'s report.
 #[derive(Debug, Serialize)]
-struct VerifyView {
+struct VerifyJson {
     dir: String,
     clean: bool,
     events: u64,
@@ -66,20 +39,20 @@ struct VerifyView {
     held: BTreeMap<String, String>,
     refusals: u64,
     divergence_count: usize,
-    divergences: Vec<DivergenceView>,
-    torn_tail: Option<TornTailView>,
+    divergences: Vec<DivergenceJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 #[derive(Debug, Serialize)]
-struct DivergenceView {
+struct DivergenceJson {
     seq: u64,
     recorded_event: &'static str,
     message: String,
 }
 
-impl DivergenceView {
+impl DivergenceJson {
     fn new(divergence: &Divergence) -> Self {
-        DivergenceView {
+        DivergenceJson {
             seq: divergence.seq,
             recorded_event: divergence.recorded.name(),
             message: divergence.to_string(),
@@ -96,6 +69,19 @@ pub(crate) fn verify(
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress_for(args.json))?;
+    let (report, torn_tail) = rederive_all(&log)?;
+    let status = Status::problem_if(!report.clean);
+    if args.json {
+        say!(out, "{}", to_json(&report))?;
+        return Ok(status);
+    }
+    print_verify(&report, &log, torn_tail.as_ref(), out)?;
+    Ok(status)
+}
+
+/// Replays the whole log, re-deriving every recorded decision from the
+/// state before it; returns the report and the torn tail, if any.
+fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError> {
     let segments = log.segment_files()?.len();
     let mut state = State::new();
     let mut divergences = Vec::new();
@@ -104,55 +90,56 @@ pub(crate) fn verify(
         if let Some(divergence) = rederive(&state, event) {
             divergence_count += 1;
             if divergences.len() < DIVERGENCES_LISTED_MAX {
-                divergences.push(DivergenceView::new(&divergence));
+                divergences.push(DivergenceJson::new(&divergence));
             }
         }
         // The log is what happened: keep replaying it as written.
         apply(&mut state, event);
         Ok(ControlFlow::Continue(()))
     })?;
-    let view = VerifyView {
+    let report = VerifyJson {
         dir: log.dir.display().to_string(),
         clean: divergence_count == 0 && walked.torn_tail.is_none(),
         events: walked.events,
         segments,
         keys: state.key_count(),
         in_flight: state.in_flight().len(),
-        held: held_map(&state),
+        held: held_totals_json(&state),
         refusals: state.refusal_count(),
         divergence_count,
         divergences,
-        torn_tail: walked
-            .torn_tail
-            .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
+        torn_tail: walked.torn_tail.as_ref().map(|t| TornTailJson::new(log, t)),
     };
-    let status = Status::problem_if(!view.clean);
-    if args.json {
-        say!(out, "{}", to_json(&view))?;
-        return Ok(status);
-    }
-    say!(out, "verified {}", Escaped(&view.dir))?;
-    say!(out, "  events     {}", view.events)?;
-    say!(out, "  segments   {}", view.segments)?;
+    Ok((report, walked.torn_tail))
+}
+
+/// `verify`'s report as text: the summary, then clean or every problem.
+fn print_verify(
+    report: &VerifyJson,
+    log: &LogDir,
+    torn_tail: Option<&TornTail>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    say!(out, "verified {}", Escaped(&report.dir))?;
+    say!(out, "  events     {}", report.events)?;
+    say!(out, "  segments   {}", report.segments)?;
     say!(
         out,
         "  keys       {} ({} in flight)",
-        view.keys,
-        view.in_flight
+        report.keys,
+        report.in_flight
     )?;
-    say!(out, "  held       {}", Escaped(&held_words(&view.held)))?;
-    say!(out, "  refusals   {}", view.refusals)?;
-    if view.clean {
-        say!(
+    say!(out, "  held       {}", Escaped(&held_words(&report.held)))?;
+    say!(out, "  refusals   {}", report.refusals)?;
+    if report.clean {
+        return say!(
             out,
             "clean: every checksum and chain link verifies, and every recorded decision is the \
              one the code makes again"
-        )?;
-        return Ok(status);
+        );
     }
     say!(out, "problems:")?;
-    for divergence in &view.divergences {
+    for divergence in &report.divergences {
         say!(
             out,
             "  divergence at seq {}: {}",
@@ -160,17 +147,17 @@ pub(crate) fn verify(
             Escaped(&divergence.message)
         )?;
     }
-    if view.divergence_count > view.divergences.len() {
+    if report.divergence_count > report.divergences.len() {
         say!(
             out,
             "  ... and {} more divergences",
-            view.divergence_count - view.divergences.len()
+            report.divergence_count - report.divergences.len()
         )?;
     }
-    if let Some(torn) = &walked.torn_tail {
+    if let Some(torn) = torn_tail {
         say!(out, "  {}", Escaped(&log.describe_torn_tail(torn)))?;
     }
-    Ok(status)
+    Ok(())
 }
 
 /// Where `state --at` stops.
@@ -201,7 +188,7 @@ pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
 
 /// `state`'s report.
 #[derive(Debug, Serialize)]
-struct StateView {
+struct StateJson {
     dir: String,
     /// The last event applied; 0 before any.
     seq: u64,
@@ -209,26 +196,34 @@ struct StateView {
     event: Option<&'static str>,
     /// For `--at TIME`: the time asked about.
     asked_time: Option<String>,
-    records: Vec<RecordView>,
-    claims: Vec<ClaimView>,
-    in_flight: Vec<InFlightView>,
-    holds: Vec<HoldView>,
+    records: Vec<KeyRecordJson>,
+    claims: Vec<ClaimJson>,
+    in_flight: Vec<InFlightKeyJson>,
+    holds: Vec<HoldJson>,
     held_totals: BTreeMap<String, String>,
     refusals: u64,
-    torn_tail: Option<TornTailView>,
+    torn_tail: Option<TornTailJson>,
 }
 
 #[derive(Debug, Serialize)]
-struct ClaimView {
+struct ClaimJson {
     withdrawal: String,
     key: String,
 }
 
 #[derive(Debug, Serialize)]
-struct HoldView {
+struct HoldJson {
     withdrawal: String,
     amount: String,
     currency: String,
+}
+
+/// The last event a replay applied.
+#[derive(Debug, Clone, Copy)]
+struct Applied {
+    seq: u64,
+    at: Timestamp,
+    event: &'static str,
 }
 
 /// `payonce state DIR [--at SEQ|TIME]`: replays up to the point and shows
@@ -247,6 +242,51 @@ pub(crate) fn state(
         Point::Time(time) if !args.no_index => index::time_bound(&log, time, err)?,
         _ => None,
     };
+    let (state, last, walked) = replay_to(&log, point, bound)?;
+    let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
+    // Ages are as of the point, not as of now.
+    let now = last.map_or(env.now, |applied| applied.at);
+    let report = StateJson {
+        dir: log.dir.display().to_string(),
+        seq: last.map_or(0, |applied| applied.seq),
+        at: last.map(|applied| applied.at.to_string()),
+        event: last.map(|applied| applied.event),
+        asked_time: match point {
+            Point::Time(time) => Some(time.to_string()),
+            _ => None,
+        },
+        records: key_records(&state),
+        claims: claims_json(&state),
+        in_flight: state
+            .in_flight()
+            .iter()
+            .map(|entry| InFlightKeyJson::new(entry, now))
+            .collect(),
+        holds: holds_json(&state),
+        held_totals: held_totals_json(&state),
+        refusals: state.refusal_count(),
+        torn_tail: walked
+            .torn_tail
+            .as_ref()
+            .map(|t| TornTailJson::new(&log, t)),
+    };
+    let status = Status::problem_if(torn);
+    if args.json {
+        say!(out, "{}", to_json(&report))?;
+        return Ok(status);
+    }
+    print_state(&report, out)?;
+    Ok(status)
+}
+
+/// Replays the log up to `point` (for a time, at the latest up to the
+/// index's `bound`), without re-deriving decisions. A sequence number past
+/// the end is refused.
+fn replay_to(
+    log: &LogDir,
+    point: Point,
+    bound: Option<u64>,
+) -> Result<(State, Option<Applied>, Walked), CliError> {
     let mut state = State::new();
     let mut last = None;
     let walked = log.walk(1, |event, _| {
@@ -259,7 +299,11 @@ pub(crate) fn state(
             return Ok(ControlFlow::Break(()));
         }
         apply(&mut state, event);
-        last = Some((event.seq, event.at, event.kind.name()));
+        last = Some(Applied {
+            seq: event.seq,
+            at: event.at,
+            event: event.kind.name(),
+        });
         Ok(ControlFlow::Continue(()))
     })?;
     if let Point::Seq(seq) = point
@@ -270,23 +314,40 @@ pub(crate) fn state(
             last_seq: walked.last_seq,
         });
     }
-    let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
-    let mut claims: Vec<ClaimView> = state
+    Ok((state, last, walked))
+}
+
+/// The sequence number at which `key` claimed what it holds, so claims and
+/// holds are listed in the order the keys' records are; `u64::MAX` for no
+/// key.
+fn claimed_seq(state: &State, key: Option<&str>) -> u64 {
+    key.and_then(|key| state.record(key))
+        .map_or(u64::MAX, |record| record.claimed_seq())
+}
+
+/// Every claim in `state`, in the order the keys claimed them.
+fn claims_json(state: &State) -> Vec<ClaimJson> {
+    let mut claims: Vec<ClaimJson> = state
         .claims()
-        .map(|(withdrawal, key)| ClaimView {
+        .map(|(withdrawal, key)| ClaimJson {
             withdrawal: withdrawal.to_string(),
             key: key.to_string(),
         })
         .collect();
-    // In the order the keys claimed them, as the records are listed.
-    let claimed_seq = |key: Option<&str>| {
-        key.and_then(|key| state.record(key))
-            .map_or(u64::MAX, |record| record.claimed_seq())
-    };
-    claims.sort_by_key(|claim| (claimed_seq(Some(&claim.key)), claim.withdrawal.clone()));
-    let mut holds: Vec<HoldView> = state
+    claims.sort_by_key(|claim| {
+        (
+            claimed_seq(state, Some(&claim.key)),
+            claim.withdrawal.clone(),
+        )
+    });
+    claims
+}
+
+/// Every hold in `state`, in the order the keys holding them claimed them.
+fn holds_json(state: &State) -> Vec<HoldJson> {
+    let mut holds: Vec<HoldJson> = state
         .holds()
-        .map(|(withdrawal, hold)| HoldView {
+        .map(|(withdrawal, hold)| HoldJson {
             withdrawal: withdrawal.to_string(),
             amount: hold.amount.to_string(),
             currency: hold.currency.to_string(),
@@ -294,50 +355,29 @@ pub(crate) fn state(
         .collect();
     holds.sort_by_key(|hold| {
         let holder = state.claimed_by(&hold.withdrawal);
-        (claimed_seq(holder.as_deref()), hold.withdrawal.clone())
+        (
+            claimed_seq(state, holder.as_deref()),
+            hold.withdrawal.clone(),
+        )
     });
-    let now = last.map_or(env.now, |(_, at, _)| at);
-    let view = StateView {
-        dir: log.dir.display().to_string(),
-        seq: last.map_or(0, |(seq, _, _)| seq),
-        at: last.map(|(_, at, _)| at.to_string()),
-        event: last.map(|(_, _, name)| name),
-        asked_time: match point {
-            Point::Time(time) => Some(time.to_string()),
-            _ => None,
-        },
-        records: records(&state),
-        claims,
-        in_flight: state
-            .in_flight()
-            .iter()
-            .map(|entry| InFlightView::new(entry, now))
-            .collect(),
-        holds,
-        held_totals: held_map(&state),
-        refusals: state.refusal_count(),
-        torn_tail: walked
-            .torn_tail
-            .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
-    };
-    let status = Status::problem_if(torn);
-    if args.json {
-        say!(out, "{}", to_json(&view))?;
-        return Ok(status);
-    }
-    match (&view.at, view.event) {
+    holds
+}
+
+/// `state`'s report as text: where it stands, then records, claims, keys
+/// in flight and holds, each counted and tabled.
+fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> {
+    match (&report.at, report.event) {
         (Some(at), Some(event)) => say!(
             out,
             "state of {} after seq {} ({}, {})",
-            Escaped(&view.dir),
-            view.seq,
+            Escaped(&report.dir),
+            report.seq,
             at,
             event
         )?,
-        _ => say!(out, "state of {} before any event", Escaped(&view.dir))?,
+        _ => say!(out, "state of {} before any event", Escaped(&report.dir))?,
     }
-    if let Some(asked) = &view.asked_time {
+    if let Some(asked) = &report.asked_time {
         say!(
             out,
             "every event stamped at or before {asked}; the next event, if any, is stamped later"
@@ -347,93 +387,108 @@ pub(crate) fn state(
     say!(
         out,
         "records: {}, {} in flight",
-        count(view.records.len(), "key"),
-        view.in_flight.len()
+        count(report.records.len(), "key"),
+        report.in_flight.len()
     )?;
-    if !view.records.is_empty() {
-        let mut table = Table::new(&[
-            "key",
-            "withdrawal",
-            "amount",
-            "claimed (seq)",
-            "outcome",
-            "reference / reason / last error",
-        ]);
-        for record in &view.records {
-            let detail = [&record.reference, &record.reason, &record.last_error]
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            table.row(vec![
-                record.key.clone(),
-                record.withdrawal.clone(),
-                format!("{} {}", record.amount, record.currency),
-                format!("{} ({})", record.claimed_at, record.claimed_seq),
-                record.outcome.clone(),
-                if detail.is_empty() {
-                    "-".to_owned()
-                } else {
-                    detail
-                },
-            ]);
-        }
-        table.write(out, 2)?;
+    if !report.records.is_empty() {
+        key_records_table(&report.records).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "claims: {} held by a key",
-        count(view.claims.len(), "withdrawal")
+        count(report.claims.len(), "withdrawal")
     )?;
-    if !view.claims.is_empty() {
-        let mut table = Table::new(&["withdrawal", "claimed by key"]);
-        for claim in &view.claims {
-            table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
-        }
-        table.write(out, 2)?;
+    if !report.claims.is_empty() {
+        claims_table(&report.claims).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "in flight: {} with an unknown outcome (ages as of seq {})",
-        count(view.in_flight.len(), "key"),
-        view.seq
+        count(report.in_flight.len(), "key"),
+        report.seq
     )?;
-    if !view.in_flight.is_empty() {
-        in_flight_table(&view.in_flight).write(out, 2)?;
+    if !report.in_flight.is_empty() {
+        in_flight_table(&report.in_flight).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "holds: {}; held in total: {}",
-        count(view.holds.len(), "withdrawal"),
-        Escaped(&held_words(&view.held_totals))
+        count(report.holds.len(), "withdrawal"),
+        Escaped(&held_words(&report.held_totals))
     )?;
-    if !view.holds.is_empty() {
-        let mut table = Table::new(&["withdrawal", "held"]);
-        for hold in &view.holds {
-            table.row(vec![
-                hold.withdrawal.clone(),
-                format!("{} {}", hold.amount, hold.currency),
-            ]);
-        }
-        table.write(out, 2)?;
+    if !report.holds.is_empty() {
+        holds_table(&report.holds).write(out, 2)?;
     }
     say!(out)?;
-    say!(out, "refusals so far: {}", view.refusals)?;
-    Ok(status)
+    say!(out, "refusals so far: {}", report.refusals)
+}
+
+/// The table of request keys' records: key, withdrawal, amount, claim,
+/// outcome, and the outcome's reference or reason or the last send error.
+fn key_records_table(records: &[KeyRecordJson]) -> Table {
+    let mut table = Table::new(&[
+        "key",
+        "withdrawal",
+        "amount",
+        "claimed (seq)",
+        "outcome",
+        "reference / reason / last error",
+    ]);
+    for record in records {
+        let detail = [&record.reference, &record.reason, &record.last_error]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        table.row(vec![
+            record.key.clone(),
+            record.withdrawal.clone(),
+            format!("{} {}", record.amount, record.currency),
+            format!("{} ({})", record.claimed_at, record.claimed_seq),
+            record.outcome.clone(),
+            if detail.is_empty() {
+                "-".to_owned()
+            } else {
+                detail
+            },
+        ]);
+    }
+    table
+}
+
+/// The table of claims: each withdrawal and the key that holds it.
+fn claims_table(claims: &[ClaimJson]) -> Table {
+    let mut table = Table::new(&["withdrawal", "claimed by key"]);
+    for claim in claims {
+        table.row(vec![claim.withdrawal.clone(), claim.key.clone()]);
+    }
+    table
+}
+
+/// The table of holds: each withdrawal and the funds held for it.
+fn holds_table(holds: &[HoldJson]) -> Table {
+    let mut table = Table::new(&["withdrawal", "held"]);
+    for hold in holds {
+        table.row(vec![
+            hold.withdrawal.clone(),
+            format!("{} {}", hold.amount, hold.currency),
+        ]);
+    }
+    table
 }
 
 /// `inflight`'s report.
 #[derive(Debug, Serialize)]
-struct InflightReport {
+struct InflightJson {
     dir: String,
     now: String,
     older_than_seconds: Option<u64>,
-    keys: Vec<InFlightView>,
-    torn_tail: Option<TornTailView>,
+    keys: Vec<InFlightKeyJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 /// `payonce inflight DIR [--older-than D]`: the operator's queue.
@@ -450,17 +505,17 @@ pub(crate) fn inflight(
         Ok(ControlFlow::Continue(()))
     })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
-    let keys: Vec<InFlightView> = state
+    let keys: Vec<InFlightKeyJson> = state
         .in_flight()
         .iter()
         .filter(|entry| {
             args.older_than
                 .is_none_or(|older_than| env.now.since(entry.claimed_at) > older_than)
         })
-        .map(|entry| InFlightView::new(entry, env.now))
+        .map(|entry| InFlightKeyJson::new(entry, env.now))
         .collect();
     let overdue = args.older_than.is_some() && !keys.is_empty();
-    let report = InflightReport {
+    let report = InflightJson {
         dir: log.dir.display().to_string(),
         now: env.now.to_string(),
         older_than_seconds: args.older_than.map(|d| d.as_secs()),
@@ -468,7 +523,7 @@ pub(crate) fn inflight(
         torn_tail: walked
             .torn_tail
             .as_ref()
-            .map(|t| TornTailView::new(&log, t)),
+            .map(|t| TornTailJson::new(&log, t)),
     };
     let status = Status::problem_if(torn || overdue);
     if args.json {
@@ -519,24 +574,41 @@ pub(crate) fn export(
         if event.seq > to {
             return Ok(ControlFlow::Break(()));
         }
-        let view = EventView::new(event, event.kind.withdrawal(), false);
-        say!(out, "{}", to_json(&view))?;
+        let report = EventJson::new(event, event.kind.withdrawal(), None);
+        say!(out, "{}", to_json(&report))?;
         Ok(ControlFlow::Continue(()))
     })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
 }
 
-/// `1 key`, `2 keys`.
-pub(crate) fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
+/// The in-flight table: key, withdrawal, amount, claim, age, hold, send, last error.
+fn in_flight_table(entries: &[InFlightKeyJson]) -> Table {
+    let mut table = Table::new(&[
+        "key",
+        "withdrawal",
+        "amount",
+        "claimed (seq)",
+        "age",
+        "held",
+        "send may run",
+        "last error",
+    ]);
+    for entry in entries {
+        table.row(vec![
+            entry.key.clone(),
+            entry.withdrawal.clone(),
+            format!("{} {}", entry.amount, entry.currency),
+            format!("{} ({})", entry.claimed_at, entry.claimed_seq),
+            format_age(std::time::Duration::from_secs(entry.age_seconds)),
+            yes_no(entry.held).to_owned(),
+            yes_no(entry.send_may_be_running).to_owned(),
+            entry.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
     }
+    table
 }
 
-/// One line of JSON. Reports are plain data, so this cannot fail.
-pub(crate) fn to_json(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\":\"{error}\"}}"))
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
 }

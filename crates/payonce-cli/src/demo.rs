@@ -16,10 +16,11 @@ use payonce::{
 use payonce_model::{Reason, Reference, WithdrawalRequest};
 
 use crate::cli::DemoArgs;
+use crate::env::Status;
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::explain::outcome_words;
-use crate::run::Status;
+use crate::output::count;
 
 /// Attempts at finding an unused name for the default demo directory.
 const DIRECTORY_ATTEMPTS_MAX: u32 = 100;
@@ -116,6 +117,23 @@ impl Rail {
         }
     }
 
+    /// Transfers carried out and calls received, per withdrawal id: a
+    /// clean refusal is a call without a transfer.
+    fn counts(&self) -> (BTreeMap<String, u32>, BTreeMap<String, u32>) {
+        let book = self.book();
+        let sends = book
+            .calls
+            .keys()
+            .map(|id| {
+                (
+                    id.clone(),
+                    book.transfers.get(id).map_or(0, |t| t.len() as u32),
+                )
+            })
+            .collect();
+        (sends, book.calls.clone())
+    }
+
     /// What an operator finds on the rail's explorer for a withdrawal.
     fn lookup(&self, request: &WithdrawalRequest) -> Option<Reference> {
         self.book()
@@ -144,6 +162,12 @@ fn failed(step: impl Into<String>) -> CliError {
 impl Story<'_> {
     fn say(&mut self, text: &str) -> Result<(), CliError> {
         writeln!(self.out, "{}", Escaped(text)).map_err(CliError::output)
+    }
+
+    /// A blank line, then an incident's title.
+    fn heading(&mut self, text: &str) -> Result<(), CliError> {
+        self.say("")?;
+        self.say(text)
     }
 
     /// A line of the story, stamped with the story's clock.
@@ -365,17 +389,46 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
     play(&mut story)
 }
 
+/// The whole demo: the incidents one after another, then the checks that
+/// each withdrawal left custody once.
 fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
-    let dir = story.dir.clone();
+    introduce(story)?;
+    let w1 = retry_without_answer(story)?;
+    let w2 = two_devices_one_withdrawal(story)?;
+    let w3 = redrive_under_fresh_key(story)?;
+    let w4 = replayed_webhook(story)?;
+    let (w5, in_flight_at) = timeout_after_sending(story)?;
+    let w6 = clean_rail_refusal(story)?;
+    let withdrawals = [&w1, &w2, &w3, &w4, &w5, &w6];
+    story.say("")?;
+    let (events, same_after_reopen) = reopen_and_compare(story, &withdrawals)?;
+    let (sends, calls) = story.rail.counts();
+    tell_transfers(story, &withdrawals, &sends, &calls)?;
+    let verify = tell_verify(story)?;
+    tell_audit_commands(story, &w5, in_flight_at)?;
+    Ok(DemoReport {
+        dir: story.dir.clone(),
+        sends,
+        calls,
+        refusals: std::mem::take(&mut story.refusals),
+        same_after_reopen,
+        replayed_events: events,
+        verify,
+    })
+}
+
+fn introduce(story: &mut Story<'_>) -> Result<(), CliError> {
     story.say(
         "payonce demo: the incidents that pay a user twice, against a simulated rail that counts its sends,",
     )?;
     story.say("on a real, durable ledger (every claim is on disk before its send).")?;
-    story.say(&format!("ledger directory: {}", dir.display()))?;
-    story.say("story clock: starts an hour ago and moves on with each step")?;
+    story.say(&format!("ledger directory: {}", story.dir.display()))?;
+    story.say("story clock: starts an hour ago and moves on with each step")
+}
 
-    story.say("")?;
-    story.say("1. A client retries a request whose answer it did not get.")?;
+/// Incident 1: a retry under the same key replays the first outcome.
+fn retry_without_answer(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliError> {
+    story.heading("1. A client retries a request whose answer it did not get.")?;
     let w1 = story.create("250.00", "USDC", "0x4f3c9a1e", "alice")?;
     let first = story.submit_sent("alice-web-1", &w1)?;
     story.step(&format!(
@@ -392,9 +445,13 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         "alice-web-1 retries: replayed {}; the rail was not called",
         outcome_words(&again)
     ))?;
+    Ok(w1)
+}
 
-    story.say("")?;
-    story.say("2. A phone and a laptop submit the same withdrawal under two keys.")?;
+/// Incident 2: while one key's send runs, and after it, a second key for
+/// the same withdrawal is refused.
+fn two_devices_one_withdrawal(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliError> {
+    story.heading("2. A phone and a laptop submit the same withdrawal under two keys.")?;
     let w2 = story.create("1200.00", "EUR", "DE89370400440532013000", "bob")?;
     story.tick(3);
     let ledger = story.ledger()?.clone();
@@ -425,9 +482,13 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     ))?;
     let refused = story.submit_refused("bob-laptop-91c2", &w2)?;
     story.step(&format!("bob-laptop-91c2 tries again: {refused}"))?;
+    Ok(w2)
+}
 
-    story.say("")?;
-    story.say("3. An operator re-drives a queue item under a fresh key.")?;
+/// Incident 3: a re-drive under a fresh key is refused, because the first
+/// key still holds the withdrawal.
+fn redrive_under_fresh_key(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliError> {
+    story.heading("3. An operator re-drives a queue item under a fresh key.")?;
     let w3 = story.create("75.50", "USDC", "0x91be04d2", "carol")?;
     let sent3 = story.submit_sent("queue-item-311", &w3)?;
     story.step(&format!(
@@ -439,9 +500,12 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     story.step(&format!(
         "the operator's re-drive as redrive-ops-311: {refused}"
     ))?;
+    Ok(w3)
+}
 
-    story.say("")?;
-    story.say(
+/// Incident 4: a replayed webhook's resolve under a fresh key is refused.
+fn replayed_webhook(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliError> {
+    story.heading(
         "4. A provider's webhook is replayed and handled as a new instruction under a fresh key.",
     )?;
     let w4 = story.create(
@@ -460,7 +524,7 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         .confirm()
         .map_err(|e| failed(format!("confirming: {e}")))?;
     story.tick(3);
-    let webhook = ledger.resolve(
+    let webhook = story.ledger()?.resolve(
         "webhook-evt-8812",
         confirmed,
         "provider callback: confirmed",
@@ -485,9 +549,16 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     story.step(&format!(
         "the replayed webhook resolves under webhook-evt-8812: refused: {refused}"
     ))?;
+    Ok(w4)
+}
 
-    story.say("")?;
-    story.say(
+/// Incident 5: a send whose answer never came stays in flight until an
+/// operator finds it on the rail and resolves it. Returns the withdrawal
+/// and a time while it was in flight.
+fn timeout_after_sending(
+    story: &mut Story<'_>,
+) -> Result<(WithdrawalRequest, Timestamp), CliError> {
+    story.heading(
         "5. The rail times out after sending; the key stays in flight until an operator looks.",
     )?;
     let w5 = story.create("3000.00", "USDT", "0x7d2e55aa", "erin")?;
@@ -510,7 +581,7 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     let queue = story.ledger()?.in_flight();
     story.step(&format!(
         "40 minutes later the operator's queue (payonce inflight) holds {}: {}",
-        crate::audit::count(queue.len(), "key"),
+        count(queue.len(), "key"),
         queue
             .iter()
             .map(|k| format!("{} for {}", k.key, k.withdrawal))
@@ -523,7 +594,8 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         .ok_or_else(|| failed("the timed-out transfer is not on the rail"))?;
     let outcome5 = Story::sent(&w5, found.clone())?;
     story.tick(60);
-    ledger
+    story
+        .ledger()?
         .resolve(
             "erin-app-77",
             outcome5,
@@ -539,9 +611,13 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         "erin-app-77 retries: replayed {}",
         outcome_words(&replayed)
     ))?;
+    Ok((w5, in_flight_at))
+}
 
-    story.say("")?;
-    story.say(
+/// Incident 6: a clean refusal by the rail releases the hold; once an
+/// operator releases the key, a retry sends.
+fn clean_rail_refusal(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliError> {
+    story.heading(
         "6. The rail refuses cleanly: the hold is released, the key released, and a retry sends.",
     )?;
     let w6 = story.create("500.00", "USDC", "0x2b8f61c0", "grace")?;
@@ -572,7 +648,8 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         return Err(failed("the refused send left a transfer on the rail"));
     }
     story.tick(5 * 60);
-    ledger
+    story
+        .ledger()?
         .release(
             "grace-web-3",
             "rail refused before broadcast; nothing on chain for this withdrawal",
@@ -585,9 +662,17 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         "grace-web-3 retries: the rail sends it: {}",
         outcome_words(&sent6)
     ))?;
-    drop(ledger);
+    Ok(w6)
+}
 
-    story.say("")?;
+/// Closes the ledger, reopens it (replaying and re-deriving every event)
+/// and compares every answer a caller can ask for. Returns the events
+/// replayed and whether every answer was the same; the ledger is closed
+/// afterwards.
+fn reopen_and_compare(
+    story: &mut Story<'_>,
+    withdrawals: &[&WithdrawalRequest],
+) -> Result<(u64, bool), CliError> {
     let keys = [
         "alice-web-1",
         "bob-phone-7f3a",
@@ -600,40 +685,35 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         "erin-app-78",
         "grace-web-3",
     ];
-    let withdrawals = [&w1, &w2, &w3, &w4, &w5, &w6];
-    let before = story.answers(&keys, &withdrawals)?;
+    let before = story.answers(&keys, withdrawals)?;
     let events = story.ledger()?.state().last_seq();
     story.ledger = None;
     // Reopening right away is safe: the log releases its lock when dropped,
     // even while a child process being spawned holds a copy of its file.
     let reopened =
-        Ledger::open_with(&dir, story.config.clone()).map_err(|e| story.ledger_error(e))?;
+        Ledger::open_with(&story.dir, story.config.clone()).map_err(|e| story.ledger_error(e))?;
     story.ledger = Some(reopened);
-    let after = story.answers(&keys, &withdrawals)?;
+    let after = story.answers(&keys, withdrawals)?;
     let same_after_reopen = before == after;
     story.say(&format!(
         "Closed and reopened the ledger: {events} events replayed, every decision re-derived; every answer is {}.",
         if same_after_reopen { "the same" } else { "NOT the same" }
     ))?;
     story.ledger = None;
+    Ok((events, same_after_reopen))
+}
 
-    let (sends, calls) = {
-        let book = story.rail.book();
-        let sends: BTreeMap<String, u32> = book
-            .calls
-            .keys()
-            .map(|id| {
-                (
-                    id.clone(),
-                    book.transfers.get(id).map_or(0, |t| t.len() as u32),
-                )
-            })
-            .collect();
-        (sends, book.calls.clone())
-    };
+/// The rail's own count of transfers per withdrawal, and whether each left
+/// custody exactly once.
+fn tell_transfers(
+    story: &mut Story<'_>,
+    withdrawals: &[&WithdrawalRequest],
+    sends: &BTreeMap<String, u32>,
+    calls: &BTreeMap<String, u32>,
+) -> Result<(), CliError> {
     story.say("")?;
     story.say("The rail's count of transfers per withdrawal:")?;
-    for withdrawal in &withdrawals {
+    for withdrawal in withdrawals {
         let id = withdrawal.id().to_string();
         let count = &sends.get(&id).copied().unwrap_or(0);
         let calls_here = calls.get(&id).copied().unwrap_or(0);
@@ -652,9 +732,12 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         "Each withdrawal left custody exactly once."
     } else {
         "A WITHDRAWAL WAS SENT TWICE OR NOT AT ALL."
-    })?;
+    })
+}
 
-    let verify = payonce::verify(&dir).map_err(|e| story.ledger_error(e))?;
+/// `payonce::verify` on what the story left behind, in one line.
+fn tell_verify(story: &mut Story<'_>) -> Result<VerifyReport, CliError> {
+    let verify = payonce::verify(&story.dir).map_err(|e| story.ledger_error(e))?;
     let held = if verify.held.is_empty() {
         "none".to_owned()
     } else {
@@ -679,14 +762,23 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
             "PROBLEMS FOUND"
         }
     ))?;
+    Ok(verify)
+}
 
-    let d = shell_word(&dir);
+/// The audit commands to run on the directory next, pointing at the timeout
+/// (`timed_out`) and at a time while it was in flight.
+fn tell_audit_commands(
+    story: &mut Story<'_>,
+    timed_out: &WithdrawalRequest,
+    in_flight_at: Timestamp,
+) -> Result<(), CliError> {
+    let d = shell_word(&story.dir);
     story.say("")?;
     story.say("Audit what it left behind (with cargo, write `cargo run -p payonce-cli --release --` for `payonce`):")?;
     story.say(&format!("  payonce verify {d}"))?;
     story.say(&format!(
         "  payonce history {d} --withdrawal {}    # the timeout an operator resolved",
-        w5.id()
+        timed_out.id()
     ))?;
     story.say(&format!(
         "  payonce history {d} --key bob-phone-7f3a    # the key that held off the laptop"
@@ -698,15 +790,5 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     story.say(&format!("  payonce export {d}"))?;
     story.say(&format!(
         "  payonce index {d}    # then history answers from the index"
-    ))?;
-
-    Ok(DemoReport {
-        dir,
-        sends,
-        calls,
-        refusals: std::mem::take(&mut story.refusals),
-        same_after_reopen,
-        replayed_events: events,
-        verify,
-    })
+    ))
 }

@@ -33,8 +33,8 @@ pub enum CliError {
         dir: PathBuf,
     },
     /// The log is damaged where it cannot be a torn tail: a checksum, chain,
-    /// sequence, seal or header that does not verify, a record that is not
-    /// an event, or (for the operator exits) a recorded decision the code
+    /// sequence, seal or header that does not verify, a log record that is
+    /// not an event, or (for the operator exits) a recorded decision the code
     /// would not make again. The error names the place. Exit code 1.
     Damaged {
         /// The log directory.

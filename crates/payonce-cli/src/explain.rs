@@ -1,108 +1,10 @@
-//! What an event is about and what it meant, in words.
-//!
-//! An event names a request key, a withdrawal, or both. Events that carry
-//! only a key (`send_rejected`, `send_failed`, `released`, and some
-//! refusals) are about the withdrawal that key held at the time: the
-//! [`Holdings`] replayed from the log say which.
-
-use std::collections::HashMap;
+//! Each decision in words, for a person reading a history: what an event
+//! meant, what a command asked, and what an outcome did to the funds held.
 
 use payonce::{Command, Event, EventKind, FailureCause, Refusal, SendResult};
-use payonce_model::{RequestKey, WithdrawalId, WithdrawalRequest, WithdrawalState};
-
-/// What `history` follows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Subject {
-    /// A request key.
-    Key(RequestKey),
-    /// A withdrawal.
-    Withdrawal(WithdrawalId),
-}
-
-/// How an event changes which withdrawal a key holds.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum HoldingChange<'a> {
-    /// The key now holds this withdrawal.
-    Set(&'a RequestKey, &'a WithdrawalId),
-    /// The key holds nothing any more.
-    Remove(&'a RequestKey),
-}
-
-/// The change `kind` makes to the key-to-withdrawal holdings, mirroring what
-/// `apply` does to the ledger's records.
-pub(crate) fn holding_change(kind: &EventKind) -> Option<HoldingChange<'_>> {
-    match kind {
-        EventKind::Claimed { key, request } | EventKind::Recorded { key, request } => {
-            Some(HoldingChange::Set(key, request.id()))
-        }
-        // A resolve of an unknown key claims it; of a known key it keeps the
-        // same withdrawal (the fingerprints must match).
-        EventKind::Resolved { key, outcome, .. } => Some(HoldingChange::Set(key, outcome.id())),
-        EventKind::Released { key, .. } => Some(HoldingChange::Remove(key)),
-        _ => None,
-    }
-}
-
-/// The withdrawal `kind` is about: the one it names, else the one its key
-/// held before it, as `holding` answers.
-pub(crate) fn attribute(
-    kind: &EventKind,
-    holding: impl FnOnce(&RequestKey) -> Option<WithdrawalId>,
-) -> Option<WithdrawalId> {
-    match kind.withdrawal() {
-        Some(withdrawal) => Some(withdrawal.clone()),
-        None => kind.key().and_then(holding),
-    }
-}
-
-/// The request keys an event touches: the key it is about, and the key a
-/// refusal names as the holder of the withdrawal (that key's claim is what
-/// stopped the other caller).
-pub(crate) fn keys_touched(kind: &EventKind) -> Vec<&RequestKey> {
-    let mut keys: Vec<&RequestKey> = kind.key().into_iter().collect();
-    if let EventKind::Refused { refusal, .. } = kind
-        && let Some(holder) = refusal.holder()
-        && !keys.contains(&holder)
-    {
-        keys.push(holder);
-    }
-    keys
-}
-
-/// Which withdrawal each request key holds, as the events so far left it.
-#[derive(Debug, Default)]
-pub(crate) struct Holdings {
-    held: HashMap<RequestKey, WithdrawalId>,
-}
-
-impl Holdings {
-    /// Attributes `kind` to a withdrawal, then applies its change.
-    pub(crate) fn attribute_and_apply(&mut self, kind: &EventKind) -> Option<WithdrawalId> {
-        let withdrawal = attribute(kind, |key| self.held.get(key).cloned());
-        match holding_change(kind) {
-            Some(HoldingChange::Set(key, withdrawal)) => {
-                self.held.insert(key.clone(), withdrawal.clone());
-            }
-            Some(HoldingChange::Remove(key)) => {
-                self.held.remove(key);
-            }
-            None => {}
-        }
-        withdrawal
-    }
-}
-
-/// Whether an event attributed to `withdrawal` touches `subject`.
-pub(crate) fn touches(
-    subject: &Subject,
-    kind: &EventKind,
-    withdrawal: Option<&WithdrawalId>,
-) -> bool {
-    match subject {
-        Subject::Key(key) => keys_touched(kind).contains(&key),
-        Subject::Withdrawal(id) => withdrawal == Some(id),
-    }
-}
+use payonce_model::{
+    Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WithdrawalState,
+};
 
 /// A withdrawal's state in words: `sent, reference 0xabc`, `failed: timeout`.
 pub(crate) fn outcome_words(outcome: &WithdrawalRequest) -> String {
@@ -173,102 +75,162 @@ fn command_words(command: &Command) -> String {
 /// `withdrawal` is the withdrawal the event is attributed to.
 pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> String {
     match &event.kind {
-        EventKind::Opened { accept_foreign_ids } => format!(
-            "the ledger was opened for writing ({}); no send of an earlier process can still \
-             be running, so keys it left in flight may now be resolved or released",
-            if *accept_foreign_ids {
-                "accepting withdrawal ids minted elsewhere"
-            } else {
-                "refusing withdrawal ids it did not mint"
-            }
-        ),
-        EventKind::Created { withdrawal } => format!(
-            "withdrawal {} was created and its id minted: {} {} to {}, requested by {}",
-            withdrawal.id(),
-            withdrawal.amount(),
-            withdrawal.currency(),
-            withdrawal.destination(),
-            withdrawal.requested_by()
-        ),
-        EventKind::Claimed { key, request } => format!(
-            "request key {key} claimed withdrawal {} ({} {} to {}) and {} {} is held; the claim \
-             was on stable storage before the send began",
-            request.id(),
-            request.amount(),
-            request.currency(),
-            request.destination(),
-            request.amount(),
-            request.currency()
-        ),
-        EventKind::Recorded { key, request } => format!(
-            "request key {key} claimed withdrawal {} and recorded it as it stood ({}), without \
-             a send; {}",
-            request.id(),
-            outcome_words(request),
-            hold_effect(request)
-        ),
-        EventKind::Completed { key, outcome } => format!(
-            "the send for request key {key} returned: withdrawal {} is {}; {}. A retry under \
-             {key} replays this outcome without sending",
-            outcome.id(),
-            outcome_words(outcome),
-            hold_effect(outcome)
-        ),
-        EventKind::SendRejected { key, reason, .. } => format!(
-            "the rail refused the send for request key {key}{} cleanly: {reason}. Nothing left \
-             the account, so the hold is released; the key stays claimed with an unknown \
-             outcome until an operator releases or resolves it",
-            of(withdrawal)
-        ),
+        EventKind::Opened { accept_foreign_ids } => opened_words(*accept_foreign_ids),
+        EventKind::Created { withdrawal } => created_words(withdrawal),
+        EventKind::Claimed { key, request } => claimed_words(key, request),
+        EventKind::Recorded { key, request } => recorded_words(key, request),
+        EventKind::Completed { key, outcome } => completed_words(key, outcome),
+        EventKind::SendRejected { key, reason, .. } => send_rejected_words(key, reason, withdrawal),
         EventKind::SendFailed {
             key, error, cause, ..
-        } => {
-            let what = match cause {
-                FailureCause::Panic => "panicked".to_owned(),
-                FailureCause::Abandoned => "was abandoned without a result".to_owned(),
-                FailureCause::OutcomeMismatch { outcome, .. } => {
-                    format!("returned another withdrawal ({})", outcome.id())
-                }
-                _ => "failed".to_owned(),
-            };
-            format!(
-                "the send for request key {key}{} {what}: {error}. Its outcome is unknown: the \
-                 money may have moved, so the key stays claimed and the funds stay held until \
-                 an operator resolves or releases it",
-                of(withdrawal)
-            )
-        }
+        } => send_failed_words(key, error, cause, withdrawal),
         EventKind::Resolved {
             key,
             outcome,
             note,
             by,
-        } => format!(
-            "operator {by} resolved request key {key}: withdrawal {} is {}, noting \"{note}\"; \
-             {}. A retry under {key} replays this outcome without sending",
-            outcome.id(),
-            outcome_words(outcome),
-            hold_effect(outcome)
-        ),
-        EventKind::Released { key, note, by, .. } => format!(
-            "operator {by} released request key {key}{}, noting \"{note}\": nothing was sent, \
-             so the key, its claim and its hold are gone and the withdrawal may be submitted \
-             again",
-            of(withdrawal)
-        ),
+        } => resolved_words(key, outcome, note, by),
+        EventKind::Released { key, note, by, .. } => released_words(key, note, by, withdrawal),
         EventKind::Refused {
             command, refusal, ..
-        } => {
-            let consequence = match (command, refusal) {
-                (Command::Claim { .. }, _) => "The send did not run and nothing changed",
-                (_, Refusal::InFlight { .. }) => "Nothing changed; the key is still in flight",
-                _ => "Nothing changed",
-            };
-            format!(
-                "refused: {}: {refusal}. {consequence}",
-                command_words(command)
-            )
-        }
+        } => refused_words(command, refusal),
         _ => format!("{} event", event.kind.name()),
     }
+}
+
+/// An `opened` event ends every send of the process before it, whatever
+/// the id policy it records.
+fn opened_words(accept_foreign_ids: bool) -> String {
+    format!(
+        "the ledger was opened for writing ({}); no send of an earlier process can still be \
+         running, so keys it left in flight may now be resolved or released",
+        if accept_foreign_ids {
+            "accepting withdrawal ids minted elsewhere"
+        } else {
+            "refusing withdrawal ids it did not mint"
+        }
+    )
+}
+
+fn created_words(withdrawal: &WithdrawalRequest) -> String {
+    format!(
+        "withdrawal {} was created and its id minted: {} {} to {}, requested by {}",
+        withdrawal.id(),
+        withdrawal.amount(),
+        withdrawal.currency(),
+        withdrawal.destination(),
+        withdrawal.requested_by()
+    )
+}
+
+/// A claim is what makes a send safe: it was durable before the send began.
+fn claimed_words(key: &RequestKey, request: &WithdrawalRequest) -> String {
+    format!(
+        "request key {key} claimed withdrawal {} ({} {} to {}) and {} {} is held; the claim was \
+         on stable storage before the send began",
+        request.id(),
+        request.amount(),
+        request.currency(),
+        request.destination(),
+        request.amount(),
+        request.currency()
+    )
+}
+
+fn recorded_words(key: &RequestKey, request: &WithdrawalRequest) -> String {
+    format!(
+        "request key {key} claimed withdrawal {} and recorded it as it stood ({}), without a \
+         send; {}",
+        request.id(),
+        outcome_words(request),
+        hold_effect(request)
+    )
+}
+
+fn completed_words(key: &RequestKey, outcome: &WithdrawalRequest) -> String {
+    format!(
+        "the send for request key {key} returned: withdrawal {} is {}; {}. A retry under {key} \
+         replays this outcome without sending",
+        outcome.id(),
+        outcome_words(outcome),
+        hold_effect(outcome)
+    )
+}
+
+/// A clean refusal by the rail: nothing left, but the key stays claimed.
+fn send_rejected_words(
+    key: &RequestKey,
+    reason: &Reason,
+    withdrawal: Option<&WithdrawalId>,
+) -> String {
+    format!(
+        "the rail refused the send for request key {key}{} cleanly: {reason}. Nothing left the \
+         account, so the hold is released; the key stays claimed with an unknown outcome until \
+         an operator releases or resolves it",
+        of(withdrawal)
+    )
+}
+
+/// A send without an outcome: the money may have moved, so nothing is let go.
+fn send_failed_words(
+    key: &RequestKey,
+    error: &Reason,
+    cause: &FailureCause,
+    withdrawal: Option<&WithdrawalId>,
+) -> String {
+    let what = match cause {
+        FailureCause::Panic => "panicked".to_owned(),
+        FailureCause::Abandoned => "was abandoned without a result".to_owned(),
+        FailureCause::OutcomeMismatch { outcome, .. } => {
+            format!("returned another withdrawal ({})", outcome.id())
+        }
+        _ => "failed".to_owned(),
+    };
+    format!(
+        "the send for request key {key}{} {what}: {error}. Its outcome is unknown: the money \
+         may have moved, so the key stays claimed and the funds stay held until an operator \
+         resolves or releases it",
+        of(withdrawal)
+    )
+}
+
+fn resolved_words(
+    key: &RequestKey,
+    outcome: &WithdrawalRequest,
+    note: &Note,
+    by: &Actor,
+) -> String {
+    format!(
+        "operator {by} resolved request key {key}: withdrawal {} is {}, noting \"{note}\"; {}. A \
+         retry under {key} replays this outcome without sending",
+        outcome.id(),
+        outcome_words(outcome),
+        hold_effect(outcome)
+    )
+}
+
+fn released_words(
+    key: &RequestKey,
+    note: &Note,
+    by: &Actor,
+    withdrawal: Option<&WithdrawalId>,
+) -> String {
+    format!(
+        "operator {by} released request key {key}{}, noting \"{note}\": nothing was sent, so the \
+         key, its claim and its hold are gone and the withdrawal may be submitted again",
+        of(withdrawal)
+    )
+}
+
+/// A refusal changes nothing; what it means depends on what was asked.
+fn refused_words(command: &Command, refusal: &Refusal) -> String {
+    let consequence = match (command, refusal) {
+        (Command::Claim { .. }, _) => "The send did not run and nothing changed",
+        (_, Refusal::InFlight { .. }) => "Nothing changed; the key is still in flight",
+        _ => "Nothing changed",
+    };
+    format!(
+        "refused: {}: {refusal}. {consequence}",
+        command_words(command)
+    )
 }

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 
 use payonce::Event;
 use payonce_log::TornTail;
@@ -12,21 +13,17 @@ use payonce_model::{RequestKey, WithdrawalId};
 use serde::Serialize;
 use tracing::info;
 
-use crate::audit::to_json;
 use crate::cli::HistoryArgs;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
-use crate::explain::{Holdings, Subject, touches};
+use crate::explain::explain;
 use crate::index;
+use crate::json::{EventJson, TornTailJson, to_json};
 use crate::logdir::{LogDir, open_log};
-use crate::run::{Env, Status};
+use crate::output::{count, warn_torn_tail};
+use crate::subject::{HISTORY_EVENTS_MAX, Holdings, Subject, touches};
 use crate::table::Table;
-use crate::views::{EventView, TornTailView, warn_torn_tail};
-
-/// Most events one history lists. A withdrawal that a misbehaving client
-/// retries under fresh keys collects a refusal per attempt; past this many,
-/// `export` with `--from`/`--to` is the tool.
-pub const HISTORY_EVENTS_MAX: usize = 100_000;
 
 /// Reads `--key` or `--withdrawal` through the model's rules, so a value
 /// with a control character is refused before anything is read.
@@ -52,9 +49,51 @@ fn subject(args: &HistoryArgs) -> Result<Subject, CliError> {
     }
 }
 
+/// The events found about a subject, and where they were found.
+struct Found {
+    /// In log order; one more than a history lists if there were more.
+    events: Vec<Event>,
+    /// A torn tail met while reading the log.
+    torn_tail: Option<TornTail>,
+    /// The audit index that answered; `None` for a scan of the log.
+    index: Option<PathBuf>,
+}
+
+/// The subject's events from the audit index beside `log`, if there is a
+/// usable one. An index that cannot answer for this subject is passed
+/// over with a warning on `err`.
+fn from_index(
+    log: &LogDir,
+    subject: &Subject,
+    err: &mut dyn Write,
+) -> Result<Option<Found>, CliError> {
+    let Some(index) = index::open_for_query(log, err)? else {
+        return Ok(None);
+    };
+    match index.events_of(log, subject) {
+        Ok(events) => Ok(Some(Found {
+            events,
+            torn_tail: index.torn_tail.clone(),
+            index: Some(index.path().to_owned()),
+        })),
+        Err(problem) => {
+            writeln!(
+                err,
+                "warning: the audit index {} is not used: {}. Answering from the log instead; \
+                 `payonce index {} --rebuild` rebuilds it",
+                Escaped(&index.path().display().to_string()),
+                Escaped(&problem),
+                Escaped(&log.dir.display().to_string())
+            )
+            .map_err(CliError::output)?;
+            Ok(None)
+        }
+    }
+}
+
 /// One scan of the whole log, attributing key-only events through the
 /// claims as it goes.
-fn scan(log: &LogDir, subject: &Subject) -> Result<(Vec<Event>, Option<TornTail>), CliError> {
+fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
     let mut holdings = Holdings::default();
     let mut events = Vec::new();
     let walked = log.walk(1, |event, _| {
@@ -68,7 +107,11 @@ fn scan(log: &LogDir, subject: &Subject) -> Result<(Vec<Event>, Option<TornTail>
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    Ok((events, walked.torn_tail))
+    Ok(Found {
+        events,
+        torn_tail: walked.torn_tail,
+        index: None,
+    })
 }
 
 /// Attributes each of a subject's events to a withdrawal. A key's holdings
@@ -90,8 +133,9 @@ fn attributed(subject: &Subject, events: &[Event]) -> Vec<Option<WithdrawalId>> 
     }
 }
 
+/// `history`'s report.
 #[derive(Debug, Serialize)]
-struct HistoryView {
+struct HistoryJson {
     dir: String,
     key: Option<String>,
     withdrawal: Option<String>,
@@ -99,8 +143,8 @@ struct HistoryView {
     source: &'static str,
     /// Whether more events touched the subject than are listed.
     truncated: bool,
-    events: Vec<EventView>,
-    torn_tail: Option<TornTailView>,
+    events: Vec<EventJson>,
+    torn_tail: Option<TornTailJson>,
 }
 
 /// `payonce history DIR --key K | --withdrawal W`.
@@ -112,86 +156,101 @@ pub(crate) fn history(
 ) -> Result<Status, CliError> {
     let subject = subject(args)?;
     let log = open_log(&args.dir, env.progress_for(args.json))?;
-    let mut from_index = None;
-    if !args.no_index
-        && let Some(index) = index::open_for_query(&log, err)?
-    {
-        match index.events_of(&log, &subject) {
-            Ok(events) => {
-                from_index = Some((events, index.torn_tail.clone(), index.path().to_owned()))
-            }
-            Err(problem) => writeln!(
-                err,
-                "warning: the audit index {} is not used: {}. Answering from the log instead; \
-                 `payonce index {} --rebuild` rebuilds it",
-                Escaped(&index.path().display().to_string()),
-                Escaped(&problem),
-                Escaped(&log.dir.display().to_string())
-            )
-            .map_err(CliError::output)?,
-        }
-    }
-    let (events, torn_tail, source) = match from_index {
-        Some((events, torn_tail, path)) => (events, torn_tail, Some(path)),
-        None => {
-            let (events, torn_tail) = scan(&log, &subject)?;
-            (events, torn_tail, None)
-        }
+    let indexed = if args.no_index {
+        None
+    } else {
+        from_index(&log, &subject, err)?
+    };
+    let found = match indexed {
+        Some(found) => found,
+        None => scan(&log, &subject)?,
     };
     info!(
         subject = ?subject,
-        events = events.len(),
-        from_index = source.is_some(),
+        events = found.events.len(),
+        from_index = found.index.is_some(),
         "history answered"
     );
-    let torn = warn_torn_tail(&log, torn_tail.as_ref(), err)?;
+    let torn = warn_torn_tail(&log, found.torn_tail.as_ref(), err)?;
+    let Found {
+        mut events,
+        torn_tail,
+        index,
+    } = found;
     if events.is_empty() {
-        return Err(match subject {
-            Subject::Key(key) => CliError::UnknownKey {
-                key: key.to_string(),
-            },
-            Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
-                withdrawal: id.to_string(),
-            },
-        });
+        return Err(unknown(subject));
     }
-    let mut events = events;
-    let truncated = events.len() > HISTORY_EVENTS_MAX;
-    if truncated {
-        events.truncate(HISTORY_EVENTS_MAX);
-        writeln!(
-            err,
-            "warning: more than {HISTORY_EVENTS_MAX} events touch this subject; the first \
-             {HISTORY_EVENTS_MAX} are listed. `payonce export` with --from and --to shows the \
-             rest"
-        )
-        .map_err(CliError::output)?;
-    }
+    let truncated = keep_listed_max(&mut events, err)?;
     let withdrawals = attributed(&subject, &events);
-    let views: Vec<EventView> = events
+    let listed: Vec<EventJson> = events
         .iter()
         .zip(&withdrawals)
-        .map(|(event, withdrawal)| EventView::new(event, withdrawal.as_ref(), true))
+        .map(|(event, withdrawal)| {
+            EventJson::new(
+                event,
+                withdrawal.as_ref(),
+                Some(explain(event, withdrawal.as_ref())),
+            )
+        })
         .collect();
     let status = Status::problem_if(torn);
     let (key, withdrawal) = match &subject {
         Subject::Key(key) => (Some(key.to_string()), None),
         Subject::Withdrawal(id) => (None, Some(id.to_string())),
     };
+    let report = HistoryJson {
+        dir: log.dir.display().to_string(),
+        key,
+        withdrawal,
+        source: if index.is_some() { "index" } else { "scan" },
+        truncated,
+        events: listed,
+        torn_tail: torn_tail.as_ref().map(|t| TornTailJson::new(&log, t)),
+    };
     if args.json {
-        let view = HistoryView {
-            dir: log.dir.display().to_string(),
-            key,
-            withdrawal,
-            source: if source.is_some() { "index" } else { "scan" },
-            truncated,
-            events: views,
-            torn_tail: torn_tail.as_ref().map(|t| TornTailView::new(&log, t)),
-        };
-        writeln!(out, "{}", to_json(&view)).map_err(CliError::output)?;
-        return Ok(status);
+        writeln!(out, "{}", to_json(&report)).map_err(CliError::output)?;
+    } else {
+        print_history(&report, index.as_deref(), out)?;
     }
-    let what = match (&key, &withdrawal) {
+    Ok(status)
+}
+
+/// The error for a subject no event touched.
+fn unknown(subject: Subject) -> CliError {
+    match subject {
+        Subject::Key(key) => CliError::UnknownKey {
+            key: key.to_string(),
+        },
+        Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
+            withdrawal: id.to_string(),
+        },
+    }
+}
+
+/// Keeps the first [`HISTORY_EVENTS_MAX`] events, with a warning on `err`
+/// if there were more; returns whether there were.
+fn keep_listed_max(events: &mut Vec<Event>, err: &mut dyn Write) -> Result<bool, CliError> {
+    if events.len() <= HISTORY_EVENTS_MAX {
+        return Ok(false);
+    }
+    events.truncate(HISTORY_EVENTS_MAX);
+    writeln!(
+        err,
+        "warning: more than {HISTORY_EVENTS_MAX} events touch this subject; the first \
+         {HISTORY_EVENTS_MAX} are listed. `payonce export` with --from and --to shows the rest"
+    )
+    .map_err(CliError::output)?;
+    Ok(true)
+}
+
+/// The history as text: a headline, a table of the events with each
+/// decision in words, and where the answer came from (`index`, or a scan).
+fn print_history(
+    report: &HistoryJson,
+    index: Option<&Path>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let what = match (&report.key, &report.withdrawal) {
         (Some(key), _) => format!("request key {key}"),
         (_, Some(id)) => format!("withdrawal {id}"),
         _ => String::new(),
@@ -200,29 +259,28 @@ pub(crate) fn history(
         out,
         "history of {} in {}: {}",
         Escaped(&what),
-        Escaped(&log.dir.display().to_string()),
-        crate::audit::count(views.len(), "event")
+        Escaped(&report.dir),
+        count(report.events.len(), "event")
     )
     .map_err(CliError::output)?;
     let mut table = Table::new(&["seq", "time", "event", "key", "withdrawal", "what happened"]);
-    for view in &views {
+    for line in &report.events {
         table.row(vec![
-            view.seq.to_string(),
-            view.at.clone(),
-            view.event.to_owned(),
-            view.key.clone().unwrap_or_else(|| "-".to_owned()),
-            view.withdrawal.clone().unwrap_or_else(|| "-".to_owned()),
-            view.explanation.clone().unwrap_or_default(),
+            line.seq.to_string(),
+            line.at.clone(),
+            line.event.to_owned(),
+            line.key.clone().unwrap_or_else(|| "-".to_owned()),
+            line.withdrawal.clone().unwrap_or_else(|| "-".to_owned()),
+            line.explanation.clone().unwrap_or_default(),
         ]);
     }
     table.write(out, 2)?;
-    let footer = match source {
+    let footer = match index {
         Some(path) => format!(
             "answered from the audit index {}, every event read back and verified",
             path.display()
         ),
         None => "answered by one scan of the log".to_owned(),
     };
-    writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)?;
-    Ok(status)
+    writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)
 }

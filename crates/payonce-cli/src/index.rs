@@ -9,7 +9,7 @@
 //!   log and checksum-verified; an index built from another log, or that no
 //!   longer matches this one, is ignored (or rebuilt by `payonce index`)
 //!   with a warning.
-//! - Every record it points to is read back with its checksum verified and
+//! - Every event it points to is read back with its checksum verified and
 //!   checked to be about the subject asked for.
 //! - Events appended since it was last written (the tail) are indexed
 //!   first; if that cannot be written, they are kept in memory for this
@@ -53,12 +53,14 @@ use sled::{Batch, Db, Tree};
 use tracing::{info, warn};
 
 use crate::cli::IndexArgs;
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
-use crate::explain::{HoldingChange, Subject, attribute, holding_change, keys_touched};
 use crate::logdir::{LogDir, Walked, open_log};
-use crate::run::{Env, Status};
-use crate::views::warn_torn_tail;
+use crate::output::warn_torn_tail;
+use crate::subject::{
+    HISTORY_EVENTS_MAX, HoldingChange, Subject, attribute, holding_change, keys_touched,
+};
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.
@@ -572,7 +574,7 @@ fn check(trees: &Trees, log: &LogDir) -> Result<Checked, String> {
             last.seq
         ));
     };
-    // Segments only grow, and only by whole records or by a torn write, so
+    // Segments only grow, and only by whole log records or by a torn write, so
     // a newest segment that still ends where the last indexed event ends
     // holds nothing after it.
     let segments = log.segment_files().map_err(|error| error.to_string())?;
@@ -892,7 +894,7 @@ impl QueryIndex {
         entries.dedup_by_key(|entry| entry.seq);
         let indexed_through = self.pending.last.map_or(0, |last| last.seq);
         // One more than a history lists, so it knows there were more.
-        entries.truncate(crate::history::HISTORY_EVENTS_MAX + 1);
+        entries.truncate(HISTORY_EVENTS_MAX + 1);
         let mut events = Vec::with_capacity(entries.len());
         for entry in entries {
             if entry.seq > indexed_through {
@@ -1013,50 +1015,12 @@ pub(crate) fn index_command(
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress)?;
     let path = log.dir.join(INDEX_DIR);
-    let index_error = |problem: String| CliError::Index {
-        path: path.clone(),
-        problem,
-    };
     let existed = path.exists();
-    let empty = path
-        .read_dir()
-        .is_ok_and(|mut entries| entries.next().is_none());
-    if existed && !empty && !looks_like_index(&path) {
-        return Err(index_error(
-            "the directory exists and does not look like a sled database; move it away and run \
-             again"
-                .to_owned(),
-        ));
-    }
-    let trees = Trees::open(&path).map_err(|problem| {
-        index_error(format!(
-            "cannot be opened ({problem}). It is derived data: delete the directory and run \
-             `payonce index` again"
-        ))
-    })?;
-    let mut checked = Checked {
-        meta: Meta::default(),
-        up_to_date: false,
-    };
-    let mut rebuilt = args.rebuild;
-    if existed && !args.rebuild {
-        match check(&trees, &log) {
-            Ok(found) => checked = found,
-            Err(problem) => {
-                warn_user(
-                    err,
-                    &format!("the audit index {} is rebuilt: {problem}", path.display()),
-                )?;
-                rebuilt = true;
-            }
-        }
-    }
-    if rebuilt {
-        trees.clear().map_err(index_error)?;
-    }
+    let trees = open_to_build(&path, existed)?;
+    let (checked, rebuilt) = check_or_clear(&trees, &log, &path, existed, args.rebuild, err)?;
     let caught = catch_up(&trees, &log, &checked)?;
     if let Some(problem) = caught.write_failure {
-        return Err(index_error(format!("cannot be written: {problem}")));
+        return Err(index_error(&path, format!("cannot be written: {problem}")));
     }
     // sled recovers what was just written from its own log the first time
     // it opens it again, which is slow after a large build; pay that here
@@ -1080,6 +1044,80 @@ pub(crate) fn index_command(
     .map_err(CliError::output)?;
     let torn = warn_torn_tail(&log, caught.walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
+}
+
+/// The error `payonce index` ends with when the index at `path` cannot be
+/// built or written.
+fn index_error(path: &Path, problem: String) -> CliError {
+    CliError::Index {
+        path: path.to_owned(),
+        problem,
+    }
+}
+
+/// Opens (or creates) the index at `path` for building. A directory there
+/// that holds something other than a sled database is refused rather than
+/// written into: it is not ours to change.
+fn open_to_build(path: &Path, existed: bool) -> Result<Trees, CliError> {
+    let empty = path
+        .read_dir()
+        .is_ok_and(|mut entries| entries.next().is_none());
+    if existed && !empty && !looks_like_index(path) {
+        return Err(index_error(
+            path,
+            "the directory exists and does not look like a sled database; move it away and run \
+             again"
+                .to_owned(),
+        ));
+    }
+    Trees::open(path).map_err(|problem| {
+        index_error(
+            path,
+            format!(
+                "cannot be opened ({problem}). It is derived data: delete the directory and run \
+                 `payonce index` again"
+            ),
+        )
+    })
+}
+
+/// Where building starts: after the last event indexed, if the index at
+/// `path` existed, no rebuild was asked for and it matches the log. An
+/// index to rebuild (asked for, or not matching the log, which is said on
+/// `err`) is cleared first. Returns the marks to start from and whether
+/// the index was rebuilt.
+fn check_or_clear(
+    trees: &Trees,
+    log: &LogDir,
+    path: &Path,
+    existed: bool,
+    rebuild: bool,
+    err: &mut dyn Write,
+) -> Result<(Checked, bool), CliError> {
+    let from_start = Checked {
+        meta: Meta::default(),
+        up_to_date: false,
+    };
+    let (checked, rebuilt) = if existed && !rebuild {
+        match check(trees, log) {
+            Ok(found) => (found, false),
+            Err(problem) => {
+                warn_user(
+                    err,
+                    &format!("the audit index {} is rebuilt: {problem}", path.display()),
+                )?;
+                (from_start, true)
+            }
+        }
+    } else {
+        (from_start, rebuild)
+    };
+    if rebuilt {
+        trees
+            .clear()
+            .map_err(|problem| index_error(path, problem))?;
+    }
+    Ok((checked, rebuilt))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //!   while a service holds it).
 //! - The audit index (`payonce index`): a sled database beside the log that
 //!   lets `history` answer without a scan. Derived data, never trusted over
-//!   the log: every record it points to is read back and verified.
+//!   the log: every event it points to is read back and verified.
 //! - The demo ([`run_demo`]): the incidents that pay a user twice, on a
 //!   real ledger, each withdrawal sent once.
 //!
@@ -39,16 +39,19 @@ mod audit;
 mod cli;
 mod demo;
 mod duration;
+mod env;
 mod error;
 mod escape;
 mod explain;
 mod history;
 mod index;
+mod json;
 mod logdir;
 mod operator;
+mod output;
 mod run;
+mod subject;
 mod table;
-mod views;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
@@ -57,9 +60,10 @@ pub use crate::cli::{
 };
 pub use crate::demo::{DemoReport, run_demo};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
+pub use crate::env::{Env, Status};
 pub use crate::error::{CliError, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE};
 pub use crate::escape::{Escaped, escape};
-pub use crate::history::HISTORY_EVENTS_MAX;
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
-pub use crate::run::{Env, Status, run};
+pub use crate::run::run;
+pub use crate::subject::HISTORY_EVENTS_MAX;

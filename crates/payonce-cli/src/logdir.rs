@@ -20,7 +20,7 @@ const PROGRESS_EVERY: u64 = 4096;
 /// A segment file in the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentFile {
-    /// The sequence number of its first record (its name).
+    /// The sequence number of its first log record (its name).
     pub(crate) first_seq: u64,
     /// Its length in bytes.
     pub(crate) len: u64,
@@ -30,9 +30,11 @@ pub(crate) struct SegmentFile {
 #[derive(Debug)]
 pub(crate) struct LogDir {
     pub(crate) dir: PathBuf,
-    log: EventLog,
-    /// The same log, for reading one record's bytes.
-    reader: LogReader,
+    /// The log's events, decoded and verified as they are read.
+    event_log: EventLog,
+    /// The same log as opaque log records, for reading one record's bytes
+    /// (an event's payload, to know where its frame ends).
+    log_reader: LogReader,
     progress: bool,
 }
 
@@ -47,7 +49,7 @@ pub(crate) struct Walked {
     pub(crate) torn_tail: Option<TornTail>,
 }
 
-/// The name of the segment file whose first record is `first_seq`, as
+/// The name of the segment file whose first log record is `first_seq`, as
 /// docs/log-format.md defines it.
 pub(crate) fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.log")
@@ -70,13 +72,13 @@ pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
             dir: dir.to_owned(),
         });
     }
-    let log = EventLog::open(dir).map_err(|error| CliError::from_ledger(dir, error))?;
-    let reader = LogReader::open(Arc::new(FsStorage::new(dir)), LogConfig::default())
+    let event_log = EventLog::open(dir).map_err(|error| CliError::from_ledger(dir, error))?;
+    let log_reader = LogReader::open(Arc::new(FsStorage::new(dir)), LogConfig::default())
         .map_err(|error| CliError::from_ledger(dir, LedgerError::Log(error)))?;
     Ok(LogDir {
         dir: dir.to_owned(),
-        log,
-        reader,
+        event_log,
+        log_reader,
         progress,
     })
 }
@@ -116,7 +118,7 @@ impl LogDir {
 
     /// Reads event `seq` at `position` alone, checksum-verified.
     pub(crate) fn event_at(&self, seq: u64, position: Position) -> Result<Event, CliError> {
-        self.log
+        self.event_log
             .event_at(seq, position)
             .map_err(|error| CliError::from_ledger(&self.dir, error))
     }
@@ -131,7 +133,7 @@ impl LogDir {
     ) -> Result<(Event, u64), CliError> {
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
         let payload = self
-            .reader
+            .log_reader
             .read_at(seq, position)
             .map_err(|error| ledger_error(LedgerError::Log(error)))?;
         let event = decode_event(seq, &payload).map_err(ledger_error)?;
@@ -149,7 +151,7 @@ impl LogDir {
     ) -> Result<Walked, CliError> {
         let bar = self.progress_bar()?;
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
-        let mut events = self.log.events_from(from).map_err(ledger_error)?;
+        let mut events = self.event_log.events_from(from).map_err(ledger_error)?;
         let mut walked = Walked::default();
         let outcome = loop {
             let next = match events.next_event() {

@@ -42,8 +42,8 @@ fn main() -> ExitCode {
             }
             _ => exit(status.code()),
         },
-        // A reader that stops early (`payonce export DIR | head`) is not an
-        // error of ours.
+        // A pipe closed early (`payonce export DIR | head`) is not an error
+        // of ours.
         Err(CliError::Io { error, .. }) if error.kind() == ErrorKind::BrokenPipe => exit(EXIT_OK),
         Err(error) => {
             let _ = writeln!(err, "payonce: {error}");

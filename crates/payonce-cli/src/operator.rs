@@ -16,13 +16,12 @@ use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
 use serde::Serialize;
 use tracing::info;
 
-use crate::audit::to_json;
 use crate::cli::{ReleaseArgs, ResolveArgs};
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
+use crate::json::{KeyRecordJson, key_records, to_json};
 use crate::logdir::{LogDir, open_log};
-use crate::run::{Env, Status};
-use crate::views::{RecordView, record_words, records};
 
 /// Largest outcome file read, in bytes; checked before reading. A
 /// withdrawal's JSON is well under 8 KiB even with every bump recorded.
@@ -158,7 +157,7 @@ fn open_ledger(log: &LogDir, accept_foreign_ids: bool) -> Result<Ledger, CliErro
 
 /// What an operator exit prints as JSON.
 #[derive(Debug, Serialize)]
-struct ExitView {
+struct ExitJson {
     dir: String,
     key: String,
     /// "resolved", "released" or "unchanged".
@@ -166,7 +165,7 @@ struct ExitView {
     /// The log's last sequence number afterwards.
     last_seq: u64,
     /// The key's record afterwards; null once released.
-    record: Option<RecordView>,
+    record: Option<KeyRecordJson>,
     withdrawal: String,
     /// The key holding the withdrawal afterwards, if any.
     claimed_by: Option<String>,
@@ -174,19 +173,21 @@ struct ExitView {
     held: Option<String>,
 }
 
-fn exit_view(
+fn exit_json(
     log: &LogDir,
     state: &State,
     key: &RequestKey,
     withdrawal: &str,
     action: &'static str,
-) -> ExitView {
-    ExitView {
+) -> ExitJson {
+    ExitJson {
         dir: log.dir.display().to_string(),
         key: key.to_string(),
         action,
         last_seq: state.last_seq(),
-        record: records(state).into_iter().find(|r| r.key == key.as_str()),
+        record: key_records(state)
+            .into_iter()
+            .find(|r| r.key == key.as_str()),
         withdrawal: withdrawal.to_owned(),
         claimed_by: state.claimed_by(withdrawal).map(String::from),
         held: state
@@ -195,8 +196,38 @@ fn exit_view(
     }
 }
 
+/// One line about a key's record, for the operator exits.
+fn key_record_words(record: &KeyRecordJson) -> String {
+    let outcome = if record.outcome == "in flight" {
+        let error = record
+            .last_error
+            .as_ref()
+            .map_or_else(String::new, |e| format!(", last error: {e}"));
+        format!("in flight (outcome unknown{error})")
+    } else {
+        let mut words = format!("outcome {}", record.outcome);
+        if let Some(reference) = &record.reference {
+            words.push_str(&format!(", reference {reference}"));
+        }
+        if let Some(reason) = &record.reason {
+            words.push_str(&format!(" ({reason})"));
+        }
+        words
+    };
+    format!(
+        "request key {} holds withdrawal {} ({} {} to {}), claimed at seq {} ({}): {outcome}",
+        record.key,
+        record.withdrawal,
+        record.amount,
+        record.currency,
+        record.destination,
+        record.claimed_seq,
+        record.claimed_at
+    )
+}
+
 fn print_exit(
-    view: &ExitView,
+    report: &ExitJson,
     headline: &str,
     json: bool,
     out: &mut dyn Write,
@@ -205,23 +236,23 @@ fn print_exit(
         writeln!(out, "{}", Escaped(text)).map_err(CliError::output)
     };
     if json {
-        return writeln!(out, "{}", to_json(view)).map_err(CliError::output);
+        return writeln!(out, "{}", to_json(report)).map_err(CliError::output);
     }
     say(out, headline)?;
-    match &view.record {
-        Some(record) => say(out, &record_words(record))?,
-        None => say(out, &format!("request key {} has no record", view.key))?,
+    match &report.record {
+        Some(record) => say(out, &key_record_words(record))?,
+        None => say(out, &format!("request key {} has no record", report.key))?,
     }
     say(
         out,
         &format!(
             "withdrawal {}: {}; {}",
-            view.withdrawal,
-            view.claimed_by.as_ref().map_or_else(
+            report.withdrawal,
+            report.claimed_by.as_ref().map_or_else(
                 || "claimed by no key (it may be submitted again)".to_owned(),
                 |key| format!("claimed by request key {key}")
             ),
-            view.held.as_ref().map_or_else(
+            report.held.as_ref().map_or_else(
                 || "no funds held for it".to_owned(),
                 |held| format!("{held} held for it")
             )
@@ -251,9 +282,9 @@ pub(crate) fn resolve(
     };
     let (state, decision) = preflight(&log, &command, args.accept_foreign_ids, env, err)?;
     if decision == Decision::Unchanged {
-        let view = exit_view(&log, &state, &key, &withdrawal, "unchanged");
+        let report = exit_json(&log, &state, &key, &withdrawal, "unchanged");
         let headline = format!("request key {key} already has this outcome; nothing was written");
-        print_exit(&view, &headline, args.json, out)?;
+        print_exit(&report, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
     let ledger = open_ledger(&log, args.accept_foreign_ids)?;
@@ -263,13 +294,13 @@ pub(crate) fn resolve(
     let state = ledger.state();
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "resolved by an operator");
-    let view = exit_view(&log, &state, &key, &withdrawal, "resolved");
+    let report = exit_json(&log, &state, &key, &withdrawal, "resolved");
     let headline = format!(
         "resolved request key {key} by {by}: withdrawal {withdrawal} is {} (event {})",
         crate::explain::outcome_words(&outcome),
         state.last_seq()
     );
-    print_exit(&view, &headline, args.json, out)?;
+    print_exit(&report, &headline, args.json, out)?;
     Ok(Status::Clean)
 }
 
@@ -311,11 +342,11 @@ pub(crate) fn release(
     let state = ledger.state();
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "released by an operator");
-    let view = exit_view(&log, &state, &key, &withdrawal, "released");
+    let report = exit_json(&log, &state, &key, &withdrawal, "released");
     let headline = format!(
         "released request key {key} by {by}: nothing was sent for withdrawal {withdrawal} (event {})",
         state.last_seq()
     );
-    print_exit(&view, &headline, args.json, out)?;
+    print_exit(&report, &headline, args.json, out)?;
     Ok(Status::Clean)
 }

@@ -1,6 +1,10 @@
-//! What reports print as JSON, and the pieces the text reports share.
+//! What reports print as JSON: one serialisable shape per thing a report
+//! shows (an event, a key in flight, a request key's record, a torn tail,
+//! the held totals), and the one function that writes any of them as a
+//! line. The text reports read the same shapes, so both outputs say the
+//! same thing.
 
-use std::io::Write;
+use std::collections::BTreeMap;
 
 use payonce::{Event, InFlight, State, Timestamp};
 use payonce_log::TornTail;
@@ -8,16 +12,11 @@ use payonce_model::WithdrawalId;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::duration::format_age;
-use crate::error::CliError;
-use crate::escape::Escaped;
-use crate::explain::explain;
 use crate::logdir::{LogDir, segment_name};
-use crate::table::Table;
 
 /// One event, for `history --json` and `export`.
 #[derive(Debug, Serialize)]
-pub(crate) struct EventView {
+pub(crate) struct EventJson {
     pub(crate) seq: u64,
     /// RFC 3339.
     pub(crate) at: String,
@@ -35,9 +34,15 @@ pub(crate) struct EventView {
     pub(crate) kind: Value,
 }
 
-impl EventView {
-    pub(crate) fn new(event: &Event, withdrawal: Option<&WithdrawalId>, explained: bool) -> Self {
-        EventView {
+impl EventJson {
+    /// `withdrawal` is the one the event is attributed to; `explanation`,
+    /// if any, is the decision in words.
+    pub(crate) fn new(
+        event: &Event,
+        withdrawal: Option<&WithdrawalId>,
+        explanation: Option<String>,
+    ) -> Self {
+        EventJson {
             seq: event.seq,
             at: event.at.to_string(),
             at_unix_nanos: event.at.unix_nanos(),
@@ -45,7 +50,7 @@ impl EventView {
             event: event.kind.name(),
             key: event.kind.key().map(ToString::to_string),
             withdrawal: withdrawal.map(ToString::to_string),
-            explanation: explained.then(|| explain(event, withdrawal)),
+            explanation,
             // Events are plain data; serialising one cannot fail.
             kind: serde_json::to_value(&event.kind).unwrap_or(Value::Null),
         }
@@ -54,15 +59,15 @@ impl EventView {
 
 /// A torn tail, for JSON.
 #[derive(Debug, Serialize)]
-pub(crate) struct TornTailView {
+pub(crate) struct TornTailJson {
     pub(crate) file: String,
     pub(crate) offset: u64,
     pub(crate) len: u64,
 }
 
-impl TornTailView {
+impl TornTailJson {
     pub(crate) fn new(log: &LogDir, torn: &TornTail) -> Self {
-        TornTailView {
+        TornTailJson {
             file: log
                 .dir
                 .join(segment_name(torn.segment))
@@ -74,23 +79,9 @@ impl TornTailView {
     }
 }
 
-/// Warns about a torn tail on `err`; returns whether there was one.
-pub(crate) fn warn_torn_tail(
-    log: &LogDir,
-    torn: Option<&TornTail>,
-    err: &mut dyn Write,
-) -> Result<bool, CliError> {
-    let Some(torn) = torn else {
-        return Ok(false);
-    };
-    writeln!(err, "warning: {}", Escaped(&log.describe_torn_tail(torn)))
-        .map_err(CliError::output)?;
-    Ok(true)
-}
-
 /// A key in flight, for JSON.
 #[derive(Debug, Serialize)]
-pub(crate) struct InFlightView {
+pub(crate) struct InFlightKeyJson {
     pub(crate) key: String,
     pub(crate) withdrawal: String,
     pub(crate) amount: String,
@@ -106,9 +97,9 @@ pub(crate) struct InFlightView {
     pub(crate) last_error: Option<String>,
 }
 
-impl InFlightView {
+impl InFlightKeyJson {
     pub(crate) fn new(entry: &InFlight, now: Timestamp) -> Self {
-        InFlightView {
+        InFlightKeyJson {
             key: entry.key.to_string(),
             withdrawal: entry.withdrawal.to_string(),
             amount: entry.amount.to_string(),
@@ -123,40 +114,9 @@ impl InFlightView {
     }
 }
 
-/// The in-flight table: key, withdrawal, amount, claim, age, hold, send, last error.
-pub(crate) fn in_flight_table(entries: &[InFlightView]) -> Table {
-    let mut table = Table::new(&[
-        "key",
-        "withdrawal",
-        "amount",
-        "claimed (seq)",
-        "age",
-        "held",
-        "send may run",
-        "last error",
-    ]);
-    for entry in entries {
-        table.row(vec![
-            entry.key.clone(),
-            entry.withdrawal.clone(),
-            format!("{} {}", entry.amount, entry.currency),
-            format!("{} ({})", entry.claimed_at, entry.claimed_seq),
-            format_age(std::time::Duration::from_secs(entry.age_seconds)),
-            yes_no(entry.held).to_owned(),
-            yes_no(entry.send_may_be_running).to_owned(),
-            entry.last_error.clone().unwrap_or_else(|| "-".to_owned()),
-        ]);
-    }
-    table
-}
-
-pub(crate) fn yes_no(value: bool) -> &'static str {
-    if value { "yes" } else { "no" }
-}
-
 /// A request key's record, for JSON.
 #[derive(Debug, Serialize)]
-pub(crate) struct RecordView {
+pub(crate) struct KeyRecordJson {
     pub(crate) key: String,
     pub(crate) withdrawal: String,
     pub(crate) amount: String,
@@ -173,15 +133,15 @@ pub(crate) struct RecordView {
     pub(crate) outcome_withdrawal: Value,
 }
 
-/// Every record in `state`, oldest claim first.
-pub(crate) fn records(state: &State) -> Vec<RecordView> {
-    let mut records: Vec<RecordView> = state
+/// Every request key's record in `state`, oldest claim first.
+pub(crate) fn key_records(state: &State) -> Vec<KeyRecordJson> {
+    let mut records: Vec<KeyRecordJson> = state
         .records()
         .map(|(key, record)| {
             let fingerprint = record.fingerprint();
             let outcome = record.outcome();
             let outcome = outcome.as_ref();
-            RecordView {
+            KeyRecordJson {
                 key: key.to_string(),
                 withdrawal: fingerprint.id().to_string(),
                 amount: fingerprint.amount().to_string(),
@@ -203,32 +163,18 @@ pub(crate) fn records(state: &State) -> Vec<RecordView> {
     records
 }
 
-/// One line about a key's record, for the operator exits.
-pub(crate) fn record_words(record: &RecordView) -> String {
-    let outcome = if record.outcome == "in flight" {
-        let error = record
-            .last_error
-            .as_ref()
-            .map_or_else(String::new, |e| format!(", last error: {e}"));
-        format!("in flight (outcome unknown{error})")
-    } else {
-        let mut words = format!("outcome {}", record.outcome);
-        if let Some(reference) = &record.reference {
-            words.push_str(&format!(", reference {reference}"));
-        }
-        if let Some(reason) = &record.reason {
-            words.push_str(&format!(" ({reason})"));
-        }
-        words
-    };
-    format!(
-        "request key {} holds withdrawal {} ({} {} to {}), claimed at seq {} ({}): {outcome}",
-        record.key,
-        record.withdrawal,
-        record.amount,
-        record.currency,
-        record.destination,
-        record.claimed_seq,
-        record.claimed_at
-    )
+/// The funds held in total per currency, for JSON.
+pub(crate) fn held_totals_json(state: &State) -> BTreeMap<String, String> {
+    state
+        .held_totals()
+        .iter()
+        // A total keeps the scale of the arithmetic that made it (10.0
+        // after adding and removing 7.5); print it as an amount prints.
+        .map(|(currency, total)| (currency.to_string(), total.normalize().to_string()))
+        .collect()
+}
+
+/// One line of JSON. Reports are plain data, so this cannot fail.
+pub(crate) fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\":\"{error}\"}}"))
 }
