@@ -77,25 +77,6 @@ impl Log {
         Ok(opening.plan()?.execute()?)
     }
 
-    /// [`Log::open_visiting`], calling `finish` once every record has been
-    /// visited, before the open repairs any segment; an error from `finish`
-    /// refuses the open with nothing repaired. Kept only until the ledger's
-    /// replay uses [`Log::scan_to_open`], which gives a caller the same
-    /// moment between [`Opening::plan`] and [`RecoveryPlan::execute`].
-    pub fn open_visiting_then<E>(
-        storage: Arc<dyn Storage>,
-        config: LogConfig,
-        mut visit: impl FnMut(Record<'_>) -> Result<(), E>,
-        finish: impl FnOnce() -> Result<(), E>,
-    ) -> Result<(Log, Recovery), OpenError<E>> {
-        let mut opening = Log::scan_to_open(storage, config)?;
-        while let Some(record) = opening.next_record()? {
-            visit(record).map_err(OpenError::Visit)?;
-        }
-        finish().map_err(OpenError::Visit)?;
-        Ok(opening.plan()?.execute()?)
-    }
-
     /// Starts opening the log in `storage` for writing: takes the
     /// directory's writer lock ([`LogError::Locked`] if another writer holds
     /// it), removes leftover temporary segment files, syncs the directory

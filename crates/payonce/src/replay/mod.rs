@@ -16,9 +16,9 @@ mod rederive;
 use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::thread::{self, ScopedJoinHandle};
+use std::thread;
 
-use payonce_log::{Log, LogConfig, OpenError, Recovery, Storage};
+use payonce_log::{Log, LogConfig, Opening, Recovery, Storage};
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -110,98 +110,79 @@ pub(crate) struct Replayed {
     pub(crate) threads: u8,
 }
 
-fn log_error(error: OpenError<LedgerError>) -> LedgerError {
-    match error {
-        OpenError::Log(error) => LedgerError::Log(error),
-        OpenError::Visit(error) => error,
-    }
-}
-
 /// Opens the log in `storage` for writing and replays every event into a
 /// fresh [`State`]: what opening a ledger does. On this thread alone unless
 /// `two_threads` (and a thread can be started). Either way every event is
 /// applied before the log repairs anything (a torn tail cut), so a
-/// divergence refuses the open before a repair.
+/// divergence refuses the open before a repair, and an error at an earlier
+/// event is the one reported.
 pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     two_threads: bool,
 ) -> Result<Replayed, LedgerError> {
-    if two_threads {
-        return replay_on_two_threads(storage, config);
-    }
-    replay_on_this_thread(storage, config)
-}
-
-/// The one-thread driver: decodes a batch, applies it, and so on.
-fn replay_on_this_thread(
-    storage: Arc<dyn Storage>,
-    config: LogConfig,
-) -> Result<Replayed, LedgerError> {
-    let mut state = State::new();
-    let hasher = state.hasher().clone();
-    let batch = std::cell::RefCell::new(Batch::new());
-    let apply = |state: &mut State, batch: &mut Batch| {
-        apply_batch(state, batch, &mut Refuse)?;
-        batch.clear();
-        Ok(())
+    let mut opening = Log::scan_to_open(storage, config)?;
+    let (state, threads) = match two_threads {
+        true => replay_on_two_threads(&mut opening)?,
+        false => (replay_on_this_thread(&mut opening)?, 1),
     };
-    let state_cell = std::cell::RefCell::new(&mut state);
-    let (log, recovery) = Log::open_visiting_then(
-        storage,
-        config,
-        |record| {
-            let mut batch = batch.borrow_mut();
-            if let Err(error) = batch.push(record.seq, record.payload, &hasher) {
-                // The events before the bad record may hold an earlier error.
-                apply(&mut state_cell.borrow_mut(), &mut batch)?;
-                return Err(error);
-            }
-            if batch.is_full() {
-                apply(&mut state_cell.borrow_mut(), &mut batch)?;
-            }
-            Ok(())
-        },
-        || apply(&mut state_cell.borrow_mut(), &mut batch.borrow_mut()),
-    )
-    .map_err(log_error)?;
+    let (log, recovery) = opening.plan()?.execute()?;
     Ok(Replayed {
         log,
         recovery,
         state,
-        threads: 1,
+        threads,
     })
 }
 
-/// Why the scanning side of a two-thread replay stopped.
-enum Stop {
-    /// The applying thread stopped first; its answer is the one to report.
-    Applier,
-    /// Decoding a record failed.
-    Ledger(LedgerError),
+/// Reads every record of `opening` into `batch`, handing `full` each batch
+/// that fills. Stops at the first record that does not decode, or damage.
+fn read_records(
+    opening: &mut Opening,
+    batch: &mut Batch,
+    hasher: &NameHasher,
+    mut full: impl FnMut(&mut Batch) -> Result<(), LedgerError>,
+) -> Result<(), LedgerError> {
+    while let Some(record) = opening.next_record()? {
+        batch.push(record.seq, record.payload, hasher)?;
+        if batch.is_full() {
+            full(batch)?;
+        }
+    }
+    Ok(())
 }
 
-/// What the applying thread returns.
-type Applied = Result<State, LedgerError>;
+/// The one-thread driver: decodes a batch, applies it, and so on.
+fn replay_on_this_thread(opening: &mut Opening) -> Result<State, LedgerError> {
+    let mut state = State::new();
+    let hasher = state.hasher().clone();
+    let mut batch = Batch::new();
+    let read = read_records(opening, &mut batch, &hasher, |batch| {
+        apply_batch(&mut state, batch, &mut Refuse)?;
+        batch.clear();
+        Ok(())
+    });
+    // The events read before a record that stopped the scan may hold an
+    // earlier error.
+    apply_batch(&mut state, &batch, &mut Refuse)?;
+    read?;
+    Ok(state)
+}
 
-/// The scanning side of a two-thread replay: decodes records into
-/// batches, hands them over, and in the end waits for the applying side's
-/// answer.
-struct Scanner<'scope> {
-    batch: Batch,
-    /// The applying state's hasher.
-    hasher: NameHasher,
-    batches: Option<SyncSender<Batch>>,
+/// Hands batches from the scanning thread to the applying one, and takes
+/// back the ones it is done with.
+struct Handoff {
+    batches: SyncSender<Batch>,
     /// Batches not handed over yet, until each has been once.
     spare: Vec<Batch>,
     /// Batches the applier is done with, to fill again.
     applied: Receiver<Batch>,
-    applier: Option<ScopedJoinHandle<'scope, Applied>>,
-    answer: Option<Applied>,
 }
 
-impl Scanner<'_> {
-    fn hand_over(&mut self) -> Result<(), Stop> {
+impl Handoff {
+    /// Sends `batch` to the applier, and puts an empty one in its place. If
+    /// the applier is gone (it panicked), does nothing: joining it says why.
+    fn hand_over(&mut self, batch: &mut Batch) {
         // A batch the applier gave back first: its memory is in use and
         // likely in cache, a spare's untouched. With neither, every batch
         // is queued or in use: wait for one back.
@@ -210,80 +191,64 @@ impl Scanner<'_> {
             Err(_) => self.spare.pop().or_else(|| self.applied.recv().ok()),
         };
         let Some(mut next) = next else {
-            return Err(Stop::Applier);
+            return;
         };
         next.clear();
-        let batch = std::mem::replace(&mut self.batch, next);
-        match &self.batches {
-            Some(batches) => batches.send(batch).map_err(|_| Stop::Applier),
-            None => Err(Stop::Applier),
-        }
-    }
-
-    fn visit(&mut self, seq: u64, payload: &[u8]) -> Result<(), Stop> {
-        self.batch
-            .push(seq, payload, &self.hasher)
-            .map_err(Stop::Ledger)?;
-        if self.batch.is_full() {
-            self.hand_over()?;
-        }
-        Ok(())
-    }
-
-    /// Hands over what was read, says there is no more, and waits for
-    /// the applier to apply it all: when the scan has visited every record,
-    /// and when it stopped early (what was visited before the fault may
-    /// hold an earlier one). `Err` if the applier refused.
-    fn finish(&mut self) -> Result<(), Stop> {
-        if let Some(applier) = self.applier.take() {
-            // A refused hand-over means the applier stopped: its answer
-            // says why.
-            if !self.batch.is_empty() {
-                let _ = self.hand_over();
-            }
-            self.batches = None;
-            self.answer = Some(match applier.join() {
-                Ok(answer) => answer,
-                Err(panic) => resume_unwind(panic),
-            });
-        }
-        match &self.answer {
-            Some(Ok(_)) => Ok(()),
-            _ => Err(Stop::Applier),
-        }
+        let _ = self.batches.send(std::mem::replace(batch, next));
     }
 }
+
+/// The applying side of a two-thread replay: re-derives and applies every
+/// batch it receives, and gives each back. After an error it only gives
+/// batches back, so the scanning side never waits on it, and answers with
+/// the first error.
+fn apply_received(
+    received: Receiver<Batch>,
+    returned: SyncSender<Batch>,
+    hasher: NameHasher,
+) -> Applied {
+    let mut state = State::with_hasher(hasher);
+    let mut failed = None;
+    for batch in received {
+        if failed.is_none()
+            && let Err(error) = apply_batch(&mut state, &batch, &mut Refuse)
+        {
+            failed = Some(error);
+        }
+        // The channel has room for every batch: this fails only once the
+        // scanning side has stopped, and the batch is dropped.
+        let _ = returned.try_send(batch);
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => Ok(state),
+    }
+}
+
+/// What the applying thread returns.
+type Applied = Result<State, LedgerError>;
 
 /// The two-thread driver. This thread reads the log, verifies its
 /// checksums and decodes each event into a batch; a second re-derives and
 /// applies the batches, in log order. An error of the applying side,
 /// always at an earlier event than the scanning side's, is the one
 /// reported.
-fn replay_on_two_threads(
-    storage: Arc<dyn Storage>,
-    config: LogConfig,
-) -> Result<Replayed, LedgerError> {
+fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerError> {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
+    // Both threads hash names with the applying state's hasher.
+    let hasher = NameHasher::default();
     thread::scope(|scope| {
-        let state = State::new();
-        let hasher = state.hasher().clone();
         let (batches, received) = sync_channel::<Batch>(BATCHES_AHEAD_MAX);
         // Room for every batch alive at once, so applied batches are
         // returned to be filled again.
         let (returned, applied) = sync_channel::<Batch>(BATCHES);
+        let applier_hasher = hasher.clone();
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            let mut state = state;
-            for batch in received {
-                apply_batch(&mut state, &batch, &mut Refuse)?;
-                // The channel has room for every batch: this fails only once
-                // the scanning side has stopped, and the batch is dropped.
-                let _ = returned.try_send(batch);
-            }
-            Ok(state)
+            apply_received(received, returned, applier_hasher)
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -291,41 +256,32 @@ fn replay_on_two_threads(
         {
             Ok(applier) => applier,
             Err(error) => {
-                // Nothing is read or changed yet: one thread does it all.
+                // Nothing is read yet: one thread does it all.
                 warn!(%error, "could not start a thread to replay the log; replaying on one");
-                return replay_on_this_thread(storage, config);
+                return Ok((replay_on_this_thread(opening)?, 1));
             }
         };
-        let scanner = std::cell::RefCell::new(Scanner {
-            batch: Batch::new(),
+        let mut handoff = Handoff {
+            batches,
             spare: (1..BATCHES).map(|_| Batch::new()).collect(),
-            hasher,
-            batches: Some(batches),
             applied,
-            applier: Some(applier),
-            answer: None,
+        };
+        let mut batch = Batch::new();
+        let read = read_records(opening, &mut batch, &hasher, |batch| {
+            handoff.hand_over(batch);
+            Ok(())
         });
-        let opened = Log::open_visiting_then(
-            storage,
-            config,
-            |record| scanner.borrow_mut().visit(record.seq, record.payload),
-            || scanner.borrow_mut().finish(),
-        );
-        let mut scanner = scanner.into_inner();
-        // Done already unless the scan stopped early.
-        let _ = scanner.finish();
-        let answer = scanner.answer.take();
-        match (opened, answer) {
-            (Ok((log, recovery)), Some(Ok(state))) => Ok(Replayed {
-                log,
-                recovery,
-                state,
-                threads: 2,
-            }),
-            (_, Some(Err(error))) => Err(error),
-            (Err(OpenError::Log(error)), _) => Err(LedgerError::Log(error)),
-            (Err(OpenError::Visit(Stop::Ledger(error))), _) => Err(error),
-            (Err(OpenError::Visit(Stop::Applier)), _) | (Ok(_), None) => Err(LedgerError::Poisoned),
+        // What was read before a record that stopped the scan is applied
+        // too: it may hold an earlier error.
+        if !batch.is_empty() {
+            handoff.hand_over(&mut batch);
         }
+        drop(handoff);
+        let state = match applier.join() {
+            Ok(applied) => applied?,
+            Err(panic) => resume_unwind(panic),
+        };
+        read?;
+        Ok((state, 2))
     })
 }

@@ -462,6 +462,16 @@ impl State {
         &self.hasher
     }
 
+    /// The state before any event, hashing names with `hasher`: replay
+    /// hashes each event's names with a clone of it on the thread that
+    /// decodes the event.
+    pub(crate) fn with_hasher(hasher: NameHasher) -> Self {
+        State {
+            hasher,
+            ..State::default()
+        }
+    }
+
     /// The names `kind` looks up, hashed here.
     pub(crate) fn names<'a>(&self, kind: &'a KindView<'_>) -> Names<'a> {
         let hashes = Names::texts(kind).map(|text| text.map(|text| self.hasher.hash(text)));
