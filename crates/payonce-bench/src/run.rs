@@ -14,7 +14,8 @@ use payonce_model::WithdrawalRequest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Store, StoreKind, open_store};
+use crate::open::open_store;
+use crate::store::{Answer, Durability, Rail, Store, StoreKind};
 use crate::workload::{Workload, WorkloadSpec};
 
 /// Most directory entries [`disk_bytes`] and [`sync_files`] visit, so a

@@ -1,7 +1,8 @@
-//! What every store offers the harness, and what it answers.
+//! What every store offers the harness, and what it answers: the trait the
+//! stores implement and the types they share. It names no store, so every
+//! store can depend on it without it depending on them.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use payonce::NewWithdrawal;
@@ -202,35 +203,4 @@ pub trait Session {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError>;
-}
-
-/// Opens (or creates) the store of `kind` in `dir`.
-pub fn open_store(
-    kind: StoreKind,
-    dir: &Path,
-    durability: Durability,
-) -> Result<Box<dyn Store>, BenchError> {
-    Ok(match kind {
-        StoreKind::Payonce => Box::new(crate::payonce_store::PayonceStore::open(dir, durability)?),
-        StoreKind::Sqlite => Box::new(crate::sqlite_store::SqliteStore::open(
-            dir,
-            durability,
-            crate::sqlite_store::Connections::PerThread,
-        )?),
-        StoreKind::SqliteShared => Box::new(crate::sqlite_store::SqliteStore::open(
-            dir,
-            durability,
-            crate::sqlite_store::Connections::Shared,
-        )?),
-        StoreKind::Sled => Box::new(crate::sled_store::SledStore::open(
-            dir,
-            durability,
-            crate::sled_store::SledSync::Fdatasync,
-        )?),
-        StoreKind::SledFlushOnly => Box::new(crate::sled_store::SledStore::open(
-            dir,
-            durability,
-            crate::sled_store::SledSync::FlushOnly,
-        )?),
-    })
 }
