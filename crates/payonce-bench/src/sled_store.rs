@@ -24,7 +24,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use tracing::debug;
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Session, Store, StoreKind};
+use crate::store::{Answer, ClaimStep, Durability, Rail, Session, Store, StoreKind};
 
 /// A request key's record, as stored in the `records` tree.
 #[derive(Debug, Serialize, Deserialize)]
@@ -169,12 +169,6 @@ struct SledSession<'a> {
     store: &'a SledStore,
 }
 
-/// What the claim step decided.
-enum Claimed {
-    Granted,
-    Answered(Answer),
-}
-
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -209,7 +203,7 @@ fn abort(error: CodecError) -> ConflictableTransactionError<CodecError> {
 impl SledSession<'_> {
     /// Step 1, in one transaction over the three trees: the key's record,
     /// else the withdrawal's creation and claim, else both entries written.
-    fn claim(&mut self, key: &str, request: &WithdrawalRequest) -> Result<Claimed, BenchError> {
+    fn claim(&mut self, key: &str, request: &WithdrawalRequest) -> Result<ClaimStep, BenchError> {
         let store = self.store;
         let fingerprint = request.fingerprint();
         let fingerprint_bytes = encode(&fingerprint).map_err(BenchError::codec("a fingerprint"))?;
@@ -225,9 +219,9 @@ impl SledSession<'_> {
                             .iter()
                             .map(|difference| difference.field)
                             .collect();
-                        return Ok(Claimed::Answered(Answer::KeyReused { fields }));
+                        return Ok(ClaimStep::Answered(Answer::KeyReused { fields }));
                     }
-                    return Ok(Claimed::Answered(match record.outcome {
+                    return Ok(ClaimStep::Answered(match record.outcome {
                         Some(outcome) => Answer::Replayed {
                             reference: outcome
                                 .reference()
@@ -238,9 +232,9 @@ impl SledSession<'_> {
                     }));
                 }
                 match withdrawals.get(id)? {
-                    None => return Ok(Claimed::Answered(Answer::UnknownWithdrawal)),
+                    None => return Ok(ClaimStep::Answered(Answer::UnknownWithdrawal)),
                     Some(created) if created != fingerprint_bytes.as_slice() => {
-                        return Ok(Claimed::Answered(Answer::NotAsCreated));
+                        return Ok(ClaimStep::Answered(Answer::NotAsCreated));
                     }
                     Some(_) => {}
                 }
@@ -252,7 +246,7 @@ impl SledSession<'_> {
                             .is_some(),
                         None => false,
                     };
-                    return Ok(Claimed::Answered(Answer::Claimed {
+                    return Ok(ClaimStep::Answered(Answer::Claimed {
                         holder: String::from_utf8_lossy(&holder).into_owned(),
                         holder_decided,
                     }));
@@ -265,21 +259,21 @@ impl SledSession<'_> {
                 };
                 records.insert(key, encode(&record).map_err(abort)?)?;
                 claims.insert(id, key)?;
-                Ok(Claimed::Granted)
+                Ok(ClaimStep::Granted)
             })
             .map_err(transaction_error("claim", key))?;
         match &claimed {
-            Claimed::Granted => {
+            ClaimStep::Granted => {
                 store.flush("claim: flush", key)?;
                 debug!(key, withdrawal = id, "claimed");
             }
-            Claimed::Answered(answer @ Answer::Replayed { .. }) => {
+            ClaimStep::Answered(answer @ Answer::Replayed { .. }) => {
                 // Another thread may have written the outcome and not flushed
                 // it yet: nothing is acknowledged before it is durable.
                 store.flush("replay: flush", key)?;
                 debug!(key, withdrawal = id, ?answer, "replayed");
             }
-            Claimed::Answered(answer) => debug!(key, withdrawal = id, ?answer, "refused"),
+            ClaimStep::Answered(answer) => debug!(key, withdrawal = id, ?answer, "refused"),
         }
         Ok(claimed)
     }
@@ -329,7 +323,7 @@ impl Session for SledSession<'_> {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError> {
-        if let Claimed::Answered(answer) = self.claim(key, request)? {
+        if let ClaimStep::Answered(answer) = self.claim(key, request)? {
             return Ok(answer);
         }
         match rail.send(request) {

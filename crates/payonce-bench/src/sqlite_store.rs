@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tracing::debug;
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Session, Store, StoreKind};
+use crate::store::{Answer, ClaimStep, Durability, Rail, Session, Store, StoreKind};
 
 /// The database file inside the store's directory.
 pub const SQLITE_FILE: &str = "payonce.sqlite";
@@ -232,12 +232,6 @@ impl SqliteSession<'_> {
     }
 }
 
-/// What the claim step decided.
-enum Claimed {
-    Granted,
-    Answered(Answer),
-}
-
 fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -252,7 +246,7 @@ fn claim(
     connection: &mut Connection,
     key: &str,
     request: &WithdrawalRequest,
-) -> Result<Claimed, BenchError> {
+) -> Result<ClaimStep, BenchError> {
     let error = |step| BenchError::sqlite(step, Some(key));
     let fingerprint = request.fingerprint();
     let fingerprint_bytes = encode(&fingerprint).map_err(BenchError::codec("a fingerprint"))?;
@@ -269,12 +263,12 @@ fn claim(
                     .optional()
             })
             .map_err(error("claim: read the key"))?;
-        if let Some((recorded, outcome)) = record {
+        if let Some((recorded_fingerprint, outcome)) = record {
             Some(answer_known_key(
                 key,
                 &fingerprint,
                 &fingerprint_bytes,
-                &recorded,
+                &recorded_fingerprint,
                 outcome,
             )?)
         } else {
@@ -310,7 +304,7 @@ fn claim(
         debug!(key, withdrawal = id, ?answer, "answered without a claim");
         // Nothing was written: ending the transaction syncs nothing.
         transaction.commit().map_err(error("claim: end"))?;
-        return Ok(Claimed::Answered(answer));
+        return Ok(ClaimStep::Answered(answer));
     }
     transaction
         .prepare_cached(
@@ -325,7 +319,7 @@ fn claim(
         .map_err(error("claim: insert the claim"))?;
     transaction.commit().map_err(error("claim: commit"))?;
     debug!(key, withdrawal = id, "claimed");
-    Ok(Claimed::Granted)
+    Ok(ClaimStep::Granted)
 }
 
 /// Step 3, in one transaction: the outcome, or the send's error.
@@ -364,15 +358,16 @@ fn complete(
 
 /// The answer for a key that has a record: a conflict if it named another
 /// withdrawal, else its outcome, else in flight.
-pub(crate) fn answer_known_key(
+fn answer_known_key(
     key: &str,
     fingerprint: &Fingerprint,
     fingerprint_bytes: &[u8],
-    recorded: &[u8],
+    recorded_fingerprint: &[u8],
     outcome: Option<Vec<u8>>,
 ) -> Result<Answer, BenchError> {
-    if recorded != fingerprint_bytes {
-        let recorded: Fingerprint = decode(recorded).map_err(BenchError::codec("a fingerprint"))?;
+    if recorded_fingerprint != fingerprint_bytes {
+        let recorded: Fingerprint =
+            decode(recorded_fingerprint).map_err(BenchError::codec("a fingerprint"))?;
         let fields = recorded
             .differences(fingerprint)
             .iter()
@@ -403,7 +398,7 @@ impl Session for SqliteSession<'_> {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError> {
-        if let Claimed::Answered(answer) = self.step(|c| claim(c, key, request))? {
+        if let ClaimStep::Answered(answer) = self.step(|c| claim(c, key, request))? {
             return Ok(answer);
         }
         match rail.send(request) {

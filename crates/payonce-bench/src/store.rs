@@ -129,6 +129,17 @@ pub enum Answer {
     NotAsCreated,
 }
 
+/// Where the first step of the claim protocol ended, for the stores that run
+/// the steps one by one (payonce runs them inside `Ledger::submit`). It is
+/// not called `Claimed`: that name is taken by the refusal
+/// [`Answer::Claimed`], another key holding the withdrawal.
+pub(crate) enum ClaimStep {
+    /// The key and the withdrawal are claimed, durably: the send may run.
+    Granted,
+    /// Nothing was claimed: this is the submission's answer.
+    Answered(Answer),
+}
+
 /// The fake rail: zero latency, answers as the workload scripted.
 #[derive(Debug, Clone, Copy)]
 pub struct Rail<'a> {
