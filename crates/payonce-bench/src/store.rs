@@ -1,5 +1,5 @@
 //! What every store offers the harness, and what it answers: the trait the
-//! stores implement and the types they share. It names no store, so every
+//! stores implement and the types they share. It imports no store, so every
 //! store can depend on it without it depending on them.
 
 use std::fmt;
