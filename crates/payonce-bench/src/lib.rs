@@ -33,6 +33,7 @@
 //! ```
 
 mod error;
+mod open;
 mod payonce_store;
 mod report;
 mod run;
@@ -42,6 +43,7 @@ mod store;
 mod workload;
 
 pub use crate::error::BenchError;
+pub use crate::open::open_store;
 pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
     BuildReport, DIR_ENTRIES_MAX, OVERWRITE_FILE_LEN, OpenReport, RunReport, Tally, build,
@@ -50,9 +52,7 @@ pub use crate::run::{
     timed_run,
 };
 pub use crate::sqlite_store::SQLITE_FILE;
-pub use crate::store::{
-    Answer, Durability, Rail, RailFailure, Session, Store, StoreKind, open_store,
-};
+pub use crate::store::{Answer, Durability, Rail, RailFailure, Session, Store, StoreKind};
 pub use crate::workload::{
     Mix, Op, RailScript, SUBMISSIONS_MAX, THREADS_MAX, Workload, WorkloadSpec,
 };

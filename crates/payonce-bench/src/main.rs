@@ -269,181 +269,300 @@ fn filesystem(dir: &Path) -> String {
         .map_or_else(|| "unknown".to_owned(), |(_, name)| name)
 }
 
-fn compare(args: &CompareArgs) -> anyhow::Result<()> {
-    let threads = args.threads.clone().unwrap_or_else(|| vec![1, 8, 64]);
-    let submissions = args.submissions.clone().unwrap_or_else(|| {
-        if args.quick {
-            vec![200, 400, 1280]
-        } else {
-            vec![8_000, 24_000, 64_000]
+/// What a comparison runs: the flags with the defaults of the mode filled
+/// in, checked before anything is measured.
+struct Plan {
+    quick: bool,
+    seed: u64,
+    /// The thread count of each run, beside `submissions`.
+    threads: Vec<usize>,
+    /// The submissions of each run, over all its rounds and threads.
+    submissions: Vec<usize>,
+    open_submissions: usize,
+    sync_duration: Duration,
+    rounds: usize,
+    sqlite_shared: bool,
+    /// Where the scratch directory is made.
+    base: PathBuf,
+}
+
+impl Plan {
+    fn new(args: &CompareArgs) -> anyhow::Result<Plan> {
+        let threads = args.threads.clone().unwrap_or_else(|| vec![1, 8, 64]);
+        let submissions = args.submissions.clone().unwrap_or_else(|| {
+            if args.quick {
+                vec![200, 400, 1280]
+            } else {
+                vec![8_000, 24_000, 64_000]
+            }
+        });
+        ensure!(
+            threads.len() == submissions.len(),
+            "--threads and --submissions need one value each per run ({} and {} given)",
+            threads.len(),
+            submissions.len()
+        );
+        let open_submissions =
+            args.open_submissions
+                .unwrap_or(if args.quick { 2_000 } else { 1_000_000 });
+        let sync_duration =
+            Duration::from_secs_f64(args.sync_secs.unwrap_or(if args.quick { 0.3 } else { 2.0 }));
+        let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+        ensure!(rounds > 0, "--rounds must be at least 1");
+        Ok(Plan {
+            quick: args.quick,
+            seed: args.seed,
+            threads,
+            submissions,
+            open_submissions,
+            sync_duration,
+            rounds,
+            sqlite_shared: args.sqlite_shared,
+            base: args.dir.clone().unwrap_or_else(std::env::temp_dir),
+        })
+    }
+
+    /// An empty comparison with the table's columns.
+    fn comparison(&self) -> Comparison {
+        let mut comparison = Comparison::default();
+        if self.sqlite_shared {
+            for store in &mut comparison.stores {
+                if *store == StoreKind::Sqlite {
+                    *store = StoreKind::SqliteShared;
+                }
+            }
         }
-    });
-    ensure!(
-        threads.len() == submissions.len(),
-        "--threads and --submissions need one value each per run ({} and {} given)",
-        threads.len(),
-        submissions.len()
-    );
-    let open_submissions =
-        args.open_submissions
-            .unwrap_or(if args.quick { 2_000 } else { 1_000_000 });
-    let sync_duration =
-        Duration::from_secs_f64(args.sync_secs.unwrap_or(if args.quick { 0.3 } else { 2.0 }));
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
-    ensure!(rounds > 0, "--rounds must be at least 1");
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+        comparison
+    }
+}
+
+/// The parent side: the raw sync rate between phases, the timed runs of
+/// each thread count, then building and reopening a large state, each store
+/// in a child; then the table.
+fn compare(args: &CompareArgs) -> anyhow::Result<()> {
+    let plan = Plan::new(args)?;
     let scratch = tempfile::Builder::new()
         .prefix("payonce-bench-")
-        .tempdir_in(&base)
-        .with_context(|| format!("making a directory in {}", base.display()))?;
+        .tempdir_in(&plan.base)
+        .with_context(|| format!("making a directory in {}", plan.base.display()))?;
     let work = scratch.path();
     println!(
         "payonce-bench{}: {} cores ({}), {} in {}; load average at start {}",
-        if args.quick { " --quick" } else { "" },
+        if plan.quick { " --quick" } else { "" },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
         filesystem(work),
         work.display(),
         loadavg()
     );
-
-    let mut comparison = Comparison::default();
-    if args.sqlite_shared {
-        for store in &mut comparison.stores {
-            if *store == StoreKind::Sqlite {
-                *store = StoreKind::SqliteShared;
-            }
-        }
-    }
+    let mut comparison = plan.comparison();
     let stores = comparison.stores.clone();
-    let measure_sync = |comparison: &mut Comparison| -> anyhow::Result<()> {
-        let rate = fdatasync_rate(work, SYNC_WRITE_LEN, sync_duration)?;
-        let overwrite = overwrite_fdatasync_rate(work, SYNC_WRITE_LEN, sync_duration)?;
-        eprintln!(
-            "raw append + fdatasync: {rate:.0}/s; overwrite + fdatasync: {overwrite:.0}/s; load average {}",
-            loadavg()
-        );
-        comparison.fdatasync_rates.push(rate);
-        comparison.overwrite_fdatasync_rates.push(overwrite);
-        Ok(())
-    };
-    measure_sync(&mut comparison)?;
+    measure_sync(work, plan.sync_duration, &mut comparison)?;
     let mut spreads = Vec::new();
-    for (&threads, &total) in threads.iter().zip(&submissions) {
+    for (&threads, &total) in plan.threads.iter().zip(&plan.submissions) {
         ensure!(threads > 0, "a thread count must be at least 1");
-        let per_thread = (total / threads / rounds).max(1);
-        let mut by_store: Vec<Vec<RunReport>> = vec![Vec::new(); stores.len()];
-        for round in 0..rounds {
-            let seed = args.seed.wrapping_add(round as u64);
-            let mut reports: Vec<RunReport> = Vec::new();
-            // A rotating order, so no store always runs first after a pause.
-            for turn in 0..stores.len() {
-                let index = (turn + round) % stores.len();
-                let store = stores[index];
-                let dir = work.join(format!("{}-{threads}-{round}", store_arg(store)));
-                let mut child_args = vec!["run".to_owned()];
-                child_args.extend(arg("store", store_arg(store)));
-                child_args.extend(arg("dir", dir.display()));
-                child_args.extend(arg("seed", seed));
-                child_args.extend(arg("threads", threads));
-                child_args.extend(arg("submissions-per-thread", per_thread));
-                child_args.extend(arg("mix", "standard"));
-                let report: RunReport = child(&child_args)?;
-                eprintln!(
-                    "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:?}",
-                    report.submits_per_sec,
-                    report.latency_p50_us,
-                    report.latency_p99_us,
-                    report.latency_max_us,
-                    report.tally
-                );
-                fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-                by_store[index].push(report.clone());
-                reports.push(report);
-            }
-            if let Some(differ) = disagreements(&reports) {
-                bail!(
-                    "the stores answered the {threads}-thread workload of round {round} differently: {differ:?}"
-                );
-            }
-        }
-        for reports in &by_store {
-            if let Some(combined) = combine_rounds(reports) {
-                let rates: Vec<String> = combined
-                    .round_rates
-                    .iter()
-                    .map(|rate| format!("{rate:.0}"))
-                    .collect();
-                spreads.push(format!(
-                    "{}, {threads} threads: {}",
-                    combined.store,
-                    rates.join(", ")
-                ));
-                comparison.runs.push(combined);
-            }
-        }
-        measure_sync(&mut comparison)?;
+        spreads.extend(measure_runs(
+            &plan,
+            work,
+            &stores,
+            threads,
+            total,
+            &mut comparison,
+        )?);
+        measure_sync(work, plan.sync_duration, &mut comparison)?;
     }
-
-    if open_submissions > 0 {
-        let mut tallies = Vec::new();
-        // sled with and without the added fdatasync build the same files and
-        // open them alike: the state is built once, as sled.
-        for &store in stores
-            .iter()
-            .filter(|&&store| store != StoreKind::SledFlushOnly)
-        {
-            let dir = work.join(format!("{}-open", store_arg(store)));
-            let mut build_args = vec!["build".to_owned()];
-            build_args.extend(arg("store", store_arg(store)));
-            build_args.extend(arg("dir", dir.display()));
-            build_args.extend(arg("seed", args.seed));
-            build_args.extend(arg("submissions", open_submissions));
-            let built: BuildReport = child(&build_args)?;
-            ensure!(
-                built.disk_bytes == disk_bytes(&dir)?,
-                "{store}: the files changed after the build closed the store"
-            );
-            let mut open_args = vec!["open".to_owned()];
-            open_args.extend(arg("store", store_arg(store)));
-            open_args.extend(arg("dir", dir.display()));
-            open_args.extend(arg("probe-key", &built.probe_key));
-            let opened: OpenReport = child(&open_args)?;
-            ensure!(
-                opened.probe_reference.as_deref() == Some(built.probe_reference.as_str()),
-                "{store}: after reopening, key {} answers {:?}, not {:?}",
-                built.probe_key,
-                opened.probe_reference,
-                built.probe_reference
-            );
-            eprintln!(
-                "{store}: built {} submissions in {:.1} s (relaxed), {:.1} MiB on disk; opened in {:.0} ms",
-                built.submissions,
-                built.elapsed_secs,
-                built.disk_bytes as f64 / f64::from(1u32 << 20),
-                opened.open_secs * 1000.0
-            );
-            if let Some(records) = opened.log_records {
-                println!(
-                    "{store} replayed {records} events at open: {:.0} events/s",
-                    records as f64 / opened.open_secs
-                );
-            }
-            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-            tallies.push((store, built.tally.clone()));
-            comparison.opens.push((built, opened));
-        }
-        if tallies.iter().any(|(_, tally)| *tally != tallies[0].1) {
-            bail!("the stores answered the build's workload differently: {tallies:?}");
-        }
-        measure_sync(&mut comparison)?;
+    if plan.open_submissions > 0 {
+        measure_opens(&plan, work, &stores, &mut comparison)?;
+        measure_sync(work, plan.sync_duration, &mut comparison)?;
     }
+    print_results(&comparison, plan.rounds, &spreads);
+    Ok(())
+}
 
+/// Measures the raw append and overwrite sync rates in `work`, so the
+/// table can show the disk's limit as it was during the run.
+fn measure_sync(
+    work: &Path,
+    sync_duration: Duration,
+    comparison: &mut Comparison,
+) -> anyhow::Result<()> {
+    let rate = fdatasync_rate(work, SYNC_WRITE_LEN, sync_duration)?;
+    let overwrite = overwrite_fdatasync_rate(work, SYNC_WRITE_LEN, sync_duration)?;
+    eprintln!(
+        "raw append + fdatasync: {rate:.0}/s; overwrite + fdatasync: {overwrite:.0}/s; load average {}",
+        loadavg()
+    );
+    comparison.fdatasync_rates.push(rate);
+    comparison.overwrite_fdatasync_rates.push(overwrite);
+    Ok(())
+}
+
+/// Every round of the timed runs with `threads` threads, checks that the
+/// stores answered each round alike, and adds each store's combined run
+/// to the comparison. Returns a line per store with each round's rate.
+fn measure_runs(
+    plan: &Plan,
+    work: &Path,
+    stores: &[StoreKind],
+    threads: usize,
+    total: usize,
+    comparison: &mut Comparison,
+) -> anyhow::Result<Vec<String>> {
+    let per_thread = (total / threads / plan.rounds).max(1);
+    let mut by_store: Vec<Vec<RunReport>> = vec![Vec::new(); stores.len()];
+    for round in 0..plan.rounds {
+        let seed = plan.seed.wrapping_add(round as u64);
+        let mut reports: Vec<RunReport> = Vec::new();
+        // A rotating order, so no store always runs first after a pause.
+        for turn in 0..stores.len() {
+            let index = (turn + round) % stores.len();
+            let dir = work.join(format!("{}-{threads}-{round}", store_arg(stores[index])));
+            let report = timed_run_in_child(stores[index], &dir, seed, threads, per_thread, round)?;
+            by_store[index].push(report.clone());
+            reports.push(report);
+        }
+        if let Some(differ) = disagreements(&reports) {
+            bail!(
+                "the stores answered the {threads}-thread workload of round {round} differently: {differ:?}"
+            );
+        }
+    }
+    let mut spreads = Vec::new();
+    for reports in &by_store {
+        if let Some(combined) = combine_rounds(reports) {
+            let rates: Vec<String> = combined
+                .round_rates
+                .iter()
+                .map(|rate| format!("{rate:.0}"))
+                .collect();
+            spreads.push(format!(
+                "{}, {threads} threads: {}",
+                combined.store,
+                rates.join(", ")
+            ));
+            comparison.runs.push(combined);
+        }
+    }
+    Ok(spreads)
+}
+
+/// One timed run of `store` in a child, in `dir`, which is removed after.
+fn timed_run_in_child(
+    store: StoreKind,
+    dir: &Path,
+    seed: u64,
+    threads: usize,
+    per_thread: usize,
+    round: usize,
+) -> anyhow::Result<RunReport> {
+    let mut child_args = vec!["run".to_owned()];
+    child_args.extend(arg("store", store_arg(store)));
+    child_args.extend(arg("dir", dir.display()));
+    child_args.extend(arg("seed", seed));
+    child_args.extend(arg("threads", threads));
+    child_args.extend(arg("submissions-per-thread", per_thread));
+    child_args.extend(arg("mix", "standard"));
+    let report: RunReport = child(&child_args)?;
+    eprintln!(
+        "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:?}",
+        report.submits_per_sec,
+        report.latency_p50_us,
+        report.latency_p99_us,
+        report.latency_max_us,
+        report.tally
+    );
+    fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    Ok(report)
+}
+
+/// Builds a large state in each store and times its reopening, each in a
+/// child, and checks that the stores answered the build alike.
+fn measure_opens(
+    plan: &Plan,
+    work: &Path,
+    stores: &[StoreKind],
+    comparison: &mut Comparison,
+) -> anyhow::Result<()> {
+    let mut tallies = Vec::new();
+    // sled with and without the added fdatasync build the same files and
+    // open them alike: the state is built once, as sled.
+    for &store in stores
+        .iter()
+        .filter(|&&store| store != StoreKind::SledFlushOnly)
+    {
+        let dir = work.join(format!("{}-open", store_arg(store)));
+        let built = build_in_child(store, &dir, plan.seed, plan.open_submissions)?;
+        let opened = open_in_child(store, &dir, &built)?;
+        eprintln!(
+            "{store}: built {} submissions in {:.1} s (relaxed), {:.1} MiB on disk; opened in {:.0} ms",
+            built.submissions,
+            built.elapsed_secs,
+            built.disk_bytes as f64 / f64::from(1u32 << 20),
+            opened.open_secs * 1000.0
+        );
+        if let Some(records) = opened.log_records {
+            println!(
+                "{store} replayed {records} events at open: {:.0} events/s",
+                records as f64 / opened.open_secs
+            );
+        }
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        tallies.push((store, built.tally.clone()));
+        comparison.opens.push((built, opened));
+    }
+    if tallies.iter().any(|(_, tally)| *tally != tallies[0].1) {
+        bail!("the stores answered the build's workload differently: {tallies:?}");
+    }
+    Ok(())
+}
+
+/// Builds the state after `submissions` in a child, and checks that the
+/// files did not change once the child closed the store.
+fn build_in_child(
+    store: StoreKind,
+    dir: &Path,
+    seed: u64,
+    submissions: usize,
+) -> anyhow::Result<BuildReport> {
+    let mut build_args = vec!["build".to_owned()];
+    build_args.extend(arg("store", store_arg(store)));
+    build_args.extend(arg("dir", dir.display()));
+    build_args.extend(arg("seed", seed));
+    build_args.extend(arg("submissions", submissions));
+    let built: BuildReport = child(&build_args)?;
+    ensure!(
+        built.disk_bytes == disk_bytes(dir)?,
+        "{store}: the files changed after the build closed the store"
+    );
+    Ok(built)
+}
+
+/// Reopens the built state in a child, and checks that it gives the probe
+/// key's outcome as the build recorded it.
+fn open_in_child(store: StoreKind, dir: &Path, built: &BuildReport) -> anyhow::Result<OpenReport> {
+    let mut open_args = vec!["open".to_owned()];
+    open_args.extend(arg("store", store_arg(store)));
+    open_args.extend(arg("dir", dir.display()));
+    open_args.extend(arg("probe-key", &built.probe_key));
+    let opened: OpenReport = child(&open_args)?;
+    ensure!(
+        opened.probe_reference.as_deref() == Some(built.probe_reference.as_str()),
+        "{store}: after reopening, key {} answers {:?}, not {:?}",
+        built.probe_key,
+        opened.probe_reference,
+        built.probe_reference
+    );
+    Ok(opened)
+}
+
+/// The table, each round's rates when there were several, and the closing
+/// line.
+fn print_results(comparison: &Comparison, rounds: usize, spreads: &[String]) {
     println!();
     print!("{}", comparison.table());
     if rounds > 1 {
         println!("submits/s of each round (the table shows the median):");
-        for spread in &spreads {
+        for spread in spreads {
             println!("- {spread}");
         }
     }
@@ -451,5 +570,4 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         "every store answered every submission alike; load average at end {}",
         loadavg()
     );
-    Ok(())
 }

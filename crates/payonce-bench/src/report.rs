@@ -69,108 +69,110 @@ impl Comparison {
 
     /// The table in Markdown, with the target lines below it.
     pub fn table(&self) -> String {
-        let stores = &self.stores;
-        let mut rows: Vec<(String, Vec<Option<f64>>, Precision)> = Vec::new();
-        let per_store = |value: &dyn Fn(StoreKind) -> Option<f64>| {
-            stores.iter().map(|&store| value(store)).collect::<Vec<_>>()
+        let mut out = String::new();
+        let Some((&first, others)) = self.stores.split_first() else {
+            return out;
         };
-        let sync_rate = self.fdatasync_rate();
-        for threads in self.thread_counts() {
-            let plural = if threads == 1 { "thread" } else { "threads" };
-            rows.push((
-                format!("submits/s, {threads} {plural}"),
-                per_store(&|store| self.run(store, threads).map(|run| run.submits_per_sec)),
-                Precision::Whole,
-            ));
-            rows.push((
-                format!("submits per fdatasync, {threads} {plural}"),
-                per_store(&|store| {
-                    self.run(store, threads)
-                        .map(|run| run.submits_per_sec / sync_rate)
-                }),
-                Precision::Hundredths,
-            ));
-            rows.push((
-                format!("p50 latency, {threads} {plural} (µs)"),
-                per_store(&|store| self.run(store, threads).map(|run| run.latency_p50_us)),
-                Precision::Whole,
-            ));
-            rows.push((
-                format!("p99 latency, {threads} {plural} (µs)"),
-                per_store(&|store| self.run(store, threads).map(|run| run.latency_p99_us)),
-                Precision::Whole,
-            ));
-            rows.push((
-                format!("peak resident memory, {threads} {plural} run (MiB)"),
-                per_store(&|store| {
-                    self.run(store, threads)
-                        .and_then(|run| run.peak_resident_bytes)
-                        .map(mib)
-                }),
-                Precision::Tenths,
-            ));
+        out.push_str(&header(first, others));
+        for row in self.rows() {
+            let _ = writeln!(out, "{}", row.markdown());
         }
-        if let Some((build, _)) = self.opens.first() {
-            let submissions = build.submissions;
-            rows.push((
-                format!("open after {} submissions (ms)", count_name(submissions)),
-                per_store(&|store| self.open(store).map(|(_, open)| open.open_secs * 1000.0)),
-                Precision::Tenths,
-            ));
-            rows.push((
-                format!(
-                    "peak resident memory after open, {} (MiB)",
-                    count_name(submissions)
-                ),
-                per_store(&|store| {
+        let _ = writeln!(out);
+        out.push_str(&self.sync_limits());
+        out.push_str(&self.targets());
+        out
+    }
+
+    /// Every row of the table, in order: each thread count's runs, then
+    /// the large state's open.
+    fn rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for threads in self.thread_counts() {
+            rows.extend(self.run_rows(threads));
+        }
+        rows.extend(self.open_rows());
+        rows
+    }
+
+    /// A figure for every store, in the table's column order.
+    fn per_store(&self, value: impl Fn(StoreKind) -> Option<f64>) -> Vec<Option<f64>> {
+        self.stores.iter().map(|&store| value(store)).collect()
+    }
+
+    /// The rows of the timed runs with `threads` threads.
+    fn run_rows(&self, threads: usize) -> [Row; 5] {
+        let plural = if threads == 1 { "thread" } else { "threads" };
+        let sync_rate = self.fdatasync_rate();
+        let figure = |value: &dyn Fn(&RunReport) -> Option<f64>| {
+            self.per_store(|store| self.run(store, threads).and_then(value))
+        };
+        [
+            Row {
+                name: format!("submits/s, {threads} {plural}"),
+                values: figure(&|run| Some(run.submits_per_sec)),
+                precision: Precision::Whole,
+            },
+            Row {
+                name: format!("submits per fdatasync, {threads} {plural}"),
+                values: figure(&|run| Some(run.submits_per_sec / sync_rate)),
+                precision: Precision::Hundredths,
+            },
+            Row {
+                name: format!("p50 latency, {threads} {plural} (µs)"),
+                values: figure(&|run| Some(run.latency_p50_us)),
+                precision: Precision::Whole,
+            },
+            Row {
+                name: format!("p99 latency, {threads} {plural} (µs)"),
+                values: figure(&|run| Some(run.latency_p99_us)),
+                precision: Precision::Whole,
+            },
+            Row {
+                name: format!("peak resident memory, {threads} {plural} run (MiB)"),
+                values: figure(&|run| run.peak_resident_bytes.map(mib)),
+                precision: Precision::Tenths,
+            },
+        ]
+    }
+
+    /// The rows of the large state built and reopened, if one was.
+    fn open_rows(&self) -> Vec<Row> {
+        let Some((build, _)) = self.opens.first() else {
+            return Vec::new();
+        };
+        let submissions = count_name(build.submissions);
+        vec![
+            Row {
+                name: format!("open after {submissions} submissions (ms)"),
+                values: self
+                    .per_store(|store| self.open(store).map(|(_, open)| open.open_secs * 1000.0)),
+                precision: Precision::Tenths,
+            },
+            Row {
+                name: format!("peak resident memory after open, {submissions} (MiB)"),
+                values: self.per_store(|store| {
                     self.open(store)
                         .and_then(|(_, open)| open.peak_resident_bytes)
                         .map(mib)
                 }),
-                Precision::Tenths,
-            ));
-            rows.push((
-                "disk bytes per submission".to_owned(),
-                per_store(&|store| {
+                precision: Precision::Tenths,
+            },
+            Row {
+                name: "disk bytes per submission".to_owned(),
+                values: self.per_store(|store| {
                     self.open(store)
                         .map(|(build, _)| build.disk_bytes as f64 / build.submissions.max(1) as f64)
                 }),
-                Precision::Whole,
-            ));
-        }
+                precision: Precision::Whole,
+            },
+        ]
+    }
+
+    /// The lines under the table with the disk's raw sync rates: the limit
+    /// every figure above is measured against.
+    fn sync_limits(&self) -> String {
         let mut out = String::new();
-        let (first, others) = match stores.split_first() {
-            Some((first, others)) => (*first, others),
-            None => return out,
-        };
-        let mut header = format!("| figure | {first} |");
-        let mut rule = "| --- | ---: |".to_owned();
-        for other in others {
-            header.push_str(&format!(" {other} |"));
-            rule.push_str(" ---: |");
-        }
-        for other in others {
-            header.push_str(&format!(" {first}/{other} |"));
-            rule.push_str(" ---: |");
-        }
-        let _ = writeln!(out, "{header}");
-        let _ = writeln!(out, "{rule}");
-        for (name, values, precision) in &rows {
-            let mut line = format!("| {name} |");
-            for value in values {
-                let cell = value.map_or("-".to_owned(), |v| precision.show(v));
-                line.push_str(&format!(" {cell} |"));
-            }
-            for other in values.iter().skip(1) {
-                let ratio = match (values[0], other) {
-                    (Some(ours), Some(theirs)) if *theirs > 0.0 => format!("{:.2}", ours / theirs),
-                    _ => "-".to_owned(),
-                };
-                line.push_str(&format!(" {ratio} |"));
-            }
-            let _ = writeln!(out, "{line}");
-        }
-        let _ = writeln!(out);
+        let sync_rate = self.fdatasync_rate();
         let _ = writeln!(
             out,
             "raw append (144 bytes) + fdatasync: {sync_rate:.0}/s (median of {}/s); \
@@ -186,7 +188,6 @@ impl Comparison {
                 show_rates(&self.overwrite_fdatasync_rates)
             );
         }
-        out.push_str(&self.targets());
         out
     }
 
@@ -246,6 +247,52 @@ impl Comparison {
     }
 }
 
+/// The table's header line and the rule under it: every store's column,
+/// then a column for payonce's ratio to each of the others.
+fn header(first: StoreKind, others: &[StoreKind]) -> String {
+    let mut header = format!("| figure | {first} |");
+    let mut rule = "| --- | ---: |".to_owned();
+    for other in others {
+        header.push_str(&format!(" {other} |"));
+        rule.push_str(" ---: |");
+    }
+    for other in others {
+        header.push_str(&format!(" {first}/{other} |"));
+        rule.push_str(" ---: |");
+    }
+    format!("{header}\n{rule}\n")
+}
+
+/// One line of the table: a figure for every store, shown at one precision.
+struct Row {
+    name: String,
+    /// In the table's column order; `None` where a store was not measured.
+    values: Vec<Option<f64>>,
+    precision: Precision,
+}
+
+impl Row {
+    /// The line in Markdown: every store's figure, then the first store's
+    /// ratio to each of the others.
+    fn markdown(&self) -> String {
+        let mut line = format!("| {} |", self.name);
+        for value in &self.values {
+            let cell = value.map_or("-".to_owned(), |v| self.precision.show(v));
+            line.push_str(&format!(" {cell} |"));
+        }
+        let first = self.values.first().copied().flatten();
+        for other in self.values.iter().skip(1) {
+            let ratio = match (first, other) {
+                (Some(ours), Some(theirs)) if *theirs > 0.0 => format!("{:.2}", ours / theirs),
+                _ => "-".to_owned(),
+            };
+            line.push_str(&format!(" {ratio} |"));
+        }
+        line
+    }
+}
+
+/// How many decimals a row shows.
 #[derive(Debug, Clone, Copy)]
 enum Precision {
     Whole,

@@ -14,8 +14,9 @@ use payonce_model::WithdrawalRequest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Store, StoreKind, open_store};
-use crate::workload::{Workload, WorkloadSpec};
+use crate::open::open_store;
+use crate::store::{Answer, Durability, Rail, Session, Store, StoreKind};
+use crate::workload::{Op, Workload, WorkloadSpec};
 
 /// Most directory entries [`disk_bytes`] and [`sync_files`] visit, so a
 /// wrong path cannot walk the whole disk.
@@ -178,8 +179,19 @@ pub fn run(
             rule: "one created request per withdrawal of the workload",
         });
     }
-    let threads = workload.threads.len();
-    let start_line = Barrier::new(threads + 1);
+    let (elapsed_secs, results) = submit_streams(store, workload, requests);
+    summarise(store.kind(), workload, elapsed_secs, results)
+}
+
+/// Starts a thread per stream, lets them all go at once, and waits for the
+/// last: the seconds from the start to the last answer, and what each
+/// thread measured.
+fn submit_streams(
+    store: &dyn Store,
+    workload: &Workload,
+    requests: &[WithdrawalRequest],
+) -> (f64, Vec<Result<ThreadResult, BenchError>>) {
+    let start_line = Barrier::new(workload.threads.len() + 1);
     let (started, results) = thread::scope(|scope| {
         let handles: Vec<_> = workload
             .threads
@@ -193,27 +205,7 @@ pub fn run(
                     let session = store.session();
                     start_line.wait();
                     let mut session = session?;
-                    let mut result = ThreadResult {
-                        latencies_ns: Vec::with_capacity(ops.len()),
-                        tally: Tally::default(),
-                        hasher: DefaultHasher::new(),
-                    };
-                    for op in ops {
-                        let request = &requests[op.withdrawal];
-                        let rail = Rail {
-                            script: op.rail,
-                            reference: &op.reference,
-                        };
-                        let begun = Instant::now();
-                        let answer = session.submit(&op.key, request, rail)?;
-                        let latency = begun.elapsed();
-                        result
-                            .latencies_ns
-                            .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
-                        result.tally.count(&answer);
-                        answer.hash(&mut result.hasher);
-                    }
-                    Ok(result)
+                    submit_stream(session.as_mut(), ops, requests)
                 })
             })
             .collect();
@@ -231,7 +223,46 @@ pub fn run(
             .collect();
         (started, results)
     });
-    let elapsed_secs = started.elapsed().as_secs_f64();
+    (started.elapsed().as_secs_f64(), results)
+}
+
+/// One thread's submissions, in order, each timed, counted and hashed.
+fn submit_stream(
+    session: &mut dyn Session,
+    ops: &[Op],
+    requests: &[WithdrawalRequest],
+) -> Result<ThreadResult, BenchError> {
+    let mut result = ThreadResult {
+        latencies_ns: Vec::with_capacity(ops.len()),
+        tally: Tally::default(),
+        hasher: DefaultHasher::new(),
+    };
+    for op in ops {
+        let request = &requests[op.withdrawal];
+        let rail = Rail {
+            script: op.rail,
+            reference: &op.reference,
+        };
+        let begun = Instant::now();
+        let answer = session.submit(&op.key, request, rail)?;
+        let latency = begun.elapsed();
+        result
+            .latencies_ns
+            .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        result.tally.count(&answer);
+        answer.hash(&mut result.hasher);
+    }
+    Ok(result)
+}
+
+/// The run's report from what its threads measured: the first thread's
+/// failure, if any, is the run's.
+fn summarise(
+    store: StoreKind,
+    workload: &Workload,
+    elapsed_secs: f64,
+    results: Vec<Result<ThreadResult, BenchError>>,
+) -> Result<RunReport, BenchError> {
     let mut latencies = Vec::with_capacity(workload.submissions());
     let mut tally = Tally::default();
     let mut digest = DefaultHasher::new();
@@ -244,7 +275,7 @@ pub fn run(
     latencies.sort_unstable();
     let submissions = tally.total();
     Ok(RunReport {
-        store: store.kind(),
+        store,
         spec: workload.spec,
         submissions,
         elapsed_secs,
@@ -259,6 +290,7 @@ pub fn run(
     })
 }
 
+/// What one submitting thread measured.
 struct ThreadResult {
     latencies_ns: Vec<u64>,
     tally: Tally,

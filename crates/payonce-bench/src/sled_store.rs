@@ -20,11 +20,14 @@ use payonce_model::codec::{decode, encode};
 use payonce_model::{Fingerprint, WithdrawalId, WithdrawalRequest};
 use serde::{Deserialize, Serialize};
 use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::{
+    ConflictableTransactionError, ConflictableTransactionResult, TransactionError,
+    TransactionalTree,
+};
 use tracing::debug;
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Session, Store, StoreKind};
+use crate::store::{Answer, ClaimStep, Durability, Rail, Session, Store, StoreKind};
 
 /// A request key's record, as stored in the `records` tree.
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +105,26 @@ impl SledStore {
         }
         Ok(())
     }
+
+    /// Makes what the claim step answered durable before the session acts
+    /// on it: a claim before its send, and a replayed outcome before it is
+    /// returned. A refusal wrote nothing: it is answered without a flush.
+    fn acknowledge(&self, step: &ClaimStep, key: &str, id: &str) -> Result<(), BenchError> {
+        match step {
+            ClaimStep::Granted => {
+                self.flush("claim: flush", key)?;
+                debug!(key, withdrawal = id, "claimed");
+            }
+            ClaimStep::Answered(answer @ Answer::Replayed { .. }) => {
+                // Another thread may have written the outcome and not flushed
+                // it yet: nothing is acknowledged before it is durable.
+                self.flush("replay: flush", key)?;
+                debug!(key, withdrawal = id, ?answer, "replayed");
+            }
+            ClaimStep::Answered(answer) => debug!(key, withdrawal = id, ?answer, "refused"),
+        }
+        Ok(())
+    }
 }
 
 impl Store for SledStore {
@@ -169,12 +192,6 @@ struct SledSession<'a> {
     store: &'a SledStore,
 }
 
-/// What the claim step decided.
-enum Claimed {
-    Granted,
-    Answered(Answer),
-}
-
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -206,56 +223,78 @@ fn abort(error: CodecError) -> ConflictableTransactionError<CodecError> {
     ConflictableTransactionError::Abort(error)
 }
 
+/// The answer for a key that has a record: a conflict if it named another
+/// withdrawal, else its outcome, else in flight.
+fn answer_known_key(record: StoredRecord, fingerprint: &Fingerprint) -> Answer {
+    if record.fingerprint != *fingerprint {
+        let fields = record
+            .fingerprint
+            .differences(fingerprint)
+            .iter()
+            .map(|difference| difference.field)
+            .collect();
+        return Answer::KeyReused { fields };
+    }
+    match record.outcome {
+        Some(outcome) => Answer::Replayed {
+            reference: outcome
+                .reference()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        },
+        None => Answer::InFlight,
+    }
+}
+
+/// For a key without a record, why its withdrawal cannot be claimed: it was
+/// not created, it was created with other fields, or another key holds it.
+/// `None` when it can be.
+fn withdrawal_refusal(
+    records: &TransactionalTree,
+    claims: &TransactionalTree,
+    withdrawals: &TransactionalTree,
+    id: &str,
+    fingerprint_bytes: &[u8],
+) -> ConflictableTransactionResult<Option<Answer>, CodecError> {
+    match withdrawals.get(id)? {
+        None => return Ok(Some(Answer::UnknownWithdrawal)),
+        Some(created) if created != fingerprint_bytes => return Ok(Some(Answer::NotAsCreated)),
+        Some(_) => {}
+    }
+    let Some(holder) = claims.get(id)? else {
+        return Ok(None);
+    };
+    let holder_decided = match records.get(&holder)? {
+        Some(bytes) => decode::<StoredRecord>(&bytes)
+            .map_err(abort)?
+            .outcome
+            .is_some(),
+        None => false,
+    };
+    Ok(Some(Answer::Claimed {
+        holder: String::from_utf8_lossy(&holder).into_owned(),
+        holder_decided,
+    }))
+}
+
 impl SledSession<'_> {
     /// Step 1, in one transaction over the three trees: the key's record,
     /// else the withdrawal's creation and claim, else both entries written.
-    fn claim(&mut self, key: &str, request: &WithdrawalRequest) -> Result<Claimed, BenchError> {
+    fn claim(&mut self, key: &str, request: &WithdrawalRequest) -> Result<ClaimStep, BenchError> {
         let store = self.store;
         let fingerprint = request.fingerprint();
         let fingerprint_bytes = encode(&fingerprint).map_err(BenchError::codec("a fingerprint"))?;
         let id = request.id().as_str();
-        let claimed = (&store.records, &store.claims, &store.withdrawals)
+        let step = (&store.records, &store.claims, &store.withdrawals)
             .transaction(|(records, claims, withdrawals)| {
                 if let Some(bytes) = records.get(key)? {
                     let record: StoredRecord = decode(&bytes).map_err(abort)?;
-                    if record.fingerprint != fingerprint {
-                        let fields = record
-                            .fingerprint
-                            .differences(&fingerprint)
-                            .iter()
-                            .map(|difference| difference.field)
-                            .collect();
-                        return Ok(Claimed::Answered(Answer::KeyReused { fields }));
-                    }
-                    return Ok(Claimed::Answered(match record.outcome {
-                        Some(outcome) => Answer::Replayed {
-                            reference: outcome
-                                .reference()
-                                .map(ToString::to_string)
-                                .unwrap_or_default(),
-                        },
-                        None => Answer::InFlight,
-                    }));
+                    return Ok(ClaimStep::Answered(answer_known_key(record, &fingerprint)));
                 }
-                match withdrawals.get(id)? {
-                    None => return Ok(Claimed::Answered(Answer::UnknownWithdrawal)),
-                    Some(created) if created != fingerprint_bytes.as_slice() => {
-                        return Ok(Claimed::Answered(Answer::NotAsCreated));
-                    }
-                    Some(_) => {}
-                }
-                if let Some(holder) = claims.get(id)? {
-                    let holder_decided = match records.get(&holder)? {
-                        Some(bytes) => decode::<StoredRecord>(&bytes)
-                            .map_err(abort)?
-                            .outcome
-                            .is_some(),
-                        None => false,
-                    };
-                    return Ok(Claimed::Answered(Answer::Claimed {
-                        holder: String::from_utf8_lossy(&holder).into_owned(),
-                        holder_decided,
-                    }));
+                if let Some(answer) =
+                    withdrawal_refusal(records, claims, withdrawals, id, &fingerprint_bytes)?
+                {
+                    return Ok(ClaimStep::Answered(answer));
                 }
                 let record = StoredRecord {
                     fingerprint: fingerprint.clone(),
@@ -265,23 +304,11 @@ impl SledSession<'_> {
                 };
                 records.insert(key, encode(&record).map_err(abort)?)?;
                 claims.insert(id, key)?;
-                Ok(Claimed::Granted)
+                Ok(ClaimStep::Granted)
             })
             .map_err(transaction_error("claim", key))?;
-        match &claimed {
-            Claimed::Granted => {
-                store.flush("claim: flush", key)?;
-                debug!(key, withdrawal = id, "claimed");
-            }
-            Claimed::Answered(answer @ Answer::Replayed { .. }) => {
-                // Another thread may have written the outcome and not flushed
-                // it yet: nothing is acknowledged before it is durable.
-                store.flush("replay: flush", key)?;
-                debug!(key, withdrawal = id, ?answer, "replayed");
-            }
-            Claimed::Answered(answer) => debug!(key, withdrawal = id, ?answer, "refused"),
-        }
-        Ok(claimed)
+        store.acknowledge(&step, key, id)?;
+        Ok(step)
     }
 
     /// Step 3, in one transaction: the outcome, or the send's error.
@@ -329,7 +356,7 @@ impl Session for SledSession<'_> {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError> {
-        if let Claimed::Answered(answer) = self.claim(key, request)? {
+        if let ClaimStep::Answered(answer) = self.claim(key, request)? {
             return Ok(answer);
         }
         match rail.send(request) {

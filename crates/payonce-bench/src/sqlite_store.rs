@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tracing::debug;
 
 use crate::error::BenchError;
-use crate::store::{Answer, Durability, Rail, Session, Store, StoreKind};
+use crate::store::{Answer, ClaimStep, Durability, Rail, Session, Store, StoreKind};
 
 /// The database file inside the store's directory.
 pub const SQLITE_FILE: &str = "payonce.sqlite";
@@ -232,12 +232,6 @@ impl SqliteSession<'_> {
     }
 }
 
-/// What the claim step decided.
-enum Claimed {
-    Granted,
-    Answered(Answer),
-}
-
 fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -252,7 +246,7 @@ fn claim(
     connection: &mut Connection,
     key: &str,
     request: &WithdrawalRequest,
-) -> Result<Claimed, BenchError> {
+) -> Result<ClaimStep, BenchError> {
     let error = |step| BenchError::sqlite(step, Some(key));
     let fingerprint = request.fingerprint();
     let fingerprint_bytes = encode(&fingerprint).map_err(BenchError::codec("a fingerprint"))?;
@@ -260,72 +254,110 @@ fn claim(
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(error("claim: begin"))?;
-    let answer = {
-        let record: Option<(Vec<u8>, Option<Vec<u8>>)> = transaction
-            .prepare_cached("SELECT fingerprint, outcome FROM records WHERE key = ?1")
-            .and_then(|mut select| {
-                select
-                    .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .optional()
-            })
-            .map_err(error("claim: read the key"))?;
-        if let Some((recorded, outcome)) = record {
-            Some(answer_known_key(
-                key,
-                &fingerprint,
-                &fingerprint_bytes,
-                &recorded,
-                outcome,
-            )?)
-        } else {
-            let created: Option<Vec<u8>> = transaction
-                .prepare_cached("SELECT fingerprint FROM withdrawals WHERE id = ?1")
-                .and_then(|mut select| select.query_row([id], |row| row.get(0)).optional())
-                .map_err(error("claim: read the withdrawal"))?;
-            match created {
-                None => Some(Answer::UnknownWithdrawal),
-                Some(created) if created != fingerprint_bytes => Some(Answer::NotAsCreated),
-                Some(_) => {
-                    let holder: Option<(String, bool)> = transaction
-                        .prepare_cached(
-                            "SELECT claims.holder, records.outcome IS NOT NULL \
-                                 FROM claims JOIN records ON records.key = claims.holder \
-                                 WHERE claims.withdrawal = ?1",
-                        )
-                        .and_then(|mut select| {
-                            select
-                                .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
-                                .optional()
-                        })
-                        .map_err(error("claim: read the claim"))?;
-                    holder.map(|(holder, holder_decided)| Answer::Claimed {
-                        holder,
-                        holder_decided,
-                    })
-                }
-            }
-        }
+    let answer = match read_key(&transaction, key)? {
+        Some(record) => Some(answer_known_key(
+            key,
+            &fingerprint,
+            &fingerprint_bytes,
+            &record.fingerprint,
+            record.outcome,
+        )?),
+        None => withdrawal_refusal(&transaction, key, id, &fingerprint_bytes)?,
     };
     if let Some(answer) = answer {
         debug!(key, withdrawal = id, ?answer, "answered without a claim");
         // Nothing was written: ending the transaction syncs nothing.
         transaction.commit().map_err(error("claim: end"))?;
-        return Ok(Claimed::Answered(answer));
+        return Ok(ClaimStep::Answered(answer));
     }
-    transaction
+    insert_claim(&transaction, key, id, &fingerprint_bytes)?;
+    transaction.commit().map_err(error("claim: commit"))?;
+    debug!(key, withdrawal = id, "claimed");
+    Ok(ClaimStep::Granted)
+}
+
+/// What the claim step reads of a key's record: both fields still encoded.
+struct RecordRow {
+    /// The fingerprint of the withdrawal the key claimed.
+    fingerprint: Vec<u8>,
+    /// The outcome, once there is one.
+    outcome: Option<Vec<u8>>,
+}
+
+/// The key's record, if it has one.
+fn read_key(connection: &Connection, key: &str) -> Result<Option<RecordRow>, BenchError> {
+    connection
+        .prepare_cached("SELECT fingerprint, outcome FROM records WHERE key = ?1")
+        .and_then(|mut select| {
+            select
+                .query_row([key], |row| {
+                    Ok(RecordRow {
+                        fingerprint: row.get(0)?,
+                        outcome: row.get(1)?,
+                    })
+                })
+                .optional()
+        })
+        .map_err(BenchError::sqlite("claim: read the key", Some(key)))
+}
+
+/// For a key without a record, why its withdrawal cannot be claimed: it was
+/// not created, it was created with other fields, or another key holds it.
+/// `None` when it can be.
+fn withdrawal_refusal(
+    connection: &Connection,
+    key: &str,
+    id: &str,
+    fingerprint_bytes: &[u8],
+) -> Result<Option<Answer>, BenchError> {
+    let error = |step| BenchError::sqlite(step, Some(key));
+    let created: Option<Vec<u8>> = connection
+        .prepare_cached("SELECT fingerprint FROM withdrawals WHERE id = ?1")
+        .and_then(|mut select| select.query_row([id], |row| row.get(0)).optional())
+        .map_err(error("claim: read the withdrawal"))?;
+    match created {
+        None => return Ok(Some(Answer::UnknownWithdrawal)),
+        Some(created) if created != fingerprint_bytes => return Ok(Some(Answer::NotAsCreated)),
+        Some(_) => {}
+    }
+    let holder: Option<(String, bool)> = connection
+        .prepare_cached(
+            "SELECT claims.holder, records.outcome IS NOT NULL \
+                 FROM claims JOIN records ON records.key = claims.holder \
+                 WHERE claims.withdrawal = ?1",
+        )
+        .and_then(|mut select| {
+            select
+                .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(error("claim: read the claim"))?;
+    Ok(holder.map(|(holder, holder_decided)| Answer::Claimed {
+        holder,
+        holder_decided,
+    }))
+}
+
+/// Inserts the key's record and the withdrawal's claim: the claim itself.
+fn insert_claim(
+    connection: &Connection,
+    key: &str,
+    id: &str,
+    fingerprint_bytes: &[u8],
+) -> Result<(), BenchError> {
+    let error = |step| BenchError::sqlite(step, Some(key));
+    connection
         .prepare_cached(
             "INSERT INTO records (key, withdrawal, fingerprint, claimed_at_ns) \
                  VALUES (?1, ?2, ?3, ?4)",
         )
         .and_then(|mut insert| insert.execute(params![key, id, fingerprint_bytes, now_ns()]))
         .map_err(error("claim: insert the record"))?;
-    transaction
+    connection
         .prepare_cached("INSERT INTO claims (withdrawal, holder) VALUES (?1, ?2)")
         .and_then(|mut insert| insert.execute(params![id, key]))
         .map_err(error("claim: insert the claim"))?;
-    transaction.commit().map_err(error("claim: commit"))?;
-    debug!(key, withdrawal = id, "claimed");
-    Ok(Claimed::Granted)
+    Ok(())
 }
 
 /// Step 3, in one transaction: the outcome, or the send's error.
@@ -364,15 +396,16 @@ fn complete(
 
 /// The answer for a key that has a record: a conflict if it named another
 /// withdrawal, else its outcome, else in flight.
-pub(crate) fn answer_known_key(
+fn answer_known_key(
     key: &str,
     fingerprint: &Fingerprint,
     fingerprint_bytes: &[u8],
-    recorded: &[u8],
+    recorded_fingerprint: &[u8],
     outcome: Option<Vec<u8>>,
 ) -> Result<Answer, BenchError> {
-    if recorded != fingerprint_bytes {
-        let recorded: Fingerprint = decode(recorded).map_err(BenchError::codec("a fingerprint"))?;
+    if recorded_fingerprint != fingerprint_bytes {
+        let recorded: Fingerprint =
+            decode(recorded_fingerprint).map_err(BenchError::codec("a fingerprint"))?;
         let fields = recorded
             .differences(fingerprint)
             .iter()
@@ -403,7 +436,7 @@ impl Session for SqliteSession<'_> {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError> {
-        if let Claimed::Answered(answer) = self.step(|c| claim(c, key, request))? {
+        if let ClaimStep::Answered(answer) = self.step(|c| claim(c, key, request))? {
             return Ok(answer);
         }
         match rail.send(request) {

@@ -1,7 +1,8 @@
-//! What every store offers the harness, and what it answers.
+//! What every store offers the harness, and what it answers: the trait the
+//! stores implement and the types they share. It imports no store, so every
+//! store can depend on it without it depending on them.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use payonce::NewWithdrawal;
@@ -128,6 +129,17 @@ pub enum Answer {
     NotAsCreated,
 }
 
+/// Where the first step of the claim protocol ended, for the stores that run
+/// the steps one by one (payonce runs them inside `Ledger::submit`). It is
+/// not called `Claimed`: that name is taken by the refusal
+/// [`Answer::Claimed`], another key holding the withdrawal.
+pub(crate) enum ClaimStep {
+    /// The key and the withdrawal are claimed, durably: the send may run.
+    Granted,
+    /// Nothing was claimed: this is the submission's answer.
+    Answered(Answer),
+}
+
 /// The fake rail: zero latency, answers as the workload scripted.
 #[derive(Debug, Clone, Copy)]
 pub struct Rail<'a> {
@@ -202,35 +214,4 @@ pub trait Session {
         request: &WithdrawalRequest,
         rail: Rail<'_>,
     ) -> Result<Answer, BenchError>;
-}
-
-/// Opens (or creates) the store of `kind` in `dir`.
-pub fn open_store(
-    kind: StoreKind,
-    dir: &Path,
-    durability: Durability,
-) -> Result<Box<dyn Store>, BenchError> {
-    Ok(match kind {
-        StoreKind::Payonce => Box::new(crate::payonce_store::PayonceStore::open(dir, durability)?),
-        StoreKind::Sqlite => Box::new(crate::sqlite_store::SqliteStore::open(
-            dir,
-            durability,
-            crate::sqlite_store::Connections::PerThread,
-        )?),
-        StoreKind::SqliteShared => Box::new(crate::sqlite_store::SqliteStore::open(
-            dir,
-            durability,
-            crate::sqlite_store::Connections::Shared,
-        )?),
-        StoreKind::Sled => Box::new(crate::sled_store::SledStore::open(
-            dir,
-            durability,
-            crate::sled_store::SledSync::Fdatasync,
-        )?),
-        StoreKind::SledFlushOnly => Box::new(crate::sled_store::SledStore::open(
-            dir,
-            durability,
-            crate::sled_store::SledSync::FlushOnly,
-        )?),
-    })
 }

@@ -75,6 +75,30 @@ pub struct WorkloadSpec {
     pub mix: Mix,
 }
 
+impl WorkloadSpec {
+    /// Checks the mix and the counts against their limits before anything
+    /// is allocated.
+    fn validate(&self) -> Result<(), BenchError> {
+        self.mix.validate()?;
+        if self.threads == 0 || self.threads > THREADS_MAX {
+            return Err(BenchError::Setting {
+                setting: "threads",
+                value: self.threads.to_string(),
+                rule: "from 1 to THREADS_MAX (1024)",
+            });
+        }
+        let total = self.threads.checked_mul(self.submissions_per_thread);
+        if total.is_none_or(|total| total > SUBMISSIONS_MAX) {
+            return Err(BenchError::Setting {
+                setting: "submissions_per_thread",
+                value: self.submissions_per_thread.to_string(),
+                rule: "threads × submissions per thread at most SUBMISSIONS_MAX (20,000,000)",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// What the fake rail does with a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RailScript {
@@ -118,88 +142,14 @@ impl Workload {
     /// every answer is the same whatever the threads' interleaving, and
     /// the stores can be compared answer by answer.
     pub fn generate(spec: WorkloadSpec) -> Result<Workload, BenchError> {
-        spec.mix.validate()?;
-        if spec.threads == 0 || spec.threads > THREADS_MAX {
-            return Err(BenchError::Setting {
-                setting: "threads",
-                value: spec.threads.to_string(),
-                rule: "from 1 to THREADS_MAX (1024)",
-            });
-        }
-        let total = spec.threads.checked_mul(spec.submissions_per_thread);
-        if total.is_none_or(|total| total > SUBMISSIONS_MAX) {
-            return Err(BenchError::Setting {
-                setting: "submissions_per_thread",
-                value: spec.submissions_per_thread.to_string(),
-                rule: "threads × submissions per thread at most SUBMISSIONS_MAX (20,000,000)",
-            });
-        }
+        spec.validate()?;
         let mut withdrawals = Vec::new();
         let mut threads = Vec::with_capacity(spec.threads);
         for thread in 0..spec.threads {
-            let mut rng = Rng::new(spec.seed ^ (thread as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+            let mut stream = Stream::new(spec, thread, &mut withdrawals);
             let mut ops = Vec::with_capacity(spec.submissions_per_thread);
-            // This thread's new submissions so far: (key, withdrawal).
-            let mut earlier: Vec<(String, usize)> = Vec::new();
             for index in 0..spec.submissions_per_thread {
-                let roll = rng.below(100);
-                let mix = spec.mix;
-                let retry = u64::from(mix.retry_percent);
-                let second = retry + u64::from(mix.second_key_percent);
-                let reuse = second + u64::from(mix.key_reuse_percent);
-                let reference = reference(&mut rng)?;
-                let pick = |rng: &mut Rng| earlier.get(rng.below(earlier.len() as u64) as usize);
-                let op = if roll < retry && !earlier.is_empty() {
-                    pick(&mut rng).map(|(key, withdrawal)| Op {
-                        key: key.clone(),
-                        withdrawal: *withdrawal,
-                        rail: RailScript::Succeed,
-                        reference: reference.clone(),
-                    })
-                } else if roll < second && !earlier.is_empty() {
-                    let key = request_key(&mut rng, thread, index);
-                    pick(&mut rng).map(|(_, withdrawal)| Op {
-                        key,
-                        withdrawal: *withdrawal,
-                        rail: RailScript::Succeed,
-                        reference: reference.clone(),
-                    })
-                } else if roll < reuse && earlier.len() >= 2 {
-                    let first = pick(&mut rng).cloned();
-                    let other = pick(&mut rng).cloned();
-                    match (first, other) {
-                        (Some((key, own)), Some((_, other))) if own != other => Some(Op {
-                            key,
-                            withdrawal: other,
-                            rail: RailScript::Succeed,
-                            reference: reference.clone(),
-                        }),
-                        _ => None,
-                    }
-                } else {
-                    None
-                };
-                let op = match op {
-                    Some(op) => op,
-                    None => {
-                        let withdrawal = withdrawals.len();
-                        withdrawals.push(new_withdrawal(&mut rng)?);
-                        let key = request_key(&mut rng, thread, index);
-                        earlier.push((key.clone(), withdrawal));
-                        let rail = if rng.below(100) < u64::from(mix.rail_failure_percent) {
-                            RailScript::Fail
-                        } else {
-                            RailScript::Succeed
-                        };
-                        Op {
-                            key,
-                            withdrawal,
-                            rail,
-                            reference,
-                        }
-                    }
-                };
-                ops.push(op);
+                ops.push(stream.next_op(index)?);
             }
             threads.push(ops);
         }
@@ -213,6 +163,101 @@ impl Workload {
     /// Submissions over all threads.
     pub fn submissions(&self) -> usize {
         self.threads.iter().map(Vec::len).sum()
+    }
+}
+
+/// One thread's stream of submissions while it is generated: its own random
+/// numbers, and the new submissions it has made so far, which are all its
+/// later submissions may name.
+struct Stream<'a> {
+    thread: usize,
+    mix: Mix,
+    rng: Rng,
+    /// This thread's new submissions so far: (key, withdrawal).
+    earlier: Vec<(String, usize)>,
+    /// Every thread's withdrawals, in the order a store creates them.
+    withdrawals: &'a mut Vec<NewWithdrawal>,
+}
+
+impl<'a> Stream<'a> {
+    fn new(spec: WorkloadSpec, thread: usize, withdrawals: &'a mut Vec<NewWithdrawal>) -> Self {
+        Stream {
+            thread,
+            mix: spec.mix,
+            rng: Rng::new(spec.seed ^ (thread as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
+            earlier: Vec::new(),
+            withdrawals,
+        }
+    }
+
+    /// The thread's submission number `index`: a repeat of an earlier one
+    /// if the roll says so and there is one to repeat, else a new one. The
+    /// random numbers are drawn in the same order whichever it is, so a
+    /// seed always gives the same workload.
+    fn next_op(&mut self, index: usize) -> Result<Op, BenchError> {
+        let roll = self.rng.below(100);
+        let reference = reference(&mut self.rng)?;
+        match self.repeat(roll, index, &reference) {
+            Some(op) => Ok(op),
+            None => self.new_submission(index, reference),
+        }
+    }
+
+    /// A retry, a second key or a reused key, as `roll` falls in the mix's
+    /// shares; `None` when the roll is for a new submission or there are
+    /// not enough earlier ones to repeat.
+    fn repeat(&mut self, roll: u64, index: usize, reference: &Reference) -> Option<Op> {
+        let retry = u64::from(self.mix.retry_percent);
+        let second = retry + u64::from(self.mix.second_key_percent);
+        let reuse = second + u64::from(self.mix.key_reuse_percent);
+        let op = |key: String, withdrawal: usize| Op {
+            key,
+            withdrawal,
+            rail: RailScript::Succeed,
+            reference: reference.clone(),
+        };
+        if roll < retry && !self.earlier.is_empty() {
+            self.pick()
+                .map(|(key, withdrawal)| op(key.clone(), *withdrawal))
+        } else if roll < second && !self.earlier.is_empty() {
+            let key = request_key(&mut self.rng, self.thread, index);
+            self.pick().map(|(_, withdrawal)| op(key, *withdrawal))
+        } else if roll < reuse && self.earlier.len() >= 2 {
+            let first = self.pick().cloned();
+            let other = self.pick().cloned();
+            match (first, other) {
+                (Some((key, own)), Some((_, other))) if own != other => Some(op(key, other)),
+                _ => None,
+            }
+        } else {
+            None
+        }
+    }
+
+    /// One of the thread's earlier new submissions, at random.
+    fn pick(&mut self) -> Option<&(String, usize)> {
+        let at = self.rng.below(self.earlier.len() as u64) as usize;
+        self.earlier.get(at)
+    }
+
+    /// A new withdrawal under a fresh key, whose send fails as often as the
+    /// mix says.
+    fn new_submission(&mut self, index: usize, reference: Reference) -> Result<Op, BenchError> {
+        let withdrawal = self.withdrawals.len();
+        self.withdrawals.push(new_withdrawal(&mut self.rng)?);
+        let key = request_key(&mut self.rng, self.thread, index);
+        self.earlier.push((key.clone(), withdrawal));
+        let rail = if self.rng.below(100) < u64::from(self.mix.rail_failure_percent) {
+            RailScript::Fail
+        } else {
+            RailScript::Succeed
+        };
+        Ok(Op {
+            key,
+            withdrawal,
+            rail,
+            reference,
+        })
     }
 }
 
