@@ -63,12 +63,11 @@ pub fn verify_on(
 ) -> Result<VerifyReport, LedgerError> {
     let reader = LogReader::open(storage, config)?;
     let mut state = State::new();
-    let hasher = state.hasher().clone();
     let mut divergences = Vec::new();
     let mut batch = Batch::new();
     let recovery = reader
         .scan(|record| {
-            batch.push(record.seq, record.payload, &hasher)?;
+            batch.push(record.seq, record.payload)?;
             if batch.is_full() {
                 // The log is what happened: keep replaying it as written.
                 apply_batch(&mut state, &batch, &mut divergences)?;

@@ -342,3 +342,6 @@ pub(crate) fn schema_of(bytes: &[u8]) -> Result<u16, EventDecodeError> {
     }
     Ok(found)
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

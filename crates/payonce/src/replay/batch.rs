@@ -1,8 +1,7 @@
 //! Batches: the events a replay decodes together and applies together, in
 //! a form that crosses threads. A batch keeps its events' text in one
-//! [`TextArena`] and each event packed beside it with the hashes of the
-//! names it looks up, computed by whichever thread decoded it; kinds the
-//! arena does not hold (refusals, send results, operator actions, a bumped
+//! [`TextArena`] and each event packed beside it; kinds the arena does not
+//! hold (refusals, send results, operator actions, a bumped
 //! withdrawal) are kept whole. Replay alone reads this format.
 
 use payonce_model::RequestKey;
@@ -10,7 +9,6 @@ use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
 
 use crate::error::LedgerError;
 use crate::event::{Event, EventView, KindView};
-use crate::state::{NameHasher, Names};
 use crate::time::Timestamp;
 
 /// Records in one batch: large enough that handing a batch to another
@@ -37,8 +35,6 @@ pub(super) struct PackedEvent {
     seq: u64,
     at: Timestamp,
     kind: PackedKind,
-    /// The hashes of the names it looks up ([`Names::texts`]).
-    hashes: [Option<u32>; 2],
 }
 
 #[derive(Debug)]
@@ -91,25 +87,20 @@ impl Batch {
         self.events.is_empty()
     }
 
-    /// Decodes log record `seq` into the batch, hashing its names with
-    /// `hasher`: borrowed and packed when it can be, else whole (which also
-    /// reports why a record does not decode).
-    pub(crate) fn push(
-        &mut self,
-        seq: u64,
-        payload: &[u8],
-        hasher: &NameHasher,
-    ) -> Result<(), LedgerError> {
+    /// Decodes log record `seq` into the batch: borrowed and packed when it
+    /// can be, else whole (which also reports why a record does not
+    /// decode).
+    pub(crate) fn push(&mut self, seq: u64, payload: &[u8]) -> Result<(), LedgerError> {
         let event = match EventView::decode(payload) {
             Ok(event) => {
                 check_seq(seq, event.seq)?;
-                pack(&event, &mut self.text, hasher)
+                pack(&event, &mut self.text)
             }
             Err(_) => None,
         };
         let event = match event {
             Some(event) => event,
-            None => PackedEvent::whole(decode_event(seq, payload)?, hasher),
+            None => PackedEvent::whole(decode_event(seq, payload)?),
         };
         self.events.push(event);
         self.bytes += payload.len();
@@ -131,14 +122,9 @@ fn check_seq(seq: u64, found: u64) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// The hashes of the names `kind` looks up.
-fn hashes(kind: &KindView<'_>, hasher: &NameHasher) -> [Option<u32>; 2] {
-    Names::texts(kind).map(|text| text.map(|text| hasher.hash(text)))
-}
-
 /// Copies `view`'s text into `arena`. `None` for the kinds an arena does
 /// not hold: the caller keeps the whole event.
-fn pack(view: &EventView<'_>, arena: &mut TextArena, hasher: &NameHasher) -> Option<PackedEvent> {
+fn pack(view: &EventView<'_>, arena: &mut TextArena) -> Option<PackedEvent> {
     let kind = match &view.kind {
         KindView::Opened { accept_foreign_ids } => PackedKind::Opened {
             accept_foreign_ids: *accept_foreign_ids,
@@ -165,24 +151,17 @@ fn pack(view: &EventView<'_>, arena: &mut TextArena, hasher: &NameHasher) -> Opt
         seq: view.seq,
         at: view.at,
         kind,
-        hashes: hashes(&view.kind, hasher),
     })
 }
 
 impl PackedEvent {
-    fn whole(event: Event, hasher: &NameHasher) -> PackedEvent {
+    fn whole(event: Event) -> PackedEvent {
         PackedEvent {
             schema: event.schema,
             seq: event.seq,
             at: event.at,
-            hashes: hashes(&event.kind.view(), hasher),
             kind: PackedKind::Whole(Box::new(event)),
         }
-    }
-
-    /// The hashes of the names it looks up.
-    pub(super) fn hashes(&self) -> [Option<u32>; 2] {
-        self.hashes
     }
 
     /// The event, borrowed from itself and from the arena it was packed
@@ -215,5 +194,54 @@ impl PackedEvent {
             at: self.at,
             kind,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::tests::every_event;
+    use crate::event::{SCHEMA_VERSION, SCHEMA_VERSION_MIN};
+
+    #[test]
+    fn a_batch_gives_back_every_event_packed_into_it() {
+        // Guards against packing losing or mixing up fields.
+        for schema in [SCHEMA_VERSION_MIN, SCHEMA_VERSION] {
+            let events = every_event(schema);
+            let mut batch = Batch::new();
+            for event in &events {
+                batch.push(event.seq, &event.encode().unwrap()).unwrap();
+            }
+            let whole = batch
+                .events
+                .iter()
+                .filter(|packed| matches!(packed.kind, PackedKind::Whole(_)))
+                .count();
+            // Refusals, send results, operator actions and the bumped outcome.
+            assert_eq!(whole, 6);
+            for (event, packed) in events.iter().zip(&batch.events) {
+                let view = packed.view(&batch.text);
+                assert_eq!(
+                    (view.schema, view.seq, view.at),
+                    (schema, event.seq, event.at)
+                );
+                assert_eq!(view.kind.to_value(), event.kind);
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_whose_event_names_another_sequence_number_is_refused() {
+        // Guards against replay applying an event out of its place in the log.
+        let event = &every_event(SCHEMA_VERSION)[1];
+        let mut batch = Batch::new();
+        let error = batch
+            .push(event.seq + 1, &event.encode().unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(error, LedgerError::MisplacedEvent { seq, found } if seq == event.seq + 1 && found == event.seq),
+            "{error}"
+        );
+        assert!(batch.is_empty());
     }
 }

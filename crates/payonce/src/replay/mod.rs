@@ -4,8 +4,7 @@
 //!
 //! Every replay decodes records into [`Batch`]es and hands each batch to
 //! one function, [`apply_batch`], which re-derives and applies its events
-//! in two phases per event (prefetch, then judge and apply), reading the
-//! table memory of the events a group ahead. Three drivers feed it:
+//! in two phases per event: prefetch, then judge and apply. Three drivers feed it:
 //! opening on one thread, opening on two (one thread scans and decodes,
 //! the other applies), and `verify`, which notes divergences instead of
 //! stopping at the first.
@@ -26,7 +25,7 @@ pub use self::batch::decode_event;
 pub use self::rederive::rederive;
 use self::rederive::rederive_prefetched;
 use crate::error::{Divergence, LedgerError};
-use crate::state::{NameHasher, Names, State};
+use crate::state::State;
 
 /// Batches read ahead of the applying thread. The scanning thread reads a
 /// whole segment (64 MiB) before it decodes the first record in it, about
@@ -42,11 +41,6 @@ const BATCHES_AHEAD_MAX: usize = 32;
 /// allocations, the allocator served them from its heap, and kept their
 /// memory resident after the replay.
 const BATCHES: usize = BATCHES_AHEAD_MAX + 2;
-
-/// Events whose names are read ahead (see [`State::read_ahead`]) a group
-/// at a time, one group ahead: the table misses of a group overlap, and
-/// are served while the group before it is applied.
-const READ_AHEAD_GROUP: usize = 8;
 
 /// What a replay does with a recorded decision the code would not make
 /// again.
@@ -79,20 +73,9 @@ pub(crate) fn apply_batch(
     batch: &Batch,
     on_divergence: &mut impl OnDivergence,
 ) -> Result<(), LedgerError> {
-    let events = &batch.events;
-    for (index, event) in events.iter().enumerate() {
-        if index % READ_AHEAD_GROUP == 0 {
-            // A batch's first group is read ahead as it starts.
-            let (from, len) = match index {
-                0 => (0, 2 * READ_AHEAD_GROUP),
-                _ => (index + READ_AHEAD_GROUP, READ_AHEAD_GROUP),
-            };
-            for ahead in events.iter().skip(from).take(len) {
-                state.read_ahead(ahead.hashes());
-            }
-        }
+    for event in &batch.events {
         let view = event.view(&batch.text);
-        let found = state.prefetch(&Names::hashed(&view.kind, event.hashes()));
+        let found = state.prefetch(&state.names(&view.kind));
         if let Some(divergence) = rederive_prefetched(state, &view, &found) {
             on_divergence.diverged(divergence)?;
         }
@@ -140,11 +123,10 @@ pub(crate) fn replay_log(
 fn read_records(
     opening: &mut Opening,
     batch: &mut Batch,
-    hasher: &NameHasher,
     mut full: impl FnMut(&mut Batch) -> Result<(), LedgerError>,
 ) -> Result<(), LedgerError> {
     while let Some(record) = opening.next_record()? {
-        batch.push(record.seq, record.payload, hasher)?;
+        batch.push(record.seq, record.payload)?;
         if batch.is_full() {
             full(batch)?;
         }
@@ -155,9 +137,8 @@ fn read_records(
 /// The one-thread driver: decodes a batch, applies it, and so on.
 fn replay_on_this_thread(opening: &mut Opening) -> Result<State, LedgerError> {
     let mut state = State::new();
-    let hasher = state.hasher().clone();
     let mut batch = Batch::new();
-    let read = read_records(opening, &mut batch, &hasher, |batch| {
+    let read = read_records(opening, &mut batch, |batch| {
         apply_batch(&mut state, batch, &mut Refuse)?;
         batch.clear();
         Ok(())
@@ -202,12 +183,8 @@ impl Handoff {
 /// batch it receives, and gives each back. After an error it only gives
 /// batches back, so the scanning side never waits on it, and answers with
 /// the first error.
-fn apply_received(
-    received: Receiver<Batch>,
-    returned: SyncSender<Batch>,
-    hasher: NameHasher,
-) -> Applied {
-    let mut state = State::with_hasher(hasher);
+fn apply_received(received: Receiver<Batch>, returned: SyncSender<Batch>) -> Applied {
+    let mut state = State::new();
     let mut failed = None;
     for batch in received {
         if failed.is_none()
@@ -236,19 +213,16 @@ type Applied = Result<State, LedgerError>;
 fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerError> {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
-    // Both threads hash names with the applying state's hasher.
-    let hasher = NameHasher::default();
     thread::scope(|scope| {
         let (batches, received) = sync_channel::<Batch>(BATCHES_AHEAD_MAX);
         // Room for every batch alive at once, so applied batches are
         // returned to be filled again.
         let (returned, applied) = sync_channel::<Batch>(BATCHES);
-        let applier_hasher = hasher.clone();
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            apply_received(received, returned, applier_hasher)
+            apply_received(received, returned)
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -267,7 +241,7 @@ fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerErr
             applied,
         };
         let mut batch = Batch::new();
-        let read = read_records(opening, &mut batch, &hasher, |batch| {
+        let read = read_records(opening, &mut batch, |batch| {
             handoff.hand_over(batch);
             Ok(())
         });

@@ -11,8 +11,7 @@
 //!   the text it is named by. A map of owned keys would cost a wide entry
 //!   per slot of spare capacity.
 //! - [`KeySlot`] and [`WithdrawalSlot`]: the two kinds of entries.
-//! - [`NameHasher`]: how names are hashed, so a name can be hashed once,
-//!   on any thread, for every lookup an event makes.
+//! - [`NameHasher`]: how names are hashed.
 
 use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroU16;
@@ -124,14 +123,13 @@ pub(super) fn stored<'t, T>(
 }
 
 /// Hashes names (request keys and withdrawal ids, which come from clients)
-/// with a keyed hash, so nobody can choose colliding ones. Clones hash
-/// alike: replay hashes an event's names on the thread that decodes it.
+/// with a keyed hash, so nobody can choose colliding ones.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct NameHasher(RandomState);
+pub(super) struct NameHasher(RandomState);
 
 impl NameHasher {
     /// The 32 bits of `name`'s hash that a slot keeps.
-    pub(crate) fn hash(&self, name: &str) -> u32 {
+    pub(super) fn hash(&self, name: &str) -> u32 {
         // Any 32 bits of SipHash's output are as good as any other.
         self.0.hash_one(name) as u32
     }
@@ -185,13 +183,6 @@ impl<T: NamedEntry> Slots<T> {
                 hashes[slot as usize] == hash && texts.get(entries[slot as usize].name()) == name
             })
             .copied()
-    }
-
-    /// Reads the control bytes that finding a name whose hash is `hash`
-    /// probes, as a lookup of a name not in the table does, and finds
-    /// nothing: see `State::read_ahead`.
-    pub(super) fn read_ahead(&self, hash: u32) {
-        std::hint::black_box(self.table.find(table_hash(hash), |_| false));
     }
 
     /// Puts `entry`, whose name's hash is `hash`, in a free slot, or a new

@@ -14,8 +14,7 @@
 //! [`State::prefetch`] looks up what the event touches (the record of its
 //! key, the slot of its withdrawal) once, then judging the event
 //! (`crate::decide::judge`) and applying it ([`State::apply_prefetched`])
-//! read what was found. [`State::read_ahead`] warms the memory a later
-//! prefetch will probe, so replay's cache misses overlap.
+//! read what was found.
 //!
 //! A log that diverged, which only `verify` applies, asks for what the
 //! code never decides: a key claiming twice, two keys on one withdrawal, a
@@ -38,9 +37,8 @@ use payonce_model::{
 use rust_decimal::Decimal;
 
 pub use self::apply::apply;
-pub(crate) use self::layout::NameHasher;
 pub use self::layout::SLOTS_MAX;
-use self::layout::{KeySlot, NO_HOLDER, Slots, Texts, WithdrawalSlot, stored};
+use self::layout::{KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
 use crate::event::{KindView, command_key};
 use crate::time::Timestamp;
 
@@ -91,8 +89,8 @@ pub(crate) struct Name<'a> {
     hash: u32,
 }
 
-/// The names an event looks up: hashed once, on whichever thread reads
-/// the event, for every lookup judging and applying it makes.
+/// The names an event looks up, hashed once for every lookup judging and
+/// applying it makes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Names<'a> {
     key: Option<Name<'a>>,
@@ -119,22 +117,6 @@ impl<'a> Names<'a> {
                 [command_key(command).map(|key| key.as_str()), None]
             }
             KindView::Opened { .. } => [None, None],
-        }
-    }
-
-    /// The names of `kind`, with hashes computed ahead for
-    /// [`Names::texts`] under the state's hasher (debug builds check).
-    pub(crate) fn hashed(kind: &'a KindView<'_>, hashes: [Option<u32>; 2]) -> Names<'a> {
-        let [key, id] = Names::texts(kind);
-        let name = |text: Option<&'a str>, hash: Option<u32>| {
-            Some(Name {
-                text: text?,
-                hash: hash?,
-            })
-        };
-        Names {
-            key: name(key, hashes[0]),
-            id: name(id, hashes[1]),
         }
     }
 }
@@ -456,26 +438,21 @@ impl State {
         State::default()
     }
 
-    /// How the state hashes names: replay hashes each event's names with
-    /// it on the thread that decodes the event.
-    pub(crate) fn hasher(&self) -> &NameHasher {
-        &self.hasher
-    }
-
-    /// The state before any event, hashing names with `hasher`: replay
-    /// hashes each event's names with a clone of it on the thread that
-    /// decodes the event.
-    pub(crate) fn with_hasher(hasher: NameHasher) -> Self {
-        State {
-            hasher,
-            ..State::default()
-        }
-    }
-
-    /// The names `kind` looks up, hashed here.
+    /// The names `kind` looks up, hashed: once per event, however many
+    /// lookups judging and applying it make.
     pub(crate) fn names<'a>(&self, kind: &'a KindView<'_>) -> Names<'a> {
-        let hashes = Names::texts(kind).map(|text| text.map(|text| self.hasher.hash(text)));
-        Names::hashed(kind, hashes)
+        let [key, id] = Names::texts(kind);
+        let name = |text: Option<&'a str>| {
+            let text = text?;
+            Some(Name {
+                text,
+                hash: self.hasher.hash(text),
+            })
+        };
+        Names {
+            key: name(key),
+            id: name(id),
+        }
     }
 
     /// Phase one of applying an event: finds the slots of the names it
@@ -483,12 +460,6 @@ impl State {
     pub(crate) fn prefetch<'a>(&self, names: &Names<'a>) -> Prefetched<'a> {
         let found = |name: Option<Name<'a>>, find: &dyn Fn(Name<'a>) -> Option<u32>| {
             let name = name?;
-            debug_assert_eq!(
-                name.hash,
-                self.hasher.hash(name.text),
-                "a hash computed ahead is not {:?}'s",
-                name.text
-            );
             Some(Found {
                 name,
                 slot: find(name),
@@ -501,23 +472,6 @@ impl State {
             id: found(names.id, &|name| {
                 self.withdrawals.find(&self.texts, name.hash, name.text)
             }),
-        }
-    }
-
-    /// Reads the tables' control bytes that prefetching names with these
-    /// hashes (a later event's key and id, as [`Names::texts`] lists
-    /// them) will probe, not the slots or text a match leads to, and
-    /// changes nothing. With millions of names the tables are far larger
-    /// than the processor's caches, and each lookup of a name not seen
-    /// lately misses them; replay reads ahead for several events at once,
-    /// so their misses overlap one another instead of each stalling the
-    /// event that needs it.
-    pub(crate) fn read_ahead(&self, hashes: [Option<u32>; 2]) {
-        if let Some(key) = hashes[0] {
-            self.keys.read_ahead(key);
-        }
-        if let Some(id) = hashes[1] {
-            self.withdrawals.read_ahead(id);
         }
     }
 

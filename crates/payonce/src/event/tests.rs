@@ -1,0 +1,252 @@
+//! The schema's encodings: owned and borrowed decoding agree, kind by
+//! kind, in both schemas this build reads.
+
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Note, Reason, Reference, RequestKey, WithdrawalId,
+    WithdrawalRequest,
+};
+use proptest::prelude::*;
+
+use super::*;
+
+fn request(id: &str) -> WithdrawalRequest {
+    WithdrawalRequest::new(
+        WithdrawalId::new(id).unwrap(),
+        Amount::parse("25.5").unwrap(),
+        Currency::new("USDC").unwrap(),
+        Destination::new("0xabc").unwrap(),
+        Actor::new("alice").unwrap(),
+    )
+}
+
+fn sent(id: &str, reference: &str) -> WithdrawalRequest {
+    let reference = Reference::new(reference).unwrap();
+    request(id)
+        .approve()
+        .unwrap()
+        .start_sending()
+        .unwrap()
+        .mark_sent(reference)
+        .unwrap()
+}
+
+/// One event of every kind, in `schema`: in schema 1 nothing names the
+/// withdrawal a key held. Also a bumped outcome, which a view cannot
+/// borrow.
+fn every_kind(schema: u16) -> Vec<EventKind> {
+    let key = || RequestKey::new("k-1").unwrap();
+    let held = || (schema >= SCHEMA_NAMING_HELD).then(|| WithdrawalId::new("w-1").unwrap());
+    let note = Note::new("checked the rail").unwrap();
+    let by = Actor::new("ops").unwrap();
+    let reason = Reason::new("node down").unwrap();
+    let bumped = sent("w-1", "0xa")
+        .bump(Reference::new("0xb").unwrap())
+        .unwrap();
+    let failed = request("w-1")
+        .approve()
+        .unwrap()
+        .fail(reason.clone())
+        .unwrap();
+    vec![
+        EventKind::Opened {
+            accept_foreign_ids: true,
+        },
+        EventKind::Created {
+            withdrawal: request("w-1"),
+        },
+        EventKind::Claimed {
+            key: key(),
+            request: request("w-1"),
+        },
+        EventKind::Recorded {
+            key: key(),
+            request: failed.clone(),
+        },
+        EventKind::Completed {
+            key: key(),
+            outcome: sent("w-1", "0xa"),
+        },
+        EventKind::Completed {
+            key: key(),
+            outcome: bumped,
+        },
+        EventKind::SendRejected {
+            key: key(),
+            withdrawal: held(),
+            reason: reason.clone(),
+        },
+        EventKind::SendFailed {
+            key: key(),
+            withdrawal: held(),
+            error: reason.clone(),
+            cause: FailureCause::OutcomeMismatch {
+                outcome: Box::new(sent("w-2", "0xc")),
+                differences: request("w-1")
+                    .fingerprint()
+                    .differences(&request("w-2").fingerprint()),
+            },
+        },
+        EventKind::Resolved {
+            key: key(),
+            outcome: failed,
+            note: note.clone(),
+            by: by.clone(),
+        },
+        EventKind::Released {
+            key: key(),
+            withdrawal: held(),
+            note: note.clone(),
+            by: by.clone(),
+        },
+        EventKind::Refused {
+            command: Command::Release {
+                key: key(),
+                note,
+                by,
+            },
+            refusal: Refusal::UnknownWithdrawal {
+                withdrawal: WithdrawalId::new("w-9").unwrap(),
+            },
+            held: held(),
+        },
+    ]
+}
+
+fn event(schema: u16, seq: u64, kind: EventKind) -> Event {
+    Event {
+        schema,
+        seq,
+        at: Timestamp::from_unix_nanos(seq * 1_000),
+        kind,
+    }
+}
+
+pub(crate) fn every_event(schema: u16) -> Vec<Event> {
+    every_kind(schema)
+        .into_iter()
+        .enumerate()
+        .map(|(index, kind)| event(schema, index as u64 + 1, kind))
+        .collect()
+}
+
+/// Whether a borrowed reading of `event` is expected to refuse it: a
+/// bumped withdrawal, or a schema-1 kind whose layout schema 2 changed.
+fn view_refuses(event: &Event) -> bool {
+    let bumped = matches!(&event.kind, EventKind::Completed { outcome, .. } if !outcome.replaced().is_empty());
+    let changed = matches!(
+        event.kind,
+        EventKind::SendRejected { .. }
+            | EventKind::SendFailed { .. }
+            | EventKind::Released { .. }
+            | EventKind::Refused { .. }
+    );
+    bumped || (event.schema == legacy::SCHEMA && changed)
+}
+
+#[test]
+fn every_kind_decodes_owned_and_borrowed_to_the_event_written_in_both_schemas() {
+    // Guards against the borrowed types or the schema-1 layout drifting from the owned encoding.
+    for schema in [legacy::SCHEMA, SCHEMA_VERSION] {
+        for event in every_event(schema) {
+            let bytes = event.encode().unwrap();
+            assert_eq!(bytes[..2], schema.to_le_bytes(), "{}", event.kind.name());
+            assert_eq!(Event::decode(&bytes).unwrap(), event);
+            assert_eq!(event.view().kind.to_value(), event.kind);
+            match EventView::decode(&bytes) {
+                Ok(view) => {
+                    assert!(!view_refuses(&event), "{schema}: {:?}", event.kind);
+                    assert_eq!(
+                        (view.schema, view.seq, view.at),
+                        (schema, event.seq, event.at)
+                    );
+                    assert_eq!(view.kind.to_value(), event.kind);
+                }
+                Err(_) => assert!(view_refuses(&event), "{schema}: {:?}", event.kind),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_schema_1_event_encodes_to_the_bytes_schema_1_wrote() {
+    // Guards against the legacy layout losing its place: schema 1 is schema 2 without the held withdrawal.
+    let v1 = event(
+        legacy::SCHEMA,
+        7,
+        EventKind::Released {
+            key: RequestKey::new("k-1").unwrap(),
+            withdrawal: None,
+            note: Note::new("n").unwrap(),
+            by: Actor::new("ops").unwrap(),
+        },
+    );
+    let v2 = Event {
+        schema: SCHEMA_VERSION,
+        kind: EventKind::Released {
+            key: RequestKey::new("k-1").unwrap(),
+            withdrawal: None,
+            note: Note::new("n").unwrap(),
+            by: Actor::new("ops").unwrap(),
+        },
+        ..v1.clone()
+    };
+    let (old, new) = (v1.encode().unwrap(), v2.encode().unwrap());
+    // Schema 2 adds one byte: the `None` of the withdrawal, after the key.
+    let key_end = KIND_OFFSET + 4 + 8 + 3;
+    assert_eq!(old[2..key_end], new[2..key_end]);
+    assert_eq!(new[key_end], 0);
+    assert_eq!(old[key_end..], new[key_end + 1..]);
+}
+
+#[test]
+fn a_schema_1_event_naming_a_held_withdrawal_does_not_encode() {
+    // Guards against writing a schema-1 event that schema 1 could not have held.
+    let mut forged = every_event(SCHEMA_VERSION)
+        .into_iter()
+        .find(|event| matches!(event.kind, EventKind::Released { .. }))
+        .unwrap();
+    forged.schema = legacy::SCHEMA;
+    assert!(forged.encode().is_err());
+}
+
+#[test]
+fn a_schema_this_build_does_not_know_is_refused_by_number() {
+    // Guards against a future schema being misread as this one.
+    let mut bytes = every_event(SCHEMA_VERSION)[0].encode().unwrap();
+    bytes[..2].copy_from_slice(&3u16.to_le_bytes());
+    assert_eq!(
+        Event::decode(&bytes),
+        Err(EventDecodeError::UnknownSchema {
+            found: 3,
+            expected: SCHEMA_VERSION
+        })
+    );
+    assert_eq!(
+        Event::decode(&bytes[..1]),
+        Err(EventDecodeError::Truncated { len: 1 })
+    );
+}
+
+proptest! {
+    #[test]
+    fn a_view_decodes_only_what_the_owned_decoding_reads_alike(
+        schema in prop::sample::select(vec![legacy::SCHEMA, SCHEMA_VERSION]),
+        which in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        // Guards against the borrowed reading accepting corrupt bytes the owned decoding refuses.
+        let events = every_event(schema);
+        let mut bytes = events[which.index(events.len())].encode().unwrap();
+        for (index, value) in flips {
+            let at = index.index(bytes.len());
+            bytes[at] = value;
+        }
+        if let Ok(view) = EventView::decode(&bytes) {
+            let owned = Event::decode(&bytes);
+            prop_assert!(owned.is_ok(), "the view read what the event refuses: {:?}", owned);
+            let owned = owned.unwrap();
+            prop_assert_eq!((view.schema, view.seq, view.at), (owned.schema, owned.seq, owned.at));
+            prop_assert_eq!(view.kind.to_value(), owned.kind);
+        }
+    }
+}
