@@ -9,11 +9,11 @@ use std::sync::Arc;
 use payonce_log::{
     FsStorage, LogConfig, LogReader, OpenError, Position, Records, Storage, TornTail,
 };
-use payonce_model::Currency;
+use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
 
 use crate::error::{Divergence, LedgerError};
-use crate::event::Event;
+use crate::event::{Event, EventKind};
 use crate::replay::{Batch, apply_batch, decode_event};
 use crate::state::State;
 
@@ -91,6 +91,26 @@ pub fn verify_on(
         torn_tail: recovery.torn_tail,
         state,
     })
+}
+
+/// The withdrawal `kind` is about, as `state`, the state just before the
+/// event, knows it: the one the event names, or, for an event of schema 1
+/// about a key alone (which did not name the withdrawal), the one its key
+/// held.
+pub fn withdrawal_of(state: &State, kind: &EventKind) -> Option<WithdrawalId> {
+    if let Some(withdrawal) = kind.withdrawal() {
+        return Some(withdrawal.clone());
+    }
+    let key_only = matches!(
+        kind,
+        EventKind::SendRejected { .. }
+            | EventKind::SendFailed { .. }
+            | EventKind::Released { .. }
+            | EventKind::Refused { .. }
+    );
+    key_only
+        .then(|| state.record(kind.key()?).map(|record| record.withdrawal()))
+        .flatten()
 }
 
 /// The events of a ledger's log, read-only.

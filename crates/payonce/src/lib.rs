@@ -62,7 +62,7 @@ mod replay;
 mod state;
 mod time;
 
-pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on};
+pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide};
 pub use crate::error::{Divergence, LedgerError, SendFailure, SubmitError};

@@ -201,6 +201,23 @@ impl EventKind {
         }
     }
 
+    /// This event as an event of `schema` records it: schemas before
+    /// [`SCHEMA_NAMING_HELD`] record no withdrawal for a key-only event.
+    pub(crate) fn in_schema(mut self, schema: u16) -> EventKind {
+        if schema < SCHEMA_NAMING_HELD {
+            match &mut self {
+                EventKind::SendRejected { withdrawal, .. }
+                | EventKind::SendFailed { withdrawal, .. }
+                | EventKind::Released { withdrawal, .. }
+                | EventKind::Refused {
+                    held: withdrawal, ..
+                } => *withdrawal = None,
+                _ => {}
+            }
+        }
+        self
+    }
+
     /// A short name for the kind, as used in exports and history.
     pub fn name(&self) -> &'static str {
         match self {

@@ -61,7 +61,10 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
             if matches!(**cause, FailureCause::OutcomeMismatch { .. }) =>
         {
             let recorded = event.kind.to_value();
-            decide(state, &recorded.command()) == Ok(Decision::Append(recorded))
+            match decide(state, &recorded.command()) {
+                Ok(Decision::Append(rebuilt)) => rebuilt.in_schema(schema) == recorded,
+                _ => false,
+            }
         }
         KindView::SendRejected {
             key, withdrawal, ..

@@ -539,3 +539,47 @@ fn verify_of_a_send_failure_recorded_after_an_outcome_keeps_the_outcome_and_the_
     assert_eq!(record.last_error(), None);
     assert_eq!(report.state.in_flight().len(), 1);
 }
+
+/// A ledger where req-1's send failed, holding w1, and w2 created; the
+/// storage, w1 and w2.
+fn a_key_in_flight() -> (MemStorage, WithdrawalRequest, WithdrawalRequest) {
+    let f = Fixture::new();
+    let (w1, w2) = (f.withdrawal(), f.withdrawal());
+    f.ledger()
+        .submit("req-1", w1.clone(), |_| {
+            Err::<WithdrawalRequest, _>(payonce::SendFailure::<String>::Failed(
+                "timeout".to_owned(),
+            ))
+        })
+        .unwrap_err();
+    (f.storage.clone(), w1, w2)
+}
+
+#[test]
+fn a_key_only_event_naming_another_withdrawal_than_its_key_holds_is_a_divergence() {
+    // Guards against replay accepting any value for what an event derives from the state rather than its command.
+    let release = |withdrawal: Option<&WithdrawalRequest>| EventKind::Released {
+        key: "req-1".parse().unwrap(),
+        withdrawal: withdrawal.map(|w| w.id().clone()),
+        note: payonce_model::Note::new("nothing was sent").unwrap(),
+        by: payonce_model::Actor::new("ops").unwrap(),
+    };
+    for wrong in [true, false] {
+        let (storage, w1, w2) = a_key_in_flight();
+        let seq = forge(&storage, vec![release(wrong.then_some(&w2))]);
+        let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();
+        assert_eq!(report.divergences.len(), 1, "naming w2: {wrong}");
+        assert_eq!(report.divergences[0].seq, seq);
+        assert_eq!(
+            report.divergences[0].recomputed,
+            Ok(payonce::Decision::Append(release(Some(&w1))))
+        );
+    }
+    let (storage, w1, _) = a_key_in_flight();
+    forge(&storage, vec![release(Some(&w1))]);
+    assert!(
+        verify_on(Arc::new(storage), LogConfig::default())
+            .unwrap()
+            .is_clean()
+    );
+}

@@ -14,5 +14,6 @@ mod logs;
 mod model;
 mod races;
 mod scenarios;
+mod schemas;
 
 pub use fixture::*;
