@@ -72,5 +72,5 @@ pub use crate::event::{
 pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN, Ticket};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{decode_event, rederive};
-pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, Record, SLOTS_MAX, State, apply};
+pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply};
 pub use crate::time::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use payonce::{Event, EventKind, EventLog, Hold, Record, State, apply, rederive};
+use payonce::{Event, EventKind, EventLog, Hold, KeyRecord, State, apply, rederive};
 use payonce_log::{LogConfig, LogError, LogReader, MemStorage};
 use payonce_model::{Amount, Currency, WithdrawalRequest, WithdrawalState};
 use rust_decimal::Decimal;
@@ -29,7 +29,7 @@ pub struct RecordValue {
 
 impl RecordValue {
     /// The values of `record`.
-    pub fn of(record: &Record<'_>) -> RecordValue {
+    pub fn of(record: &KeyRecord<'_>) -> RecordValue {
         RecordValue {
             fingerprint: record.fingerprint(),
             outcome: record.outcome(),

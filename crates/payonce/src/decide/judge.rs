@@ -11,7 +11,7 @@ use payonce_model::{
 };
 
 use crate::refusal::{HolderState, Refusal};
-use crate::state::{Prefetched, Record, State};
+use crate::state::{KeyRecord, Prefetched, State};
 
 /// What a claim (or a record) comes to.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub(crate) enum ClaimVerdict {
 #[derive(Debug)]
 pub(crate) struct CompletionVerdict<'s> {
     /// The key's record: the withdrawal it holds is what the event names.
-    pub(crate) record: Record<'s>,
+    pub(crate) record: KeyRecord<'s>,
     /// Every field in which a returned outcome differs from the claimed
     /// withdrawal; empty when it is the claimed one or there is none.
     pub(crate) differences: Vec<Difference>,
@@ -37,7 +37,7 @@ pub(crate) struct CompletionVerdict<'s> {
 pub(crate) enum CloseVerdict<'s> {
     /// Append it. For a release, the key's record: the withdrawal it holds
     /// is what the event names.
-    Close(Option<Record<'s>>),
+    Close(Option<KeyRecord<'s>>),
     /// What was asked already holds: write nothing.
     AlreadyClosed,
 }
@@ -166,7 +166,7 @@ pub(crate) fn created(state: &State, withdrawal: WithdrawalView<'_>) -> bool {
 
 /// The record of the key a refused command names, if it has one: the
 /// withdrawal it holds is what the refusal records.
-pub(crate) fn held<'s>(state: &'s State, found: &Prefetched<'_>) -> Option<Record<'s>> {
+pub(crate) fn held<'s>(state: &'s State, found: &Prefetched<'_>) -> Option<KeyRecord<'s>> {
     state.record_of(found)
 }
 
@@ -221,7 +221,7 @@ fn withdrawal_free(
     Ok(())
 }
 
-fn holder_state(record: &Record<'_>) -> HolderState {
+fn holder_state(record: &KeyRecord<'_>) -> HolderState {
     match record.progress() {
         Some(outcome) => HolderState::Decided {
             state: outcome.state(),
@@ -235,7 +235,7 @@ fn holder_state(record: &Record<'_>) -> HolderState {
     }
 }
 
-fn in_flight(key: TextView<'_, RequestKey>, record: &Record<'_>) -> Refusal {
+fn in_flight(key: TextView<'_, RequestKey>, record: &KeyRecord<'_>) -> Refusal {
     Refusal::InFlight {
         key: key.to_value(),
         withdrawal: record.withdrawal(),

@@ -17,7 +17,7 @@ use crate::decide::judge::{self, ClaimVerdict, CloseVerdict};
 use crate::decide::{Decision, decide};
 use crate::error::Divergence;
 use crate::event::{Event, EventView, KindView, SCHEMA_NAMING_HELD};
-use crate::state::{Prefetched, Record, State};
+use crate::state::{KeyRecord, Prefetched, State};
 
 /// Asks `decide` again, from `state`, for the command behind `event`.
 /// `None` when it agrees with what was recorded.
@@ -100,7 +100,7 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
 fn derived(
     schema: u16,
     recorded: Option<TextView<'_, WithdrawalId>>,
-    record: Option<Record<'_>>,
+    record: Option<KeyRecord<'_>>,
 ) -> bool {
     if schema < SCHEMA_NAMING_HELD {
         return recorded.is_none();

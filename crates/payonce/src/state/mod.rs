@@ -139,7 +139,7 @@ struct Found<'a> {
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Sorted, so two states with the same answers print the same.
-        let records: BTreeMap<&str, Record<'_>> = self
+        let records: BTreeMap<&str, KeyRecord<'_>> = self
             .keys
             .in_use()
             .filter_map(|slot| self.record_at(slot))
@@ -171,7 +171,7 @@ impl fmt::Debug for State {
 /// believes.
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
-        let same_record = |mine: Record<'_>| {
+        let same_record = |mine: KeyRecord<'_>| {
             other.record(mine.key_str()).is_some_and(|theirs| {
                 mine.withdrawal.id_str() == theirs.withdrawal.id_str()
                     && mine.entry.claimed_seq == theirs.entry.claimed_seq
@@ -211,18 +211,19 @@ impl PartialEq for State {
 
 impl Eq for State {}
 
-/// What a request key claimed, and what came of it: a view into a [`State`].
+/// What a request key claimed, and what came of it, read from a [`State`]:
+/// a key's record.
 #[derive(Clone, Copy)]
-pub struct Record<'a> {
+pub struct KeyRecord<'a> {
     state: &'a State,
     slot: u32,
     entry: &'a KeySlot,
     withdrawal: Withdrawal<'a>,
 }
 
-impl fmt::Debug for Record<'_> {
+impl fmt::Debug for KeyRecord<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Record")
+        f.debug_struct("KeyRecord")
             .field("key", &self.key_str())
             .field("withdrawal", &self.withdrawal.id_str())
             .field("outcome", &self.progress())
@@ -234,7 +235,7 @@ impl fmt::Debug for Record<'_> {
     }
 }
 
-impl<'a> Record<'a> {
+impl<'a> KeyRecord<'a> {
     /// The request key.
     pub fn key(&self) -> RequestKey {
         stored(self.key_str(), RequestKey::new)
@@ -249,7 +250,7 @@ impl<'a> Record<'a> {
     pub fn withdrawal(&self) -> WithdrawalId {
         self.withdrawal.id()
     }
-    /// [`Record::withdrawal`]'s text, borrowed.
+    /// [`KeyRecord::withdrawal`]'s text, borrowed.
     pub(crate) fn withdrawal_str(&self) -> &'a str {
         self.withdrawal.id_str()
     }
@@ -261,7 +262,7 @@ impl<'a> Record<'a> {
     pub fn matches(&self, request: &WithdrawalRequest) -> bool {
         self.matches_view(request.view())
     }
-    /// [`Record::matches`], for a borrowed request.
+    /// [`KeyRecord::matches`], for a borrowed request.
     pub(crate) fn matches_view(&self, request: WithdrawalView<'_>) -> bool {
         self.withdrawal.matches(request)
     }
@@ -299,7 +300,7 @@ impl<'a> Record<'a> {
     pub fn has_outcome(&self, outcome: &WithdrawalRequest) -> bool {
         self.has_outcome_view(outcome.view())
     }
-    /// [`Record::has_outcome`], for a borrowed outcome.
+    /// [`KeyRecord::has_outcome`], for a borrowed outcome.
     pub(crate) fn has_outcome_view(&self, outcome: WithdrawalView<'_>) -> bool {
         let same = |at, text: Option<&str>| self.text(at) == text;
         self.entry.state == Some(outcome.state())
@@ -338,7 +339,7 @@ impl<'a> Record<'a> {
     }
 }
 
-/// A withdrawal the state knows: a view into a [`State`].
+/// A withdrawal the state knows, read from a [`State`].
 #[derive(Clone, Copy)]
 pub(crate) struct Withdrawal<'a> {
     state: &'a State,
@@ -381,11 +382,11 @@ impl<'a> Withdrawal<'a> {
         self.entry.held
     }
     /// The record of the key holding it.
-    pub(crate) fn holder(&self) -> Option<Record<'a>> {
+    pub(crate) fn holder(&self) -> Option<KeyRecord<'a>> {
         if self.entry.holder == NO_HOLDER {
             return None;
         }
-        Some(Record {
+        Some(KeyRecord {
             state: self.state,
             slot: self.entry.holder,
             entry: &self.state.keys[self.entry.holder],
@@ -476,7 +477,7 @@ impl State {
     }
 
     /// The record of the key `prefetched` looked up.
-    pub(crate) fn record_of(&self, prefetched: &Prefetched<'_>) -> Option<Record<'_>> {
+    pub(crate) fn record_of(&self, prefetched: &Prefetched<'_>) -> Option<KeyRecord<'_>> {
         self.record_at(prefetched.key?.slot?)
     }
 
@@ -496,7 +497,7 @@ impl State {
     }
 
     /// The record for `key`.
-    pub fn record(&self, key: &str) -> Option<Record<'_>> {
+    pub fn record(&self, key: &str) -> Option<KeyRecord<'_>> {
         self.record_at(self.find_key(key)?)
     }
 
@@ -589,7 +590,7 @@ impl State {
     }
 
     /// Every record with its key, in no particular order.
-    pub fn records(&self) -> impl Iterator<Item = (RequestKey, Record<'_>)> {
+    pub fn records(&self) -> impl Iterator<Item = (RequestKey, KeyRecord<'_>)> {
         self.keys.in_use().filter_map(|slot| {
             let record = self.record_at(slot)?;
             Some((record.key(), record))
@@ -629,9 +630,9 @@ impl State {
 
     /// The record in key slot `slot`; `None` if its withdrawal is
     /// forgotten, which only a diverging log brings about.
-    fn record_at(&self, slot: u32) -> Option<Record<'_>> {
+    fn record_at(&self, slot: u32) -> Option<KeyRecord<'_>> {
         let entry = &self.keys[slot];
-        Some(Record {
+        Some(KeyRecord {
             state: self,
             slot,
             entry,
