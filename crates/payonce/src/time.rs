@@ -160,34 +160,8 @@ impl FromStr for Timestamp {
         }
         let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
         let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-        let mut rest = &text[19..];
-        let mut nanos = 0;
-        if let Some(fraction) = rest.strip_prefix('.') {
-            let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-            if digits == 0 || digits > 9 {
-                return Err(refuse());
-            }
-            nanos = fraction[..digits].parse::<u64>().map_err(|_| refuse())?
-                * 10u64.pow(9 - digits as u32);
-            rest = &fraction[digits..];
-        }
-        let offset_seconds: i64 = match rest.as_bytes() {
-            [b'Z' | b'z'] => 0,
-            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-                let digits = [*h1, *h2, *m1, *m2];
-                if !digits.iter().all(u8::is_ascii_digit) {
-                    return Err(refuse());
-                }
-                let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
-                let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
-                if hours > 23 || minutes > 59 {
-                    return Err(refuse());
-                }
-                let magnitude = hours * 3600 + minutes * 60;
-                if *sign == b'+' { magnitude } else { -magnitude }
-            }
-            _ => return Err(refuse()),
-        };
+        let (nanos, rest) = fraction(&text[19..]).ok_or_else(refuse)?;
+        let offset_seconds = utc_offset_seconds(rest).ok_or_else(refuse)?;
         let days_in_month = match month {
             1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
             4 | 6 | 9 | 11 => 30,
@@ -208,6 +182,41 @@ impl FromStr for Timestamp {
             .and_then(|n| n.checked_add(nanos))
             .ok_or_else(refuse)?;
         Ok(Timestamp(total))
+    }
+}
+
+/// The nanoseconds of an optional `.fraction` (1 to 9 digits) at the start
+/// of `rest`, and what follows it.
+fn fraction(rest: &str) -> Option<(u64, &str)> {
+    let Some(fraction) = rest.strip_prefix('.') else {
+        return Some((0, rest));
+    };
+    let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || digits > 9 {
+        return None;
+    }
+    let nanos = fraction[..digits].parse::<u64>().ok()? * 10u64.pow(9 - digits as u32);
+    Some((nanos, &fraction[digits..]))
+}
+
+/// The offset from UTC `rest` names, `Z` or `±HH:MM`, in seconds.
+fn utc_offset_seconds(rest: &str) -> Option<i64> {
+    match rest.as_bytes() {
+        [b'Z' | b'z'] => Some(0),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let digits = [*h1, *h2, *m1, *m2];
+            if !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
+            let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let magnitude = hours * 3600 + minutes * 60;
+            Some(if *sign == b'+' { magnitude } else { -magnitude })
+        }
+        _ => None,
     }
 }
 

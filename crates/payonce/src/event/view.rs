@@ -138,11 +138,8 @@ fn legacy_layout_differs(bytes: &[u8]) -> bool {
 impl KindView<'_> {
     /// The owned event.
     pub(crate) fn to_value(&self) -> EventKind {
-        let id = |view: &Option<TextView<'_, WithdrawalId>>| view.map(|id| id.to_value());
         match self {
-            KindView::Opened { accept_foreign_ids } => EventKind::Opened {
-                accept_foreign_ids: *accept_foreign_ids,
-            },
+            &KindView::Opened { accept_foreign_ids } => EventKind::Opened { accept_foreign_ids },
             KindView::Created { withdrawal } => EventKind::Created {
                 withdrawal: withdrawal.to_value(),
             },
@@ -164,7 +161,7 @@ impl KindView<'_> {
                 reason,
             } => EventKind::SendRejected {
                 key: key.to_value(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_value(withdrawal),
                 reason: reason.to_value(),
             },
             KindView::SendFailed {
@@ -174,7 +171,7 @@ impl KindView<'_> {
                 cause,
             } => EventKind::SendFailed {
                 key: key.to_value(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_value(withdrawal),
                 error: error.to_value(),
                 cause: cause.clone().into_owned(),
             },
@@ -196,7 +193,7 @@ impl KindView<'_> {
                 by,
             } => EventKind::Released {
                 key: key.to_value(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_value(withdrawal),
                 note: note.to_value(),
                 by: by.to_value(),
             },
@@ -207,7 +204,7 @@ impl KindView<'_> {
             } => EventKind::Refused {
                 command: command.clone().into_owned(),
                 refusal: refusal.clone().into_owned(),
-                held: id(held),
+                held: id_value(held),
             },
         }
     }
@@ -216,13 +213,8 @@ impl KindView<'_> {
 impl EventKind {
     /// The event, borrowed.
     pub(crate) fn view(&self) -> KindView<'_> {
-        fn id(id: &Option<WithdrawalId>) -> Option<TextView<'_, WithdrawalId>> {
-            id.as_ref().map(WithdrawalId::view)
-        }
         match self {
-            EventKind::Opened { accept_foreign_ids } => KindView::Opened {
-                accept_foreign_ids: *accept_foreign_ids,
-            },
+            &EventKind::Opened { accept_foreign_ids } => KindView::Opened { accept_foreign_ids },
             EventKind::Created { withdrawal } => KindView::Created {
                 withdrawal: withdrawal.view(),
             },
@@ -244,7 +236,7 @@ impl EventKind {
                 reason,
             } => KindView::SendRejected {
                 key: key.view(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_view(withdrawal),
                 reason: reason.view(),
             },
             EventKind::SendFailed {
@@ -254,7 +246,7 @@ impl EventKind {
                 cause,
             } => KindView::SendFailed {
                 key: key.view(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_view(withdrawal),
                 error: error.view(),
                 cause: Cow::Borrowed(cause),
             },
@@ -276,7 +268,7 @@ impl EventKind {
                 by,
             } => KindView::Released {
                 key: key.view(),
-                withdrawal: id(withdrawal),
+                withdrawal: id_view(withdrawal),
                 note: note.view(),
                 by: by.view(),
             },
@@ -287,8 +279,18 @@ impl EventKind {
             } => KindView::Refused {
                 command: Cow::Borrowed(command),
                 refusal: Cow::Borrowed(refusal),
-                held: id(held),
+                held: id_view(held),
             },
         }
     }
+}
+
+/// An optional withdrawal id, borrowed.
+fn id_view(id: &Option<WithdrawalId>) -> Option<TextView<'_, WithdrawalId>> {
+    id.as_ref().map(WithdrawalId::view)
+}
+
+/// An optional withdrawal id, owned.
+fn id_value(id: &Option<TextView<'_, WithdrawalId>>) -> Option<WithdrawalId> {
+    id.map(|id| id.to_value())
 }
