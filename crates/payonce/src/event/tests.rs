@@ -250,3 +250,43 @@ proptest! {
         }
     }
 }
+
+/// The event docs/event-format.md works through byte by byte.
+fn documented_event() -> Event {
+    Event {
+        schema: SCHEMA_VERSION,
+        seq: 3,
+        // 2026-11-30T12:00:01Z
+        at: Timestamp::from_unix_nanos(1_796_040_001_000_000_000),
+        kind: EventKind::Claimed {
+            key: RequestKey::new("k-1").unwrap(),
+            request: WithdrawalRequest::new(
+                WithdrawalId::new("w-2").unwrap(),
+                Amount::parse("25.00").unwrap(),
+                Currency::new("USDC").unwrap(),
+                Destination::new("0xabc").unwrap(),
+                Actor::new("alice").unwrap(),
+            ),
+        },
+    }
+}
+
+#[test]
+fn the_documented_event_is_the_bytes_the_document_gives() {
+    // Guards against docs/event-format.md's worked example drifting from what the ledger writes.
+    let hex: String = documented_event()
+        .encode()
+        .unwrap()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    assert_eq!(
+        hex,
+        concat!(
+            "02000300000000000000004aff75ddd0ec180200000003000000000000006b2d",
+            "310300000000000000772d321900000000000000000000000000000000040000",
+            "0000000000555344430500000000000000307861626300000000000005000000",
+            "00000000616c6963650000000000000000",
+        )
+    );
+}
