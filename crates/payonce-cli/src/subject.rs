@@ -3,10 +3,7 @@
 //!
 //! An event names a request key, a withdrawal, or both. Events that carry
 //! only a key (`send_rejected`, `send_failed`, `released`, and some
-//! refusals) are about the withdrawal that key held at the time: the
-//! [`Holdings`] replayed from the log say which.
-
-use std::collections::HashMap;
+//! refusals) are about the withdrawal that key held at the time.
 
 use payonce::EventKind;
 use payonce_model::{RequestKey, WithdrawalId};
@@ -74,29 +71,6 @@ pub(crate) fn keys_touched(kind: &EventKind) -> Vec<&RequestKey> {
         keys.push(holder);
     }
     keys
-}
-
-/// Which withdrawal each request key holds, as the events so far left it.
-#[derive(Debug, Default)]
-pub(crate) struct Holdings {
-    held: HashMap<RequestKey, WithdrawalId>,
-}
-
-impl Holdings {
-    /// Attributes `kind` to a withdrawal, then applies its change.
-    pub(crate) fn attribute_and_apply(&mut self, kind: &EventKind) -> Option<WithdrawalId> {
-        let withdrawal = attribute(kind, |key| self.held.get(key).cloned());
-        match holding_change(kind) {
-            Some(HoldingChange::Set(key, withdrawal)) => {
-                self.held.insert(key.clone(), withdrawal.clone());
-            }
-            Some(HoldingChange::Remove(key)) => {
-                self.held.remove(key);
-            }
-            None => {}
-        }
-        withdrawal
-    }
 }
 
 /// Whether an event attributed to `withdrawal` touches `subject`.
