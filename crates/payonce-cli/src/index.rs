@@ -16,6 +16,14 @@
 //!   answer.
 //! - Deleting the directory loses nothing: `payonce index` builds it again.
 //!
+//! An event is posted under the request keys it touches and under the
+//! withdrawal it is about (`crate::attribution`): the one it names, or for
+//! an event of schema 1 about a key alone, the one the ledger's state before
+//! it says the key held. A catch-up replays that state only when it meets
+//! such an event, so indexing a log of schema 2 costs no replay. Reading a
+//! key's history back, such an event is attributed to the withdrawal whose
+//! postings list it.
+//!
 //! Layout. sled reads a page table at open whose size grows with the number
 //! of entries, and a leaf holds at most 16 of them; one entry per subject
 //! would make opening a large index slower than the 100 ms an answer may
@@ -52,16 +60,14 @@ use payonce_model::{RequestKey, WithdrawalId};
 use sled::{Batch, Db, Tree};
 use tracing::{info, warn};
 
-use crate::attribution::{Attributed, needs_state};
+use crate::attribution::{Attributed, Attributor, needs_state};
 use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
-use crate::subject::{
-    HISTORY_EVENTS_MAX, HoldingChange, Subject, attribute, holding_change, keys_touched,
-};
+use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.
@@ -706,57 +712,6 @@ impl<'a> About<'a> {
     }
 }
 
-/// Which withdrawal each key holds, for attributing key-only events while
-/// indexing: learned from the events indexed in this run, else from the
-/// key's own indexed events, newest first.
-struct Attribution<'a> {
-    trees: &'a Trees,
-    log: &'a LogDir,
-    held: HashMap<RequestKey, Option<WithdrawalId>>,
-}
-
-impl Attribution<'_> {
-    fn holding(&mut self, key: &RequestKey) -> Result<Option<WithdrawalId>, String> {
-        if let Some(held) = self.held.get(key) {
-            return Ok(held.clone());
-        }
-        let entries = self.trees.lookup(KIND_KEY, key)?;
-        for entry in entries.iter().rev() {
-            let event = self
-                .log
-                .event_at(entry.seq, entry.position)
-                .map_err(|error| format!("event {} does not verify: {error}", entry.seq))?;
-            match holding_change(&event.kind) {
-                Some(HoldingChange::Set(holder, withdrawal)) if holder == key => {
-                    return Ok(Some(withdrawal.clone()));
-                }
-                Some(HoldingChange::Remove(holder)) if holder == key => return Ok(None),
-                _ => {}
-            }
-        }
-        Ok(None)
-    }
-
-    /// The withdrawal `event` is about; then records its holding change.
-    fn attribute(&mut self, event: &Event) -> Result<Option<WithdrawalId>, String> {
-        let held = match (event.kind.withdrawal(), event.kind.key()) {
-            (None, Some(key)) => self.holding(key)?,
-            _ => None,
-        };
-        let withdrawal = attribute(&event.kind, |_| held);
-        match holding_change(&event.kind) {
-            Some(HoldingChange::Set(key, withdrawal)) => {
-                self.held.insert(key.clone(), Some(withdrawal.clone()));
-            }
-            Some(HoldingChange::Remove(key)) => {
-                self.held.insert(key.clone(), None);
-            }
-            None => {}
-        }
-        Ok(withdrawal)
-    }
-}
-
 /// What bringing an index up to date did.
 struct CaughtUp {
     pending: Pending,
@@ -780,33 +735,23 @@ fn catch_up(trees: &Trees, log: &LogDir, checked: &Checked) -> Result<CaughtUp, 
             write_failure: None,
         });
     }
-    let mut attribution = Attribution {
-        trees,
-        log,
-        held: HashMap::new(),
-    };
     let mut write_failure = None;
     let mut new_events = 0;
-    let index_error = |problem: String| CliError::Index {
-        path: log.dir.join(INDEX_DIR),
-        problem,
-    };
     let from = checked.meta.last.map_or(1, |last| last.seq + 1);
+    // A catch-up from the middle of the log replays the state before it
+    // only if an event of schema 1 needs it, so a log of schema 2 is
+    // indexed without one.
+    let mut attributor = Attributor::starting_at(from);
     let walked = log.walk(from, |event, position| {
         if event.seq < from {
             return Ok(ControlFlow::Continue(()));
         }
-        let withdrawal = attribution.attribute(event).map_err(index_error)?;
+        let withdrawal = attributor.attribute(log, event)?;
         pending.add(event, position, withdrawal.as_ref());
         new_events += 1;
         if write_failure.is_none() && pending.events >= PENDING_EVENTS_MAX {
             match trees.write(&pending) {
-                Ok(()) => {
-                    pending.written();
-                    // What keys hold is in the written postings now; keeping
-                    // it in memory too would grow with the log.
-                    attribution.held.clear();
-                }
+                Ok(()) => pending.written(),
                 Err(problem) => write_failure = Some(problem),
             }
         }
