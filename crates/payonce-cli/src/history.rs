@@ -7,12 +7,12 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use payonce::Event;
 use payonce_log::TornTail;
 use payonce_model::{RequestKey, WithdrawalId};
 use serde::Serialize;
 use tracing::info;
 
+use crate::attribution::{Attributed, Attributor};
 use crate::cli::HistoryArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
@@ -22,7 +22,7 @@ use crate::index;
 use crate::json::{EventJson, TornTailJson, to_json};
 use crate::logdir::{LogDir, open_log};
 use crate::output::{count, warn_torn_tail};
-use crate::subject::{HISTORY_EVENTS_MAX, Holdings, Subject, touches};
+use crate::subject::{HISTORY_EVENTS_MAX, Subject, touches};
 use crate::table::Table;
 
 /// Reads `--key` or `--withdrawal` through the model's rules, so a value
@@ -51,8 +51,9 @@ fn subject(args: &HistoryArgs) -> Result<Subject, CliError> {
 
 /// The events found about a subject, and where they were found.
 struct Found {
-    /// In log order; one more than a history lists if there were more.
-    events: Vec<Event>,
+    /// In log order, each with the withdrawal it is about; one more than a
+    /// history lists if there were more.
+    events: Vec<Attributed>,
     /// A torn tail met while reading the log.
     torn_tail: Option<TornTail>,
     /// The audit index that answered; `None` for a scan of the log.
@@ -91,15 +92,18 @@ fn from_index(
     }
 }
 
-/// One scan of the whole log, attributing key-only events through the
-/// claims as it goes.
+/// One scan of the whole log, attributing each event to the withdrawal it
+/// is about as it goes.
 fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
-    let mut holdings = Holdings::default();
+    let mut attributor = Attributor::starting_at(1);
     let mut events = Vec::new();
     let walked = log.walk(1, |event, _| {
-        let withdrawal = holdings.attribute_and_apply(&event.kind);
+        let withdrawal = attributor.attribute(log, event)?;
         if touches(subject, &event.kind, withdrawal.as_ref()) {
-            events.push(event.clone());
+            events.push(Attributed {
+                event: event.clone(),
+                withdrawal,
+            });
             // One more than shown, so the caller knows there were more.
             if events.len() > HISTORY_EVENTS_MAX {
                 return Ok(ControlFlow::Break(()));
@@ -112,25 +116,6 @@ fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
         torn_tail: walked.torn_tail,
         index: None,
     })
-}
-
-/// Attributes each of a subject's events to a withdrawal. A key's holdings
-/// change only through its own events, which its history holds, so
-/// replaying them alone attributes exactly as a scan of the whole log does.
-fn attributed(subject: &Subject, events: &[Event]) -> Vec<Option<WithdrawalId>> {
-    match subject {
-        Subject::Withdrawal(id) => events
-            .iter()
-            .map(|event| Some(event.kind.withdrawal().unwrap_or(id).clone()))
-            .collect(),
-        Subject::Key(_) => {
-            let mut holdings = Holdings::default();
-            events
-                .iter()
-                .map(|event| holdings.attribute_and_apply(&event.kind))
-                .collect()
-        }
-    }
 }
 
 /// `history`'s report.
@@ -181,11 +166,9 @@ pub(crate) fn history(
         return Err(unknown(subject));
     }
     let truncated = keep_listed_max(&mut events, err)?;
-    let withdrawals = attributed(&subject, &events);
     let listed: Vec<EventJson> = events
         .iter()
-        .zip(&withdrawals)
-        .map(|(event, withdrawal)| {
+        .map(|Attributed { event, withdrawal }| {
             EventJson::new(
                 event,
                 withdrawal.as_ref(),
@@ -229,7 +212,7 @@ fn unknown(subject: Subject) -> CliError {
 
 /// Keeps the first [`HISTORY_EVENTS_MAX`] events, with a warning on `err`
 /// if there were more; returns whether there were.
-fn keep_listed_max(events: &mut Vec<Event>, err: &mut dyn Write) -> Result<bool, CliError> {
+fn keep_listed_max(events: &mut Vec<Attributed>, err: &mut dyn Write) -> Result<bool, CliError> {
     if events.len() <= HISTORY_EVENTS_MAX {
         return Ok(false);
     }

@@ -16,6 +16,14 @@
 //!   answer.
 //! - Deleting the directory loses nothing: `payonce index` builds it again.
 //!
+//! An event is posted under the request keys it touches and under the
+//! withdrawal it is about (`crate::attribution`): the one it names, or for
+//! an event of schema 1 about a key alone, the one the ledger's state before
+//! it says the key held. A catch-up replays that state only when it meets
+//! such an event, so indexing a log of schema 2 costs no replay. Reading a
+//! key's history back, such an event is attributed to the withdrawal whose
+//! postings list it.
+//!
 //! Layout. sled reads a page table at open whose size grows with the number
 //! of entries, and a leaf holds at most 16 of them; one entry per subject
 //! would make opening a large index slower than the 100 ms an answer may
@@ -40,7 +48,7 @@
 //! indexed twice (a write cut short, then a catch-up) is harmless, because
 //! lookups drop repeated sequence numbers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, hash_map};
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -52,15 +60,14 @@ use payonce_model::{RequestKey, WithdrawalId};
 use sled::{Batch, Db, Tree};
 use tracing::{info, warn};
 
+use crate::attribution::{Attributed, Attributor, needs_state};
 use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::Escaped;
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
-use crate::subject::{
-    HISTORY_EVENTS_MAX, HoldingChange, Subject, attribute, holding_change, keys_touched,
-};
+use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.
@@ -660,54 +667,48 @@ impl Pending {
     }
 }
 
-/// Which withdrawal each key holds, for attributing key-only events while
-/// indexing: learned from the events indexed in this run, else from the
-/// key's own indexed events, newest first.
-struct Attribution<'a> {
-    trees: &'a Trees,
-    log: &'a LogDir,
-    held: HashMap<RequestKey, Option<WithdrawalId>>,
+/// Checks that the events an index lists under a subject, read back in
+/// order, are about it, as far as each event and those before it can tell.
+struct About<'a> {
+    subject: &'a Subject,
+    /// The keys that earlier events about the withdrawal named with it.
+    keys_named: HashSet<RequestKey>,
 }
 
-impl Attribution<'_> {
-    fn holding(&mut self, key: &RequestKey) -> Result<Option<WithdrawalId>, String> {
-        if let Some(held) = self.held.get(key) {
-            return Ok(held.clone());
+impl<'a> About<'a> {
+    fn new(subject: &'a Subject) -> About<'a> {
+        About {
+            subject,
+            keys_named: HashSet::new(),
         }
-        let entries = self.trees.lookup(KIND_KEY, key)?;
-        for entry in entries.iter().rev() {
-            let event = self
-                .log
-                .event_at(entry.seq, entry.position)
-                .map_err(|error| format!("event {} does not verify: {error}", entry.seq))?;
-            match holding_change(&event.kind) {
-                Some(HoldingChange::Set(holder, withdrawal)) if holder == key => {
-                    return Ok(Some(withdrawal.clone()));
-                }
-                Some(HoldingChange::Remove(holder)) if holder == key => return Ok(None),
-                _ => {}
-            }
-        }
-        Ok(None)
     }
 
-    /// The withdrawal `event` is about; then records its holding change.
-    fn attribute(&mut self, event: &Event) -> Result<Option<WithdrawalId>, String> {
-        let held = match (event.kind.withdrawal(), event.kind.key()) {
-            (None, Some(key)) => self.holding(key)?,
-            _ => None,
+    /// Whether `event`, the next listed, is about the subject.
+    fn check(&mut self, event: &Event) -> bool {
+        let id = match self.subject {
+            Subject::Key(key) => return keys_touched(&event.kind).contains(&key),
+            Subject::Withdrawal(id) => id,
         };
-        let withdrawal = attribute(&event.kind, |_| held);
-        match holding_change(&event.kind) {
-            Some(HoldingChange::Set(key, withdrawal)) => {
-                self.held.insert(key.clone(), Some(withdrawal.clone()));
+        match event.kind.withdrawal() {
+            Some(named) if named == id => {
+                if let Some(key) = event.kind.key() {
+                    self.keys_named.insert(key.clone());
+                }
+                true
             }
-            Some(HoldingChange::Remove(key)) => {
-                self.held.insert(key.clone(), None);
+            Some(_) => false,
+            // An event of schema 1 about a key alone was attributed through
+            // the state before it, which only a replay knows. What the
+            // events can tell: the key held this withdrawal, so an earlier
+            // event about it named the key.
+            None => {
+                needs_state(event)
+                    && event
+                        .kind
+                        .key()
+                        .is_some_and(|key| self.keys_named.contains(key))
             }
-            None => {}
         }
-        Ok(withdrawal)
     }
 }
 
@@ -734,33 +735,23 @@ fn catch_up(trees: &Trees, log: &LogDir, checked: &Checked) -> Result<CaughtUp, 
             write_failure: None,
         });
     }
-    let mut attribution = Attribution {
-        trees,
-        log,
-        held: HashMap::new(),
-    };
     let mut write_failure = None;
     let mut new_events = 0;
-    let index_error = |problem: String| CliError::Index {
-        path: log.dir.join(INDEX_DIR),
-        problem,
-    };
     let from = checked.meta.last.map_or(1, |last| last.seq + 1);
+    // A catch-up from the middle of the log replays the state before it
+    // only if an event of schema 1 needs it, so a log of schema 2 is
+    // indexed without one.
+    let mut attributor = Attributor::starting_at(from);
     let walked = log.walk(from, |event, position| {
         if event.seq < from {
             return Ok(ControlFlow::Continue(()));
         }
-        let withdrawal = attribution.attribute(event).map_err(index_error)?;
+        let withdrawal = attributor.attribute(log, event)?;
         pending.add(event, position, withdrawal.as_ref());
         new_events += 1;
         if write_failure.is_none() && pending.events >= PENDING_EVENTS_MAX {
             match trees.write(&pending) {
-                Ok(()) => {
-                    pending.written();
-                    // What keys hold is in the written postings now; keeping
-                    // it in memory too would grow with the log.
-                    attribution.held.clear();
-                }
+                Ok(()) => pending.written(),
                 Err(problem) => write_failure = Some(problem),
             }
         }
@@ -881,21 +872,34 @@ fn use_for_query(
 }
 
 impl QueryIndex {
+    /// Every entry of `subject`, written or still in memory, in log order
+    /// without repeats.
+    fn entries(&self, kind: u8, subject: &str) -> Result<Vec<Entry>, String> {
+        let mut entries = self.trees.lookup(kind, subject)?;
+        entries.extend(self.pending.entries(kind, subject)?);
+        entries.sort_by_key(|entry| entry.seq);
+        entries.dedup_by_key(|entry| entry.seq);
+        Ok(entries)
+    }
+
     /// Every event that touched `subject`, read back from the log and
-    /// verified. `Err` says why the index cannot be trusted for this answer.
-    pub(crate) fn events_of(&self, log: &LogDir, subject: &Subject) -> Result<Vec<Event>, String> {
+    /// verified, each with the withdrawal it is about. `Err` says why the
+    /// index cannot be trusted for this answer.
+    pub(crate) fn events_of(
+        &self,
+        log: &LogDir,
+        subject: &Subject,
+    ) -> Result<Vec<Attributed>, String> {
         let (kind, text) = match subject {
             Subject::Key(key) => (KIND_KEY, key.as_str()),
             Subject::Withdrawal(id) => (KIND_WITHDRAWAL, id.as_str()),
         };
-        let mut entries = self.trees.lookup(kind, text)?;
-        entries.extend(self.pending.entries(kind, text)?);
-        entries.sort_by_key(|entry| entry.seq);
-        entries.dedup_by_key(|entry| entry.seq);
+        let mut entries = self.entries(kind, text)?;
         let indexed_through = self.pending.last.map_or(0, |last| last.seq);
         // One more than a history lists, so it knows there were more.
         entries.truncate(HISTORY_EVENTS_MAX + 1);
         let mut events = Vec::with_capacity(entries.len());
+        let mut about = About::new(subject);
         for entry in entries {
             if entry.seq > indexed_through {
                 return Err(format!(
@@ -909,16 +913,7 @@ impl QueryIndex {
                     entry.seq
                 )
             })?;
-            let about = match subject {
-                Subject::Key(key) => keys_touched(&event.kind).contains(&key),
-                // Key-only events are attributed through the key's claim,
-                // which only the index's replay knows.
-                Subject::Withdrawal(id) => match event.kind.withdrawal() {
-                    Some(named) => named == id,
-                    None => event.kind.key().is_some(),
-                },
-            };
-            if !about {
+            if !about.check(&event) {
                 return Err(format!(
                     "it lists event {} under a subject that event is not about",
                     entry.seq
@@ -926,7 +921,66 @@ impl QueryIndex {
             }
             events.push(event);
         }
-        Ok(events)
+        match subject {
+            // Listed under the withdrawal: each is about it.
+            Subject::Withdrawal(id) => Ok(events
+                .into_iter()
+                .map(|event| Attributed {
+                    event,
+                    withdrawal: Some(id.clone()),
+                })
+                .collect()),
+            Subject::Key(_) => self.attribute_key_events(events),
+        }
+    }
+
+    /// The withdrawal each of a key's events is about: the one it names, or
+    /// for an event of schema 1 about the key alone, the one indexing
+    /// attributed it to (through the state before it): among the
+    /// withdrawals the key's earlier events name, the one whose entries
+    /// list it.
+    fn attribute_key_events(&self, events: Vec<Event>) -> Result<Vec<Attributed>, String> {
+        // Newest last: the withdrawal a key holds is most often the one it
+        // last named.
+        let mut named: Vec<WithdrawalId> = Vec::new();
+        let mut listed: HashMap<WithdrawalId, Vec<Entry>> = HashMap::new();
+        let mut attributed = Vec::with_capacity(events.len());
+        for event in events {
+            let withdrawal = if needs_state(&event) {
+                self.indexed_under(event.seq, &named, &mut listed)?
+            } else {
+                event.kind.withdrawal().cloned()
+            };
+            if let Some(id) = event.kind.withdrawal() {
+                named.retain(|earlier| earlier != id);
+                named.push(id.clone());
+            }
+            attributed.push(Attributed { event, withdrawal });
+        }
+        Ok(attributed)
+    }
+
+    /// The withdrawal among `candidates` whose entries list event `seq`;
+    /// `listed` keeps the entries read so far.
+    fn indexed_under(
+        &self,
+        seq: u64,
+        candidates: &[WithdrawalId],
+        listed: &mut HashMap<WithdrawalId, Vec<Entry>>,
+    ) -> Result<Option<WithdrawalId>, String> {
+        for id in candidates.iter().rev() {
+            let entries = match listed.entry(id.clone()) {
+                hash_map::Entry::Occupied(found) => found.into_mut(),
+                hash_map::Entry::Vacant(slot) => slot.insert(self.entries(KIND_WITHDRAWAL, id)?),
+            };
+            if entries
+                .binary_search_by_key(&seq, |entry| entry.seq)
+                .is_ok()
+            {
+                return Ok(Some(id.clone()));
+            }
+        }
+        Ok(None)
     }
 
     /// The first event whose running-maximum time falls in a minute after
@@ -1228,7 +1282,7 @@ mod tests {
         );
         let key = Subject::Key("req-late".parse().unwrap());
         let events = index.events_of(&log, &key).unwrap();
-        let names: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
+        let names: Vec<&str> = events.iter().map(|e| e.event.kind.name()).collect();
         assert_eq!(names, ["claimed", "completed"]);
         drop(index);
         let trees = Trees::open(&path).unwrap();

@@ -25,8 +25,10 @@ pub(crate) struct EventJson {
     /// The kind's short name: claimed, refused, ...
     pub(crate) event: &'static str,
     pub(crate) key: Option<String>,
-    /// The withdrawal the event is about (for history: attributed through
-    /// the key's claim when the event names only a key).
+    /// The withdrawal the event is about. For history, a schema-1 event
+    /// about a key alone is attributed to the withdrawal its key held, as
+    /// the ledger's state before the event says; for export, only the one
+    /// the event names.
     pub(crate) withdrawal: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) explanation: Option<String>,

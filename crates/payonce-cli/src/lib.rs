@@ -35,6 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attribution;
 mod audit;
 mod cli;
 mod demo;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, LedgerError, decode_event};
+use payonce::{Event, EventLog, LedgerError, State, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -139,6 +139,22 @@ impl LogDir {
         let event = decode_event(seq, &payload).map_err(ledger_error)?;
         let frame_len = (FRAME_HEADER_LEN as u64 + payload.len() as u64).next_multiple_of(8);
         Ok((event, position.offset + frame_len))
+    }
+
+    /// The state just before event `seq`: every event before it applied in
+    /// order. No progress bar of its own: it runs inside a walk, whose bar
+    /// stands still meanwhile.
+    pub(crate) fn state_before(&self, seq: u64) -> Result<State, CliError> {
+        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
+        let mut events = self.event_log.events_from(1).map_err(ledger_error)?;
+        let mut state = State::new();
+        while let Some((event, _)) = events.next_event().map_err(ledger_error)? {
+            if event.seq >= seq {
+                break;
+            }
+            apply(&mut state, &event);
+        }
+        Ok(state)
     }
 
     /// Visits every event from `from` on, in order, verified as read, until

@@ -1,12 +1,10 @@
 //! What `history` follows, a request key or a withdrawal, and which events
 //! are about it.
 //!
-//! An event names a request key, a withdrawal, or both. Events that carry
-//! only a key (`send_rejected`, `send_failed`, `released`, and some
-//! refusals) are about the withdrawal that key held at the time: the
-//! [`Holdings`] replayed from the log say which.
-
-use std::collections::HashMap;
+//! An event is about the request keys it touches and the withdrawal it is
+//! attributed to. Which withdrawal that is, the event says, or for an
+//! event of schema 1 about a key alone, the ledger's state before it
+//! (`crate::attribution`); this module only compares.
 
 use payonce::EventKind;
 use payonce_model::{RequestKey, WithdrawalId};
@@ -26,42 +24,6 @@ pub(crate) enum Subject {
     Withdrawal(WithdrawalId),
 }
 
-/// How an event changes which withdrawal a key holds.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum HoldingChange<'a> {
-    /// The key now holds this withdrawal.
-    Set(&'a RequestKey, &'a WithdrawalId),
-    /// The key holds nothing any more.
-    Remove(&'a RequestKey),
-}
-
-/// The change `kind` makes to the key-to-withdrawal holdings, mirroring what
-/// `apply` does to the records of request keys in the ledger's state.
-pub(crate) fn holding_change(kind: &EventKind) -> Option<HoldingChange<'_>> {
-    match kind {
-        EventKind::Claimed { key, request } | EventKind::Recorded { key, request } => {
-            Some(HoldingChange::Set(key, request.id()))
-        }
-        // A resolve of an unknown key claims it; of a known key it keeps the
-        // same withdrawal (the fingerprints must match).
-        EventKind::Resolved { key, outcome, .. } => Some(HoldingChange::Set(key, outcome.id())),
-        EventKind::Released { key, .. } => Some(HoldingChange::Remove(key)),
-        _ => None,
-    }
-}
-
-/// The withdrawal `kind` is about: the one it names, else the one its key
-/// held before it, as `holding` answers.
-pub(crate) fn attribute(
-    kind: &EventKind,
-    holding: impl FnOnce(&RequestKey) -> Option<WithdrawalId>,
-) -> Option<WithdrawalId> {
-    match kind.withdrawal() {
-        Some(withdrawal) => Some(withdrawal.clone()),
-        None => kind.key().and_then(holding),
-    }
-}
-
 /// The request keys an event touches: the key it is about, and the key a
 /// refusal names as the holder of the withdrawal (that key's claim is what
 /// stopped the other caller).
@@ -74,29 +36,6 @@ pub(crate) fn keys_touched(kind: &EventKind) -> Vec<&RequestKey> {
         keys.push(holder);
     }
     keys
-}
-
-/// Which withdrawal each request key holds, as the events so far left it.
-#[derive(Debug, Default)]
-pub(crate) struct Holdings {
-    held: HashMap<RequestKey, WithdrawalId>,
-}
-
-impl Holdings {
-    /// Attributes `kind` to a withdrawal, then applies its change.
-    pub(crate) fn attribute_and_apply(&mut self, kind: &EventKind) -> Option<WithdrawalId> {
-        let withdrawal = attribute(kind, |key| self.held.get(key).cloned());
-        match holding_change(kind) {
-            Some(HoldingChange::Set(key, withdrawal)) => {
-                self.held.insert(key.clone(), withdrawal.clone());
-            }
-            Some(HoldingChange::Remove(key)) => {
-                self.held.remove(key);
-            }
-            None => {}
-        }
-        withdrawal
-    }
 }
 
 /// Whether an event attributed to `withdrawal` touches `subject`.

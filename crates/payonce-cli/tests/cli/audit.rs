@@ -65,10 +65,10 @@ fn history_of_a_key_lists_every_event_that_touched_it_explained() {
     );
 }
 
-// Guards against losing the events that name only a key when following a
-// withdrawal.
+// Guards against losing the events about a key's claim (a rail's refusal)
+// when following the withdrawal the key held.
 #[test]
-fn history_of_a_withdrawal_attributes_key_only_events_through_the_claim() {
+fn history_of_a_withdrawal_lists_the_events_about_its_keys_claim() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = scenario(dir.path());
     let id = scenario.rejected.id().to_string();

@@ -82,7 +82,7 @@ fn history_from_the_index_is_the_history_from_a_scan() {
         assert_eq!((source.as_str(), scan_source.as_str()), ("index", "scan"));
         assert_eq!(warnings, "");
     }
-    // The release names only the key: the index attributes it too.
+    // The release is about req-4's claim: the index lists it under w-9 too.
     let (events, _, _) = history(dir.path(), "--withdrawal", "w-9", false);
     let names: Vec<&str> = events
         .as_array()
@@ -123,7 +123,7 @@ fn the_index_indexes_the_logs_tail_before_answering() {
             Ok::<_, SendFailure<String>>(sent(r, "0x1a7e"))
         })
         .unwrap();
-    // A release names only the key: attributed in the tail too.
+    // A release is about the key's claim: listed under w-9 from the tail too.
     ledger
         .release("req-4", "refused by the rail", "ops")
         .unwrap();

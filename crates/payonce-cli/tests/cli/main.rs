@@ -15,3 +15,4 @@ mod demo;
 mod fixture;
 mod index;
 mod operator;
+mod schemas;
