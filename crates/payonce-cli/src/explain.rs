@@ -75,7 +75,9 @@ fn command_words(command: &Command) -> String {
 /// `withdrawal` is the withdrawal the event is attributed to.
 pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> String {
     match &event.kind {
-        EventKind::Opened { accept_foreign_ids } => opened_words(*accept_foreign_ids),
+        EventKind::Opened {
+            accept_foreign_ids, ..
+        } => opened_words(*accept_foreign_ids),
         EventKind::Created { withdrawal } => created_words(withdrawal),
         EventKind::Claimed { key, request } => claimed_words(key, request),
         EventKind::Recorded { key, request } => recorded_words(key, request),

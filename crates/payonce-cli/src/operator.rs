@@ -126,7 +126,12 @@ fn preflight(
         schema: SCHEMA_VERSION,
         seq: state.last_seq() + 1,
         at: env.now,
-        kind: EventKind::Opened { accept_foreign_ids },
+        // The epoch opening draws is unknown here, and no operator command
+        // mints an id.
+        kind: EventKind::Opened {
+            accept_foreign_ids,
+            epoch: None,
+        },
     };
     apply(&mut state, &opened);
     if let Some(torn) = &walked.torn_tail {

@@ -54,6 +54,7 @@
 mod audit;
 mod command;
 mod decide;
+mod epoch;
 mod error;
 mod event;
 mod ledger;
@@ -65,12 +66,17 @@ mod time;
 pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide};
-pub use crate::error::{Divergence, LedgerError, SendFailure, SubmitError};
+pub use crate::epoch::{CountingEpochs, Epochs, RandomEpochs};
+pub use crate::error::{BoxError, Divergence, LedgerError, SendFailure, SubmitError};
 pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
 pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN, Ticket};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
-pub use crate::replay::{decode_event, rederive};
+pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
 pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply};
 pub use crate::time::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};
+/// The log's settings and what opening it repaired, for tuning
+/// [`Config::log`] and reading [`Ledger::recovery`] without depending on
+/// `payonce-log`.
+pub use payonce_log::{Durability, LogConfig, PREALLOCATE_LEN, Recovery, TornTail};

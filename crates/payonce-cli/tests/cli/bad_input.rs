@@ -129,6 +129,7 @@ fn a_divergence_is_reported_with_its_sequence_number_and_exits_1() {
     let events = [
         EventKind::Opened {
             accept_foreign_ids: false,
+            epoch: None,
         },
         EventKind::Claimed {
             key: "req-x".parse().unwrap(),

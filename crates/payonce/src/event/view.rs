@@ -33,6 +33,7 @@ pub(crate) struct EventView<'a> {
 pub(crate) enum KindView<'a> {
     Opened {
         accept_foreign_ids: bool,
+        epoch: Option<u64>,
     },
     Created {
         #[serde(borrow)]
@@ -99,6 +100,24 @@ pub(crate) enum KindView<'a> {
         #[serde(borrow)]
         held: Option<TextView<'a, WithdrawalId>>,
     },
+    Advanced {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        outcome: WithdrawalView<'a>,
+    },
+    Corrected {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        old: WithdrawalView<'a>,
+        #[serde(borrow)]
+        new: WithdrawalView<'a>,
+        #[serde(borrow)]
+        note: TextView<'a, Note>,
+        #[serde(borrow)]
+        by: TextView<'a, Actor>,
+    },
 }
 
 impl<'a> EventView<'a> {
@@ -108,9 +127,14 @@ impl<'a> EventView<'a> {
     /// [`Event::decode`], which says why it refuses, if it does.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
         let schema = schema_of(bytes)?;
-        if schema == legacy::SCHEMA && legacy_layout_differs(bytes) {
+        let variant = bytes
+            .get(KIND_OFFSET..KIND_OFFSET + 4)
+            .map(|variant| u32::from_le_bytes([variant[0], variant[1], variant[2], variant[3]]));
+        if !variant.is_some_and(|variant| legacy::borrowable(schema, variant)) {
             return Err(EventDecodeError::Codec(codec::CodecError::Decode {
-                detail: "a schema-1 kind whose layout changed; read it as an event".to_owned(),
+                detail: format!(
+                    "a kind of schema {schema} a view does not read; read it as an event"
+                ),
             }));
         }
         let event: EventView<'a> =
@@ -123,23 +147,17 @@ impl<'a> EventView<'a> {
     }
 }
 
-/// Whether schema-1 `bytes` hold a kind whose layout schema 2 changed, or
-/// too few bytes to tell.
-fn legacy_layout_differs(bytes: &[u8]) -> bool {
-    match bytes.get(KIND_OFFSET..KIND_OFFSET + 4) {
-        Some(variant) => {
-            let variant = u32::from_le_bytes([variant[0], variant[1], variant[2], variant[3]]);
-            legacy::CHANGED_KINDS.contains(&variant)
-        }
-        None => true,
-    }
-}
-
 impl KindView<'_> {
     /// The owned event.
     pub(crate) fn to_value(&self) -> EventKind {
         match self {
-            &KindView::Opened { accept_foreign_ids } => EventKind::Opened { accept_foreign_ids },
+            &KindView::Opened {
+                accept_foreign_ids,
+                epoch,
+            } => EventKind::Opened {
+                accept_foreign_ids,
+                epoch,
+            },
             KindView::Created { withdrawal } => EventKind::Created {
                 withdrawal: withdrawal.to_value(),
             },
@@ -206,6 +224,23 @@ impl KindView<'_> {
                 refusal: refusal.clone().into_owned(),
                 held: id_value(held),
             },
+            KindView::Advanced { key, outcome } => EventKind::Advanced {
+                key: key.to_value(),
+                outcome: outcome.to_value(),
+            },
+            KindView::Corrected {
+                key,
+                old,
+                new,
+                note,
+                by,
+            } => EventKind::Corrected {
+                key: key.to_value(),
+                old: old.to_value(),
+                new: new.to_value(),
+                note: note.to_value(),
+                by: by.to_value(),
+            },
         }
     }
 }
@@ -214,7 +249,13 @@ impl EventKind {
     /// The event, borrowed.
     pub(crate) fn view(&self) -> KindView<'_> {
         match self {
-            &EventKind::Opened { accept_foreign_ids } => KindView::Opened { accept_foreign_ids },
+            &EventKind::Opened {
+                accept_foreign_ids,
+                epoch,
+            } => KindView::Opened {
+                accept_foreign_ids,
+                epoch,
+            },
             EventKind::Created { withdrawal } => KindView::Created {
                 withdrawal: withdrawal.view(),
             },
@@ -280,6 +321,23 @@ impl EventKind {
                 command: Cow::Borrowed(command),
                 refusal: Cow::Borrowed(refusal),
                 held: id_view(held),
+            },
+            EventKind::Advanced { key, outcome } => KindView::Advanced {
+                key: key.view(),
+                outcome: outcome.view(),
+            },
+            EventKind::Corrected {
+                key,
+                old,
+                new,
+                note,
+                by,
+            } => KindView::Corrected {
+                key: key.view(),
+                old: old.view(),
+                new: new.view(),
+                note: note.view(),
+                by: by.view(),
             },
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
-use payonce_log::{Log, LogConfig, Opening, Recovery, Storage};
+use payonce_log::{Log, LogConfig, Opening, Recovery, Repair, Storage};
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -84,6 +84,51 @@ pub(crate) fn apply_batch(
     Ok(())
 }
 
+/// Whether opening starts a new ledger or continues one: creating a
+/// ledger is explicit, so a directory whose log is gone is never taken for
+/// a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// The directory holds a ledger: open it, or refuse.
+    Existing,
+    /// The directory is empty or missing: create a ledger in it, or refuse.
+    New,
+}
+
+/// Most names a refusal to open lists of what the directory holds.
+pub const FOUND_LISTED_MAX: usize = 16;
+
+impl Start {
+    /// What the directory holds before anything is written, at most
+    /// [`FOUND_LISTED_MAX`] names, sorted; refuses a new ledger in a
+    /// directory holding anything.
+    fn check_before(self, storage: &dyn Storage) -> Result<Vec<String>, LedgerError> {
+        let mut names = match storage.list() {
+            Ok(names) => names,
+            // A missing directory holds nothing; the log creates it.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(LedgerError::Log(payonce_log::LogError::Io {
+                    op: "list",
+                    file: storage.describe(""),
+                    source,
+                }));
+            }
+        };
+        names.sort_unstable();
+        let held = names.len();
+        names.truncate(FOUND_LISTED_MAX);
+        if self == Start::New && held > 0 {
+            return Err(LedgerError::NotEmpty {
+                dir: storage.describe(""),
+                found: names,
+                count: held,
+            });
+        }
+        Ok(names)
+    }
+}
+
 /// What [`replay_log`] built, and how many threads built it.
 pub(crate) struct Replayed {
     pub(crate) log: Log,
@@ -103,13 +148,27 @@ pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     two_threads: bool,
+    start: Start,
 ) -> Result<Replayed, LedgerError> {
-    let mut opening = Log::scan_to_open(storage, config)?;
+    let found = start.check_before(&*storage)?;
+    let mut opening = Log::scan_to_open(storage.clone(), config)?;
     let (state, threads) = match two_threads {
         true => replay_on_two_threads(&mut opening)?,
         false => (replay_on_this_thread(&mut opening)?, 1),
     };
-    let (log, recovery) = opening.plan()?.execute()?;
+    let plan = opening.plan()?;
+    let creates = plan
+        .repairs()
+        .iter()
+        .any(|repair| matches!(repair, Repair::CreateFirstSegment { .. }));
+    if creates && start == Start::Existing {
+        // Nothing is written: the plan is dropped, and the lock with it.
+        return Err(LedgerError::NoLog {
+            dir: storage.describe(""),
+            found,
+        });
+    }
+    let (log, recovery) = plan.execute()?;
     Ok(Replayed {
         log,
         recovery,

@@ -341,6 +341,7 @@ fn a_divergence_while_the_scan_is_far_ahead_is_reported_without_hanging() {
     // Guards against a deadlock between the threads of a replay when the applier stops while the scanner waits to hand over.
     let opened = EventKind::Opened {
         accept_foreign_ids: false,
+        epoch: Some(7),
     };
     let (storage, config, divergent) = log_with_a_divergent_claim(vec![opened; 10_000]);
     let [config, _] = both_replays(&config);
@@ -428,6 +429,7 @@ fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
         at: Timestamp::default(),
         kind: EventKind::Opened {
             accept_foreign_ids: false,
+            epoch: Some(7),
         },
     };
     log.append_durable(&event.encode().unwrap()).unwrap();
