@@ -41,7 +41,13 @@ fn main() {
     let mut rng = Rng::new(seed);
     let mut rail = open_append(&dir.join("rail.log"));
     let mut acks = open_append(&dir.join("acks.log"));
-    let ledger = Ledger::open(dir.join("ledger")).unwrap();
+    // The first round creates the ledger; a creation a kill cut short is
+    // made again.
+    let ledger = match Ledger::open(dir.join("ledger")) {
+        Err(payonce::LedgerError::NoLog { .. }) => Ledger::init(dir.join("ledger")),
+        opened => opened,
+    }
+    .unwrap();
     let mut submitted: Vec<(String, WithdrawalRequest)> = Vec::new();
 
     for attempt in 0u64.. {
@@ -75,7 +81,7 @@ fn main() {
                 &format!("send {} {key} {reference}\n", request.id()),
             );
             if times_out {
-                return Err(SendFailure::Failed("rail timed out after the send"));
+                return Err(SendFailure::failed("rail timed out after the send"));
             }
             let sent = request.approve().and_then(|w| w.start_sending());
             Ok(sent

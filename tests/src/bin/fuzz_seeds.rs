@@ -34,7 +34,7 @@ fn every_event() -> Vec<Vec<u8>> {
         clock: Arc::new(ManualClock::new(START)),
         ..Config::default()
     };
-    let ledger = Ledger::open_on(Arc::new(mem.clone()), config).unwrap();
+    let ledger = Ledger::init_on(Arc::new(mem.clone()), config).unwrap();
     let new = || NewWithdrawal {
         amount: "25.5".parse().unwrap(),
         currency: "USDC".parse().unwrap(),
@@ -48,13 +48,13 @@ fn every_event() -> Vec<Vec<u8>> {
         ledger.create(new()).unwrap(),
     );
     let ok = |r: &payonce_model::WithdrawalRequest| {
-        Ok::<_, SendFailure<String>>(sent(r, &reference(r, "phone")))
+        Ok::<_, SendFailure>(sent(r, &reference(r, "phone")))
     };
     ledger.submit("phone", w1.clone(), ok).unwrap();
     let _ = ledger.submit("laptop", w1.clone(), ok);
     let _ = ledger.submit("phone", w2.clone(), ok);
     let _ = ledger.submit("k-timeout", w2.clone(), |_| {
-        Err::<payonce_model::WithdrawalRequest, _>(SendFailure::Failed("timed out".to_owned()))
+        Err::<payonce_model::WithdrawalRequest, _>(SendFailure::failed("timed out".to_owned()))
     });
     let _ = ledger.submit("k-timeout", w2.clone(), ok);
     ledger
@@ -66,7 +66,7 @@ fn every_event() -> Vec<Vec<u8>> {
         )
         .unwrap();
     let _ = ledger.submit("k-refused", w3.clone(), |_| {
-        Err::<payonce_model::WithdrawalRequest, SendFailure<String>>(SendFailure::Rejected(
+        Err::<payonce_model::WithdrawalRequest, SendFailure>(SendFailure::Rejected(
             Reason::new("insufficient hot wallet balance").unwrap(),
         ))
     });

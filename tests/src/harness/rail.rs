@@ -45,7 +45,7 @@ impl SendKind {
 }
 
 /// What the caller of the rail hears back.
-pub type RailAnswer = Result<WithdrawalRequest, SendFailure<String>>;
+pub type RailAnswer = Result<WithdrawalRequest, SendFailure>;
 
 /// Money that left custody: which key's send moved it, and the withdrawal
 /// as the rail knows it now.
@@ -142,10 +142,10 @@ impl Rail {
         }
         match kind {
             SendKind::Succeed => Ok(outcome),
-            SendKind::TimeoutAfterSending => Err(SendFailure::Failed(
+            SendKind::TimeoutAfterSending => Err(SendFailure::failed(
                 "rail timed out after the send".to_owned(),
             )),
-            SendKind::FailBeforeSending => Err(SendFailure::Failed(
+            SendKind::FailBeforeSending => Err(SendFailure::failed(
                 "connection refused before the send".to_owned(),
             )),
             SendKind::Refuse => Err(SendFailure::Rejected(

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payonce::{
-    Claim, Config, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal, Refusal,
-    SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
+    Claim, Config, CountingEpochs, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal,
+    Refusal, SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
 };
 use payonce_log::{CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage};
 use payonce_model::{
@@ -147,6 +147,7 @@ struct Acked {
 pub struct World {
     config: WorldConfig,
     clock: Arc<ManualClock>,
+    epochs: Arc<CountingEpochs>,
     disk: Disk,
     ledger: Option<Ledger>,
     model: Model,
@@ -212,7 +213,7 @@ fn refusal_answer(refusal: &Refusal) -> Answer {
     }
 }
 
-fn submit_answer(result: Result<WithdrawalRequest, SubmitError<String>>, context: &str) -> Answer {
+fn submit_answer(result: Result<WithdrawalRequest, SubmitError>, context: &str) -> Answer {
     match result {
         Ok(outcome) => Answer::Outcome(Box::new(outcome)),
         Err(SubmitError::Ledger(error)) => ledger_answer(&error, context),
@@ -282,12 +283,21 @@ fn assert_claim_durable(
     }
 }
 
+/// Whether `storage` holds a segment of a log.
+fn holds_a_log(storage: &MemStorage) -> bool {
+    use payonce_log::Storage;
+    storage
+        .list()
+        .is_ok_and(|names| names.iter().any(|name| name.ends_with(".log")))
+}
+
 impl World {
     /// A world with an empty ledger.
     pub fn new(config: WorldConfig) -> World {
         let mut world = World {
             config,
             clock: Arc::new(ManualClock::new(START)),
+            epochs: Arc::new(CountingEpochs::new(1)),
             disk: Disk::new(MemStorage::new()),
             ledger: None,
             model: Model::new(config.accept_foreign_ids),
@@ -315,6 +325,8 @@ impl World {
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),
+            // Ids the trace of a seed shows alike on every run.
+            epochs: self.epochs.clone(),
             replay_thread_min_len: if self.config.replay_on_two_threads {
                 0
             } else {
@@ -484,7 +496,7 @@ impl World {
     /// A dead process reaches nothing.
     fn send(&mut self, key: &str, request: &WithdrawalRequest, kind: SendKind) -> RailAnswer {
         if self.disk.dead() {
-            return Err(SendFailure::Failed(
+            return Err(SendFailure::failed(
                 "the process lost power before the send".to_owned(),
             ));
         }
@@ -513,7 +525,11 @@ impl World {
     /// Mints a withdrawal of `amount` in `currency`.
     pub fn create(&mut self, amount: &str, currency: &str) -> Option<WithdrawalRequest> {
         self.step(format!("create {amount} {currency}"), |world, before| {
-            let next_id = WithdrawalId::minted(world.live.last_seq() + 1);
+            let seq = world.live.last_seq() + 1;
+            let next_id = match world.live.epoch() {
+                Some(epoch) => WithdrawalId::minted_in(epoch, seq),
+                None => WithdrawalId::minted(seq),
+            };
             let result = world.ledger().create(NewWithdrawal {
                 amount: fixture(amount),
                 currency: fixture(currency),
@@ -691,7 +707,7 @@ impl World {
         }
         let answer = s
             .answer
-            .unwrap_or_else(|| Err(SendFailure::Failed("the rail never answered".to_owned())));
+            .unwrap_or_else(|| Err(SendFailure::failed("the rail never answered".to_owned())));
         self.complete(s.ticket, s.key, answer);
     }
 
@@ -700,7 +716,7 @@ impl World {
         let Some(s) = self.slots.remove(&slot) else {
             return;
         };
-        let answer = Err(SendFailure::Failed(
+        let answer = Err(SendFailure::failed(
             "the client timed out waiting for the rail".to_owned(),
         ));
         self.complete(s.ticket, s.key, answer);
@@ -735,14 +751,19 @@ impl World {
         self.step(format!("abandon {key}"), |world, before| {
             world.last_answer = None;
             let predicted = world.predict(|model| model.complete(&key, &Completion::Failed));
+            // Dropping appends the note without waiting; the next sync, by
+            // anyone, makes it durable.
             drop(ticket);
+            if !world.disk.dead() && !world.poisoned {
+                let _ = world.ledger().sync();
+            }
             if world.disk.dead() {
                 return;
             }
             if world.poisoned || world.disk.faults_fired() > before {
                 world.poisoned = true;
             } else if let Some((model, _)) = predicted {
-                // The abandonment was recorded and waited for: durable.
+                // The abandonment was recorded, and synced since: durable.
                 world.model = model;
                 world.ack_pending = true;
             }
@@ -964,7 +985,13 @@ impl World {
             );
             let before = records(self.disk.mem(), &log, &self.context);
             let faults_before = self.disk.faults_fired();
-            let opened = Ledger::open_on(Arc::new(self.disk.clone()), self.ledger_config());
+            // A ledger is created once; a creation a crash cut short is
+            // made again, as an operator provisioning it would.
+            let storage = Arc::new(self.disk.clone());
+            let opened = match holds_a_log(self.disk.mem()) {
+                true => Ledger::open_on(storage, self.ledger_config()),
+                false => Ledger::init_on(storage, self.ledger_config()),
+            };
             if self.disk.dead() {
                 drop(opened);
                 self.stats.crashes_mid_operation += 1;

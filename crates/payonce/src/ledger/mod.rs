@@ -111,9 +111,10 @@ impl Ledger {
         Ledger::init_on(Arc::new(FsStorage::new(dir.as_ref())), config)
     }
 
-    /// Creates a new ledger on `storage`, which must hold nothing: a
-    /// directory holding anything, a ledger's traces above all, is refused
-    /// ([`LedgerError::NotEmpty`]) with nothing written.
+    /// Creates a new ledger on `storage`, which must hold nothing but what
+    /// a creation a crash cut short leaves (the lock file, a temporary
+    /// first segment): a directory holding anything else, a log above all,
+    /// is refused ([`LedgerError::NotEmpty`]) with nothing written.
     pub fn init_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
         Ledger::start(storage, config, Start::New)
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
-use payonce_log::{Log, LogConfig, Opening, Recovery, Repair, Storage};
+use payonce_log::{LOCK_FILE, Log, LogConfig, Opening, Recovery, Repair, Storage};
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -101,7 +101,9 @@ pub const FOUND_LISTED_MAX: usize = 16;
 impl Start {
     /// What the directory holds before anything is written, at most
     /// [`FOUND_LISTED_MAX`] names, sorted; refuses a new ledger in a
-    /// directory holding anything.
+    /// directory holding anything but what an interrupted creation leaves
+    /// (the lock file, a temporary first segment): creating is explicit,
+    /// so a creation a crash cut short is simply made again.
     fn check_before(self, storage: &dyn Storage) -> Result<Vec<String>, LedgerError> {
         let mut names = match storage.list() {
             Ok(names) => names,
@@ -117,8 +119,11 @@ impl Start {
         };
         names.sort_unstable();
         let held = names.len();
+        let interrupted_creation = names
+            .iter()
+            .all(|name| name == LOCK_FILE || name.ends_with(".log.tmp"));
         names.truncate(FOUND_LISTED_MAX);
-        if self == Start::New && held > 0 {
+        if self == Start::New && !interrupted_creation {
             return Err(LedgerError::NotEmpty {
                 dir: storage.describe(""),
                 found: names,

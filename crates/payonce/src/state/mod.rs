@@ -535,7 +535,7 @@ impl State {
     }
 
     /// The epoch of the last opening, which the ids it mints carry.
-    pub(crate) fn epoch(&self) -> Option<u64> {
+    pub fn epoch(&self) -> Option<u64> {
         self.epoch
     }
 

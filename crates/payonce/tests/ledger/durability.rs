@@ -402,7 +402,7 @@ fn a_log_of_many_replay_batches_reopens_to_the_same_answers() {
 #[test]
 fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
     let storage = MemStorage::new();
-    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    drop(Ledger::init_on(Arc::new(storage.clone()), Config::default()).unwrap());
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     log.append_durable(b"\x01\x00not an event").unwrap();
     drop(log);
@@ -421,7 +421,7 @@ fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
 #[test]
 fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
     let storage = MemStorage::new();
-    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    drop(Ledger::init_on(Arc::new(storage.clone()), Config::default()).unwrap());
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let event = Event {
         schema: SCHEMA_VERSION,
@@ -463,7 +463,7 @@ fn the_ledger_is_send_sync_and_cheap_to_clone() {
 #[test]
 fn a_second_ledger_on_the_same_directory_is_locked_out() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = Ledger::open(dir.path()).unwrap();
+    let _first = Ledger::init(dir.path()).unwrap();
     for config in both_replays(&Config::default()) {
         let error = Ledger::open_with(dir.path(), config).unwrap_err();
         assert!(
@@ -549,9 +549,7 @@ fn a_key_in_flight() -> (MemStorage, WithdrawalRequest, WithdrawalRequest) {
     let (w1, w2) = (f.withdrawal(), f.withdrawal());
     f.ledger()
         .submit("req-1", w1.clone(), |_| {
-            Err::<WithdrawalRequest, _>(payonce::SendFailure::<String>::Failed(
-                "timeout".to_owned(),
-            ))
+            Err::<WithdrawalRequest, _>(payonce::SendFailure::failed("timeout".to_owned()))
         })
         .unwrap_err();
     (f.storage.clone(), w1, w2)

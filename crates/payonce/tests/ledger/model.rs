@@ -207,7 +207,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Ok(sent(request, &format!("0x{}-{key}", request.id())))
                             }
                             Send::TimeoutAfterSending | Send::FailBeforeSending => {
-                                Err(SendFailure::Failed("timed out"))
+                                Err(SendFailure::failed("timed out"))
                             }
                             Send::Refuse => {
                                 Err(SendFailure::Rejected(Reason::new("no funds").unwrap()))
