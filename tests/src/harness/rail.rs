@@ -22,24 +22,32 @@ pub enum SendKind {
     /// The money moves, but the rail client answers with another
     /// withdrawal (a bug in the client): the outcome is unknown.
     WrongOutcome,
+    /// The money moves, but the rail client answers with the request it
+    /// was given, approved (a bug in the client): not an outcome, so the
+    /// outcome is unknown.
+    Unsettled,
 }
 
 impl SendKind {
     /// Every kind, for choosing one from input.
-    pub const ALL: [SendKind; 6] = [
+    pub const ALL: [SendKind; 7] = [
         SendKind::Succeed,
         SendKind::TimeoutAfterSending,
         SendKind::FailBeforeSending,
         SendKind::Refuse,
         SendKind::Panic,
         SendKind::WrongOutcome,
+        SendKind::Unsettled,
     ];
 
     /// Whether the money leaves custody.
     pub fn moves_money(self) -> bool {
         matches!(
             self,
-            SendKind::Succeed | SendKind::TimeoutAfterSending | SendKind::WrongOutcome
+            SendKind::Succeed
+                | SendKind::TimeoutAfterSending
+                | SendKind::WrongOutcome
+                | SendKind::Unsettled
         )
     }
 }
@@ -53,8 +61,12 @@ pub type RailAnswer = Result<WithdrawalRequest, SendFailure>;
 pub struct Movement {
     /// The request key whose send moved it.
     pub key: String,
-    /// The withdrawal as sent, with the rail's reference.
+    /// The withdrawal as the rail knows it now: as sent, with the rail's
+    /// reference, or as a later report moved it on.
     pub outcome: WithdrawalRequest,
+    /// What the rail knew of it before, oldest first: a ledger not told of
+    /// a later report (a report lost) still holds one of these.
+    pub earlier: Vec<WithdrawalRequest>,
 }
 
 /// The rail's truth and counters.
@@ -105,7 +117,25 @@ pub fn impostor(request: &WithdrawalRequest) -> WithdrawalRequest {
     sent(&other, "0xe711")
 }
 
+/// `request` as a buggy rail client answers it: approved, which says
+/// nothing of what the rail did.
+#[allow(clippy::expect_used)]
+pub(super) fn unsettled(request: &WithdrawalRequest) -> WithdrawalRequest {
+    request
+        .approve()
+        .expect("a request in state requested approves")
+}
+
 impl Rail {
+    /// The rail moves withdrawal `id` on, from what it knows to `later`
+    /// (confirmed, failed on the rail, bumped): what a later report says.
+    pub fn moves_on(&mut self, id: &str, later: WithdrawalRequest) {
+        if let Some(movement) = self.moved.get_mut(id) {
+            let before = std::mem::replace(&mut movement.outcome, later);
+            movement.earlier.push(before);
+        }
+    }
+
     /// A call for `request` under `key`, doing what `kind` says. The caller
     /// checked that the claim is on stable storage.
     ///
@@ -137,6 +167,7 @@ impl Rail {
                 Movement {
                     key: key.to_owned(),
                     outcome: outcome.clone(),
+                    earlier: Vec::new(),
                 },
             );
         }
@@ -152,6 +183,7 @@ impl Rail {
                 Reason::new("insufficient hot wallet balance").expect("fixture reason"),
             )),
             SendKind::WrongOutcome => Ok(impostor(request)),
+            SendKind::Unsettled => Ok(unsettled(request)),
             SendKind::Panic => unreachable!("a panicking client never reaches the rail"),
         }
     }

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
-use payonce_log::{LOCK_FILE, Log, LogConfig, Opening, Recovery, Repair, Storage};
+use payonce_log::{
+    LOCK_FILE, Log, LogConfig, Opening, Recovery, Storage, is_segment_tmp_name, parse_segment_name,
+};
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -99,12 +101,11 @@ pub(crate) enum Start {
 pub const FOUND_LISTED_MAX: usize = 16;
 
 impl Start {
-    /// What the directory holds before anything is written, at most
-    /// [`FOUND_LISTED_MAX`] names, sorted; refuses a new ledger in a
-    /// directory holding anything but what an interrupted creation leaves
-    /// (the lock file, a temporary first segment): creating is explicit,
-    /// so a creation a crash cut short is simply made again.
-    fn check_before(self, storage: &dyn Storage) -> Result<Vec<String>, LedgerError> {
+    /// Checks what the directory holds before anything is written: opening
+    /// refuses one holding no segment, and creating one holding anything
+    /// but what an interrupted creation leaves (the lock file, a temporary
+    /// first segment), which is simply made again.
+    fn check_before(self, storage: &dyn Storage) -> Result<(), LedgerError> {
         let mut names = match storage.list() {
             Ok(names) => names,
             // A missing directory holds nothing; the log creates it.
@@ -119,18 +120,21 @@ impl Start {
         };
         names.sort_unstable();
         let held = names.len();
+        let has_log = names.iter().any(|name| parse_segment_name(name).is_some());
         let interrupted_creation = names
             .iter()
-            .all(|name| name == LOCK_FILE || name.ends_with(".log.tmp"));
+            .all(|name| name == LOCK_FILE || is_segment_tmp_name(name));
         names.truncate(FOUND_LISTED_MAX);
-        if self == Start::New && !interrupted_creation {
-            return Err(LedgerError::NotEmpty {
-                dir: storage.describe(""),
+        let dir = storage.describe("");
+        match self {
+            Start::Existing if !has_log => Err(LedgerError::NoLog { dir, found: names }),
+            Start::New if !interrupted_creation => Err(LedgerError::NotEmpty {
+                dir,
                 found: names,
                 count: held,
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(names)
     }
 }
 
@@ -155,25 +159,13 @@ pub(crate) fn replay_log(
     two_threads: bool,
     start: Start,
 ) -> Result<Replayed, LedgerError> {
-    let found = start.check_before(&*storage)?;
-    let mut opening = Log::scan_to_open(storage.clone(), config)?;
+    start.check_before(&*storage)?;
+    let mut opening = Log::scan_to_open(storage, config)?;
     let (state, threads) = match two_threads {
         true => replay_on_two_threads(&mut opening)?,
         false => (replay_on_this_thread(&mut opening)?, 1),
     };
-    let plan = opening.plan()?;
-    let creates = plan
-        .repairs()
-        .iter()
-        .any(|repair| matches!(repair, Repair::CreateFirstSegment { .. }));
-    if creates && start == Start::Existing {
-        // Nothing is written: the plan is dropped, and the lock with it.
-        return Err(LedgerError::NoLog {
-            dir: storage.describe(""),
-            found,
-        });
-    }
-    let (log, recovery) = plan.execute()?;
+    let (log, recovery) = opening.plan()?.execute()?;
     Ok(Replayed {
         log,
         recovery,

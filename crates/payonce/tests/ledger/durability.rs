@@ -12,7 +12,7 @@ use payonce_model::{Field, Rule, WithdrawalRequest};
 
 use crate::{Fixture, Rail, START, sent};
 
-fn events(storage: &MemStorage) -> Vec<Event> {
+pub(crate) fn events(storage: &MemStorage) -> Vec<Event> {
     let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let mut events = log.events_from(1).unwrap();
     let mut all = Vec::new();
@@ -209,7 +209,7 @@ fn an_outcome_that_cannot_be_recorded_is_handed_back_with_the_error() {
 
 /// Appends hand-made events to a log, as a buggy or tampered writer would.
 /// Returns the first one's sequence number.
-fn forge(storage: &MemStorage, kinds: Vec<EventKind>) -> u64 {
+pub(crate) fn forge(storage: &MemStorage, kinds: Vec<EventKind>) -> u64 {
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let first = log.last_seq() + 1;
     for (index, kind) in kinds.into_iter().enumerate() {

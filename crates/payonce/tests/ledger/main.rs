@@ -12,6 +12,8 @@ mod durability;
 mod fixture;
 mod logs;
 mod model;
+mod openings;
+mod outcomes;
 mod races;
 mod scenarios;
 mod schemas;
