@@ -27,10 +27,14 @@ pub enum CliError {
         /// The path given.
         dir: PathBuf,
     },
-    /// The directory holds no payonce log (no segment file).
+    /// The directory holds no payonce log (no segment file). `payonce`
+    /// commands never create a ledger: only the demo makes its own.
     NotALog {
         /// The path given.
         dir: PathBuf,
+        /// What the directory holds instead, when the ledger listed it
+        /// (at most `payonce::FOUND_LISTED_MAX` names).
+        found: Vec<String>,
     },
     /// The log is damaged where it cannot be a torn tail: a checksum, chain,
     /// sequence, seal or header that does not verify, a log record that is
@@ -157,7 +161,11 @@ impl CliError {
     pub(crate) fn from_ledger(dir: impl Into<PathBuf>, error: LedgerError) -> CliError {
         let dir = dir.into();
         match error {
-            LedgerError::Log(LogError::NotALog { .. }) => CliError::NotALog { dir },
+            LedgerError::Log(LogError::NotALog { .. }) => CliError::NotALog {
+                dir,
+                found: Vec::new(),
+            },
+            LedgerError::NoLog { found, .. } => CliError::NotALog { dir, found },
             LedgerError::Log(LogError::Locked { .. }) => CliError::Locked { dir },
             LedgerError::Log(LogError::Corrupt { .. } | LogError::SegmentTooLong { .. })
             | LedgerError::BadEvent { .. }
@@ -195,11 +203,17 @@ impl fmt::Display for CliError {
                     Escaped(&path(dir))
                 )
             }
-            CliError::NotALog { dir } => write!(
-                f,
-                "{} is not a payonce log: it holds no segment file (0000...0001.log)",
-                Escaped(&path(dir))
-            ),
+            CliError::NotALog { dir, found } => {
+                write!(
+                    f,
+                    "{} is not a payonce log: it holds no segment file (0000...0001.log)",
+                    Escaped(&path(dir))
+                )?;
+                if !found.is_empty() {
+                    write!(f, " but {}", Escaped(&found.join(", ")))?;
+                }
+                f.write_str(". payonce commands never create a ledger")
+            }
             CliError::Damaged { dir, error } => write!(
                 f,
                 "the log in {} is damaged: {}",

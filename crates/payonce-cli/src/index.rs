@@ -1233,9 +1233,10 @@ mod tests {
     #[test]
     fn a_tail_that_cannot_be_written_is_used_from_memory() {
         use payonce::{Ledger, NewWithdrawal, SendFailure};
-        use payonce_model::{Reference, WithdrawalRequest};
+        use payonce_model::WithdrawalRequest;
 
         let dir = tempfile::tempdir().unwrap();
+        drop(Ledger::init(dir.path()).unwrap());
         let submit = |key: &str| {
             let ledger = Ledger::open(dir.path()).unwrap();
             let request = ledger
@@ -1246,11 +1247,8 @@ mod tests {
                     requested_by: "alice".parse().unwrap(),
                 })
                 .unwrap();
-            let send = |r: &WithdrawalRequest| -> Result<WithdrawalRequest, SendFailure<String>> {
-                Ok(r.approve()
-                    .and_then(|w| w.start_sending())
-                    .and_then(|w| w.mark_sent(Reference::new("0x1").unwrap()))
-                    .unwrap())
+            let send = |r: &WithdrawalRequest| -> Result<WithdrawalRequest, SendFailure> {
+                Ok(r.sent("0x1")?)
             };
             ledger.submit(key, request, send).unwrap();
         };

@@ -24,7 +24,7 @@
 //! use payonce_cli::{Cli, Env, Status, run};
 //!
 //! let dir = tempfile::tempdir()?;
-//! drop(payonce::Ledger::open(dir.path())?); // a ledger with one event: opened
+//! drop(payonce::Ledger::init(dir.path())?); // a new ledger with one event: opened
 //! let cli = Cli::try_parse_from(["payonce", "verify", "--json"].into_iter().map(Into::into)
 //!     .chain([dir.path().as_os_str().to_owned()]))?;
 //! let (mut out, mut err) = (Vec::new(), Vec::new());

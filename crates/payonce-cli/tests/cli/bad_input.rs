@@ -249,7 +249,7 @@ fn a_key_with_control_characters_is_refused_escaped_and_exits_2() {
     let hostile = "req-1\u{1b}[2J";
     let runs = [
         payonce(&["history", &arg(dir.path()), "--key", hostile]),
-        payonce(&["history", &arg(dir.path()), "--withdrawal", "w-2\u{7}"]),
+        payonce(&["history", &arg(dir.path()), "--withdrawal", "w-1-2\u{7}"]),
         payonce(&[
             "release",
             &arg(dir.path()),
@@ -292,7 +292,7 @@ fn usage_errors_exit_2_with_the_argument_escaped() {
         vec!["frobnicate", &d],
         vec!["verify", &d, "--no-such-flag"],
         vec!["history", &d],
-        vec!["history", &d, "--key", "a", "--withdrawal", "w-2"],
+        vec!["history", &d, "--key", "a", "--withdrawal", "w-1-2"],
         vec!["export", &d, "--from", "three"],
         vec!["inflight", &d, "--older-than", "30"],
     ] {

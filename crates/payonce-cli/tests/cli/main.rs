@@ -15,4 +15,5 @@ mod demo;
 mod fixture;
 mod index;
 mod operator;
+mod outcomes;
 mod schemas;

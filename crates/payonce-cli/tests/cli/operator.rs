@@ -332,7 +332,7 @@ fn release_drops_the_key_its_claim_and_hold_so_a_retry_sends() {
     let ledger = Ledger::open_with(dir.path(), config(clock)).unwrap();
     let outcome = ledger
         .submit("req-3b", scenario.failed.clone(), |r| {
-            Ok::<_, SendFailure<String>>(sent(r, "0xagain"))
+            Ok::<_, SendFailure>(sent(r, "0xagain"))
         })
         .unwrap();
     assert_eq!(outcome.reference().unwrap().as_str(), "0xagain");
