@@ -84,6 +84,19 @@ pub enum CliCommand {
     /// docs/operations.md before using it.
     #[command(after_help = EXIT_CODES)]
     Resolve(ResolveArgs),
+    /// Correct the outcome recorded for a key: "the recorded outcome is
+    /// wrong; here is the right one".
+    ///
+    /// For a key that has an outcome (a send's, a resolve's or a later
+    /// report's) that the rail contradicts. The same checks as resolve: the
+    /// outcome must be settled (sent, confirmed, failed or rejected) and be
+    /// the key's withdrawal (the same id, amount, currency and destination),
+    /// and no send may be running for it. The event records the old and the
+    /// new outcome, the note and the operator; the funds follow the new one.
+    /// Opens the ledger for writing (refused while a service holds its
+    /// lock). See docs/operations.md before using it.
+    #[command(after_help = EXIT_CODES)]
+    Correct(CorrectArgs),
     /// Release a key in flight: "I looked; nothing was sent". Drops the
     /// key, its claim and its hold, so the withdrawal can be sent again.
     ///
@@ -208,6 +221,29 @@ pub struct ResolveArgs {
     /// configured with `accept_foreign_ids` does.
     #[arg(long)]
     pub accept_foreign_ids: bool,
+    /// Print the key's resulting state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce correct`.
+#[derive(Debug, Args)]
+pub struct CorrectArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The request key whose outcome to correct.
+    pub key: String,
+    /// A JSON file holding the withdrawal as it really is (the same id,
+    /// amount, currency and destination as the key's claim, in a settled
+    /// state: sent, confirmed, failed or rejected).
+    #[arg(long, value_name = "FILE.json")]
+    pub outcome: PathBuf,
+    /// Why the recorded outcome is wrong: what you looked at on the rail.
+    #[arg(long)]
+    pub note: String,
+    /// Who you are (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
     /// Print the key's resulting state as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -5,9 +5,10 @@
 //!   `inflight`, `export`. They never take the writer lock and never change
 //!   the log, so they are safe beside a running service and on a copy of a
 //!   production directory. Untrusted text is printed escaped ([`escape`]).
-//! - Operator exits, which write: `resolve` and `release`. They check
-//!   everything they can read-only first, then take the writer lock (refused
-//!   while a service holds it).
+//! - Operator exits, which write: `resolve` (what happened to a key in
+//!   flight), `correct` (the outcome recorded for a key is wrong) and
+//!   `release` (nothing was sent). They check everything they can read-only
+//!   first, then take the writer lock (refused while a service holds it).
 //! - The audit index (`payonce index`): a sled database beside the log that
 //!   lets `history` answer without a scan. Derived data, never trusted over
 //!   the log: every event it points to is read back and verified.
@@ -56,8 +57,8 @@ mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
-    Cli, CliCommand, DemoArgs, ExportArgs, HistoryArgs, IndexArgs, InflightArgs, ReleaseArgs,
-    ResolveArgs, StateArgs, VerifyArgs,
+    Cli, CliCommand, CorrectArgs, DemoArgs, ExportArgs, HistoryArgs, IndexArgs, InflightArgs,
+    ReleaseArgs, ResolveArgs, StateArgs, VerifyArgs,
 };
 pub use crate::demo::{DemoReport, run_demo};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};

@@ -317,7 +317,8 @@ fn usage_errors_exit_2_with_the_argument_escaped() {
 #[test]
 fn every_command_has_help_that_explains_exit_codes() {
     for command in [
-        "verify", "history", "state", "inflight", "export", "resolve", "release", "index", "demo",
+        "verify", "history", "state", "inflight", "export", "resolve", "correct", "release",
+        "index", "demo",
     ] {
         let run = payonce(&[command, "--help"]);
         assert_eq!(run.code, 0, "{command}");
