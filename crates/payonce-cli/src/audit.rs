@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::Path;
 
 use payonce::{Divergence, State, Timestamp, apply, rederive};
 use payonce_log::TornTail;
@@ -14,7 +15,7 @@ use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
 use crate::duration::format_age;
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::index;
 use crate::json::{
     EventJson, InFlightKeyJson, KeyRecordJson, TornTailJson, held_totals_json, key_records, to_json,
@@ -120,7 +121,7 @@ fn print_verify(
     torn_tail: Option<&TornTail>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    say!(out, "verified {}", Escaped(&report.dir))?;
+    say!(out, "verified {}", EchoPath(Path::new(&report.dir)))?;
     say!(out, "  events     {}", report.events)?;
     say!(out, "  segments   {}", report.segments)?;
     say!(
@@ -177,8 +178,9 @@ pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
     let Some(text) = text else {
         return Ok(Point::End);
     };
+    // The whole text: the error echoes it bounded, with its length.
     let refuse = || CliError::BadPoint {
-        text: text.chars().take(64).collect(),
+        text: text.to_owned(),
     };
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse().map(Point::Seq).map_err(|_| refuse());
@@ -310,6 +312,7 @@ fn replay_to(
         && seq > walked.last_seq
     {
         return Err(CliError::PointPastEnd {
+            argument: "--at",
             seq,
             last_seq: walked.last_seq,
         });
@@ -370,12 +373,16 @@ fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> 
         (Some(at), Some(event)) => say!(
             out,
             "state of {} after seq {} ({}, {})",
-            Escaped(&report.dir),
+            EchoPath(Path::new(&report.dir)),
             report.seq,
             at,
             event
         )?,
-        _ => say!(out, "state of {} before any event", Escaped(&report.dir))?,
+        _ => say!(
+            out,
+            "state of {} before any event",
+            EchoPath(Path::new(&report.dir))
+        )?,
     }
     if let Some(asked) = &report.asked_time {
         say!(
@@ -525,7 +532,14 @@ pub(crate) fn inflight(
             .as_ref()
             .map(|t| TornTailJson::new(&log, t)),
     };
-    let status = Status::problem_if(torn || overdue);
+    // A stuck key is what a monitor pages for; a torn tail alone is not
+    // one, so it says so only when no key is overdue (and is reported on
+    // stderr and in `torn_tail` either way).
+    let status = if overdue {
+        Status::KeysOverdue
+    } else {
+        Status::problem_if(torn)
+    };
     if args.json {
         say!(out, "{}", to_json(&report))?;
         return Ok(status);
@@ -537,7 +551,7 @@ pub(crate) fn inflight(
         out,
         "{} in flight{threshold} in {} (now {})",
         count(report.keys.len(), "key"),
-        Escaped(&report.dir),
+        EchoPath(Path::new(&report.dir)),
         report.now
     )?;
     if !report.keys.is_empty() {

@@ -17,7 +17,7 @@ use payonce_model::{Reference, WithdrawalRequest};
 use crate::cli::DemoArgs;
 use crate::env::Status;
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::explain::outcome_words;
 use crate::output::count;
 
@@ -303,14 +303,14 @@ fn default_directory() -> Result<PathBuf, CliError> {
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(error) => {
                 return Err(CliError::Io {
-                    doing: format!("creating {}", dir.display()),
+                    doing: format!("creating {}", EchoPath(&dir)),
                     error,
                 });
             }
         }
     }
     Err(CliError::Io {
-        doing: format!("finding an unused directory name in {}", base.display()),
+        doing: format!("finding an unused directory name in {}", EchoPath(&base)),
         error: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
     })
 }
@@ -341,6 +341,11 @@ pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Statu
 
 /// Plays the demo in `dir` (new or empty), printing the story to `out`.
 pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::NotADirectory {
+            path: dir.to_owned(),
+        });
+    }
     if dir.exists() {
         let in_use = std::fs::read_dir(dir)
             .map(|mut entries| entries.next().is_some())

@@ -64,7 +64,7 @@ use crate::attribution::{Attributed, Attributor, needs_state};
 use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
 use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
@@ -1087,7 +1087,7 @@ pub(crate) fn index_command(
     writeln!(
         out,
         "audit index {}: {} through seq {through} ({} events indexed by this run)",
-        Escaped(&path.display().to_string()),
+        EchoPath(&path),
         if rebuilt || !existed || checked.meta.last.is_none() {
             "built"
         } else {

@@ -20,8 +20,8 @@ use tracing::info;
 use self::report::{exit_json, print_exit};
 use crate::cli::{CorrectArgs, ReleaseArgs, ResolveArgs};
 use crate::env::{Env, Status};
-use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::error::{CliError, WriteStep};
+use crate::escape::{Echo, EchoPath, Escaped};
 use crate::explain::outcome_words;
 use crate::logdir::{LogDir, open_log};
 
@@ -97,7 +97,7 @@ fn check_unlocked(log: &LogDir) -> Result<(), CliError> {
             dir: log.dir.clone(),
         }),
         Err(error) => Err(CliError::Io {
-            doing: format!("taking the writer lock of {}", log.dir.display()),
+            doing: format!("taking the writer lock of {}", EchoPath(&log.dir)),
             error,
         }),
     }
@@ -116,9 +116,9 @@ fn preflight(
     let mut state = State::new();
     let walked = log.walk(1, |event, _| {
         if let Some(divergence) = rederive(&state, event) {
-            return Err(CliError::Damaged {
+            return Err(CliError::Diverged {
                 dir: log.dir.clone(),
-                error: Box::new(LedgerError::Divergence(Box::new(divergence))),
+                divergence: Box::new(divergence),
             });
         }
         apply(&mut state, event);
@@ -159,7 +159,8 @@ fn open_ledger(log: &LogDir, accept_foreign_ids: bool) -> Result<Ledger, CliErro
         accept_foreign_ids,
         ..Config::default()
     };
-    Ledger::open_with(&log.dir, config).map_err(|error| CliError::from_ledger(&log.dir, error))
+    Ledger::open_with(&log.dir, config)
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))
 }
 
 /// What an operator states with an outcome file: what happened to a key
@@ -283,18 +284,43 @@ fn state_outcome(
     let (before, decision) = preflight(&log, &command, args.accept_foreign_ids, env, err)?;
     if decision == Decision::Unchanged {
         let report = exit_json(&log, &before, key, &withdrawal, "unchanged");
-        let headline = format!("request key {key} already has this outcome; nothing was written");
+        let headline = format!(
+            "request key {} already has this outcome; nothing was written",
+            Echo(key)
+        );
         print_exit(&report, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
     let ledger = open_ledger(&log, args.accept_foreign_ids)?;
     stated
         .write(stating, &ledger)
-        .map_err(|error| CliError::from_ledger(&log.dir, error))?;
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
     let state = ledger.state();
     drop(ledger);
-    let (by, seq, now) = (&stated.by, state.last_seq(), outcome_words(&stated.outcome));
-    let (action, headline) = match stating {
+    let (seq, by) = (state.last_seq(), &stated.by);
+    let (action, headline) = stated_headline(stating, &before, &stated, seq);
+    info!(key = %key, withdrawal = %withdrawal, by = %by, seq, action, "stated by an operator");
+    print_exit(
+        &exit_json(&log, &state, key, &withdrawal, action),
+        &headline,
+        args.json,
+        out,
+    )?;
+    Ok(Status::Clean)
+}
+
+/// What an outcome exit did, as its report's action and headline; `before`
+/// is the state before it, for the outcome a correction replaced.
+fn stated_headline(
+    stating: Stating,
+    before: &State,
+    stated: &Stated,
+    seq: u64,
+) -> (&'static str, String) {
+    let (key, by) = (Echo(&stated.key), Echo(&stated.by));
+    let withdrawal = Echo(stated.outcome.id());
+    let now = outcome_words(&stated.outcome);
+    match stating {
         Stating::Resolve => (
             "resolved",
             format!(
@@ -303,7 +329,7 @@ fn state_outcome(
         ),
         Stating::Correct => {
             let was = before
-                .outcome(key)
+                .outcome(&stated.key)
                 .map_or_else(|| "unknown".to_owned(), |old| outcome_words(&old));
             (
                 "corrected",
@@ -313,15 +339,7 @@ fn state_outcome(
                 ),
             )
         }
-    };
-    info!(key = %key, withdrawal = %withdrawal, by = %by, seq, action, "stated by an operator");
-    print_exit(
-        &exit_json(&log, &state, key, &withdrawal, action),
-        &headline,
-        args.json,
-        out,
-    )?;
-    Ok(Status::Clean)
+    }
 }
 
 /// `payonce release DIR KEY --note TEXT [--by NAME]`.
@@ -358,13 +376,16 @@ pub(crate) fn release(
     let ledger = open_ledger(&log, false)?;
     ledger
         .release(key.as_str(), note.as_str(), by.as_str())
-        .map_err(|error| CliError::from_ledger(&log.dir, error))?;
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
     let state = ledger.state();
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "released by an operator");
     let report = exit_json(&log, &state, &key, &withdrawal, "released");
     let headline = format!(
-        "released request key {key} by {by}: nothing was sent for withdrawal {withdrawal} (event {})",
+        "released request key {} by {}: nothing was sent for withdrawal {} (event {})",
+        Echo(&key),
+        Echo(&by),
+        Echo(&withdrawal),
         state.last_seq()
     );
     print_exit(&report, &headline, args.json, out)?;

@@ -199,7 +199,7 @@ fn inflight_lists_keys_whose_outcome_is_unknown() {
 
 // Guards against an alert that does not fire, or fires for nothing.
 #[test]
-fn inflight_exits_1_only_when_a_key_is_older_than_the_threshold() {
+fn inflight_exits_3_only_when_a_key_is_older_than_the_threshold() {
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
     let old = payonce(&[
@@ -209,7 +209,7 @@ fn inflight_exits_1_only_when_a_key_is_older_than_the_threshold() {
         "30m",
         "--json",
     ]);
-    assert_eq!(old.code, 1);
+    assert_eq!(old.code, 3);
     assert_eq!(old.json()["keys"].as_array().unwrap().len(), 2);
     assert_eq!(old.json()["older_than_seconds"], 1800);
     let none = payonce(&["inflight", &arg(dir.path()), "--older-than", "100000d"]);

@@ -228,3 +228,57 @@ pub fn outcome_file(dir: &Path, name: &str, content: &str) -> String {
     std::fs::write(&path, content).unwrap();
     arg(&path)
 }
+
+/// A closed ledger in `dir` whose one withdrawal was sent: no key in
+/// flight, nothing held.
+pub fn settled(dir: &Path) -> WithdrawalRequest {
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::init_with(dir, config(clock)).unwrap();
+    let request = new_withdrawal(&ledger, "5.00");
+    ledger
+        .submit("req-settled", &request, |r| {
+            Ok::<_, SendFailure>(sent(r, "0xdone"))
+        })
+        .unwrap()
+}
+
+/// Every command that takes a ledger's directory, with the arguments that
+/// follow it; `file` is an outcome file for those that read one.
+pub fn commands_on_a_directory(file: &str) -> Vec<(&'static str, Vec<String>)> {
+    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    vec![
+        ("verify", owned(&[])),
+        ("history", owned(&["--key", "req-1"])),
+        ("state", owned(&[])),
+        ("inflight", owned(&[])),
+        ("export", owned(&[])),
+        (
+            "resolve",
+            owned(&["req-3", "--outcome", file, "--note", "n", "--by", "ops"]),
+        ),
+        (
+            "correct",
+            owned(&["req-1", "--outcome", file, "--note", "n", "--by", "ops"]),
+        ),
+        ("release", owned(&["req-4", "--note", "n", "--by", "ops"])),
+    ]
+}
+
+/// Runs `command DIR rest...`.
+pub fn run_on(command: &str, dir: &str, rest: &[String]) -> Run {
+    let mut args = vec![command.to_owned(), dir.to_owned()];
+    args.extend_from_slice(rest);
+    payonce(&args)
+}
+
+/// A withdrawal, sent, as an outcome file holds it.
+pub fn a_sent_outcome() -> String {
+    let request = WithdrawalRequest::new(
+        "w-1-6".parse().unwrap(),
+        "10".parse().unwrap(),
+        "USDC".parse().unwrap(),
+        "0xabc".parse().unwrap(),
+        "alice".parse().unwrap(),
+    );
+    serde_json::to_string(&sent(&request, "0x1")).unwrap()
+}

@@ -12,6 +12,8 @@
 mod audit;
 mod bad_input;
 mod demo;
+mod echo;
+mod failures;
 mod fixture;
 mod index;
 mod operator;
