@@ -329,3 +329,58 @@ fn history_from_the_index_still_reports_a_new_torn_tail() {
     assert!(run.stderr.contains("torn tail: 5 bytes"), "{}", run.stderr);
     assert_eq!(run.json()["source"], "index");
 }
+
+// Guards against `payonce index` leaving an audit-index/ behind in a
+// directory whose log is damaged, or whose segment file is not a payonce
+// log's: the log is read before anything is created.
+#[test]
+fn index_writes_nothing_beside_a_damaged_log_or_a_foreign_one() {
+    let damaged = tempfile::tempdir().unwrap();
+    scenario(damaged.path());
+    let segment = crate::fixture::first_segment(damaged.path());
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // A byte inside the first record's payload, with valid records after
+    // it.
+    bytes[40 + 20] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+    let foreign = tempfile::tempdir().unwrap();
+    std::fs::write(
+        crate::fixture::first_segment(foreign.path()),
+        b"PK\x03\x04 this is a zip archive, not a payonce segment, padded out to a header",
+    )
+    .unwrap();
+    for dir in [damaged.path(), foreign.path()] {
+        let before = snapshot(dir);
+        let run = payonce(&["index", &arg(dir)]);
+        assert_eq!(run.code, 4, "{}", run.stderr);
+        assert!(run.stderr.contains("is damaged"), "{}", run.stderr);
+        assert!(
+            !dir.join("audit-index").exists(),
+            "index wrote into {}",
+            dir.display()
+        );
+        assert_eq!(snapshot(dir), before);
+    }
+    let unrelated = tempfile::tempdir().unwrap();
+    std::fs::write(unrelated.path().join("notes.txt"), "mine").unwrap();
+    let run = payonce(&["index", &arg(unrelated.path())]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(!unrelated.path().join("audit-index").exists());
+}
+
+// Guards against the lazy creation of the index losing an empty log's
+// index: a log with nothing but its opening still gets one.
+#[test]
+fn index_builds_an_index_for_a_log_with_only_its_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Ledger::init(dir.path()).unwrap());
+    let run = index(dir.path());
+    assert!(run.stdout.contains("built through seq 1"), "{}", run.stdout);
+    assert!(dir.path().join("audit-index").join("db").is_file());
+    let again = index(dir.path());
+    assert!(
+        again.stdout.contains("up to date through seq 1"),
+        "{}",
+        again.stdout
+    );
+}
