@@ -67,7 +67,9 @@ pub enum CliCommand {
     ///
     /// Prints a summary (events, segments, keys, in flight, holds by
     /// currency, refusals) and every problem with its location. Exit code 1
-    /// for a divergence or a torn tail, 4 for damage.
+    /// for a divergence or a torn tail (an empty newest segment, whose
+    /// header never reached the disk, included: the next writer saves it
+    /// aside), 4 for damage.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Verify(VerifyArgs),
     /// Every event that touched a request key or a withdrawal, in order,
@@ -101,6 +103,7 @@ pub enum CliCommand {
     /// name), key, withdrawal (when the event names one) and kind (the
     /// event's full content). Its output is always JSON; --json is
     /// accepted, and makes a failure end the output with one error object.
+    /// A --from past the last event is an error naming it, as state --at is.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Export(ExportArgs),
     /// Close a key in flight with what happened: "I looked; here is the
@@ -189,7 +192,9 @@ pub struct StateArgs {
     /// The ledger's directory.
     pub dir: PathBuf,
     /// A sequence number (`42`) or an RFC 3339 time (`2026-11-30T12:03:07Z`,
-    /// `2026-11-30T13:03:07+01:00`); the end of the log if absent.
+    /// `2026-11-30T13:03:07+01:00`, from 1970-01-01T00:00:00Z to
+    /// 2554-07-21T23:34:33Z); the end of the log if absent. A sequence
+    /// number past the last event is an error naming it.
     #[arg(long, value_name = "SEQ|TIME")]
     pub at: Option<String>,
     /// Do not use the audit index to find where a time falls.

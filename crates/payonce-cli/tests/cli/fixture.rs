@@ -282,3 +282,8 @@ pub fn a_sent_outcome() -> String {
     );
     serde_json::to_string(&sent(&request, "0x1")).unwrap()
 }
+
+/// The name of the segment file whose first record is `first_seq`.
+pub fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.log")
+}

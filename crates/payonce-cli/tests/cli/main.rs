@@ -11,6 +11,7 @@
 
 mod audit;
 mod bad_input;
+mod consistency;
 mod demo;
 mod echo;
 mod failures;
