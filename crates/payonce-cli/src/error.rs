@@ -491,7 +491,7 @@ impl fmt::Display for CliError {
                 f,
                 "reading the log in {} failed: {}. Nothing was changed",
                 EchoPath(dir),
-                ledger_words(dir, error)
+                ledger_words(dir, &first_failure(error))
             ),
             CliError::Ledger { dir, error } => write!(
                 f,
@@ -510,6 +510,20 @@ impl fmt::Display for CliError {
     }
 }
 
+/// The failure itself: a poisoned log says "a previous write failed;
+/// reopen the log", which is advice for a service; a command that failed
+/// once says what failed.
+fn first_failure(error: &LedgerError) -> String {
+    let mut log = match error {
+        LedgerError::Log(log) => log,
+        other => return other.to_string(),
+    };
+    while let LogError::Poisoned { cause } = log {
+        log = cause;
+    }
+    log.to_string()
+}
+
 /// What a failed write of an operator exit changed, in words.
 fn write_failed_words(
     f: &mut fmt::Formatter<'_>,
@@ -517,7 +531,7 @@ fn write_failed_words(
     step: WriteStep,
     error: &LedgerError,
 ) -> fmt::Result {
-    let error = ledger_words(dir, error);
+    let error = ledger_words(dir, &first_failure(error));
     match step {
         WriteStep::Opening => write!(
             f,

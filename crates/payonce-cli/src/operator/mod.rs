@@ -139,8 +139,8 @@ fn preflight(
     if let Some(torn) = &walked.torn_tail {
         writeln!(
             err,
-            "warning: {}. Opening the ledger for writing saves those bytes aside in the same \
-             directory and cuts them off",
+            "warning: {}. This command opens the ledger for writing, so it does that now, \
+             keeping the bytes in the same directory",
             Escaped(&log.describe_torn_tail(torn))
         )
         .map_err(CliError::output)?;

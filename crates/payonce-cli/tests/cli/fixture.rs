@@ -287,3 +287,22 @@ pub fn a_sent_outcome() -> String {
 pub fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.log")
 }
+
+/// Runs the built binary with `args` where no file can grow (a file size
+/// limit of 0, its signal ignored), as on a full disk: every write that
+/// appends fails with an I/O error, and reading works.
+pub fn payonce_on_a_full_disk<S: AsRef<OsStr>>(args: &[S]) -> Run {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_payonce"))
+        .args(args)
+        .env_remove("USER")
+        .output()
+        .unwrap();
+    Run {
+        code: output.status.code().expect("the binary exits, not killed"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}

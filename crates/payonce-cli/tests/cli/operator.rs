@@ -488,3 +488,63 @@ fn an_operator_exit_says_when_opening_cuts_a_torn_tail() {
         "the writer cut the tail"
     );
 }
+
+// Guards against a write that fails while an operator exit opens the
+// ledger (a full disk) being reported as a usage error that changed
+// nothing: it exits 5 and says what failed, and the key is left as it was.
+#[test]
+fn a_write_failure_while_opening_for_writing_is_its_own_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path());
+    let file = outcome_file(
+        files.path(),
+        "o.json",
+        &json(&sent(&scenario.failed, "0xfound")),
+    );
+    let d = arg(dir.path());
+    let before = snapshot(dir.path());
+    let resolve = [
+        "resolve",
+        &d,
+        "req-3",
+        "--outcome",
+        &file,
+        "--note",
+        "n",
+        "--by",
+        "ops",
+    ];
+    let release = ["release", &d, "req-4", "--note", "n", "--by", "ops"];
+    for args in [&resolve[..], &release[..]] {
+        let run = crate::fixture::payonce_on_a_full_disk(args);
+        assert_eq!(run.code, 5, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("opening the ledger in {d} for writing failed"))
+                && run.stderr.contains("00000000000000000001.log")
+                && run.stderr.contains("File too large")
+                && run.stderr.contains("The key was not changed"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("Nothing was"), "{}", run.stderr);
+    }
+    let mut json_args = resolve.to_vec();
+    json_args.push("--json");
+    let run = crate::fixture::payonce_on_a_full_disk(&json_args);
+    let failure = run.json();
+    assert_eq!(failure["error"], "write_failed");
+    assert_eq!(failure["exit_code"], 5);
+    assert_eq!(
+        failure["file"],
+        arg(&crate::fixture::first_segment(dir.path()))
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "a failed open changed the log"
+    );
+    let fixed = payonce(&resolve);
+    assert_eq!(fixed.code, 0, "{}", fixed.stderr);
+}
