@@ -129,3 +129,32 @@ fn a_json_failure_names_the_file_offset_and_seq_or_the_refusal() {
         );
     }
 }
+
+// Guards against an exit code that the help, the library's constants and
+// the runbook do not all explain the same way.
+#[test]
+fn every_exit_code_is_in_the_help_and_the_runbook() {
+    let help = payonce(&["--help"]).stdout;
+    let runbook = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
+    )
+    .unwrap();
+    for code in [
+        payonce_cli::EXIT_OK,
+        payonce_cli::EXIT_PROBLEM,
+        payonce_cli::EXIT_USAGE,
+        payonce_cli::EXIT_OVERDUE,
+        payonce_cli::EXIT_DAMAGED,
+        payonce_cli::EXIT_FAILED,
+    ] {
+        assert!(
+            help.contains(&format!("\n  {code}  ")),
+            "help lacks {code}: {help}"
+        );
+        assert!(
+            runbook.contains(&format!("\n| {code} | ")),
+            "the runbook lacks {code}"
+        );
+    }
+    assert!(help.contains("3  (inflight --older-than)"), "{help}");
+}

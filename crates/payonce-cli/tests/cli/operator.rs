@@ -548,3 +548,58 @@ fn a_write_failure_while_opening_for_writing_is_its_own_failure() {
     let fixed = payonce(&resolve);
     assert_eq!(fixed.code, 0, "{}", fixed.stderr);
 }
+
+// Guards against the runbook's word on what resolve compares drifting from
+// what it does: the fingerprint (id, amount, currency, destination) is
+// compared, requested_by is not, and the outcome's requested_by is what
+// the record keeps; a key's surrounding whitespace is trimmed.
+#[test]
+fn resolve_compares_the_fingerprint_not_requested_by_and_trims_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path());
+    let mut outcome: serde_json::Value =
+        serde_json::to_value(sent(&scenario.failed, "0xfound")).unwrap();
+    outcome["requested_by"] = "ops-typed-this".into();
+    let file = outcome_file(files.path(), "o.json", &outcome.to_string());
+    let run = payonce(&[
+        "resolve",
+        &arg(dir.path()),
+        "req-3\n",
+        "--outcome",
+        &file,
+        "--note",
+        "found it",
+        "--by",
+        "ops",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["key"], "req-3");
+    let recorded = payonce::verify(dir.path())
+        .unwrap()
+        .state
+        .outcome("req-3")
+        .unwrap();
+    assert_eq!(recorded.requested_by().as_str(), "ops-typed-this");
+    let mut other = outcome.clone();
+    other["destination"] = "0xelsewhere".into();
+    let file = outcome_file(files.path(), "other.json", &other.to_string());
+    let refused = payonce(&[
+        "resolve",
+        &arg(dir.path()),
+        " req-3 ",
+        "--outcome",
+        &file,
+        "--note",
+        "n",
+        "--by",
+        "ops",
+    ]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("destination") && !refused.stderr.contains("requested_by"),
+        "{}",
+        refused.stderr
+    );
+}
