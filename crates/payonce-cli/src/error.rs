@@ -375,7 +375,15 @@ impl CliError {
             seq,
             refusal,
         };
-        crate::json::to_json(&report)
+        // Plain data; serialising it cannot fail. Written here rather than
+        // through `json::to_json`, which would make the error module depend
+        // on the modules that report errors.
+        serde_json::to_string(&report).unwrap_or_else(|_| {
+            format!(
+                "{{\"error\":\"{}\",\"exit_code\":{}}}",
+                report.error, report.exit_code
+            )
+        })
     }
 
     /// Sorts a ledger error met while reading or opening the log in `dir`.
