@@ -1,7 +1,9 @@
-//! The operator exits, `resolve` and `release`: the only commands that
-//! write. They check everything they can before taking the writer lock, so
-//! a mistake (a bad outcome file, an outcome for another withdrawal, a key
-//! that has no record) leaves the log's bytes untouched.
+//! The operator exits, `resolve`, `correct` and `release`: the only
+//! commands that write. They check everything they can before taking the
+//! writer lock, so a mistake (a bad outcome file, an outcome for another
+//! withdrawal, a key that has no record) leaves the log's bytes untouched.
+
+mod report;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,14 +15,14 @@ use payonce::{
 };
 use payonce_log::{FsStorage, Storage};
 use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
-use serde::Serialize;
 use tracing::info;
 
-use crate::cli::{ReleaseArgs, ResolveArgs};
+use self::report::{exit_json, print_exit};
+use crate::cli::{CorrectArgs, ReleaseArgs, ResolveArgs};
 use crate::env::{Env, Status};
-use crate::error::CliError;
-use crate::escape::Escaped;
-use crate::json::{KeyRecordJson, key_records, to_json};
+use crate::error::{CliError, WriteStep};
+use crate::escape::{Echo, EchoPath, Escaped};
+use crate::explain::outcome_words;
 use crate::logdir::{LogDir, open_log};
 
 /// Largest outcome file read, in bytes; checked before reading. A
@@ -95,7 +97,7 @@ fn check_unlocked(log: &LogDir) -> Result<(), CliError> {
             dir: log.dir.clone(),
         }),
         Err(error) => Err(CliError::Io {
-            doing: format!("taking the writer lock of {}", log.dir.display()),
+            doing: format!("taking the writer lock of {}", EchoPath(&log.dir)),
             error,
         }),
     }
@@ -114,9 +116,9 @@ fn preflight(
     let mut state = State::new();
     let walked = log.walk(1, |event, _| {
         if let Some(divergence) = rederive(&state, event) {
-            return Err(CliError::Damaged {
+            return Err(CliError::Diverged {
                 dir: log.dir.clone(),
-                error: Box::new(LedgerError::Divergence(Box::new(divergence))),
+                divergence: Box::new(divergence),
             });
         }
         apply(&mut state, event);
@@ -137,8 +139,8 @@ fn preflight(
     if let Some(torn) = &walked.torn_tail {
         writeln!(
             err,
-            "warning: {}. Opening the ledger for writing saves those bytes aside in the same \
-             directory and cuts them off",
+            "warning: {}. This command opens the ledger for writing, so it does that now, \
+             keeping the bytes in the same directory",
             Escaped(&log.describe_torn_tail(torn))
         )
         .map_err(CliError::output)?;
@@ -157,112 +159,67 @@ fn open_ledger(log: &LogDir, accept_foreign_ids: bool) -> Result<Ledger, CliErro
         accept_foreign_ids,
         ..Config::default()
     };
-    Ledger::open_with(&log.dir, config).map_err(|error| CliError::from_ledger(&log.dir, error))
+    Ledger::open_with(&log.dir, config)
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))
 }
 
-/// What an operator exit prints as JSON.
-#[derive(Debug, Serialize)]
-struct ExitJson {
-    dir: String,
-    key: String,
-    /// "resolved", "released" or "unchanged".
-    action: &'static str,
-    /// The log's last sequence number afterwards.
-    last_seq: u64,
-    /// The key's record afterwards; null once released.
-    record: Option<KeyRecordJson>,
-    withdrawal: String,
-    /// The key holding the withdrawal afterwards, if any.
-    claimed_by: Option<String>,
-    /// Funds held for the withdrawal afterwards, if any.
-    held: Option<String>,
+/// What an operator states with an outcome file: what happened to a key
+/// in flight (`resolve`), or that the outcome recorded for a key is wrong
+/// (`correct`). Both are checked the same way: the outcome must be settled
+/// and of the key's withdrawal, and no send may be running for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stating {
+    Resolve,
+    Correct,
 }
 
-fn exit_json(
-    log: &LogDir,
-    state: &State,
-    key: &RequestKey,
-    withdrawal: &str,
-    action: &'static str,
-) -> ExitJson {
-    ExitJson {
-        dir: log.dir.display().to_string(),
-        key: key.to_string(),
-        action,
-        last_seq: state.last_seq(),
-        record: key_records(state)
-            .into_iter()
-            .find(|r| r.key == key.as_str()),
-        withdrawal: withdrawal.to_owned(),
-        claimed_by: state.claimed_by(withdrawal).map(String::from),
-        held: state
-            .held(withdrawal)
-            .map(|hold| format!("{} {}", hold.amount, hold.currency)),
-    }
-}
-
-/// One line about a key's record, for the operator exits.
-fn key_record_words(record: &KeyRecordJson) -> String {
-    let outcome = if record.outcome == "in flight" {
-        let error = record
-            .last_error
-            .as_ref()
-            .map_or_else(String::new, |e| format!(", last error: {e}"));
-        format!("in flight (outcome unknown{error})")
-    } else {
-        let mut words = format!("outcome {}", record.outcome);
-        if let Some(reference) = &record.reference {
-            words.push_str(&format!(", reference {reference}"));
-        }
-        if let Some(reason) = &record.reason {
-            words.push_str(&format!(" ({reason})"));
-        }
-        words
-    };
-    format!(
-        "request key {} holds withdrawal {} ({} {} to {}), claimed at seq {} ({}): {outcome}",
-        record.key,
-        record.withdrawal,
-        record.amount,
-        record.currency,
-        record.destination,
-        record.claimed_seq,
-        record.claimed_at
-    )
-}
-
-fn print_exit(
-    report: &ExitJson,
-    headline: &str,
+/// The arguments `resolve` and `correct` share.
+struct OutcomeArgs<'a> {
+    dir: &'a std::path::Path,
+    key: &'a str,
+    outcome: &'a std::path::Path,
+    note: &'a str,
+    by: Option<&'a str>,
+    accept_foreign_ids: bool,
     json: bool,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    let say = |out: &mut dyn Write, text: &str| {
-        writeln!(out, "{}", Escaped(text)).map_err(CliError::output)
-    };
-    if json {
-        return writeln!(out, "{}", to_json(report)).map_err(CliError::output);
+}
+
+/// Everything an outcome exit was given, validated.
+struct Stated {
+    key: RequestKey,
+    outcome: WithdrawalRequest,
+    note: Note,
+    by: Actor,
+}
+
+impl Stated {
+    fn command(&self, stating: Stating) -> Command {
+        let (key, outcome) = (self.key.clone(), self.outcome.clone());
+        let (note, by) = (self.note.clone(), self.by.clone());
+        match stating {
+            Stating::Resolve => Command::Resolve {
+                key,
+                outcome,
+                note,
+                by,
+            },
+            Stating::Correct => Command::Correct {
+                key,
+                outcome,
+                note,
+                by,
+            },
+        }
     }
-    say(out, headline)?;
-    match &report.record {
-        Some(record) => say(out, &key_record_words(record))?,
-        None => say(out, &format!("request key {} has no record", report.key))?,
+
+    /// Writes the statement through the ledger, which decides it again.
+    fn write(&self, stating: Stating, ledger: &Ledger) -> Result<(), LedgerError> {
+        let (key, note, by) = (self.key.as_str(), self.note.as_str(), self.by.as_str());
+        match stating {
+            Stating::Resolve => ledger.resolve(key, self.outcome.clone(), note, by),
+            Stating::Correct => ledger.correct(key, &self.outcome, note, by),
+        }
     }
-    say(
-        out,
-        &format!(
-            "withdrawal {}: {}; {}",
-            report.withdrawal,
-            report.claimed_by.as_ref().map_or_else(
-                || "claimed by no key (it may be submitted again)".to_owned(),
-                |key| format!("claimed by request key {key}")
-            ),
-            report.held.as_ref().map_or_else(
-                || "no funds held for it".to_owned(),
-                |held| format!("{held} held for it")
-            )
-        ),
-    )
 }
 
 /// `payonce resolve DIR KEY --outcome FILE --note TEXT [--by NAME]`.
@@ -272,41 +229,117 @@ pub(crate) fn resolve(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let key = key_argument(&args.key)?;
-    let note = note_argument(&args.note)?;
-    let by = operator(args.by.as_deref(), env)?;
-    let outcome = read_outcome(&args.outcome)?;
-    let log = open_log(&args.dir, env.progress_for(args.json))?;
-    check_unlocked(&log)?;
-    let withdrawal = outcome.id().to_string();
-    let command = Command::Resolve {
-        key: key.clone(),
-        outcome: outcome.clone(),
-        note: note.clone(),
-        by: by.clone(),
+    let args = OutcomeArgs {
+        dir: &args.dir,
+        key: &args.key,
+        outcome: &args.outcome,
+        note: &args.note,
+        by: args.by.as_deref(),
+        accept_foreign_ids: args.accept_foreign_ids,
+        json: args.json,
     };
-    let (state, decision) = preflight(&log, &command, args.accept_foreign_ids, env, err)?;
+    state_outcome(Stating::Resolve, &args, env, out, err)
+}
+
+/// `payonce correct DIR KEY --outcome FILE --note TEXT [--by NAME]`.
+pub(crate) fn correct(
+    args: &CorrectArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let args = OutcomeArgs {
+        dir: &args.dir,
+        key: &args.key,
+        outcome: &args.outcome,
+        note: &args.note,
+        by: args.by.as_deref(),
+        // A correction names a key that has an outcome, so its withdrawal
+        // was accepted when it was claimed: the id policy is not asked.
+        accept_foreign_ids: false,
+        json: args.json,
+    };
+    state_outcome(Stating::Correct, &args, env, out, err)
+}
+
+/// Resolves or corrects: validates everything given, decides the command
+/// read-only, and only then opens the ledger for writing.
+fn state_outcome(
+    stating: Stating,
+    args: &OutcomeArgs<'_>,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let stated = Stated {
+        key: key_argument(args.key)?,
+        note: note_argument(args.note)?,
+        by: operator(args.by, env)?,
+        outcome: read_outcome(args.outcome)?,
+    };
+    let log = open_log(args.dir, env.progress_for(args.json))?;
+    check_unlocked(&log)?;
+    let (key, withdrawal) = (&stated.key, stated.outcome.id().to_string());
+    let command = stated.command(stating);
+    let (before, decision) = preflight(&log, &command, args.accept_foreign_ids, env, err)?;
     if decision == Decision::Unchanged {
-        let report = exit_json(&log, &state, &key, &withdrawal, "unchanged");
-        let headline = format!("request key {key} already has this outcome; nothing was written");
+        let report = exit_json(&log, &before, key, &withdrawal, "unchanged");
+        let headline = format!(
+            "request key {} already has this outcome; nothing was written",
+            Echo(key)
+        );
         print_exit(&report, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
     let ledger = open_ledger(&log, args.accept_foreign_ids)?;
-    ledger
-        .resolve(key.as_str(), outcome.clone(), note.as_str(), by.as_str())
-        .map_err(|error| CliError::from_ledger(&log.dir, error))?;
+    stated
+        .write(stating, &ledger)
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
     let state = ledger.state();
     drop(ledger);
-    info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "resolved by an operator");
-    let report = exit_json(&log, &state, &key, &withdrawal, "resolved");
-    let headline = format!(
-        "resolved request key {key} by {by}: withdrawal {withdrawal} is {} (event {})",
-        crate::explain::outcome_words(&outcome),
-        state.last_seq()
-    );
-    print_exit(&report, &headline, args.json, out)?;
+    let (seq, by) = (state.last_seq(), &stated.by);
+    let (action, headline) = stated_headline(stating, &before, &stated, seq);
+    info!(key = %key, withdrawal = %withdrawal, by = %by, seq, action, "stated by an operator");
+    print_exit(
+        &exit_json(&log, &state, key, &withdrawal, action),
+        &headline,
+        args.json,
+        out,
+    )?;
     Ok(Status::Clean)
+}
+
+/// What an outcome exit did, as its report's action and headline; `before`
+/// is the state before it, for the outcome a correction replaced.
+fn stated_headline(
+    stating: Stating,
+    before: &State,
+    stated: &Stated,
+    seq: u64,
+) -> (&'static str, String) {
+    let (key, by) = (Echo(&stated.key), Echo(&stated.by));
+    let withdrawal = Echo(stated.outcome.id());
+    let now = outcome_words(&stated.outcome);
+    match stating {
+        Stating::Resolve => (
+            "resolved",
+            format!(
+                "resolved request key {key} by {by}: withdrawal {withdrawal} is {now} (event {seq})"
+            ),
+        ),
+        Stating::Correct => {
+            let was = before
+                .outcome(&stated.key)
+                .map_or_else(|| "unknown".to_owned(), |old| outcome_words(&old));
+            (
+                "corrected",
+                format!(
+                    "corrected request key {key} by {by}: withdrawal {withdrawal} was {was} and is \
+                     now {now} (event {seq})"
+                ),
+            )
+        }
+    }
 }
 
 /// `payonce release DIR KEY --note TEXT [--by NAME]`.
@@ -343,13 +376,16 @@ pub(crate) fn release(
     let ledger = open_ledger(&log, false)?;
     ledger
         .release(key.as_str(), note.as_str(), by.as_str())
-        .map_err(|error| CliError::from_ledger(&log.dir, error))?;
+        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
     let state = ledger.state();
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "released by an operator");
     let report = exit_json(&log, &state, &key, &withdrawal, "released");
     let headline = format!(
-        "released request key {key} by {by}: nothing was sent for withdrawal {withdrawal} (event {})",
+        "released request key {} by {}: nothing was sent for withdrawal {} (event {})",
+        Echo(&key),
+        Echo(&by),
+        Echo(&withdrawal),
         state.last_seq()
     );
     print_exit(&report, &headline, args.json, out)?;
