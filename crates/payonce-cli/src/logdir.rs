@@ -129,27 +129,6 @@ impl LogDir {
         Ok(segments)
     }
 
-    /// The newest segment when it is empty (0 bytes), as the torn tail
-    /// opening for writing reports for it: a header that never reached the
-    /// disk, which the writer saves aside (as `<segment>.torn-0`) and
-    /// replaces. The log's reader ends there quietly, as it should for a
-    /// reader, so the audit commands ask the directory themselves: a
-    /// verify that said clean while the next writer repairs would be two
-    /// answers for one log. A writer never shows an empty segment: it
-    /// writes a new one's header under a temporary name first.
-    fn empty_newest_segment(&self) -> Result<Option<TornTail>, CliError> {
-        Ok(self
-            .segment_files()?
-            .last()
-            .filter(|newest| newest.len == 0)
-            .map(|newest| TornTail {
-                segment: newest.first_seq,
-                offset: 0,
-                len: 0,
-                saved_as: None,
-            }))
-    }
-
     /// A torn tail, described for a person: where, how long, what it means.
     pub(crate) fn describe_torn_tail(&self, torn: &TornTail) -> String {
         let file = EchoPath(&self.dir.join(segment_name(torn.segment))).to_string();
@@ -236,10 +215,9 @@ impl LogDir {
                 Err(error) => break Err(ledger_error(error)),
             };
             let Some((event, position)) = next else {
-                walked.torn_tail = match events.torn_tail() {
-                    Some(torn) => Some(torn),
-                    None => self.empty_newest_segment()?,
-                };
+                // The log reports an empty newest segment as the torn tail
+                // opening for writing repairs, as it does any other.
+                walked.torn_tail = events.torn_tail();
                 break Ok(());
             };
             walked.events += 1;
