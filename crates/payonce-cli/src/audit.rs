@@ -7,7 +7,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use payonce::{Divergence, State, Timestamp, apply, rederive};
+use payonce::{Divergence, State, Timestamp, TimestampError, apply, rederive};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -186,31 +186,12 @@ pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse().map(Point::Seq).map_err(|_| refuse());
     }
-    text.parse().map(Point::Time).map_err(|_| {
-        if outside_the_range(text) {
-            CliError::PointOutOfRange {
-                text: text.to_owned(),
-            }
-        } else {
-            refuse()
-        }
+    text.parse().map(Point::Time).map_err(|error| match error {
+        TimestampError::OutOfRange { .. } => CliError::PointOutOfRange {
+            text: text.to_owned(),
+        },
+        _ => refuse(),
     })
-}
-
-/// Whether `text`, which is not a time a ledger records, is a well-formed
-/// RFC 3339 time all the same: the same text in the year 2000 (inside the
-/// range, and a leap year) parses, and the date is a real one in its own
-/// year (a 29 February only in a leap year).
-fn outside_the_range(text: &str) -> bool {
-    let (Some(year), Some(rest)) = (text.get(..4), text.get(4..)) else {
-        return false;
-    };
-    let Ok(year) = year.parse::<u64>() else {
-        return false;
-    };
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let leap_day = rest.starts_with("-02-29");
-    format!("2000{rest}").parse::<Timestamp>().is_ok() && (leap || !leap_day)
 }
 
 /// `state`'s report.

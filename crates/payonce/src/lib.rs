@@ -83,7 +83,9 @@ pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
 pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply};
-pub use crate::time::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};
+pub use crate::time::{
+    Clock, ManualClock, SystemClock, TIMESTAMP_TEXT_MAX, Timestamp, TimestampError,
+};
 /// The log's settings and what opening it repaired, for tuning
 /// [`Config::log`] and reading [`Ledger::recovery`] without depending on
 /// `payonce-log`.

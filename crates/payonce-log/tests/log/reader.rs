@@ -258,7 +258,9 @@ fn an_empty_newest_segment_is_the_torn_tail_a_reader_reports_as_a_writer_does() 
         env.disk.put("00000000000000000003.log", b"");
         let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
         let read = reader.scan(|_| Ok::<(), ()>(())).unwrap();
-        let torn = read.torn_tail.expect("the reader reports the empty segment");
+        let torn = read
+            .torn_tail
+            .expect("the reader reports the empty segment");
         assert_eq!((torn.segment, torn.offset, torn.len), (3, 0, 0));
         let (_, opened) = Log::open(env.storage.clone(), small_config()).unwrap();
         let repaired = opened.torn_tail.unwrap();

@@ -17,5 +17,6 @@ mod outcomes;
 mod races;
 mod scenarios;
 mod schemas;
+mod times;
 
 pub use fixture::*;
