@@ -75,6 +75,19 @@ fn every_event() -> Vec<Vec<u8>> {
         .release("k-refused", "nothing on the rail", "ops")
         .unwrap();
     ledger.record("k-record", w3.clone()).unwrap();
+    let phone_sent = sent(&w1, &reference(&w1, "phone"));
+    ledger
+        .advance("phone", &phone_sent.confirm().unwrap())
+        .unwrap();
+    let _ = ledger.advance("phone", &phone_sent);
+    ledger
+        .correct(
+            "k-timeout",
+            &sent(&w2, "0xright"),
+            "recorded in error",
+            "ops",
+        )
+        .unwrap();
     let _ = ledger.resolve("webhook", sent(&w3, "0xhook"), "replayed", "webhook");
     let ticket = ledger.claim("k-abandoned", w4.clone()).unwrap();
     drop(ticket);
@@ -113,7 +126,9 @@ fn ledger_ops_seeds(dir: &Path) {
         currency: 0,
     };
     // Send kinds, in the order of SendKind::ALL.
-    let (succeed, timeout, fail, refuse, panic, wrong) = (0, 1, 2, 3, 4, 5);
+    let (succeed, timeout, fail, refuse, panic, wrong, unsettled) = (0, 1, 2, 3, 4, 5, 6);
+    // Reports, as the target's `report` picks them: told, or lost.
+    let (confirmed, failed, again, lost_bump) = (16, 17, 19, 2);
     // Keys, in the order of the target's KEYS.
     let (k0, k1, phone, laptop, redrive, hook) = (0, 1, 3, 4, 5, 6);
     let seeds: Vec<(&str, Vec<Op>)> = vec![
@@ -329,6 +344,58 @@ fn ledger_ops_seeds(dir: &Path) {
                 Sync,
                 Abandon { slot: 0, send: 0 },
                 Crash { mode: 1, seed: 9 },
+            ],
+        ),
+        (
+            "reports-and-corrections",
+            vec![
+                create,
+                create,
+                Submit {
+                    key: k0,
+                    withdrawal: 0,
+                    send: succeed,
+                },
+                Submit {
+                    key: k1,
+                    withdrawal: 1,
+                    send: unsettled,
+                },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: lost_bump,
+                },
+                Correct {
+                    key: k0,
+                    withdrawal: 0,
+                },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: confirmed,
+                },
+                Report {
+                    key: k1,
+                    withdrawal: 1,
+                    report: failed,
+                },
+                Report {
+                    key: phone,
+                    withdrawal: 1,
+                    report: again,
+                },
+                Reopen,
+                Correct {
+                    key: k1,
+                    withdrawal: 0,
+                },
+                Crash { mode: 0, seed: 5 },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: confirmed,
+                },
             ],
         ),
     ];

@@ -96,6 +96,35 @@ pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
         .expect("a requested withdrawal can be sent")
 }
 
+/// What a rail may later say of an outcome it gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Later {
+    /// The send confirmed.
+    Confirmed,
+    /// The send failed after all.
+    Failed,
+    /// The send was replaced by one with reference `0xbump<n>`.
+    Bumped(u8),
+}
+
+/// `truth` as the rail later reports it; `None` when that report cannot
+/// follow `truth` (a failure after a confirmation, say).
+///
+/// # Panics
+/// Never: the reason and the reference are valid text.
+#[allow(clippy::expect_used)]
+pub fn later(truth: &WithdrawalRequest, later: Later) -> Option<WithdrawalRequest> {
+    match later {
+        Later::Confirmed => truth.confirm().ok(),
+        Later::Failed => truth
+            .fail(Reason::new("the rail reports a failure").expect("a fixture reason"))
+            .ok(),
+        Later::Bumped(n) => truth
+            .bump(Reference::new(format!("0xbump{n}")).expect("a fixture reference"))
+            .ok(),
+    }
+}
+
 /// The reference the rail gives the send of `request` under `key`.
 pub fn reference(request: &WithdrawalRequest, key: &str) -> String {
     format!("0x{}-{key}", request.id())

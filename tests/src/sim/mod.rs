@@ -26,7 +26,9 @@ use std::time::Duration;
 use payonce_log::{CrashMode, Fault};
 use payonce_model::WithdrawalRequest;
 
-use crate::harness::{Answer, CrashPlan, SendKind, SlotId, Stats, World, WorldConfig};
+use crate::harness::{
+    Answer, CrashPlan, Later, SendKind, SlotId, Stats, World, WorldConfig, later,
+};
 use crate::rng::Rng;
 
 /// Events one seed simulates, unless its queue runs dry first.
@@ -465,16 +467,13 @@ impl Sim {
                 .rail_report("nobody", &fixture_sent(&request, "0xlate"));
             return;
         };
-        let later = match self.rng.below(10) {
-            0..=4 => truth.confirm().ok(),
-            5..=6 => truth
-                .fail(fixture_reason("the rail reports a failure"))
-                .ok(),
-            7..=8 => truth
-                .bump(fixture_reference(&format!("0xbump{}", self.rng.below(3))))
-                .ok(),
+        let report = match self.rng.below(10) {
+            0..=4 => Some(Later::Confirmed),
+            5..=6 => Some(Later::Failed),
+            7..=8 => Some(Later::Bumped(self.rng.below(3) as u8)),
             _ => None,
         };
+        let later = report.and_then(|report| later(&truth, report));
         match later {
             Some(later) => {
                 let told = self.rng.percent(80);
@@ -586,14 +585,4 @@ fn fixture_sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalReque
     request
         .sent(reference)
         .expect("a requested withdrawal is sent")
-}
-
-#[allow(clippy::expect_used)]
-fn fixture_reason(text: &str) -> payonce_model::Reason {
-    payonce_model::Reason::new(text).expect("a fixture reason")
-}
-
-#[allow(clippy::expect_used)]
-fn fixture_reference(text: &str) -> payonce_model::Reference {
-    payonce_model::Reference::new(text).expect("a fixture reference")
 }
