@@ -12,8 +12,10 @@ use std::time::Duration;
 use payonce_tests::crash::{self, Backend, CrashConfig};
 use payonce_tests::rng::seed_from_env;
 
-/// Kills in the normal run; `PAYONCE_CRASH_KILLS` asks for more.
-const KILLS: u64 = 200;
+/// Kills in the normal run, about 40 s of a debug build on two cores (a
+/// round costs some 45 ms, most of it syncs); `PAYONCE_CRASH_KILLS` asks for
+/// more.
+const KILLS: u64 = 800;
 
 /// Threads submitting through one ledger, so kills land while a group
 /// commit is being written and synced.
