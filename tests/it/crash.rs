@@ -49,9 +49,10 @@ fn a_killed_process_never_sends_twice_and_keeps_every_acknowledged_outcome() {
         Err(failure) => {
             let _kept = root.keep();
             panic!(
-                "crash test seed {seed} failed in round {}: {}\nthe ledger and trails are in {}\n\
-                 replay with PAYONCE_CRASH_SEED={seed}",
-                failure.round,
+                "crash test seed {seed} failed after kill {} of {kills}: {}\n\
+                 the ledger and trails are in {}\n\
+                 replay with PAYONCE_CRASH_SEED={seed} PAYONCE_CRASH_KILLS={kills}",
+                failure.kill,
                 failure.message,
                 failure.dir.display()
             );

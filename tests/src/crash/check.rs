@@ -121,16 +121,19 @@ fn check_sends(live: &State, seen: &Seen) -> Result<(), String> {
     for (withdrawal, Sent { key, reference }) in &seen.sends {
         let holder = live.claimed_by(withdrawal);
         if holder.as_ref().map(|holder| holder.as_str()) != Some(key.as_str()) {
+            let holder = holder.map_or("no key".to_owned(), |holder| format!("key {holder}"));
             return Err(format!(
-                "the rail sent {withdrawal} for key {key}, but the reopened ledger has it held by \
-                 {holder:?}: the claim was not durable before the send"
+                "the rail sent {withdrawal} for key {key}, but in the reopened ledger {holder} \
+                 holds it: the claim was not durable before the send"
             ));
         }
         if let Some(outcome) = live.outcome(key) {
             let recorded = outcome.reference().map(|r| r.as_str().to_owned());
             if recorded.as_deref() != Some(reference.as_str()) {
                 return Err(format!(
-                    "key {key} has reference {recorded:?} where the rail answered {reference}"
+                    "key {key} has an outcome with reference {} where the rail answered \
+                     {reference}",
+                    recorded.as_deref().unwrap_or("none")
                 ));
             }
         }
@@ -141,14 +144,12 @@ fn check_sends(live: &State, seen: &Seen) -> Result<(), String> {
 fn check_acks(live: &State, seen: &Seen) -> Result<(), String> {
     for (key, reference) in &seen.acks {
         let outcome = live.outcome(key);
-        let recorded = outcome
-            .as_ref()
-            .and_then(|o| o.reference())
-            .map(|r| r.as_str());
-        if recorded != Some(reference.as_str()) {
+        let recorded = outcome.as_ref().and_then(|o| o.reference());
+        if recorded.map(|r| r.as_str()) != Some(reference.as_str()) {
+            let recorded = recorded.map_or("no outcome".to_owned(), |r| format!("reference {r}"));
             return Err(format!(
-                "the outcome acknowledged for key {key} ({reference}) is gone: the reopened \
-                 ledger has {recorded:?}"
+                "the outcome acknowledged for key {key} (reference {reference}) is gone: the \
+                 reopened ledger has {recorded}"
             ));
         }
     }

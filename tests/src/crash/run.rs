@@ -56,8 +56,8 @@ pub struct CrashReport {
 /// A failed check, in the round it failed in.
 #[derive(Debug, Clone)]
 pub struct CrashFailure {
-    /// The round (the kill's number, from 0).
-    pub round: u64,
+    /// The kill whose checks failed, numbered from 1.
+    pub kill: u64,
     /// What broke.
     pub message: String,
     /// The ledger and trails that show it, kept for inspection.
@@ -135,7 +135,7 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
             }
             Err(message) => {
                 return Err(CrashFailure {
-                    round,
+                    kill: round + 1,
                     message,
                     dir: life.dir.clone(),
                 });
