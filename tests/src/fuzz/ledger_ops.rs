@@ -425,7 +425,7 @@ fn report(world: &mut World, key: &str, request: &WithdrawalRequest, byte: u8) {
         _ => None,
     };
     match moved {
-        Some(moved) => world.rail_moves_on(key, &moved, byte / 16 % 4 != 0),
+        Some(moved) => world.rail_moves_on(key, &moved, !(byte / 16).is_multiple_of(4)),
         None => world.rail_report(key, &truth),
     }
 }

@@ -543,12 +543,7 @@ impl EventKind {
                 accept_foreign_ids: *accept_foreign_ids,
                 epoch: *epoch,
             },
-            EventKind::Created { withdrawal } => Command::Create {
-                amount: withdrawal.amount(),
-                currency: withdrawal.currency().clone(),
-                destination: withdrawal.destination().clone(),
-                requested_by: withdrawal.requested_by().clone(),
-            },
+            EventKind::Created { withdrawal } => create_command(withdrawal),
             EventKind::Claimed { key, request } => Command::Claim {
                 key: key.clone(),
                 request: request.clone(),
@@ -564,20 +559,8 @@ impl EventKind {
                 complete(key, SendResult::Rejected(reason.clone()))
             }
             EventKind::SendFailed {
-                key,
-                cause:
-                    FailureCause::OutcomeMismatch { outcome, .. } | FailureCause::Unsettled { outcome },
-                ..
-            } => complete(key, SendResult::Sent((**outcome).clone())),
-            EventKind::SendFailed {
                 key, error, cause, ..
-            } => complete(
-                key,
-                SendResult::Failed {
-                    error: error.clone(),
-                    cause: cause.clone(),
-                },
-            ),
+            } => complete(key, failed_result(error, cause)),
             EventKind::Resolved {
                 key,
                 outcome,
@@ -608,5 +591,30 @@ impl EventKind {
                 by: by.clone(),
             },
         }
+    }
+}
+
+/// The command that creates `withdrawal`.
+fn create_command(withdrawal: &WithdrawalRequest) -> Command {
+    Command::Create {
+        amount: withdrawal.amount(),
+        currency: withdrawal.currency().clone(),
+        destination: withdrawal.destination().clone(),
+        requested_by: withdrawal.requested_by().clone(),
+    }
+}
+
+/// What a send returned, as a recorded send failure tells it: the
+/// withdrawal it returned, when that was the failure (another withdrawal,
+/// or an outcome not yet settled), else the error.
+fn failed_result(error: &Reason, cause: &FailureCause) -> SendResult {
+    match cause {
+        FailureCause::OutcomeMismatch { outcome, .. } | FailureCause::Unsettled { outcome } => {
+            SendResult::Sent((**outcome).clone())
+        }
+        _ => SendResult::Failed {
+            error: error.clone(),
+            cause: cause.clone(),
+        },
     }
 }
