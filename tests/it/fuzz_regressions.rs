@@ -40,3 +40,12 @@ fn every_committed_fuzz_input_still_holds_its_property() {
     }
     assert!(replayed >= TARGETS.len(), "only {replayed} inputs replayed");
 }
+
+#[test]
+fn the_reports_seed_advances_and_corrects_outcomes() {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/ledger_ops/seed-reports-and-corrections");
+    let stats = payonce_tests::fuzz::ledger_ops::played(&std::fs::read(seed).unwrap()).unwrap();
+    assert!(stats.advances >= 2, "{stats:?}");
+    assert!(stats.corrections >= 1, "{stats:?}");
+}

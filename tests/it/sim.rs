@@ -23,8 +23,9 @@ fn report(stats: &SimStats, seconds: f64) {
     eprintln!(
         "simulated {} seeds in {seconds:.1} s: {} events, {} ledger steps; {} withdrawals, \
          {} submissions ({} retries, {} device races, {} re-drives, {} webhooks, {} client \
-         timeouts); rail: {} calls, {} moved money; {} refusals; operator: {} resolves, {} \
-         releases; power losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
+         timeouts); rail: {} calls, {} moved money, {} later reports ({} moved an outcome on); \
+         {} refusals; operator: {} resolves, {} releases, {} corrections ({} recorded); power \
+         losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
          bytes; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
          restarts; {} clean reopens",
         stats.seeds,
@@ -39,9 +40,13 @@ fn report(stats: &SimStats, seconds: f64) {
         stats.client_timeouts,
         w.rail_calls,
         w.money_moved,
+        stats.rail_reports,
+        w.advances,
         w.refusals,
         w.operator_resolves,
         w.operator_releases,
+        stats.corrections,
+        w.corrections,
         w.crashes(),
         w.crashes_dropping,
         w.crashes_keeping,

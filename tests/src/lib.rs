@@ -1,6 +1,7 @@
 //! Fixtures shared by payonce's acceptance tests: ready-made withdrawals and
 //! the helpers every scenario needs. Nothing here is part of any public API.
 
+pub mod crash;
 pub mod fuzz;
 pub mod harness;
 pub mod rng;

@@ -28,7 +28,12 @@ impl PayonceStore {
             },
             ..Config::default()
         };
-        let ledger = Ledger::open_with(dir, config).map_err(BenchError::ledger(None))?;
+        // The bench prepares a store, then reopens it in another process.
+        let ledger = match Ledger::open_with(dir, config.clone()) {
+            Err(LedgerError::NoLog { .. }) => Ledger::init_with(dir, config),
+            opened => opened,
+        }
+        .map_err(BenchError::ledger(None))?;
         Ok(PayonceStore { ledger })
     }
 }
@@ -81,7 +86,7 @@ impl Session for PayonceSession {
         let mut sent = false;
         let result = self.ledger.submit(key, request.clone(), |request| {
             sent = true;
-            rail.send(request).map_err(SendFailure::Failed)
+            rail.send(request).map_err(SendFailure::failed)
         });
         let reference = |outcome: &WithdrawalRequest| {
             outcome
@@ -96,7 +101,7 @@ impl Session for PayonceSession {
             Ok(outcome) => Ok(Answer::Replayed {
                 reference: reference(&outcome),
             }),
-            Err(SubmitError::Send(RailFailure { .. })) => Ok(Answer::SendFailed),
+            Err(SubmitError::Send(error)) if error.is::<RailFailure>() => Ok(Answer::SendFailed),
             Err(SubmitError::Ledger(LedgerError::Refused(refusal))) => match refusal {
                 Refusal::InFlight { .. } => Ok(Answer::InFlight),
                 Refusal::KeyReused { differences, .. } => Ok(Answer::KeyReused {

@@ -162,6 +162,8 @@ impl fmt::Display for RailFailure {
     }
 }
 
+impl std::error::Error for RailFailure {}
+
 impl Rail<'_> {
     /// Sends `request`.
     pub fn send(&self, request: &WithdrawalRequest) -> Result<WithdrawalRequest, RailFailure> {

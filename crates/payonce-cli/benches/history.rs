@@ -14,22 +14,17 @@ use std::time::{Duration, Instant};
 
 use payonce::{Config, Ledger, ManualClock, NewWithdrawal, SendFailure, Timestamp};
 use payonce_log::{Durability, LogConfig};
-use payonce_model::{Reference, WithdrawalRequest};
+use payonce_model::WithdrawalRequest;
 
 const PAYONCE: &str = env!("CARGO_BIN_EXE_payonce");
 /// 2026-11-30T00:00:00Z.
 const START: Timestamp = Timestamp::from_unix_nanos(1_795_996_800_000_000_000);
 
-fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
-    let reference = Reference::new(format!("0x{:x}", request.id().len() * 7919)).unwrap();
-    Ok(request
-        .approve()
-        .and_then(|w| w.start_sending())
-        .and_then(|w| w.mark_sent(reference))
-        .unwrap())
+fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> {
+    Ok(request.sent(format!("0x{:x}", request.id().len() * 7919))?)
 }
 
-fn never(_: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
+fn never(_: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> {
     panic!("a refused submission must not send")
 }
 
@@ -58,10 +53,11 @@ fn new_withdrawal(ledger: &Ledger, n: u64) -> WithdrawalRequest {
 }
 
 /// A log of about `events` events: withdrawals created and sent (three
-/// events each), and a second key trying withdrawal w-2 at every quarter,
-/// so its history is spread over the whole log. Returns w-2's id and key.
+/// events each), and a second key trying the first withdrawal at every
+/// quarter, so its history is spread over the whole log. Returns that
+/// withdrawal's id and key.
 fn build(dir: &Path, events: u64, clock: &Arc<ManualClock>) -> (String, String) {
-    let ledger = Ledger::open_with(dir, config(clock.clone())).unwrap();
+    let ledger = Ledger::init_with(dir, config(clock.clone())).unwrap();
     let target = new_withdrawal(&ledger, 0);
     ledger.submit("req-0", target.clone(), rail).unwrap();
     // Opened, then created, claimed and completed: counted here, because

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::Path;
 
-use payonce::{Divergence, State, Timestamp, apply, rederive};
+use payonce::{Divergence, State, Timestamp, TimestampError, apply, rederive};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -14,7 +15,7 @@ use crate::cli::{ExportArgs, InflightArgs, StateArgs, VerifyArgs};
 use crate::duration::format_age;
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::index;
 use crate::json::{
     EventJson, InFlightKeyJson, KeyRecordJson, TornTailJson, held_totals_json, key_records, to_json,
@@ -120,7 +121,7 @@ fn print_verify(
     torn_tail: Option<&TornTail>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    say!(out, "verified {}", Escaped(&report.dir))?;
+    say!(out, "verified {}", EchoPath(Path::new(&report.dir)))?;
     say!(out, "  events     {}", report.events)?;
     say!(out, "  segments   {}", report.segments)?;
     say!(
@@ -172,18 +173,25 @@ pub(crate) enum Point {
 }
 
 /// Reads `--at`: digits are a sequence number, anything else an RFC 3339
-/// time.
+/// time. A well-formed time a ledger cannot record (before 1970, after the
+/// last nanosecond a `Timestamp` holds) is told apart from a malformed one.
 pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
     let Some(text) = text else {
         return Ok(Point::End);
     };
+    // The whole text: the error echoes it bounded, with its length.
     let refuse = || CliError::BadPoint {
-        text: text.chars().take(64).collect(),
+        text: text.to_owned(),
     };
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text.parse().map(Point::Seq).map_err(|_| refuse());
     }
-    text.parse().map(Point::Time).map_err(|_| refuse())
+    text.parse().map(Point::Time).map_err(|error| match error {
+        TimestampError::OutOfRange { .. } => CliError::PointOutOfRange {
+            text: text.to_owned(),
+        },
+        _ => refuse(),
+    })
 }
 
 /// `state`'s report.
@@ -310,6 +318,7 @@ fn replay_to(
         && seq > walked.last_seq
     {
         return Err(CliError::PointPastEnd {
+            argument: "--at",
             seq,
             last_seq: walked.last_seq,
         });
@@ -370,12 +379,16 @@ fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> 
         (Some(at), Some(event)) => say!(
             out,
             "state of {} after seq {} ({}, {})",
-            Escaped(&report.dir),
+            EchoPath(Path::new(&report.dir)),
             report.seq,
             at,
             event
         )?,
-        _ => say!(out, "state of {} before any event", Escaped(&report.dir))?,
+        _ => say!(
+            out,
+            "state of {} before any event",
+            EchoPath(Path::new(&report.dir))
+        )?,
     }
     if let Some(asked) = &report.asked_time {
         say!(
@@ -525,7 +538,14 @@ pub(crate) fn inflight(
             .as_ref()
             .map(|t| TornTailJson::new(&log, t)),
     };
-    let status = Status::problem_if(torn || overdue);
+    // A stuck key is what a monitor pages for; a torn tail alone is not
+    // one, so it says so only when no key is overdue (and is reported on
+    // stderr and in `torn_tail` either way).
+    let status = if overdue {
+        Status::KeysOverdue
+    } else {
+        Status::problem_if(torn)
+    };
     if args.json {
         say!(out, "{}", to_json(&report))?;
         return Ok(status);
@@ -537,7 +557,7 @@ pub(crate) fn inflight(
         out,
         "{} in flight{threshold} in {} (now {})",
         count(report.keys.len(), "key"),
-        Escaped(&report.dir),
+        EchoPath(Path::new(&report.dir)),
         report.now
     )?;
     if !report.keys.is_empty() {
@@ -567,6 +587,7 @@ pub(crate) fn export(
     }
     // Export's output is JSON, so it never draws a progress bar.
     let log = open_log(&args.dir, env.progress_for(true))?;
+    let mut exported = 0;
     let walked = log.walk(from, |event, _| {
         if event.seq < from {
             return Ok(ControlFlow::Continue(()));
@@ -576,10 +597,32 @@ pub(crate) fn export(
         }
         let report = EventJson::new(event, event.kind.withdrawal(), None);
         say!(out, "{}", to_json(&report))?;
+        exported += 1;
         Ok(ControlFlow::Continue(()))
     })?;
+    // As `state --at` past the end: an error naming the last event, not an
+    // empty export that looks like a log with nothing in that range.
+    if let Some(from) = args.from
+        && exported == 0
+    {
+        return Err(CliError::PointPastEnd {
+            argument: "--from",
+            seq: from,
+            last_seq: last_seq(&log, &walked)?,
+        });
+    }
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     Ok(Status::problem_if(torn))
+}
+
+/// The log's last sequence number, from a walk that may have started in
+/// its newest segment and found nothing there (then from a walk of the
+/// whole log, which only this error path pays for).
+fn last_seq(log: &LogDir, walked: &Walked) -> Result<u64, CliError> {
+    if walked.events > 0 {
+        return Ok(walked.last_seq);
+    }
+    Ok(log.walk(1, |_, _| Ok(ControlFlow::Continue(())))?.last_seq)
 }
 
 /// The in-flight table: key, withdrawal, amount, claim, age, hold, send, last error.

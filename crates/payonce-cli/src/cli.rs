@@ -11,12 +11,20 @@ use crate::duration::parse_duration;
 const EXIT_CODES: &str = "\
 Exit codes:
   0  the command worked and found nothing wrong
-  1  the command worked and found a problem: damage in the log (reported with its
-     file, offset and sequence number), a divergence, a torn tail, or (inflight)
-     keys in flight longer than --older-than
-  2  a usage or input error: a bad argument, a missing directory, a directory that
-     is not a payonce log, an unknown key or withdrawal, a bad outcome file, a
-     refusal by the ledger, or the writer lock held by another process";
+  1  the command worked and found a problem in the log: a torn tail (a write cut
+     short, or one in progress beside a running service) or a divergence (a
+     recorded decision the code would not make again)
+  2  a usage or input error: a bad argument, a missing directory or a file in its
+     place, a directory that is not a payonce log, an unknown key or withdrawal,
+     a bad outcome file, a refusal by the ledger, or the writer lock held by
+     another process. Nothing was changed
+  3  (inflight --older-than) keys in flight for longer than that; it wins over 1
+  4  the log is damaged where it cannot be a torn tail, reported with its file,
+     offset and sequence number. Nothing was changed
+  5  the command failed: reading or writing failed (a full disk, a permission) or
+     a bug; the message says what failed and what may have changed
+With --json, a failure also prints one JSON object on stdout: error (a stable
+snake_case kind), message, exit_code, file, offset and seq (null if unknown).";
 
 const AUDIT_NOTE: &str = "\
 Audit commands never take the writer lock and never change the log (history and
@@ -34,6 +42,24 @@ pub struct Cli {
     pub command: CliCommand,
 }
 
+impl Cli {
+    /// Whether the command was given `--json`: its failure is then printed
+    /// as one JSON object on stdout too.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            CliCommand::Verify(args) => args.json,
+            CliCommand::History(args) => args.json,
+            CliCommand::State(args) => args.json,
+            CliCommand::Inflight(args) => args.json,
+            CliCommand::Export(args) => args.json,
+            CliCommand::Resolve(args) => args.json,
+            CliCommand::Correct(args) => args.json,
+            CliCommand::Release(args) => args.json,
+            CliCommand::Index(_) | CliCommand::Demo(_) => false,
+        }
+    }
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
@@ -41,7 +67,9 @@ pub enum CliCommand {
     ///
     /// Prints a summary (events, segments, keys, in flight, holds by
     /// currency, refusals) and every problem with its location. Exit code 1
-    /// if there is damage, a divergence or a torn tail.
+    /// for a divergence or a torn tail (an empty newest segment, whose
+    /// header never reached the disk, included: the next writer saves it
+    /// aside), 4 for damage.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Verify(VerifyArgs),
     /// Every event that touched a request key or a withdrawal, in order,
@@ -65,14 +93,17 @@ pub enum CliCommand {
     /// withdrawal, amount, age and last send error.
     ///
     /// With `--older-than`, only keys claimed longer ago than that are
-    /// listed, and the exit code is 1 if there is any.
+    /// listed, and the exit code is 3 if there is any (1 if there is none
+    /// but the log has a torn tail).
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Inflight(InflightArgs),
-    /// Every event as one JSON object per line.
+    /// Every event as one JSON object per line (JSON Lines).
     ///
     /// Each line: seq, at (RFC 3339), at_unix_nanos, schema, event (its
     /// name), key, withdrawal (when the event names one) and kind (the
-    /// event's full content).
+    /// event's full content). Its output is always JSON; --json is
+    /// accepted, and makes a failure end the output with one error object.
+    /// A --from past the last event is an error naming it, as state --at is.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Export(ExportArgs),
     /// Close a key in flight with what happened: "I looked; here is the
@@ -84,6 +115,19 @@ pub enum CliCommand {
     /// docs/operations.md before using it.
     #[command(after_help = EXIT_CODES)]
     Resolve(ResolveArgs),
+    /// Correct the outcome recorded for a key: "the recorded outcome is
+    /// wrong; here is the right one".
+    ///
+    /// For a key that has an outcome (a send's, a resolve's or a later
+    /// report's) that the rail contradicts. The same checks as resolve: the
+    /// outcome must be settled (sent, confirmed, failed or rejected) and be
+    /// the key's withdrawal (the same id, amount, currency and destination),
+    /// and no send may be running for it. The event records the old and the
+    /// new outcome, the note and the operator; the funds follow the new one.
+    /// Opens the ledger for writing (refused while a service holds its
+    /// lock). See docs/operations.md before using it.
+    #[command(after_help = EXIT_CODES)]
+    Correct(CorrectArgs),
     /// Release a key in flight: "I looked; nothing was sent". Drops the
     /// key, its claim and its hold, so the withdrawal can be sent again.
     ///
@@ -148,7 +192,9 @@ pub struct StateArgs {
     /// The ledger's directory.
     pub dir: PathBuf,
     /// A sequence number (`42`) or an RFC 3339 time (`2026-11-30T12:03:07Z`,
-    /// `2026-11-30T13:03:07+01:00`); the end of the log if absent.
+    /// `2026-11-30T13:03:07+01:00`, from 1970-01-01T00:00:00Z to
+    /// 2554-07-21T23:34:33Z); the end of the log if absent. A sequence
+    /// number past the last event is an error naming it.
     #[arg(long, value_name = "SEQ|TIME")]
     pub at: Option<String>,
     /// Do not use the audit index to find where a time falls.
@@ -165,7 +211,7 @@ pub struct InflightArgs {
     /// The ledger's directory.
     pub dir: PathBuf,
     /// List only keys claimed longer ago than this (45s, 30m, 2h, 1d,
-    /// 1h30m); exit 1 if there is any.
+    /// 1h30m); exit 3 if there is any.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub older_than: Option<Duration>,
     /// Print the queue as one JSON object.
@@ -184,6 +230,11 @@ pub struct ExportArgs {
     /// The last sequence number to export (default: the last event).
     #[arg(long, value_name = "SEQ")]
     pub to: Option<u64>,
+    /// Accepted for symmetry with the other commands: export always prints
+    /// JSON Lines. With it, a failure is also printed as one JSON object on
+    /// stdout (the last line).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `payonce resolve`.
@@ -208,6 +259,29 @@ pub struct ResolveArgs {
     /// configured with `accept_foreign_ids` does.
     #[arg(long)]
     pub accept_foreign_ids: bool,
+    /// Print the key's resulting state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce correct`.
+#[derive(Debug, Args)]
+pub struct CorrectArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// The request key whose outcome to correct.
+    pub key: String,
+    /// A JSON file holding the withdrawal as it really is (the same id,
+    /// amount, currency and destination as the key's claim, in a settled
+    /// state: sent, confirmed, failed or rejected).
+    #[arg(long, value_name = "FILE.json")]
+    pub outcome: PathBuf,
+    /// Why the recorded outcome is wrong: what you looked at on the rail.
+    #[arg(long)]
+    pub note: String,
+    /// Who you are (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
     /// Print the key's resulting state as one JSON object.
     #[arg(long)]
     pub json: bool,

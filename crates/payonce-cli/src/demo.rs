@@ -3,7 +3,6 @@
 //! custody once.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,12 +12,12 @@ use payonce::{
     Claim, Clock, Config, Ledger, LedgerError, ManualClock, NewWithdrawal, SendFailure,
     SubmitError, SystemClock, Timestamp, VerifyReport,
 };
-use payonce_model::{Reason, Reference, WithdrawalRequest};
+use payonce_model::{Reference, WithdrawalRequest};
 
 use crate::cli::DemoArgs;
 use crate::env::Status;
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::explain::outcome_words;
 use crate::output::count;
 
@@ -35,6 +34,9 @@ pub struct DemoReport {
     /// Calls to the simulated rail, per withdrawal id: a clean refusal is a
     /// call without a transfer.
     pub calls: BTreeMap<String, u32>,
+    /// The withdrawal of each incident, in the order told: its id carries
+    /// the epoch the ledger drew at random when it was created.
+    pub withdrawals: Vec<String>,
     /// Every refusal the ledger gave during the story, as text.
     pub refusals: Vec<String>,
     /// Whether every answer was the same after closing and reopening.
@@ -43,16 +45,6 @@ pub struct DemoReport {
     pub replayed_events: u64,
     /// `payonce::verify` on the directory afterwards.
     pub verify: VerifyReport,
-}
-
-/// Why the simulated rail did not give an outcome.
-#[derive(Debug)]
-struct RailError(String);
-
-impl fmt::Display for RailError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// What the rail does with the next send.
@@ -88,32 +80,25 @@ impl Rail {
         &self,
         request: &WithdrawalRequest,
         behaviour: Behaviour,
-    ) -> Result<WithdrawalRequest, SendFailure<RailError>> {
-        let failed =
-            |error: &dyn std::error::Error| SendFailure::Failed(RailError(error.to_string()));
+    ) -> Result<WithdrawalRequest, SendFailure> {
         let mut book = self.book();
         *book.calls.entry(request.id().to_string()).or_default() += 1;
         if let Behaviour::Refuse = behaviour {
-            return Err(SendFailure::Rejected(Reason::lossy(
+            return Err(SendFailure::rejected(
                 "hot wallet below its floor; nothing was broadcast",
-            )));
+            ));
         }
         book.next_reference += 1;
-        let reference = Reference::new(format!("0xd3m0{:04}", book.next_reference))
-            .map_err(|error| failed(&error))?;
+        let reference = Reference::new(format!("0xd3m0{:04}", book.next_reference))?;
         book.transfers
             .entry(request.id().to_string())
             .or_default()
             .push(reference.clone());
         match behaviour {
-            Behaviour::TimeOutAfterSending => Err(SendFailure::Failed(RailError(
-                "timed out after 30s waiting for the rail's answer".to_owned(),
-            ))),
-            _ => request
-                .approve()
-                .and_then(|w| w.start_sending())
-                .and_then(|w| w.mark_sent(reference))
-                .map_err(|error| failed(&error)),
+            Behaviour::TimeOutAfterSending => Err(SendFailure::failed(
+                "timed out after 30s waiting for the rail's answer",
+            )),
+            _ => Ok(request.sent(reference.as_str())?),
         }
     }
 
@@ -218,7 +203,7 @@ impl Story<'_> {
         key: &str,
         request: &WithdrawalRequest,
         behaviour: Behaviour,
-    ) -> Result<Result<WithdrawalRequest, SubmitError<RailError>>, CliError> {
+    ) -> Result<Result<WithdrawalRequest, SubmitError>, CliError> {
         self.tick(3);
         let ledger = self.ledger()?.clone();
         let rail = &self.rail;
@@ -318,14 +303,14 @@ fn default_directory() -> Result<PathBuf, CliError> {
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(error) => {
                 return Err(CliError::Io {
-                    doing: format!("creating {}", dir.display()),
+                    doing: format!("creating {}", EchoPath(&dir)),
                     error,
                 });
             }
         }
     }
     Err(CliError::Io {
-        doing: format!("finding an unused directory name in {}", base.display()),
+        doing: format!("finding an unused directory name in {}", EchoPath(&base)),
         error: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
     })
 }
@@ -356,6 +341,11 @@ pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Statu
 
 /// Plays the demo in `dir` (new or empty), printing the story to `out`.
 pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::NotADirectory {
+            path: dir.to_owned(),
+        });
+    }
     if dir.exists() {
         let in_use = std::fs::read_dir(dir)
             .map(|mut entries| entries.next().is_some())
@@ -375,8 +365,10 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
         clock: clock.clone(),
         ..Config::default()
     };
+    // The demo is the one command that creates a ledger: its directory is
+    // new or empty, checked above, and `init` checks again.
     let ledger =
-        Ledger::open_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
+        Ledger::init_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
     let mut story = Story {
         dir: dir.to_owned(),
         config,
@@ -410,6 +402,7 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
         dir: story.dir.clone(),
         sends,
         calls,
+        withdrawals: withdrawals.iter().map(|w| w.id().to_string()).collect(),
         refusals: std::mem::take(&mut story.refusals),
         same_after_reopen,
         replayed_events: events,

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use payonce::{Clock, SystemClock, Timestamp};
 
-use crate::error::{EXIT_OK, EXIT_PROBLEM};
+use crate::error::{EXIT_OK, EXIT_OVERDUE, EXIT_PROBLEM};
 
 /// What a command may learn from its surroundings, gathered in one place so
 /// tests can set it.
@@ -52,8 +52,12 @@ impl Env {
 pub enum Status {
     /// Nothing wrong found: exit code 0.
     Clean,
-    /// The command worked and found a problem: exit code 1.
+    /// The command worked and found a problem in the log (a torn tail, a
+    /// divergence): exit code 1.
     ProblemFound,
+    /// `inflight --older-than` found keys in flight for longer than that:
+    /// exit code 3, whether or not the log has a problem too.
+    KeysOverdue,
 }
 
 impl Status {
@@ -62,6 +66,7 @@ impl Status {
         match self {
             Status::Clean => EXIT_OK,
             Status::ProblemFound => EXIT_PROBLEM,
+            Status::KeysOverdue => EXIT_OVERDUE,
         }
     }
 
@@ -91,9 +96,10 @@ mod tests {
 
     // Guards against exit codes that say the wrong thing.
     #[test]
-    fn statuses_map_to_exit_codes_0_and_1() {
+    fn statuses_map_to_exit_codes_0_1_and_3() {
         assert_eq!(Status::Clean.code(), 0);
         assert_eq!(Status::ProblemFound.code(), 1);
+        assert_eq!(Status::KeysOverdue.code(), 3);
         assert_eq!(Status::problem_if(true), Status::ProblemFound);
     }
 }

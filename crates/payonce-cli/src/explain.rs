@@ -67,6 +67,18 @@ fn command_words(command: &Command) -> String {
             outcome_words(outcome)
         ),
         Command::Release { key, by, .. } => format!("{by} asked to release request key {key}"),
+        Command::Advance { key, outcome } => format!(
+            "a later report for request key {key} said withdrawal {} is {}",
+            outcome.id(),
+            outcome_words(outcome)
+        ),
+        Command::Correct {
+            key, outcome, by, ..
+        } => format!(
+            "{by} asked to correct the outcome of request key {key} to withdrawal {} {}",
+            outcome.id(),
+            outcome_words(outcome)
+        ),
         _ => "a command".to_owned(),
     }
 }
@@ -75,7 +87,10 @@ fn command_words(command: &Command) -> String {
 /// `withdrawal` is the withdrawal the event is attributed to.
 pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> String {
     match &event.kind {
-        EventKind::Opened { accept_foreign_ids } => opened_words(*accept_foreign_ids),
+        EventKind::Opened {
+            accept_foreign_ids,
+            epoch,
+        } => opened_words(*accept_foreign_ids, *epoch),
         EventKind::Created { withdrawal } => created_words(withdrawal),
         EventKind::Claimed { key, request } => claimed_words(key, request),
         EventKind::Recorded { key, request } => recorded_words(key, request),
@@ -94,16 +109,28 @@ pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> Strin
         EventKind::Refused {
             command, refusal, ..
         } => refused_words(command, refusal),
+        EventKind::Advanced { key, outcome } => advanced_words(key, outcome),
+        EventKind::Corrected {
+            key,
+            old,
+            new,
+            note,
+            by,
+        } => corrected_words(key, old, new, note, by),
         _ => format!("{} event", event.kind.name()),
     }
 }
 
 /// An `opened` event ends every send of the process before it, whatever
-/// the id policy it records.
-fn opened_words(accept_foreign_ids: bool) -> String {
+/// the id policy it records; since schema 3 it also names the epoch the ids
+/// it mints carry.
+fn opened_words(accept_foreign_ids: bool, epoch: Option<u64>) -> String {
+    let minting = epoch.map_or_else(String::new, |epoch| {
+        format!(", minting ids w-{epoch:x}-<seq>")
+    });
     format!(
-        "the ledger was opened for writing ({}); no send of an earlier process can still be \
-         running, so keys it left in flight may now be resolved or released",
+        "the ledger was opened for writing ({}{minting}); no send of an earlier process can \
+         still be running, so keys it left in flight may now be resolved or released",
         if accept_foreign_ids {
             "accepting withdrawal ids minted elsewhere"
         } else {
@@ -184,6 +211,10 @@ fn send_failed_words(
         FailureCause::OutcomeMismatch { outcome, .. } => {
             format!("returned another withdrawal ({})", outcome.id())
         }
+        FailureCause::Unsettled { outcome } => format!(
+            "returned the withdrawal still {}, which does not say what the rail did",
+            outcome.state()
+        ),
         _ => "failed".to_owned(),
     };
     format!(
@@ -222,11 +253,79 @@ fn released_words(
     )
 }
 
+/// Whether an outcome in this state means the money left custody: the
+/// ledger captures the funds of a sent or confirmed withdrawal and gives
+/// them back for any other.
+fn left_custody(outcome: &WithdrawalRequest) -> bool {
+    matches!(
+        outcome.state(),
+        WithdrawalState::Sent | WithdrawalState::Confirmed
+    )
+}
+
+/// A later report moves a sent outcome on; the funds follow it.
+fn advanced_words(key: &RequestKey, outcome: &WithdrawalRequest) -> String {
+    let money = format!("{} {}", outcome.amount(), outcome.currency());
+    let what = match outcome.state() {
+        WithdrawalState::Confirmed => format!("the rail confirmed it; the {money} stays captured"),
+        WithdrawalState::Failed => format!(
+            "it failed on the rail after it was sent, so the {money} captured for it is given back"
+        ),
+        WithdrawalState::Sent if !outcome.replaced().is_empty() => format!(
+            "it was bumped to a new transaction (replacing {}); the {money} stays captured",
+            outcome
+                .replaced()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => hold_effect(outcome),
+    };
+    format!(
+        "a later report moved the outcome of request key {key} on: withdrawal {} is {}; {what}. \
+         A retry under {key} replays this outcome without sending",
+        outcome.id(),
+        outcome_words(outcome)
+    )
+}
+
+/// A correction replaces a recorded outcome; what it does to the funds
+/// depends on both.
+fn corrected_words(
+    key: &RequestKey,
+    old: &WithdrawalRequest,
+    new: &WithdrawalRequest,
+    note: &Note,
+    by: &Actor,
+) -> String {
+    let money = format!("{} {}", new.amount(), new.currency());
+    let effect = match (left_custody(old), left_custody(new)) {
+        (true, true) => format!("the {money} stays captured"),
+        (true, false) => {
+            format!("the {money} captured for it is given back: the money did not leave")
+        }
+        (false, true) => format!("the {money} is captured: the money left"),
+        (false, false) => "no funds are held or captured for it".to_owned(),
+    };
+    format!(
+        "operator {by} corrected the outcome of request key {key}, noting \"{note}\": withdrawal \
+         {} was recorded as {} and is now {}; {effect}. A retry under {key} replays the \
+         corrected outcome without sending",
+        new.id(),
+        outcome_words(old),
+        outcome_words(new)
+    )
+}
+
 /// A refusal changes nothing; what it means depends on what was asked.
 fn refused_words(command: &Command, refusal: &Refusal) -> String {
     let consequence = match (command, refusal) {
         (Command::Claim { .. }, _) => "The send did not run and nothing changed",
         (_, Refusal::InFlight { .. }) => "Nothing changed; the key is still in flight",
+        (Command::Advance { .. } | Command::Correct { .. }, _) => {
+            "Nothing changed; the recorded outcome stands"
+        }
         _ => "Nothing changed",
     };
     format!(

@@ -16,7 +16,7 @@ use crate::attribution::{Attributed, Attributor};
 use crate::cli::HistoryArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{Echo, EchoPath, Escaped};
 use crate::explain::explain;
 use crate::index;
 use crate::json::{EventJson, TornTailJson, to_json};
@@ -82,9 +82,9 @@ fn from_index(
                 err,
                 "warning: the audit index {} is not used: {}. Answering from the log instead; \
                  `payonce index {} --rebuild` rebuilds it",
-                Escaped(&index.path().display().to_string()),
+                EchoPath(index.path()),
                 Escaped(&problem),
-                Escaped(&log.dir.display().to_string())
+                EchoPath(&log.dir)
             )
             .map_err(CliError::output)?;
             Ok(None)
@@ -234,15 +234,15 @@ fn print_history(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let what = match (&report.key, &report.withdrawal) {
-        (Some(key), _) => format!("request key {key}"),
-        (_, Some(id)) => format!("withdrawal {id}"),
+        (Some(key), _) => format!("request key {}", Echo(key)),
+        (_, Some(id)) => format!("withdrawal {}", Echo(id)),
         _ => String::new(),
     };
     writeln!(
         out,
         "history of {} in {}: {}",
-        Escaped(&what),
-        Escaped(&report.dir),
+        what,
+        EchoPath(Path::new(&report.dir)),
         count(report.events.len(), "event")
     )
     .map_err(CliError::output)?;
@@ -261,7 +261,7 @@ fn print_history(
     let footer = match index {
         Some(path) => format!(
             "answered from the audit index {}, every event read back and verified",
-            path.display()
+            EchoPath(path)
         ),
         None => "answered by one scan of the log".to_owned(),
     };

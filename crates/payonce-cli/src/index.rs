@@ -64,7 +64,7 @@ use crate::attribution::{Attributed, Attributor, needs_state};
 use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::escape::Escaped;
+use crate::escape::{EchoPath, Escaped};
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
 use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
@@ -544,6 +544,16 @@ struct Checked {
     up_to_date: bool,
 }
 
+impl Checked {
+    /// Where a new or rebuilt index starts: before the first event.
+    fn from_start() -> Checked {
+        Checked {
+            meta: Meta::default(),
+            up_to_date: false,
+        }
+    }
+}
+
 /// Reads the index's marks back from the log: `Err` says why the index
 /// does not match it.
 fn check(trees: &Trees, log: &LogDir) -> Result<Checked, String> {
@@ -722,10 +732,14 @@ struct CaughtUp {
     write_failure: Option<String>,
 }
 
-/// Indexes the events after `checked`'s last, writing every
-/// [`PENDING_EVENTS_MAX`] events and at the end; if a write fails, keeps
-/// the rest in memory.
-fn catch_up(trees: &Trees, log: &LogDir, checked: &Checked) -> Result<CaughtUp, CliError> {
+/// Indexes the events after `checked`'s last, handing them to `write`
+/// every [`PENDING_EVENTS_MAX`] events and at the end; if a write fails,
+/// keeps the rest in memory.
+fn catch_up(
+    log: &LogDir,
+    checked: &Checked,
+    write: &mut dyn FnMut(&Pending) -> Result<(), String>,
+) -> Result<CaughtUp, CliError> {
     let mut pending = Pending::after(&checked.meta);
     if checked.up_to_date {
         return Ok(CaughtUp {
@@ -750,7 +764,7 @@ fn catch_up(trees: &Trees, log: &LogDir, checked: &Checked) -> Result<CaughtUp, 
         pending.add(event, position, withdrawal.as_ref());
         new_events += 1;
         if write_failure.is_none() && pending.events >= PENDING_EVENTS_MAX {
-            match trees.write(&pending) {
+            match write(&pending) {
                 Ok(()) => pending.written(),
                 Err(problem) => write_failure = Some(problem),
             }
@@ -758,7 +772,7 @@ fn catch_up(trees: &Trees, log: &LogDir, checked: &Checked) -> Result<CaughtUp, 
         Ok(ControlFlow::Continue(()))
     })?;
     if write_failure.is_none() && pending.events > 0 {
-        match trees.write(&pending) {
+        match write(&pending) {
             Ok(()) => pending.written(),
             Err(problem) => write_failure = Some(problem),
         }
@@ -844,7 +858,7 @@ fn use_for_query(
             return Ok(None);
         }
     };
-    let caught = match catch_up(&trees, log, &checked) {
+    let caught = match catch_up(log, &checked, &mut |pending| trees.write(pending)) {
         Ok(caught) => caught,
         Err(CliError::Index { problem, .. }) => {
             warn_user(err, &ignored(&problem))?;
@@ -1070,16 +1084,31 @@ pub(crate) fn index_command(
     let log = open_log(&args.dir, env.progress)?;
     let path = log.dir.join(INDEX_DIR);
     let existed = path.exists();
-    let trees = open_to_build(&path, existed)?;
-    let (checked, rebuilt) = check_or_clear(&trees, &log, &path, existed, args.rebuild, err)?;
-    let caught = catch_up(&trees, &log, &checked)?;
-    if let Some(problem) = caught.write_failure {
+    let mut building = Building::open(&path, existed)?;
+    let (checked, rebuilt) = match &building.trees {
+        Some(trees) => check_or_clear(trees, &log, &path, args.rebuild, err)?,
+        None => (Checked::from_start(), args.rebuild),
+    };
+    let caught = match catch_up(&log, &checked, &mut |pending| building.write(pending)) {
+        Ok(caught) => caught,
+        Err(error) => {
+            building.abandon();
+            return Err(error);
+        }
+    };
+    // A log with nothing to index still gets its (empty) index.
+    let written = match (&caught.write_failure, building.trees.is_some()) {
+        (Some(problem), _) => Err(problem.clone()),
+        (None, false) => building.write(&caught.pending),
+        (None, true) => Ok(()),
+    };
+    if let Err(problem) = written {
         return Err(index_error(&path, format!("cannot be written: {problem}")));
     }
     // sled recovers what was just written from its own log the first time
     // it opens it again, which is slow after a large build; pay that here
     // rather than in the first `history`.
-    drop(trees);
+    drop(building);
     if caught.new_events > 0 {
         drop(Trees::open(&path));
     }
@@ -1087,7 +1116,7 @@ pub(crate) fn index_command(
     writeln!(
         out,
         "audit index {}: {} through seq {through} ({} events indexed by this run)",
-        Escaped(&path.display().to_string()),
+        EchoPath(&path),
         if rebuilt || !existed || checked.meta.last.is_none() {
             "built"
         } else {
@@ -1106,6 +1135,54 @@ fn index_error(path: &Path, problem: String) -> CliError {
     CliError::Index {
         path: path.to_owned(),
         problem,
+    }
+}
+
+/// The index `payonce index` builds: the one that existed, opened at once,
+/// or a new one, created only when there is something to write. A build
+/// that fails on the log first (damage, or a directory whose segment file
+/// is not a payonce log's) so writes nothing beside it, and one that fails
+/// after creating it removes it again.
+struct Building {
+    path: PathBuf,
+    trees: Option<Trees>,
+    created: bool,
+}
+
+impl Building {
+    fn open(path: &Path, existed: bool) -> Result<Building, CliError> {
+        let trees = if existed {
+            Some(open_to_build(path, existed)?)
+        } else {
+            None
+        };
+        Ok(Building {
+            path: path.to_owned(),
+            trees,
+            created: false,
+        })
+    }
+
+    /// Writes `pending`, creating the index first if it is new.
+    fn write(&mut self, pending: &Pending) -> Result<(), String> {
+        if self.trees.is_none() {
+            self.trees = Some(Trees::open(&self.path)?);
+            self.created = true;
+        }
+        match &self.trees {
+            Some(trees) => trees.write(pending),
+            None => unreachable!("the index was opened above"),
+        }
+    }
+
+    /// Removes the index this build created, after the build failed.
+    fn abandon(self) {
+        if self.created {
+            drop(self.trees);
+            if let Err(error) = std::fs::remove_dir_all(&self.path) {
+                warn!(%error, path = %self.path.display(), "could not remove the abandoned audit index");
+            }
+        }
     }
 }
 
@@ -1135,8 +1212,8 @@ fn open_to_build(path: &Path, existed: bool) -> Result<Trees, CliError> {
     })
 }
 
-/// Where building starts: after the last event indexed, if the index at
-/// `path` existed, no rebuild was asked for and it matches the log. An
+/// Where building an existing index starts: after the last event indexed,
+/// if no rebuild was asked for and it matches the log. An
 /// index to rebuild (asked for, or not matching the log, which is said on
 /// `err`) is cleared first. Returns the marks to start from and whether
 /// the index was rebuilt.
@@ -1144,15 +1221,12 @@ fn check_or_clear(
     trees: &Trees,
     log: &LogDir,
     path: &Path,
-    existed: bool,
     rebuild: bool,
     err: &mut dyn Write,
 ) -> Result<(Checked, bool), CliError> {
-    let from_start = Checked {
-        meta: Meta::default(),
-        up_to_date: false,
-    };
-    let (checked, rebuilt) = if existed && !rebuild {
+    let (checked, rebuilt) = if rebuild {
+        (Checked::from_start(), true)
+    } else {
         match check(trees, log) {
             Ok(found) => (found, false),
             Err(problem) => {
@@ -1160,11 +1234,9 @@ fn check_or_clear(
                     err,
                     &format!("the audit index {} is rebuilt: {problem}", path.display()),
                 )?;
-                (from_start, true)
+                (Checked::from_start(), true)
             }
         }
-    } else {
-        (from_start, rebuild)
     };
     if rebuilt {
         trees
@@ -1233,9 +1305,10 @@ mod tests {
     #[test]
     fn a_tail_that_cannot_be_written_is_used_from_memory() {
         use payonce::{Ledger, NewWithdrawal, SendFailure};
-        use payonce_model::{Reference, WithdrawalRequest};
+        use payonce_model::WithdrawalRequest;
 
         let dir = tempfile::tempdir().unwrap();
+        drop(Ledger::init(dir.path()).unwrap());
         let submit = |key: &str| {
             let ledger = Ledger::open(dir.path()).unwrap();
             let request = ledger
@@ -1246,11 +1319,8 @@ mod tests {
                     requested_by: "alice".parse().unwrap(),
                 })
                 .unwrap();
-            let send = |r: &WithdrawalRequest| -> Result<WithdrawalRequest, SendFailure<String>> {
-                Ok(r.approve()
-                    .and_then(|w| w.start_sending())
-                    .and_then(|w| w.mark_sent(Reference::new("0x1").unwrap()))
-                    .unwrap())
+            let send = |r: &WithdrawalRequest| -> Result<WithdrawalRequest, SendFailure> {
+                Ok(r.sent("0x1")?)
             };
             ledger.submit(key, request, send).unwrap();
         };

@@ -5,9 +5,10 @@
 //!   `inflight`, `export`. They never take the writer lock and never change
 //!   the log, so they are safe beside a running service and on a copy of a
 //!   production directory. Untrusted text is printed escaped ([`escape`]).
-//! - Operator exits, which write: `resolve` and `release`. They check
-//!   everything they can read-only first, then take the writer lock (refused
-//!   while a service holds it).
+//! - Operator exits, which write: `resolve` (what happened to a key in
+//!   flight), `correct` (the outcome recorded for a key is wrong) and
+//!   `release` (nothing was sent). They check everything they can read-only
+//!   first, then take the writer lock (refused while a service holds it).
 //! - The audit index (`payonce index`): a sled database beside the log that
 //!   lets `history` answer without a scan. Derived data, never trusted over
 //!   the log: every event it points to is read back and verified.
@@ -15,16 +16,28 @@
 //!   real ledger, each withdrawal sent once.
 //!
 //! The binary is a thin shell over [`run`]: it parses a [`Cli`], gathers an
-//! [`Env`], and exits with [`Status::code`] or [`CliError::exit_code`]:
-//! 0 all good, 1 the command worked and found a problem, 2 a usage or input
-//! error. It holds no truth of its own and does not talk to a rail.
+//! [`Env`], and exits with [`Status::code`] or [`CliError::exit_code`]. It
+//! holds no truth of its own and does not talk to a rail.
+//!
+//! | code | constant | meaning |
+//! | --- | --- | --- |
+//! | 0 | [`EXIT_OK`] | the command worked and found nothing wrong |
+//! | 1 | [`EXIT_PROBLEM`] | it found a problem in the log: a torn tail or a divergence |
+//! | 2 | [`EXIT_USAGE`] | a usage or input error (a refusal and a held lock included); nothing was changed |
+//! | 3 | [`EXIT_OVERDUE`] | `inflight --older-than`: keys in flight for longer than that (wins over 1) |
+//! | 4 | [`EXIT_DAMAGED`] | the log is damaged where it cannot be a torn tail; nothing was changed |
+//! | 5 | [`EXIT_FAILED`] | reading or writing failed (a full disk, a permission) or a bug |
+//!
+//! With `--json`, a failure is also one JSON object on stdout
+//! ([`CliError::to_json_line`]). Values a user gave are echoed back
+//! escaped and bounded ([`ECHO_LEN_MAX`], [`ECHO_PATH_LEN_MAX`]).
 //!
 //! ```
 //! use clap::Parser;
 //! use payonce_cli::{Cli, Env, Status, run};
 //!
 //! let dir = tempfile::tempdir()?;
-//! drop(payonce::Ledger::open(dir.path())?); // a ledger with one event: opened
+//! drop(payonce::Ledger::init(dir.path())?); // a new ledger with one event: opened
 //! let cli = Cli::try_parse_from(["payonce", "verify", "--json"].into_iter().map(Into::into)
 //!     .chain([dir.path().as_os_str().to_owned()]))?;
 //! let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -56,14 +69,18 @@ mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
-    Cli, CliCommand, DemoArgs, ExportArgs, HistoryArgs, IndexArgs, InflightArgs, ReleaseArgs,
-    ResolveArgs, StateArgs, VerifyArgs,
+    Cli, CliCommand, CorrectArgs, DemoArgs, ExportArgs, HistoryArgs, IndexArgs, InflightArgs,
+    ReleaseArgs, ResolveArgs, StateArgs, VerifyArgs,
 };
 pub use crate::demo::{DemoReport, run_demo};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
 pub use crate::env::{Env, Status};
-pub use crate::error::{CliError, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE};
-pub use crate::escape::{Escaped, escape};
+pub use crate::error::{
+    CliError, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_OVERDUE, EXIT_PROBLEM, EXIT_USAGE, WriteStep,
+};
+pub use crate::escape::{
+    ECHO_LEN_MAX, ECHO_PATH_LEN_MAX, Echo, EchoPath, Escaped, bounded, bounded_within, escape,
+};
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
 pub use crate::run::run;

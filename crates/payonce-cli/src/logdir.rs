@@ -2,6 +2,7 @@
 //! walking its events with a progress bar, and naming its segment files.
 
 use std::fs;
+use std::io::ErrorKind;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,7 @@ use payonce::{Event, EventLog, LedgerError, State, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
+use crate::escape::EchoPath;
 
 /// How many events pass between two updates of the progress bar: often
 /// enough to move smoothly, rarely enough to cost nothing.
@@ -64,14 +66,38 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     }
 }
 
-/// Opens the log in `dir` read-only: no lock, no write. A missing directory
-/// and a directory without a log are told apart.
-pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
-    if !dir.is_dir() {
-        return Err(CliError::NoDirectory {
-            dir: dir.to_owned(),
-        });
+/// Refuses a path that is not a directory, telling a missing one from a
+/// file (or anything else) given in its place: every command that takes a
+/// ledger's directory says the same.
+pub(crate) fn check_directory(dir: &Path) -> Result<(), CliError> {
+    match fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => Err(CliError::NotADirectory {
+            path: dir.to_owned(),
+        }),
+        // A path that cannot name a file (too long, or through a file) names
+        // no directory either.
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::InvalidFilename
+            ) =>
+        {
+            Err(CliError::NoDirectory {
+                dir: dir.to_owned(),
+            })
+        }
+        Err(error) => Err(CliError::Io {
+            doing: format!("looking at {}", EchoPath(dir)),
+            error,
+        }),
     }
+}
+
+/// Opens the log in `dir` read-only: no lock, no write. A missing directory,
+/// a file in its place and a directory without a log are told apart.
+pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
+    check_directory(dir)?;
     let event_log = EventLog::open(dir).map_err(|error| CliError::from_ledger(dir, error))?;
     let log_reader = LogReader::open(Arc::new(FsStorage::new(dir)), LogConfig::default())
         .map_err(|error| CliError::from_ledger(dir, LedgerError::Log(error)))?;
@@ -87,7 +113,7 @@ impl LogDir {
     /// The segment files in the directory, in order.
     pub(crate) fn segment_files(&self) -> Result<Vec<SegmentFile>, CliError> {
         let io = |error| CliError::Io {
-            doing: format!("listing {}", self.dir.display()),
+            doing: format!("listing {}", EchoPath(&self.dir)),
             error,
         };
         let mut segments = Vec::new();
@@ -105,14 +131,28 @@ impl LogDir {
 
     /// A torn tail, described for a person: where, how long, what it means.
     pub(crate) fn describe_torn_tail(&self, torn: &TornTail) -> String {
+        let file = EchoPath(&self.dir.join(segment_name(torn.segment))).to_string();
+        let (what, writer) = if torn.offset == 0 {
+            (
+                format!(
+                    "{} bytes at byte 0 of {file}, a segment whose header never reached the disk",
+                    torn.len
+                ),
+                "saves the segment aside and writes it a new header",
+            )
+        } else {
+            (
+                format!(
+                    "{} bytes at byte {} of {file}, after the last good event",
+                    torn.len, torn.offset
+                ),
+                "saves those bytes aside and cuts them off",
+            )
+        };
         format!(
-            "torn tail: {} bytes at byte {} of {}, after the last good event. It looks like a \
-             write cut short (or one in progress, beside a running service). Audit commands \
-             leave it as it is; the next writer to open the ledger saves those bytes aside and \
-             cuts them off",
-            torn.len,
-            torn.offset,
-            self.dir.join(segment_name(torn.segment)).display()
+            "torn tail: {what}. It looks like a write cut short (or one in progress, beside a \
+             running service). Audit commands leave it as it is; the next writer to open the \
+             ledger {writer}"
         )
     }
 
@@ -175,6 +215,8 @@ impl LogDir {
                 Err(error) => break Err(ledger_error(error)),
             };
             let Some((event, position)) = next else {
+                // The log reports an empty newest segment as the torn tail
+                // opening for writing repairs, as it does any other.
                 walked.torn_tail = events.torn_tail();
                 break Ok(());
             };

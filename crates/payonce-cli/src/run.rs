@@ -23,6 +23,7 @@ pub fn run(
         CliCommand::Inflight(args) => audit::inflight(&args, env, out, err),
         CliCommand::Export(args) => audit::export(&args, env, out, err),
         CliCommand::Resolve(args) => operator::resolve(&args, env, out, err),
+        CliCommand::Correct(args) => operator::correct(&args, env, out, err),
         CliCommand::Release(args) => operator::release(&args, env, out, err),
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
         CliCommand::Demo(args) => demo::demo_command(&args, out),

@@ -85,7 +85,7 @@ pub(crate) fn segment_tmp_name(first_seq: u64) -> String {
 
 /// The first sequence number of a segment named `name`, if `name` is exactly
 /// a segment name (twenty digits then `.log`).
-pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
+pub fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
     if digits.len() != SEGMENT_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -93,8 +93,9 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Whether `name` is a segment's temporary name: debris of a roll.
-pub(crate) fn is_segment_tmp_name(name: &str) -> bool {
+/// Whether `name` is a segment's temporary name: debris of a roll, or of
+/// the creation of the first segment.
+pub fn is_segment_tmp_name(name: &str) -> bool {
     name.strip_suffix(TMP_SUFFIX)
         .is_some_and(|segment| parse_segment_name(segment).is_some())
 }

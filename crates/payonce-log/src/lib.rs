@@ -74,7 +74,7 @@ pub use crate::error::{Damage, LogError, OpenError};
 pub use crate::faults::{Fault, Faults, FaultyStorage, SyncHold};
 pub use crate::format::{
     FORMAT_VERSION, FRAME_HEADER_LEN, RECORD_MAX, RECORD_MAX_CEILING, SEAL_LEN, SEGMENT_HEADER_LEN,
-    SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING,
+    SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING, is_segment_tmp_name, parse_segment_name,
 };
 pub use crate::mem::{CrashMode, MemStats, MemStorage};
 pub use crate::open::Opening;

@@ -220,10 +220,13 @@ impl Records {
         }
     }
 
-    /// The torn tail found at the end, once the records are exhausted.
+    /// The torn tail found at the end, once the records are exhausted: torn
+    /// bytes after the last record, or a newest segment whose header never
+    /// reached the disk, even an empty one, which opening for writing saves
+    /// aside and replaces alike.
     pub fn torn_tail(&self) -> Option<TornTail> {
         let tail = self.cursor.tail.as_ref()?;
-        (tail.torn_len > 0).then_some(TornTail {
+        (tail.torn_len > 0 || tail.header_torn).then_some(TornTail {
             segment: tail.first_seq,
             offset: tail.valid_end,
             len: tail.torn_len,

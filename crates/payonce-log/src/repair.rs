@@ -354,8 +354,9 @@ pub(crate) fn remove_tmp_debris(storage: &dyn Storage) -> Result<(), LogError> {
         .list()
         .map_err(|error| io_error("list", &storage.describe(""), error))?;
     let mut removed = false;
-    for name in names.iter().filter(|name| is_segment_tmp_name(name)) {
-        tracing::warn!(file = %storage.describe(name), "removing a segment a crash left half made");
+    let debris = |name: &&String| is_segment_tmp_name(name) || is_torn_copy_part(name);
+    for name in names.iter().filter(debris) {
+        tracing::warn!(file = %storage.describe(name), "removing a file a crash left half made");
         storage
             .remove(name)
             .map_err(|error| io_error("remove", &storage.describe(name), error))?;
@@ -367,6 +368,19 @@ pub(crate) fn remove_tmp_debris(storage: &dyn Storage) -> Result<(), LogError> {
             .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
     }
     Ok(())
+}
+
+/// The suffix of a copy of torn bytes while it is written: the copy takes
+/// its name only once it is whole and synced, so an open that fails while
+/// saving leaves no empty or partial copy behind.
+const TORN_PART_SUFFIX: &str = ".part";
+
+/// Whether `name` is a copy of torn bytes a crash or a failure left half
+/// written: its bytes are still in the segment, which is cut only after
+/// the copy is whole.
+fn is_torn_copy_part(name: &str) -> bool {
+    name.strip_suffix(TORN_PART_SUFFIX)
+        .is_some_and(|copy| copy.contains(".torn-"))
 }
 
 /// Copies `len` bytes of `name` from `offset` to a new file beside it,
@@ -399,18 +413,32 @@ fn save_aside(
                 format!("{TORN_COPIES_MAX} copies exist already"),
             ),
         })?;
-    let describe = storage.describe(&aside);
-    let mut file = storage
-        .create_new(&aside)
-        .map_err(|error| io_error("create", &describe, error))?;
-    file.append(&bytes)
-        .map_err(|error| io_error("write", &describe, error))?;
-    file.sync_data()
-        .map_err(|error| io_error("fdatasync", &describe, error))?;
+    let part = format!("{aside}{TORN_PART_SUFFIX}");
+    if let Err(error) = write_whole(storage, &part, &bytes) {
+        // The torn bytes are still in the segment: a failed copy is only
+        // in the way of the next attempt.
+        let _ = storage.remove(&part);
+        return Err(error);
+    }
+    storage
+        .rename(&part, &aside)
+        .map_err(|error| io_error("rename", &storage.describe(&part), error))?;
     storage
         .sync_dir()
         .map_err(|error| io_error("sync directory", &storage.describe(""), error))?;
     Ok(aside)
+}
+
+/// Writes `bytes` to the new file `name` and syncs it.
+fn write_whole(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<(), LogError> {
+    let describe = storage.describe(name);
+    let mut file = storage
+        .create_new(name)
+        .map_err(|error| io_error("create", &describe, error))?;
+    file.append(bytes)
+        .map_err(|error| io_error("write", &describe, error))?;
+    file.sync_data()
+        .map_err(|error| io_error("fdatasync", &describe, error))
 }
 
 /// Saves the torn bytes of `name` after `valid_end`, then truncates the file

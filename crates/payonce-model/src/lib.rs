@@ -57,6 +57,6 @@ pub use crate::text::{
     RequestKey, TEXT_LEN_MAX, TextView, ValidText, WITHDRAWAL_ID_LEN_MAX, WithdrawalId,
 };
 pub use crate::withdrawal::{
-    InvalidTransition, Progress, REPLACED_MAX, Transition, TransitionRefusal, WithdrawalRequest,
-    WithdrawalState, WithdrawalView,
+    InvalidTransition, OutcomeError, Progress, REPLACED_MAX, Transition, TransitionRefusal,
+    WithdrawalRequest, WithdrawalState, WithdrawalView,
 };

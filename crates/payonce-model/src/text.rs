@@ -397,12 +397,26 @@ text_newtype! {
 }
 
 impl WithdrawalId {
-    /// The id a ledger mints for the withdrawal created by the event with
-    /// sequence number `seq`: `w-<seq>`. Unique within one ledger because
-    /// sequence numbers are.
+    /// The id a ledger minted, before schema 3, for the withdrawal created
+    /// by the event with sequence number `seq`: `w-<seq>`. Unique within
+    /// one ledger because sequence numbers are, but not across ledgers.
     pub fn minted(seq: u64) -> Self {
-        // Digits and a dash: far below the length limit, no control characters.
-        let id = format!("w-{seq}");
+        WithdrawalId::checked_minted(format!("w-{seq}"))
+    }
+
+    /// The id a ledger mints for the withdrawal created by the event with
+    /// sequence number `seq`, in the opening numbered `epoch`:
+    /// `w-<epoch in lower-case hex, no leading zeros>-<seq in decimal>`.
+    /// Unique within one ledger because sequence numbers are, and across
+    /// ledgers and restored copies because every opening draws its epoch
+    /// at random.
+    pub fn minted_in(epoch: u64, seq: u64) -> Self {
+        WithdrawalId::checked_minted(format!("w-{epoch:x}-{seq}"))
+    }
+
+    fn checked_minted(id: String) -> Self {
+        // Digits, hex digits and dashes: far below the length limit, no
+        // control characters.
         debug_assert!(
             check_text(
                 Field::WithdrawalId,
@@ -418,27 +432,56 @@ impl WithdrawalId {
     /// Whether `id` is the id [`WithdrawalId::minted`] gives for `seq`.
     /// Builds nothing: replay asks it of every creation.
     pub fn is_minted(id: &str, seq: u64) -> bool {
-        let Some(digits) = id.strip_prefix("w-") else {
+        id.strip_prefix("w-")
+            .is_some_and(|digits| is_decimal_of(digits.as_bytes(), seq))
+    }
+
+    /// Whether `id` is the id [`WithdrawalId::minted_in`] gives for
+    /// `epoch` and `seq`. Builds nothing.
+    pub fn is_minted_in(id: &str, epoch: u64, seq: u64) -> bool {
+        let Some((hex, digits)) = id.strip_prefix("w-").and_then(|rest| rest.split_once('-'))
+        else {
             return false;
         };
-        // Compares the decimal digits of `seq` from the last, so a leading
-        // zero or sign is never read as part of the number.
-        let digits = digits.as_bytes();
-        let mut rest = seq;
-        let mut end = digits.len();
-        loop {
-            let Some(at) = end.checked_sub(1) else {
-                return false;
-            };
-            // `rest % 10` is a single digit.
-            if digits[at] != b'0' + (rest % 10) as u8 {
-                return false;
-            }
-            rest /= 10;
-            end = at;
-            if rest == 0 {
-                return end == 0;
-            }
+        // Compared as text, so another spelling of the number (upper case,
+        // a leading zero, a sign) is not the minted id.
+        let mut spelled = [0; 16];
+        hex.as_bytes() == lower_hex(epoch, &mut spelled) && is_decimal_of(digits.as_bytes(), seq)
+    }
+}
+
+/// `number` in lower-case hex without leading zeros, written into the end
+/// of `into`.
+fn lower_hex(number: u64, into: &mut [u8; 16]) -> &[u8] {
+    let mut start = into.len();
+    let mut rest = number;
+    loop {
+        start -= 1;
+        into[start] = b"0123456789abcdef"[(rest % 16) as usize];
+        rest /= 16;
+        if rest == 0 {
+            return &into[start..];
+        }
+    }
+}
+
+/// Whether `digits` are exactly the decimal digits of `number`: compared
+/// from the last, so a leading zero or sign is never read as part of it.
+fn is_decimal_of(digits: &[u8], number: u64) -> bool {
+    let mut rest = number;
+    let mut end = digits.len();
+    loop {
+        let Some(at) = end.checked_sub(1) else {
+            return false;
+        };
+        // `rest % 10` is a single digit.
+        if digits[at] != b'0' + (rest % 10) as u8 {
+            return false;
+        }
+        rest /= 10;
+        end = at;
+        if rest == 0 {
+            return end == 0;
         }
     }
 }

@@ -52,6 +52,19 @@ impl WithdrawalState {
         )
     }
 
+    /// Whether the state says what the rail did, and so can be a send's
+    /// outcome: sent, confirmed, failed or rejected. Requested, approved
+    /// and sending say only what was about to happen.
+    pub fn is_settled(self) -> bool {
+        matches!(
+            self,
+            WithdrawalState::Sent
+                | WithdrawalState::Confirmed
+                | WithdrawalState::Failed
+                | WithdrawalState::Rejected
+        )
+    }
+
     /// The state's name in messages and JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -123,6 +136,33 @@ impl fmt::Display for Transition {
         f.write_str(self.name())
     }
 }
+
+/// Why [`WithdrawalRequest::sent`] could not build the outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutcomeError {
+    /// The reference is not a valid reference.
+    Reference(FieldError),
+    /// The withdrawal cannot be sent from where it is.
+    Transition(InvalidTransition),
+}
+
+impl From<InvalidTransition> for OutcomeError {
+    fn from(error: InvalidTransition) -> Self {
+        OutcomeError::Transition(error)
+    }
+}
+
+impl fmt::Display for OutcomeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutcomeError::Reference(error) => write!(f, "{error}"),
+            OutcomeError::Transition(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for OutcomeError {}
 
 /// Why a transition was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -759,6 +799,43 @@ impl WithdrawalRequest {
         let mut next = self.step(transition, &[WithdrawalState::Sending])?;
         next.reference = Some(reference);
         Ok(next)
+    }
+
+    /// The withdrawal handed to the rail and sent under `reference`: from
+    /// requested, approved or sending, through every step between. What a
+    /// rail client returns when the rail accepted the send.
+    pub fn sent(&self, reference: impl AsRef<str>) -> Result<Self, OutcomeError> {
+        let reference = Reference::new(reference).map_err(OutcomeError::Reference)?;
+        let mut next = self.clone();
+        if next.state == WithdrawalState::Requested {
+            next = next.approve()?;
+        }
+        if next.state == WithdrawalState::Approved {
+            next = next.start_sending()?;
+        }
+        Ok(next.mark_sent(reference)?)
+    }
+
+    /// The forward transition that leads from this outcome to `later`, a
+    /// later report of the same withdrawal: confirmed, failed, or bumped to
+    /// another reference. `None` if no single transition does, or `later`
+    /// is this outcome itself.
+    pub fn advance_to(&self, later: &WithdrawalRequest) -> Option<Transition> {
+        let confirmed = || self.confirm().ok();
+        let failed = || self.fail(later.reason.clone()?).ok();
+        let bumped = || self.bump(later.reference.clone()?).ok();
+        let moves: [(Transition, &dyn Fn() -> Option<Self>); 3] = [
+            (Transition::Confirm, &confirmed),
+            (Transition::Fail, &failed),
+            (Transition::Bump, &bumped),
+        ];
+        if later == self {
+            return None;
+        }
+        moves
+            .into_iter()
+            .find(|(_, step)| step().as_ref() == Some(later))
+            .map(|(transition, _)| transition)
     }
 
     /// Sent to confirmed.

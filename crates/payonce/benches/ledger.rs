@@ -149,7 +149,7 @@ fn new_withdrawal(ledger: &Ledger) -> WithdrawalRequest {
 }
 
 /// The rail: answers at once with a reference.
-fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
+fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> {
     let reference = Reference::new(format!("0x{:0>64}", request.id().as_str())).unwrap();
     Ok(request
         .approve()
@@ -178,7 +178,7 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
         },
         ..Config::default()
     };
-    let ledger = Ledger::open_with(&ledger_dir, creating).unwrap();
+    let ledger = Ledger::init_with(&ledger_dir, creating).unwrap();
     // Enough for any thread at several times the expected rate.
     let per_thread = (duration.as_secs() as usize * 150_000 / threads).max(2_000);
     let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
@@ -250,7 +250,7 @@ fn build_log(dir: &Path, events: u64) -> (u64, f64) {
         },
         ..Config::default()
     };
-    let ledger = Ledger::open_with(dir, config).unwrap();
+    let ledger = Ledger::init_with(dir, config).unwrap();
     let withdrawals = events / 3;
     let mut text = 0usize;
     for index in 0..withdrawals {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// A request to the ledger. Every input is already a validated value: an
 /// invalid key or field was refused before a command could be built.
+/// Variants are numbered in declaration order in the encoding (a refusal
+/// records its command): new ones go at the end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Command {
@@ -16,6 +18,11 @@ pub enum Command {
         /// Whether to accept withdrawal ids minted elsewhere. Weakens
         /// exclusivity: a client that mints ids can mint a second one.
         accept_foreign_ids: bool,
+        /// A number drawn at random for this opening, which every id it
+        /// mints carries: two ledgers, or a ledger and a copy restored from
+        /// an old backup, never mint the same id. `None` only in the
+        /// commands of events of schemas before 3.
+        epoch: Option<u64>,
     },
     /// Mint a withdrawal id for a new withdrawal.
     Create {
@@ -70,6 +77,26 @@ pub enum Command {
         /// The operator.
         by: Actor,
     },
+    /// A later report of what the rail did with a sent withdrawal: it was
+    /// confirmed, failed, or bumped to another reference.
+    Advance {
+        /// The key whose outcome moves on.
+        key: RequestKey,
+        /// The withdrawal as the rail now reports it.
+        outcome: WithdrawalRequest,
+    },
+    /// An operator's "the outcome recorded for this key is wrong; here is
+    /// the right one".
+    Correct {
+        /// The key whose outcome is corrected.
+        key: RequestKey,
+        /// The right outcome.
+        outcome: WithdrawalRequest,
+        /// Why the operator believes it.
+        note: Note,
+        /// The operator.
+        by: Actor,
+    },
 }
 
 /// What a send did, as the ledger records it.
@@ -106,5 +133,11 @@ pub enum FailureCause {
         /// Every field that differs: the claimed value, then the outcome's.
         #[serde(deserialize_with = "payonce_model::bounded::differences")]
         differences: Vec<Difference>,
+    },
+    /// The send returned the withdrawal in a state that does not say what
+    /// the rail did (requested, approved or sending).
+    Unsettled {
+        /// What the send returned.
+        outcome: Box<WithdrawalRequest>,
     },
 }

@@ -5,7 +5,10 @@ use std::fmt;
 
 use payonce_log::LogError;
 use payonce_model::codec::CodecError;
-use payonce_model::{FieldError, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
+use payonce_model::{
+    FieldError, InvalidTransition, OutcomeError, Reason, RequestKey, WithdrawalId,
+    WithdrawalRequest,
+};
 
 use crate::decide::Decision;
 use crate::event::{EventDecodeError, EventKind};
@@ -43,6 +46,27 @@ pub enum LedgerError {
     Divergence(Box<Divergence>),
     /// A panic inside the ledger's own code left its state unusable: reopen.
     Poisoned,
+    /// Opening found no log in the directory: nothing to open. A ledger is
+    /// created only by `Ledger::init`, so a directory whose log was lost
+    /// is never taken for a new ledger, which would mint ids again.
+    NoLog {
+        /// The directory.
+        dir: String,
+        /// What it holds instead, sorted, at most `FOUND_LISTED_MAX` names:
+        /// traces of a ledger (a lock file, an audit index, torn tails
+        /// saved aside) or nothing.
+        found: Vec<String>,
+    },
+    /// `Ledger::init` found the directory holding something: a new ledger
+    /// starts only in an empty or missing directory.
+    NotEmpty {
+        /// The directory.
+        dir: String,
+        /// What it holds, sorted, at most `FOUND_LISTED_MAX` names.
+        found: Vec<String>,
+        /// How many names it holds.
+        count: usize,
+    },
 }
 
 /// A recorded decision that replay re-derived differently.
@@ -100,6 +124,23 @@ impl fmt::Display for LedgerError {
             LedgerError::Poisoned => {
                 f.write_str("a panic inside the ledger left its state unusable; reopen the ledger")
             }
+            LedgerError::NoLog { dir, found } if found.is_empty() => write!(
+                f,
+                "{dir} holds no ledger; create one with init if that is what is meant"
+            ),
+            LedgerError::NoLog { dir, found } => write!(
+                f,
+                "{dir} holds no log but traces of a ledger ({}): its log may have been lost; \
+                 nothing was opened or written",
+                found.join(", ")
+            ),
+            LedgerError::NotEmpty { dir, found, count } => write!(
+                f,
+                "{dir} is not empty ({count} names: {}{}); a new ledger starts only in an empty \
+                 directory, and nothing was written",
+                found.join(", "),
+                if *count > found.len() { ", ..." } else { "" }
+            ),
         }
     }
 }
@@ -141,22 +182,65 @@ impl From<CodecError> for LedgerError {
     }
 }
 
+/// An error from a rail client, boxed: what [`SendFailure::Failed`] holds.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// How a send reports that it did not produce an outcome.
 #[derive(Debug)]
-pub enum SendFailure<E> {
+pub enum SendFailure {
     /// The rail refused cleanly: nothing left the account. The hold is
     /// released; the key stays claimed.
     Rejected(Reason),
     /// Anything else. The money may have moved: the key stays claimed with an
     /// unknown outcome and the hold stays.
-    Failed(E),
+    Failed(BoxError),
+}
+
+impl SendFailure {
+    /// The rail refused cleanly, for `reason` (cut and cleaned to a valid
+    /// reason if it is not one).
+    pub fn rejected(reason: impl AsRef<str>) -> Self {
+        SendFailure::Rejected(Reason::lossy(reason.as_ref()))
+    }
+
+    /// The send failed, and the money may have moved.
+    pub fn failed(error: impl Into<BoxError>) -> Self {
+        SendFailure::Failed(error.into())
+    }
+}
+
+/// So a rail client can use `?` on building its outcome
+/// ([`WithdrawalRequest::sent`]): a withdrawal the client cannot describe
+/// is an unknown outcome.
+impl From<OutcomeError> for SendFailure {
+    fn from(error: OutcomeError) -> Self {
+        SendFailure::failed(error)
+    }
+}
+
+impl From<InvalidTransition> for SendFailure {
+    fn from(error: InvalidTransition) -> Self {
+        SendFailure::failed(error)
+    }
+}
+
+impl From<FieldError> for SendFailure {
+    fn from(error: FieldError) -> Self {
+        SendFailure::failed(error)
+    }
+}
+
+impl From<std::io::Error> for SendFailure {
+    fn from(error: std::io::Error) -> Self {
+        SendFailure::failed(error)
+    }
 }
 
 /// An error from [`Ledger::submit`](crate::Ledger::submit) or
 /// [`Ledger::complete`](crate::Ledger::complete).
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum SubmitError<E> {
+pub enum SubmitError {
     /// The ledger refused or failed. If it refused the claim, `send` was not
     /// called.
     Ledger(LedgerError),
@@ -171,7 +255,7 @@ pub enum SubmitError<E> {
         reason: Reason,
     },
     /// The send failed and the outcome is unknown: the key stays claimed.
-    Send(E),
+    Send(BoxError),
     /// The send succeeded but its outcome could not be recorded. The key is
     /// in flight on disk: after reopening, resolve it with this outcome.
     Unrecorded {
@@ -184,7 +268,7 @@ pub enum SubmitError<E> {
     },
 }
 
-impl<E> SubmitError<E> {
+impl SubmitError {
     /// The ledger's refusal, if that is what this is.
     pub fn refusal(&self) -> Option<&Refusal> {
         match self {
@@ -199,13 +283,13 @@ impl<E> SubmitError<E> {
     }
 }
 
-impl<E> From<LedgerError> for SubmitError<E> {
+impl From<LedgerError> for SubmitError {
     fn from(error: LedgerError) -> Self {
         SubmitError::Ledger(error)
     }
 }
 
-impl<E: fmt::Display> fmt::Display for SubmitError<E> {
+impl fmt::Display for SubmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SubmitError::Ledger(error) => write!(f, "{error}"),
@@ -233,4 +317,13 @@ impl<E: fmt::Display> fmt::Display for SubmitError<E> {
     }
 }
 
-impl<E: fmt::Debug + fmt::Display> std::error::Error for SubmitError<E> {}
+impl std::error::Error for SubmitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SubmitError::Ledger(error) => Some(error),
+            SubmitError::Send(error) => Some(&**error),
+            SubmitError::Unrecorded { cause, .. } => Some(&**cause),
+            SubmitError::Rejected { .. } => None,
+        }
+    }
+}

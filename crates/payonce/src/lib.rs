@@ -6,8 +6,22 @@
 //! **withdrawal claim** answers "does another caller already own this money
 //! movement?": a second key for a claimed withdrawal is refused with a
 //! [`Refusal::Claimed`] that names the holder key. A send that fails or
-//! panics leaves its key claimed with an unknown outcome until an operator
-//! [`resolve`](Ledger::resolve)s or [`release`](Ledger::release)s it.
+//! panics, or answers with anything but a settled withdrawal (sent,
+//! confirmed, failed, rejected), leaves its key claimed with an unknown
+//! outcome until an operator [`resolve`](Ledger::resolve)s or
+//! [`release`](Ledger::release)s it. A later report of what the rail did
+//! moves an outcome forward ([`Ledger::advance`]); an operator corrects a
+//! wrong one ([`Ledger::correct`]).
+//!
+//! A ledger is created once, explicitly ([`Ledger::init`]); opening
+//! ([`Ledger::open`]) refuses a directory without a log, so a ledger whose
+//! log was lost is never taken for a new one. The ids it mints carry a
+//! random number drawn at each opening, so no two ledgers, and no copy
+//! restored from a backup, mint the same id.
+//!
+//! For use from async code, see `examples/tokio.rs`: claim, await the
+//! rail, complete, with the parts that wait for the disk kept off the
+//! executor's threads.
 //!
 //! - The logic is pure: [`decide`] judges a [`Command`] against the
 //!   [`State`]; [`apply`] is the only code that changes it.
@@ -22,38 +36,33 @@
 //!
 //! ```
 //! use payonce::{Ledger, NewWithdrawal, SendFailure};
-//! use payonce_model::{Reference, WithdrawalRequest};
+//! use payonce_model::WithdrawalRequest;
 //!
-//! fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
-//!     // Hand the withdrawal to the rail here; it answers with a reference.
-//!     let failed = |error: &dyn std::error::Error| SendFailure::Failed(error.to_string());
-//!     let reference = Reference::new("0xfeed").map_err(|e| failed(&e))?;
-//!     let sending = request.approve().and_then(|w| w.start_sending()).map_err(|e| failed(&e))?;
-//!     sending.mark_sent(reference).map_err(|e| failed(&e))
-//! }
-//! fn never(_: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<String>> {
-//!     unreachable!("the rail is not called again")
+//! // Hand the withdrawal to the rail here; it answers with a reference.
+//! fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> {
+//!     Ok(request.sent("0xfeed")?)
 //! }
 //!
 //! let dir = tempfile::tempdir()?;
-//! let ledger = Ledger::open(dir.path())?;
+//! let ledger = Ledger::init(dir.path())?; // a new ledger; later, Ledger::open
 //! let request = ledger.create(NewWithdrawal {
 //!     amount: "25.00".parse()?,
 //!     currency: "USDC".parse()?,
 //!     destination: "0xabc".parse()?,
 //!     requested_by: "alice".parse()?,
 //! })?;
-//! let outcome = ledger.submit("req-1", request.clone(), rail)?;
+//! let outcome = ledger.submit("req-1", &request, rail)?;
 //! // A retry replays the outcome without calling the rail.
-//! assert_eq!(ledger.submit("req-1", request.clone(), never)?, outcome);
+//! assert_eq!(ledger.submit("req-1", &request, |_| unreachable!())?, outcome);
 //! // Another key for the same withdrawal is refused, naming the holder.
-//! let refused = ledger.submit("req-2", request, never).unwrap_err();
+//! let refused = ledger.submit("req-2", &request, |_| unreachable!()).unwrap_err();
 //! assert_eq!(refused.refusal().and_then(|r| r.holder()).map(|k| k.as_str()), Some("req-1"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 mod audit;
 mod command;
 mod decide;
+mod epoch;
 mod error;
 mod event;
 mod ledger;
@@ -65,12 +74,19 @@ mod time;
 pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide};
-pub use crate::error::{Divergence, LedgerError, SendFailure, SubmitError};
+pub use crate::epoch::{CountingEpochs, Epochs, RandomEpochs};
+pub use crate::error::{BoxError, Divergence, LedgerError, SendFailure, SubmitError};
 pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
 pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN, Ticket};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
-pub use crate::replay::{decode_event, rederive};
+pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
 pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply};
-pub use crate::time::{Clock, ManualClock, SystemClock, Timestamp, TimestampError};
+pub use crate::time::{
+    Clock, ManualClock, SystemClock, TIMESTAMP_TEXT_MAX, Timestamp, TimestampError,
+};
+/// The log's settings and what opening it repaired, for tuning
+/// [`Config::log`] and reading [`Ledger::recovery`] without depending on
+/// `payonce-log`.
+pub use payonce_log::{Durability, LogConfig, PREALLOCATE_LEN, Recovery, TornTail};

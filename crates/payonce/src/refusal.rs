@@ -167,6 +167,30 @@ pub enum Refusal {
         /// Its amount.
         amount: Amount,
     },
+    /// An outcome in a state that does not say what the rail did
+    /// (requested, approved or sending): only sent, confirmed, failed or
+    /// rejected is an outcome.
+    Unsettled {
+        /// The key.
+        key: RequestKey,
+        /// The state given.
+        state: WithdrawalState,
+    },
+    /// A later report that the state machine does not allow after the
+    /// recorded outcome (a confirmed withdrawal failing, a failed one sent).
+    ForbiddenMove {
+        /// The key.
+        key: RequestKey,
+        /// The state of the recorded outcome.
+        from: WithdrawalState,
+        /// The state reported.
+        to: WithdrawalState,
+    },
+    /// The key has no outcome to move on or correct.
+    NoOutcome {
+        /// The key.
+        key: RequestKey,
+    },
 }
 
 impl Refusal {
@@ -190,7 +214,10 @@ impl Refusal {
             | Refusal::HasOutcome { key, .. }
             | Refusal::InFlight { key, .. }
             | Refusal::NoSendRunning { key }
-            | Refusal::HeldTotalTooLarge { key, .. } => Some(key),
+            | Refusal::HeldTotalTooLarge { key, .. }
+            | Refusal::Unsettled { key, .. }
+            | Refusal::ForbiddenMove { key, .. }
+            | Refusal::NoOutcome { key } => Some(key),
             Refusal::UnknownWithdrawal { .. } | Refusal::NotAsCreated { .. } => None,
         }
     }
@@ -311,6 +338,19 @@ impl fmt::Display for Refusal {
                     "request key {key} cannot hold withdrawal {withdrawal}: {amount} {currency} more \
                      would take the funds held in {currency} past the most the ledger can total"
                 )
+            }
+            Refusal::Unsettled { key, state } => write!(
+                f,
+                "request key {key}: a withdrawal in state {state} is not an outcome; only sent, \
+                 confirmed, failed or rejected says what the rail did"
+            ),
+            Refusal::ForbiddenMove { key, from, to } => write!(
+                f,
+                "request key {key}: its outcome is {from}, and a withdrawal cannot go from {from} \
+                 to {to}"
+            ),
+            Refusal::NoOutcome { key } => {
+                write!(f, "request key {key} has no outcome to move on or correct")
             }
         }
     }

@@ -22,6 +22,9 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 const SECONDS_PER_DAY: u64 = 86_400;
 
 impl Timestamp {
+    /// The last moment a `Timestamp` holds: 2554-07-21T23:34:33.709551615Z.
+    pub const LAST: Timestamp = Timestamp(u64::MAX);
+
     /// The moment `unix_nanos` nanoseconds after the Unix epoch.
     pub const fn from_unix_nanos(unix_nanos: u64) -> Self {
         Timestamp(unix_nanos)
@@ -110,45 +113,86 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// Why a text is not an RFC 3339 timestamp.
+/// How many bytes of a refused text an error keeps.
+pub const TIMESTAMP_TEXT_MAX: usize = 64;
+
+/// Why a text is not a timestamp.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimestampError {
-    /// The text, as given (truncated to 64 bytes).
-    pub text: String,
+#[non_exhaustive]
+pub enum TimestampError {
+    /// Not an RFC 3339 time.
+    Malformed {
+        /// The text, as given (its first [`TIMESTAMP_TEXT_MAX`] bytes).
+        text: String,
+    },
+    /// A well-formed RFC 3339 time a `Timestamp` cannot hold: before
+    /// 1970-01-01T00:00:00Z or after [`Timestamp::LAST`].
+    OutOfRange {
+        /// The text, as given (its first [`TIMESTAMP_TEXT_MAX`] bytes).
+        text: String,
+    },
+}
+
+impl TimestampError {
+    /// The refused text (its first [`TIMESTAMP_TEXT_MAX`] bytes).
+    pub fn text(&self) -> &str {
+        match self {
+            TimestampError::Malformed { text } | TimestampError::OutOfRange { text } => text,
+        }
+    }
 }
 
 impl fmt::Display for TimestampError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} is not an RFC 3339 time after 1970 (like 2026-11-30T12:03:07Z or 2026-11-30T13:03:07+01:00)",
-            self.text
-        )
+        match self {
+            TimestampError::Malformed { text } => write!(
+                f,
+                "{text:?} is not an RFC 3339 time (like 2026-11-30T12:03:07Z or 2026-11-30T13:03:07+01:00)"
+            ),
+            TimestampError::OutOfRange { text } => write!(
+                f,
+                "{text:?} is outside the times a ledger records (1970-01-01T00:00:00Z to {})",
+                Timestamp::LAST
+            ),
+        }
     }
 }
 
 impl std::error::Error for TimestampError {}
 
-impl FromStr for Timestamp {
-    type Err = TimestampError;
+/// The first [`TIMESTAMP_TEXT_MAX`] bytes of `text`, cut at a character.
+fn bounded(text: &str) -> String {
+    let mut end = text.len().min(TIMESTAMP_TEXT_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
 
-    /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, `T` or a
-    /// space between date and time.
-    fn from_str(text: &str) -> Result<Self, TimestampError> {
-        let refuse = || TimestampError {
-            text: text.chars().take(64).collect(),
-        };
+/// The fields of an RFC 3339 text, each in its range, not yet a moment.
+struct Civil {
+    year: u64,
+    month: u64,
+    day: u64,
+    second_of_day: u64,
+    nanos: u64,
+    offset_seconds: i64,
+}
+
+impl Civil {
+    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `None` when any
+    /// part is malformed or out of its field's range.
+    fn parse(text: &str) -> Option<Civil> {
         let bytes = text.as_bytes();
         if bytes.len() < 20 || bytes.len() > 40 || !text.is_ascii() {
-            return Err(refuse());
+            return None;
         }
-        let number = |range: std::ops::Range<usize>| -> Result<u64, TimestampError> {
+        let number = |range: std::ops::Range<usize>| -> Option<u64> {
             let part = &text[range];
-            if part.bytes().all(|b| b.is_ascii_digit()) {
-                part.parse().map_err(|_| refuse())
-            } else {
-                Err(refuse())
-            }
+            part.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| part.parse().ok())
+                .flatten()
         };
         let separators_ok = bytes[4] == b'-'
             && bytes[7] == b'-'
@@ -156,32 +200,59 @@ impl FromStr for Timestamp {
             && bytes[13] == b':'
             && bytes[16] == b':';
         if !separators_ok {
-            return Err(refuse());
+            return None;
         }
         let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
         let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-        let (nanos, rest) = fraction(&text[19..]).ok_or_else(refuse)?;
-        let offset_seconds = utc_offset_seconds(rest).ok_or_else(refuse)?;
+        let (nanos, rest) = fraction(&text[19..])?;
+        let offset_seconds = utc_offset_seconds(rest)?;
         let days_in_month = match month {
             1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
             4 | 6 | 9 | 11 => 30,
             2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
             2 => 28,
-            _ => return Err(refuse()),
+            _ => return None,
         };
         // A leap second (:60) is read as the last second of the minute.
         if day == 0 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
-            return Err(refuse());
+            return None;
         }
-        let days = days_from_civil(year as i64, month as u32, day as u32);
-        let local =
-            days * SECONDS_PER_DAY as i64 + (hour * 3600 + minute * 60 + second.min(59)) as i64;
-        let utc = u64::try_from(local - offset_seconds).map_err(|_| refuse())?;
-        let total = utc
-            .checked_mul(NANOS_PER_SECOND)
-            .and_then(|n| n.checked_add(nanos))
-            .ok_or_else(refuse)?;
-        Ok(Timestamp(total))
+        let second_of_day = hour * 3600 + minute * 60 + second.min(59);
+        Some(Civil {
+            year,
+            month,
+            day,
+            second_of_day,
+            nanos,
+            offset_seconds,
+        })
+    }
+
+    /// The moment, when a `Timestamp` holds it.
+    fn moment(&self) -> Option<Timestamp> {
+        // Ranges: year < 10_000, month 1..=12, day 1..=31, by parse.
+        let days = days_from_civil(self.year as i64, self.month as u32, self.day as u32);
+        let local = days * SECONDS_PER_DAY as i64 + self.second_of_day as i64;
+        let utc = u64::try_from(local - self.offset_seconds).ok()?;
+        utc.checked_mul(NANOS_PER_SECOND)
+            .and_then(|n| n.checked_add(self.nanos))
+            .map(Timestamp)
+    }
+}
+
+impl FromStr for Timestamp {
+    type Err = TimestampError;
+
+    /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, `T` or a
+    /// space between date and time. A well-formed time outside the range a
+    /// `Timestamp` holds is told apart from a malformed one.
+    fn from_str(text: &str) -> Result<Self, TimestampError> {
+        let civil = Civil::parse(text).ok_or_else(|| TimestampError::Malformed {
+            text: bounded(text),
+        })?;
+        civil.moment().ok_or_else(|| TimestampError::OutOfRange {
+            text: bounded(text),
+        })
     }
 }
 

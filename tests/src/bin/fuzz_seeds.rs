@@ -34,7 +34,7 @@ fn every_event() -> Vec<Vec<u8>> {
         clock: Arc::new(ManualClock::new(START)),
         ..Config::default()
     };
-    let ledger = Ledger::open_on(Arc::new(mem.clone()), config).unwrap();
+    let ledger = Ledger::init_on(Arc::new(mem.clone()), config).unwrap();
     let new = || NewWithdrawal {
         amount: "25.5".parse().unwrap(),
         currency: "USDC".parse().unwrap(),
@@ -48,13 +48,13 @@ fn every_event() -> Vec<Vec<u8>> {
         ledger.create(new()).unwrap(),
     );
     let ok = |r: &payonce_model::WithdrawalRequest| {
-        Ok::<_, SendFailure<String>>(sent(r, &reference(r, "phone")))
+        Ok::<_, SendFailure>(sent(r, &reference(r, "phone")))
     };
     ledger.submit("phone", w1.clone(), ok).unwrap();
     let _ = ledger.submit("laptop", w1.clone(), ok);
     let _ = ledger.submit("phone", w2.clone(), ok);
     let _ = ledger.submit("k-timeout", w2.clone(), |_| {
-        Err::<payonce_model::WithdrawalRequest, _>(SendFailure::Failed("timed out".to_owned()))
+        Err::<payonce_model::WithdrawalRequest, _>(SendFailure::failed("timed out".to_owned()))
     });
     let _ = ledger.submit("k-timeout", w2.clone(), ok);
     ledger
@@ -66,7 +66,7 @@ fn every_event() -> Vec<Vec<u8>> {
         )
         .unwrap();
     let _ = ledger.submit("k-refused", w3.clone(), |_| {
-        Err::<payonce_model::WithdrawalRequest, SendFailure<String>>(SendFailure::Rejected(
+        Err::<payonce_model::WithdrawalRequest, SendFailure>(SendFailure::Rejected(
             Reason::new("insufficient hot wallet balance").unwrap(),
         ))
     });
@@ -75,6 +75,19 @@ fn every_event() -> Vec<Vec<u8>> {
         .release("k-refused", "nothing on the rail", "ops")
         .unwrap();
     ledger.record("k-record", w3.clone()).unwrap();
+    let phone_sent = sent(&w1, &reference(&w1, "phone"));
+    ledger
+        .advance("phone", &phone_sent.confirm().unwrap())
+        .unwrap();
+    let _ = ledger.advance("phone", &phone_sent);
+    ledger
+        .correct(
+            "k-timeout",
+            &sent(&w2, "0xright"),
+            "recorded in error",
+            "ops",
+        )
+        .unwrap();
     let _ = ledger.resolve("webhook", sent(&w3, "0xhook"), "replayed", "webhook");
     let ticket = ledger.claim("k-abandoned", w4.clone()).unwrap();
     drop(ticket);
@@ -113,7 +126,9 @@ fn ledger_ops_seeds(dir: &Path) {
         currency: 0,
     };
     // Send kinds, in the order of SendKind::ALL.
-    let (succeed, timeout, fail, refuse, panic, wrong) = (0, 1, 2, 3, 4, 5);
+    let (succeed, timeout, fail, refuse, panic, wrong, unsettled) = (0, 1, 2, 3, 4, 5, 6);
+    // Reports, as the target's `report` picks them: told, or lost.
+    let (confirmed, failed, again, lost_bump) = (16, 17, 19, 2);
     // Keys, in the order of the target's KEYS.
     let (k0, k1, phone, laptop, redrive, hook) = (0, 1, 3, 4, 5, 6);
     let seeds: Vec<(&str, Vec<Op>)> = vec![
@@ -329,6 +344,58 @@ fn ledger_ops_seeds(dir: &Path) {
                 Sync,
                 Abandon { slot: 0, send: 0 },
                 Crash { mode: 1, seed: 9 },
+            ],
+        ),
+        (
+            "reports-and-corrections",
+            vec![
+                create,
+                create,
+                Submit {
+                    key: k0,
+                    withdrawal: 0,
+                    send: succeed,
+                },
+                Submit {
+                    key: k1,
+                    withdrawal: 1,
+                    send: unsettled,
+                },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: lost_bump,
+                },
+                Correct {
+                    key: k0,
+                    withdrawal: 0,
+                },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: confirmed,
+                },
+                Report {
+                    key: k1,
+                    withdrawal: 1,
+                    report: failed,
+                },
+                Report {
+                    key: phone,
+                    withdrawal: 1,
+                    report: again,
+                },
+                Reopen,
+                Correct {
+                    key: k1,
+                    withdrawal: 0,
+                },
+                Crash { mode: 0, seed: 5 },
+                Report {
+                    key: k0,
+                    withdrawal: 0,
+                    report: confirmed,
+                },
             ],
         ),
     ];

@@ -2,7 +2,8 @@
 //! world (see [`crate::harness`]): creates; submits with succeeding,
 //! failing, refusing and panicking sends; two-phase claims completed or
 //! abandoned; operator resolves and releases driven by the rail's truth;
-//! replayed webhooks; reopens; power losses between and inside operations
+//! replayed webhooks; later rail reports and operators' corrections;
+//! reopens; power losses between and inside operations
 //! that drop, keep or garble unsynced bytes; injected storage faults.
 //!
 //! Every property is checked by the world after each step; this module only
@@ -10,8 +11,9 @@
 //! be written by hand ([`Op::encode`]).
 
 use payonce_log::{CrashMode, Fault};
+use payonce_model::WithdrawalRequest;
 
-use crate::harness::{CrashPlan, SendKind, World, WorldConfig};
+use crate::harness::{CrashPlan, Later, SendKind, Stats, World, WorldConfig, later, sent};
 
 /// Request keys the operations use: few, so that retries, reuse and races
 /// between keys are common.
@@ -127,10 +129,29 @@ pub enum Op {
     },
     /// `sync()`.
     Sync,
+    /// The rail moves a withdrawal it sent on (confirmed, failed, bumped)
+    /// and reports it, to `advance(key, ..)`, unless the report is lost;
+    /// or a report replayed; or, if no money moved, a report to no key.
+    Report {
+        /// Which key.
+        key: u8,
+        /// Which withdrawal.
+        withdrawal: u8,
+        /// Which report: see [`report`].
+        report: u8,
+    },
+    /// An operator corrects a key's outcome to the rail's truth with
+    /// `correct(key, ..)`.
+    Correct {
+        /// Which key.
+        key: u8,
+        /// Which withdrawal.
+        withdrawal: u8,
+    },
 }
 
 /// Operation codes, in the order of [`Op`]'s variants.
-const CODES: u8 = 14;
+const CODES: u8 = 16;
 
 fn field(bytes: &mut &[u8]) -> u8 {
     match bytes.split_first() {
@@ -199,7 +220,16 @@ impl Op {
                 kind: next(),
                 nth: next(),
             },
-            _ => Op::Sync,
+            13 => Op::Sync,
+            14 => Op::Report {
+                key: next(),
+                withdrawal: next(),
+                report: next(),
+            },
+            _ => Op::Correct {
+                key: next(),
+                withdrawal: next(),
+            },
         })
     }
 
@@ -232,6 +262,12 @@ impl Op {
             Op::PlanCrash { after, mode, seed } => vec![11, after, mode, seed],
             Op::Fault { kind, nth } => vec![12, kind, nth],
             Op::Sync => vec![13],
+            Op::Report {
+                key,
+                withdrawal,
+                report,
+            } => vec![14, key, withdrawal, report],
+            Op::Correct { key, withdrawal } => vec![15, key, withdrawal],
         }
     }
 }
@@ -354,6 +390,43 @@ pub fn run(world: &mut World, op: Op) {
         }),
         Op::Fault { kind, nth } => world.arm(fault(kind, nth)),
         Op::Sync => world.sync(),
+        Op::Report {
+            key,
+            withdrawal: w,
+            report: r,
+        } => {
+            if let Some(request) = withdrawal(world, w) {
+                report(world, pick(KEYS, key), &request, r);
+            }
+        }
+        Op::Correct { key, withdrawal: w } => {
+            let truth = withdrawal(world, w)
+                .and_then(|request| world.rail_truth(request.id().as_str()).cloned());
+            if let Some(truth) = truth {
+                world.correct(pick(KEYS, key), &truth);
+            }
+        }
+    }
+}
+
+/// What the rail later says of `request` to `key`, by `byte`: for money
+/// that moved, the truth moved on (confirmed, failed, bumped; the report
+/// lost one time in four), or the truth again; for money that never
+/// moved, a send reported to a key that holds none.
+fn report(world: &mut World, key: &str, request: &WithdrawalRequest, byte: u8) {
+    let Some(truth) = world.rail_truth(request.id().as_str()).cloned() else {
+        world.rail_report("nobody", &sent(request, "0xlate"));
+        return;
+    };
+    let moved = match byte % 4 {
+        0 => later(&truth, Later::Confirmed),
+        1 => later(&truth, Later::Failed),
+        2 => later(&truth, Later::Bumped(byte / 4 % 3)),
+        _ => None,
+    };
+    match moved {
+        Some(moved) => world.rail_moves_on(key, &moved, !(byte / 16).is_multiple_of(4)),
+        None => world.rail_report(key, &truth),
     }
 }
 
@@ -363,9 +436,15 @@ pub fn run(world: &mut World, op: Op) {
 /// # Panics
 /// When a property does not hold: that is the finding.
 pub fn ledger_ops(data: &[u8]) {
-    let Some((&flags, mut rest)) = data.split_first() else {
-        return;
-    };
+    let _ = played(data);
+}
+
+/// [`ledger_ops`], returning what the world did; `None` for an empty input.
+///
+/// # Panics
+/// When a property does not hold.
+pub fn played(data: &[u8]) -> Option<Stats> {
+    let (&flags, mut rest) = data.split_first()?;
     let config = WorldConfig {
         accept_foreign_ids: flags & 1 != 0,
         log_refusals: flags & 2 == 0,
@@ -379,4 +458,5 @@ pub fn ledger_ops(data: &[u8]) {
         run(&mut world, op);
     }
     world.reopen();
+    Some(world.stats())
 }

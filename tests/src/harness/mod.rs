@@ -34,7 +34,9 @@ pub use self::checks::{
 };
 pub use self::disk::{CrashPlan, Disk};
 pub use self::model::{Answer, Completion, Model, ModelRecord};
-pub use self::rail::{Movement, Rail, RailAnswer, SendKind, impostor, reference, sent};
+pub use self::rail::{
+    Later, Movement, Rail, RailAnswer, SendKind, impostor, later, reference, sent,
+};
 pub use self::world::{START, SlotId, Stats, World, WorldConfig};
 
 use std::cell::Cell;

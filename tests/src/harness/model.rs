@@ -212,11 +212,12 @@ impl Model {
         };
         match completion {
             Completion::Sent(outcome) => {
-                if outcome.fingerprint() == record.fingerprint {
+                if outcome.fingerprint() == record.fingerprint && outcome.state().is_settled() {
                     self.settle(key, outcome);
                     Answer::Outcome(outcome.clone())
                 } else {
-                    // The send answered about another withdrawal: unknown.
+                    // The send answered about another withdrawal, or with
+                    // one that says nothing of what the rail did: unknown.
                     Answer::Refused(RefusalKind::Conflict)
                 }
             }
@@ -246,6 +247,9 @@ impl Model {
 
     /// "I looked; here is what happened."
     pub fn resolve(&mut self, key: &str, outcome: &WithdrawalRequest) -> Answer {
+        if !outcome.state().is_settled() {
+            return Answer::Refused(RefusalKind::Conflict);
+        }
         let fingerprint = outcome.fingerprint();
         let Some(record) = self.records.get(key).cloned() else {
             return match self.take(key, &fingerprint) {
@@ -269,6 +273,56 @@ impl Model {
             }
             Some(existing) if &existing == outcome => Answer::Done,
             Some(_) => Answer::Refused(RefusalKind::Conflict),
+        }
+    }
+
+    /// The outcome of `key` that a later report or a correction replaces:
+    /// refused unless `later` is settled, of the same withdrawal, and the
+    /// key has an outcome.
+    fn replaced_outcome(
+        &self,
+        key: &str,
+        later: &WithdrawalRequest,
+    ) -> Result<WithdrawalRequest, Answer> {
+        let refused = Answer::Refused(RefusalKind::Conflict);
+        if !later.state().is_settled() {
+            return Err(refused);
+        }
+        match self.records.get(key) {
+            Some(record) if record.fingerprint != later.fingerprint() => Err(refused),
+            Some(ModelRecord {
+                outcome: Some(outcome),
+                ..
+            }) => Ok(outcome.clone()),
+            _ => Err(refused),
+        }
+    }
+
+    /// A later report of what the rail did: one forward transition of the
+    /// recorded outcome, or that outcome again.
+    pub fn advance(&mut self, key: &str, later: &WithdrawalRequest) -> Answer {
+        let recorded = match self.replaced_outcome(key, later) {
+            Ok(recorded) => recorded,
+            Err(answer) => return answer,
+        };
+        if &recorded == later {
+            return Answer::Done;
+        }
+        if recorded.advance_to(later).is_none() {
+            return Answer::Refused(RefusalKind::Conflict);
+        }
+        self.settle(key, later);
+        Answer::Done
+    }
+
+    /// An operator's correction of `key`'s outcome.
+    pub fn correct(&mut self, key: &str, right: &WithdrawalRequest) -> Answer {
+        match self.replaced_outcome(key, right) {
+            Ok(_) => {
+                self.settle(key, right);
+                Answer::Done
+            }
+            Err(answer) => answer,
         }
     }
 

@@ -22,30 +22,38 @@ pub enum SendKind {
     /// The money moves, but the rail client answers with another
     /// withdrawal (a bug in the client): the outcome is unknown.
     WrongOutcome,
+    /// The money moves, but the rail client answers with the request it
+    /// was given, approved (a bug in the client): not an outcome, so the
+    /// outcome is unknown.
+    Unsettled,
 }
 
 impl SendKind {
     /// Every kind, for choosing one from input.
-    pub const ALL: [SendKind; 6] = [
+    pub const ALL: [SendKind; 7] = [
         SendKind::Succeed,
         SendKind::TimeoutAfterSending,
         SendKind::FailBeforeSending,
         SendKind::Refuse,
         SendKind::Panic,
         SendKind::WrongOutcome,
+        SendKind::Unsettled,
     ];
 
     /// Whether the money leaves custody.
     pub fn moves_money(self) -> bool {
         matches!(
             self,
-            SendKind::Succeed | SendKind::TimeoutAfterSending | SendKind::WrongOutcome
+            SendKind::Succeed
+                | SendKind::TimeoutAfterSending
+                | SendKind::WrongOutcome
+                | SendKind::Unsettled
         )
     }
 }
 
 /// What the caller of the rail hears back.
-pub type RailAnswer = Result<WithdrawalRequest, SendFailure<String>>;
+pub type RailAnswer = Result<WithdrawalRequest, SendFailure>;
 
 /// Money that left custody: which key's send moved it, and the withdrawal
 /// as the rail knows it now.
@@ -53,8 +61,12 @@ pub type RailAnswer = Result<WithdrawalRequest, SendFailure<String>>;
 pub struct Movement {
     /// The request key whose send moved it.
     pub key: String,
-    /// The withdrawal as sent, with the rail's reference.
+    /// The withdrawal as the rail knows it now: as sent, with the rail's
+    /// reference, or as a later report moved it on.
     pub outcome: WithdrawalRequest,
+    /// What the rail knew of it before, oldest first: a ledger not told of
+    /// a later report (a report lost) still holds one of these.
+    pub earlier: Vec<WithdrawalRequest>,
 }
 
 /// The rail's truth and counters.
@@ -84,6 +96,35 @@ pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
         .expect("a requested withdrawal can be sent")
 }
 
+/// What a rail may later say of an outcome it gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Later {
+    /// The send confirmed.
+    Confirmed,
+    /// The send failed after all.
+    Failed,
+    /// The send was replaced by one with reference `0xbump<n>`.
+    Bumped(u8),
+}
+
+/// `truth` as the rail later reports it; `None` when that report cannot
+/// follow `truth` (a failure after a confirmation, say).
+///
+/// # Panics
+/// Never: the reason and the reference are valid text.
+#[allow(clippy::expect_used)]
+pub fn later(truth: &WithdrawalRequest, later: Later) -> Option<WithdrawalRequest> {
+    match later {
+        Later::Confirmed => truth.confirm().ok(),
+        Later::Failed => truth
+            .fail(Reason::new("the rail reports a failure").expect("a fixture reason"))
+            .ok(),
+        Later::Bumped(n) => truth
+            .bump(Reference::new(format!("0xbump{n}")).expect("a fixture reference"))
+            .ok(),
+    }
+}
+
 /// The reference the rail gives the send of `request` under `key`.
 pub fn reference(request: &WithdrawalRequest, key: &str) -> String {
     format!("0x{}-{key}", request.id())
@@ -105,7 +146,25 @@ pub fn impostor(request: &WithdrawalRequest) -> WithdrawalRequest {
     sent(&other, "0xe711")
 }
 
+/// `request` as a buggy rail client answers it: approved, which says
+/// nothing of what the rail did.
+#[allow(clippy::expect_used)]
+pub(super) fn unsettled(request: &WithdrawalRequest) -> WithdrawalRequest {
+    request
+        .approve()
+        .expect("a request in state requested approves")
+}
+
 impl Rail {
+    /// The rail moves withdrawal `id` on, from what it knows to `later`
+    /// (confirmed, failed on the rail, bumped): what a later report says.
+    pub fn moves_on(&mut self, id: &str, later: WithdrawalRequest) {
+        if let Some(movement) = self.moved.get_mut(id) {
+            let before = std::mem::replace(&mut movement.outcome, later);
+            movement.earlier.push(before);
+        }
+    }
+
     /// A call for `request` under `key`, doing what `kind` says. The caller
     /// checked that the claim is on stable storage.
     ///
@@ -137,21 +196,23 @@ impl Rail {
                 Movement {
                     key: key.to_owned(),
                     outcome: outcome.clone(),
+                    earlier: Vec::new(),
                 },
             );
         }
         match kind {
             SendKind::Succeed => Ok(outcome),
-            SendKind::TimeoutAfterSending => Err(SendFailure::Failed(
+            SendKind::TimeoutAfterSending => Err(SendFailure::failed(
                 "rail timed out after the send".to_owned(),
             )),
-            SendKind::FailBeforeSending => Err(SendFailure::Failed(
+            SendKind::FailBeforeSending => Err(SendFailure::failed(
                 "connection refused before the send".to_owned(),
             )),
             SendKind::Refuse => Err(SendFailure::Rejected(
                 Reason::new("insufficient hot wallet balance").expect("fixture reason"),
             )),
             SendKind::WrongOutcome => Ok(impostor(request)),
+            SendKind::Unsettled => Ok(unsettled(request)),
             SendKind::Panic => unreachable!("a panicking client never reaches the rail"),
         }
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payonce::{
-    Claim, Config, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal, Refusal,
-    SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
+    Claim, Config, CountingEpochs, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal,
+    Refusal, SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
 };
 use payonce_log::{CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage};
 use payonce_model::{
@@ -16,7 +16,7 @@ use payonce_model::{
 use super::checks::{Projection, Shadow, assert_crash_prefix, assert_invariants, records};
 use super::disk::{CrashPlan, Disk};
 use super::model::{Answer, Completion, Model};
-use super::rail::{Rail, RailAnswer, SendKind, impostor, reference, sent};
+use super::rail::{Rail, RailAnswer, SendKind, impostor, reference, sent, unsettled};
 use super::{catching_rail_client_panic, rail_client_panics};
 
 /// Most bytes of one event in the simulated log: small, so segments roll
@@ -101,6 +101,10 @@ pub struct Stats {
     pub operator_resolves: u64,
     /// Keys an operator released after seeing nothing on the rail.
     pub operator_releases: u64,
+    /// Later reports of the rail that moved an outcome on.
+    pub advances: u64,
+    /// Outcomes an operator corrected.
+    pub corrections: u64,
 }
 
 impl Stats {
@@ -125,6 +129,8 @@ impl Stats {
         self.refusals += other.refusals;
         self.operator_resolves += other.operator_resolves;
         self.operator_releases += other.operator_releases;
+        self.advances += other.advances;
+        self.corrections += other.corrections;
     }
 }
 
@@ -141,12 +147,16 @@ struct Acked {
     /// Keys whose release was asked for without an answer: it may or may
     /// not have happened.
     maybe_released: BTreeSet<String>,
+    /// Outcomes a later report or a correction asked for without an
+    /// answer may have recorded, by key: it may or may not have happened.
+    maybe_moved: BTreeMap<String, Vec<WithdrawalRequest>>,
 }
 
 /// The ledger in its simulated world. See the harness documentation.
 pub struct World {
     config: WorldConfig,
     clock: Arc<ManualClock>,
+    epochs: Arc<CountingEpochs>,
     disk: Disk,
     ledger: Option<Ledger>,
     model: Model,
@@ -212,7 +222,7 @@ fn refusal_answer(refusal: &Refusal) -> Answer {
     }
 }
 
-fn submit_answer(result: Result<WithdrawalRequest, SubmitError<String>>, context: &str) -> Answer {
+fn submit_answer(result: Result<WithdrawalRequest, SubmitError>, context: &str) -> Answer {
     match result {
         Ok(outcome) => Answer::Outcome(Box::new(outcome)),
         Err(SubmitError::Ledger(error)) => ledger_answer(&error, context),
@@ -236,6 +246,7 @@ fn expected_completion(kind: SendKind, request: &WithdrawalRequest, key: &str) -
     match kind {
         SendKind::Succeed => Completion::Sent(Box::new(sent(request, &reference(request, key)))),
         SendKind::WrongOutcome => Completion::Sent(Box::new(impostor(request))),
+        SendKind::Unsettled => Completion::Sent(Box::new(unsettled(request))),
         SendKind::Refuse => Completion::Rejected,
         SendKind::TimeoutAfterSending | SendKind::FailBeforeSending | SendKind::Panic => {
             Completion::Failed
@@ -282,12 +293,21 @@ fn assert_claim_durable(
     }
 }
 
+/// Whether `storage` holds a segment of a log.
+fn holds_a_log(storage: &MemStorage) -> bool {
+    use payonce_log::Storage;
+    storage
+        .list()
+        .is_ok_and(|names| names.iter().any(|name| name.ends_with(".log")))
+}
+
 impl World {
     /// A world with an empty ledger.
     pub fn new(config: WorldConfig) -> World {
         let mut world = World {
             config,
             clock: Arc::new(ManualClock::new(START)),
+            epochs: Arc::new(CountingEpochs::new(1)),
             disk: Disk::new(MemStorage::new()),
             ledger: None,
             model: Model::new(config.accept_foreign_ids),
@@ -315,6 +335,8 @@ impl World {
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),
+            // Ids the trace of a seed shows alike on every run.
+            epochs: self.epochs.clone(),
             replay_thread_min_len: if self.config.replay_on_two_threads {
                 0
             } else {
@@ -484,7 +506,7 @@ impl World {
     /// A dead process reaches nothing.
     fn send(&mut self, key: &str, request: &WithdrawalRequest, kind: SendKind) -> RailAnswer {
         if self.disk.dead() {
-            return Err(SendFailure::Failed(
+            return Err(SendFailure::failed(
                 "the process lost power before the send".to_owned(),
             ));
         }
@@ -513,7 +535,11 @@ impl World {
     /// Mints a withdrawal of `amount` in `currency`.
     pub fn create(&mut self, amount: &str, currency: &str) -> Option<WithdrawalRequest> {
         self.step(format!("create {amount} {currency}"), |world, before| {
-            let next_id = WithdrawalId::minted(world.live.last_seq() + 1);
+            let seq = world.live.last_seq() + 1;
+            let next_id = match world.live.epoch() {
+                Some(epoch) => WithdrawalId::minted_in(epoch, seq),
+                None => WithdrawalId::minted(seq),
+            };
             let result = world.ledger().create(NewWithdrawal {
                 amount: fixture(amount),
                 currency: fixture(currency),
@@ -691,7 +717,7 @@ impl World {
         }
         let answer = s
             .answer
-            .unwrap_or_else(|| Err(SendFailure::Failed("the rail never answered".to_owned())));
+            .unwrap_or_else(|| Err(SendFailure::failed("the rail never answered".to_owned())));
         self.complete(s.ticket, s.key, answer);
     }
 
@@ -700,7 +726,7 @@ impl World {
         let Some(s) = self.slots.remove(&slot) else {
             return;
         };
-        let answer = Err(SendFailure::Failed(
+        let answer = Err(SendFailure::failed(
             "the client timed out waiting for the rail".to_owned(),
         ));
         self.complete(s.ticket, s.key, answer);
@@ -735,14 +761,19 @@ impl World {
         self.step(format!("abandon {key}"), |world, before| {
             world.last_answer = None;
             let predicted = world.predict(|model| model.complete(&key, &Completion::Failed));
+            // Dropping appends the note without waiting; the next sync, by
+            // anyone, makes it durable.
             drop(ticket);
+            if !world.disk.dead() && !world.poisoned {
+                let _ = world.ledger().sync();
+            }
             if world.disk.dead() {
                 return;
             }
             if world.poisoned || world.disk.faults_fired() > before {
                 world.poisoned = true;
             } else if let Some((model, _)) = predicted {
-                // The abandonment was recorded and waited for: durable.
+                // The abandonment was recorded, and synced since: durable.
                 world.model = model;
                 world.ack_pending = true;
             }
@@ -857,6 +888,84 @@ impl World {
         });
     }
 
+    /// The rail moves the withdrawal it sent on to `later`; the ledger
+    /// hears of it only if `told` (else the report is lost, and an
+    /// operator's correction catches up).
+    pub fn rail_moves_on(&mut self, key: &str, later: &WithdrawalRequest, told: bool) {
+        self.rail.moves_on(later.id().as_str(), later.clone());
+        if told {
+            self.rail_report(key, later);
+        }
+    }
+
+    /// The rail's truth for withdrawal `id`, if money moved for it.
+    pub fn rail_truth(&self, id: &str) -> Option<&WithdrawalRequest> {
+        Some(&self.rail.moved.get(id)?.outcome)
+    }
+
+    /// A later report of what the rail did with `key`'s outcome (confirmed,
+    /// failed, bumped, or the same again), recorded with `advance`.
+    pub fn rail_report(&mut self, key: &str, later: &WithdrawalRequest) {
+        let what = format!("the rail reports {key} as {} {}", later.id(), later.state());
+        self.step(what, |world, before| {
+            let predicted = world.predict(|model| model.advance(key, later));
+            let actual = match world.ledger().advance(key, later) {
+                Ok(()) => Answer::Done,
+                Err(error) => ledger_answer(&error, &world.context),
+            };
+            if world.judge(predicted, &actual, before) && actual == Answer::Done {
+                world.moved_on(key);
+                world.stats.advances += 1;
+            } else {
+                world.maybe_moved(key, later);
+            }
+        });
+    }
+
+    /// An operator corrects `key`'s outcome to `right`.
+    pub fn correct(&mut self, key: &str, right: &WithdrawalRequest) {
+        let what = format!(
+            "operator corrects {key} to {} {}",
+            right.id(),
+            right.state()
+        );
+        self.step(what, |world, before| {
+            let predicted = world.predict(|model| model.correct(key, right));
+            let actual = match world
+                .ledger()
+                .correct(key, right, "recorded in error", "operator")
+            {
+                Ok(()) => Answer::Done,
+                Err(error) => ledger_answer(&error, &world.context),
+            };
+            if world.judge(predicted, &actual, before) && actual == Answer::Done {
+                world.moved_on(key);
+                world.stats.corrections += 1;
+            } else {
+                world.maybe_moved(key, right);
+            }
+        });
+    }
+
+    /// `key`'s outcome was replaced and acknowledged: the new one must
+    /// survive.
+    fn moved_on(&mut self, key: &str) {
+        if let Some(outcome) = self.model.outcome(key).cloned() {
+            self.acked.outcomes.insert(key.to_owned(), outcome);
+            self.acked.maybe_moved.remove(key);
+        }
+    }
+
+    /// A report or correction of `key` to `outcome` had no answer, or a
+    /// refusal from a ledger that had already failed: it may or may not
+    /// have been recorded.
+    fn maybe_moved(&mut self, key: &str, outcome: &WithdrawalRequest) {
+        if self.acked.outcomes.contains_key(key) {
+            let maybe = self.acked.maybe_moved.entry(key.to_owned()).or_default();
+            maybe.push(outcome.clone());
+        }
+    }
+
     /// `sync()`: makes the unsynced refusals durable.
     pub fn sync(&mut self) {
         self.step("sync".to_owned(), |world, before| {
@@ -964,7 +1073,13 @@ impl World {
             );
             let before = records(self.disk.mem(), &log, &self.context);
             let faults_before = self.disk.faults_fired();
-            let opened = Ledger::open_on(Arc::new(self.disk.clone()), self.ledger_config());
+            // A ledger is created once; a creation a crash cut short is
+            // made again, as an operator provisioning it would.
+            let storage = Arc::new(self.disk.clone());
+            let opened = match holds_a_log(self.disk.mem()) {
+                true => Ledger::open_on(storage, self.ledger_config()),
+                false => Ledger::init_on(storage, self.ledger_config()),
+            };
             if self.disk.dead() {
                 drop(opened);
                 self.stats.crashes_mid_operation += 1;
@@ -1071,6 +1186,15 @@ impl World {
                 .is_some_and(|r| r.fingerprint().id().as_str() == id)
         });
         self.acked.maybe_released.clear();
+        // The log now says whether each unanswered report or correction
+        // was recorded: what it says is what must survive.
+        for (key, maybe) in std::mem::take(&mut self.acked.maybe_moved) {
+            if let Some(now) = state.outcome(&key)
+                && maybe.contains(&now)
+            {
+                self.acked.outcomes.insert(key, now);
+            }
+        }
         self.ack_pending = false;
         self.shadow = shadow;
         self.live = state;
@@ -1091,7 +1215,9 @@ impl World {
             if let Some(outcome) = state.outcome(&movement.key) {
                 let confirmed = movement.outcome.confirm().ok();
                 assert!(
-                    outcome == movement.outcome || Some(&outcome) == confirmed.as_ref(),
+                    outcome == movement.outcome
+                        || Some(&outcome) == confirmed.as_ref()
+                        || movement.earlier.contains(&outcome),
                     "{}: key {} has outcome {outcome:?}, but the rail sent {:?}",
                     self.context,
                     movement.key,
@@ -1111,14 +1237,22 @@ impl World {
         );
     }
 
-    /// Every outcome acknowledged to a caller is in `state`.
+    /// Every outcome acknowledged to a caller is in `state`, or one a later
+    /// report or correction asked for without an answer replaced it with.
     fn assert_acknowledged_outcomes_present(&self, state: &payonce::State) {
         let context = &self.context;
         for (key, outcome) in &self.acked.outcomes {
-            assert_eq!(
-                state.outcome(key).as_ref(),
-                Some(outcome),
-                "{context}: the outcome acknowledged for key {key} is gone"
+            let now = state.outcome(key);
+            let maybe = self
+                .acked
+                .maybe_moved
+                .get(key)
+                .map_or(&[][..], Vec::as_slice);
+            assert!(
+                now.as_ref() == Some(outcome)
+                    || now.as_ref().is_some_and(|now| maybe.contains(now)),
+                "{context}: the outcome acknowledged for key {key} is gone: {outcome:?} \
+                 acknowledged, {now:?} in the ledger"
             );
         }
     }

@@ -26,7 +26,9 @@ use std::time::Duration;
 use payonce_log::{CrashMode, Fault};
 use payonce_model::WithdrawalRequest;
 
-use crate::harness::{Answer, CrashPlan, SendKind, SlotId, Stats, World, WorldConfig};
+use crate::harness::{
+    Answer, CrashPlan, Later, SendKind, SlotId, Stats, World, WorldConfig, later,
+};
 use crate::rng::Rng;
 
 /// Events one seed simulates, unless its queue runs dry first.
@@ -75,6 +77,14 @@ enum Event {
         withdrawal: usize,
         number: u32,
     },
+    /// The rail reports later what became of a sent withdrawal.
+    RailReport {
+        withdrawal: usize,
+    },
+    /// An operator corrects an outcome recorded in error.
+    Correction {
+        withdrawal: usize,
+    },
     OperatorSweep,
     PowerLoss,
     Fault,
@@ -113,6 +123,10 @@ pub struct SimStats {
     pub redrives: u64,
     /// Replayed webhooks.
     pub webhooks: u64,
+    /// Later reports of the rail.
+    pub rail_reports: u64,
+    /// Operator corrections asked for.
+    pub corrections: u64,
     /// Clients that gave up waiting for the rail.
     pub client_timeouts: u64,
     /// Service restarts after a storage fault.
@@ -132,6 +146,8 @@ impl SimStats {
         self.races += other.races;
         self.redrives += other.redrives;
         self.webhooks += other.webhooks;
+        self.rail_reports += other.rail_reports;
+        self.corrections += other.corrections;
         self.client_timeouts += other.client_timeouts;
         self.restarts += other.restarts;
         self.world.add(&other.world);
@@ -278,7 +294,8 @@ impl Sim {
             3..=4 => SendKind::FailBeforeSending,
             5..=7 => SendKind::Refuse,
             8 => SendKind::Panic,
-            _ => SendKind::WrongOutcome,
+            _ if self.rng.percent(50) => SendKind::WrongOutcome,
+            _ => SendKind::Unsettled,
         }
     }
 
@@ -334,6 +351,8 @@ impl Sim {
                 let confirmed = self.rng.percent(50);
                 self.world.webhook(&key, &request, confirmed);
             }
+            Event::RailReport { withdrawal } => self.rail_report(withdrawal),
+            Event::Correction { withdrawal } => self.correction(withdrawal),
             Event::OperatorSweep => {
                 for entry in self.world.ledger().in_flight() {
                     if !entry.send_running && self.rng.percent(70) {
@@ -410,11 +429,73 @@ impl Sim {
                     },
                 );
             }
+            if self.rng.percent(20) {
+                let after = 1_000 + self.rng.below(8_000);
+                self.schedule(after, Event::RailReport { withdrawal: index });
+            }
+            if self.rng.percent(3) {
+                let after = 2_000 + self.rng.below(8_000);
+                self.schedule(after, Event::Correction { withdrawal: index });
+            }
         }
         if self.withdrawals.len() < WITHDRAWALS_MAX {
             let after = 50 + self.rng.below(600);
             self.schedule(after, Event::Create);
         }
+    }
+
+    /// The key holding withdrawal `index`'s claim, and its outcome, if it
+    /// has one.
+    fn holder_outcome(&self, index: usize) -> Option<(String, WithdrawalRequest)> {
+        let id = self.withdrawals[index].id().to_string();
+        let key = self.world.model().claims.get(&id)?.clone();
+        let outcome = self.world.model().outcome(&key)?.clone();
+        Some((key, outcome))
+    }
+
+    /// The rail moves withdrawal `index` on (confirmed, failed on the
+    /// rail, bumped), if money moved for it, and reports it to the key
+    /// holding it, unless the report is lost; or a report replayed, which
+    /// changes nothing. For a withdrawal that never moved, a report comes
+    /// for a key that holds no outcome of it.
+    fn rail_report(&mut self, index: usize) {
+        self.stats.rail_reports += 1;
+        let request = self.withdrawals[index].clone();
+        let truth = self.world.rail_truth(request.id().as_str()).cloned();
+        let (Some(truth), Some((key, _))) = (truth, self.holder_outcome(index)) else {
+            self.world
+                .rail_report("nobody", &fixture_sent(&request, "0xlate"));
+            return;
+        };
+        let report = match self.rng.below(10) {
+            0..=4 => Some(Later::Confirmed),
+            5..=6 => Some(Later::Failed),
+            7..=8 => Some(Later::Bumped(self.rng.below(3) as u8)),
+            _ => None,
+        };
+        let later = report.and_then(|report| later(&truth, report));
+        match later {
+            Some(later) => {
+                let told = self.rng.percent(80);
+                self.world.rail_moves_on(&key, &later, told);
+            }
+            None => self.world.rail_report(&key, &truth),
+        }
+    }
+
+    /// An operator compares the outcome recorded for withdrawal `index`
+    /// with the rail's truth and corrects it to the truth; the same outcome
+    /// again changes nothing.
+    fn correction(&mut self, index: usize) {
+        let request = self.withdrawals[index].clone();
+        let (Some(truth), Some((key, _))) = (
+            self.world.rail_truth(request.id().as_str()).cloned(),
+            self.holder_outcome(index),
+        ) else {
+            return;
+        };
+        self.stats.corrections += 1;
+        self.world.correct(&key, &truth);
     }
 
     fn submit(&mut self, client: Client, withdrawal: usize, attempt: u32) {
@@ -496,4 +577,12 @@ pub fn run_seeds(first: u64, count: u64) -> Result<SimStats, Failure> {
         }
     }
     Ok(total)
+}
+
+/// `request` (in state requested) sent under `reference`.
+#[allow(clippy::expect_used)]
+fn fixture_sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+    request
+        .sent(reference)
+        .expect("a requested withdrawal is sent")
 }

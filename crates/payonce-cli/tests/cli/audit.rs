@@ -2,7 +2,7 @@
 
 use payonce::{Ledger, Timestamp};
 
-use crate::fixture::{START, arg, config, payonce, scenario, snapshot};
+use crate::fixture::{START, arg, config, minted, payonce, scenario, snapshot};
 
 // Guards against a summary that disagrees with the ledger's own verify.
 #[test]
@@ -47,7 +47,7 @@ fn history_of_a_key_lists_every_event_that_touched_it_explained() {
     assert_eq!(events[0]["at"], "2025-01-01T00:02:00Z");
     let refusal = events[2]["explanation"].as_str().unwrap();
     assert!(
-        refusal.contains("request key req-2 asked to send withdrawal w-2")
+        refusal.contains("request key req-2 asked to send withdrawal w-1-2")
             && refusal.contains("claimed by request key req-1"),
         "{refusal}"
     );
@@ -84,7 +84,7 @@ fn history_of_a_withdrawal_lists_the_events_about_its_keys_claim() {
     assert!(events.iter().all(|e| e["withdrawal"] == id.as_str()));
     let explanation = events[2]["explanation"].as_str().unwrap();
     assert!(
-        explanation.contains("the rail refused the send for request key req-4 (withdrawal w-9)")
+        explanation.contains("the rail refused the send for request key req-4 (withdrawal w-1-9)")
             && explanation.contains("the hold is released"),
         "{explanation}"
     );
@@ -177,7 +177,7 @@ fn inflight_lists_keys_whose_outcome_is_unknown() {
     let keys = queue["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 2);
     assert_eq!(keys[0]["key"], "req-3");
-    assert_eq!(keys[0]["withdrawal"], "w-6");
+    assert_eq!(keys[0]["withdrawal"], minted(6));
     assert_eq!(keys[0]["amount"], "10");
     assert_eq!(keys[0]["held"], true);
     assert_eq!(keys[1]["key"], "req-4");
@@ -199,7 +199,7 @@ fn inflight_lists_keys_whose_outcome_is_unknown() {
 
 // Guards against an alert that does not fire, or fires for nothing.
 #[test]
-fn inflight_exits_1_only_when_a_key_is_older_than_the_threshold() {
+fn inflight_exits_3_only_when_a_key_is_older_than_the_threshold() {
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
     let old = payonce(&[
@@ -209,7 +209,7 @@ fn inflight_exits_1_only_when_a_key_is_older_than_the_threshold() {
         "30m",
         "--json",
     ]);
-    assert_eq!(old.code, 1);
+    assert_eq!(old.code, 3);
     assert_eq!(old.json()["keys"].as_array().unwrap().len(), 2);
     assert_eq!(old.json()["older_than_seconds"], 1800);
     let none = payonce(&["inflight", &arg(dir.path()), "--older-than", "100000d"]);
@@ -242,8 +242,8 @@ fn export_writes_every_event_as_one_json_object_per_line() {
     }
     assert_eq!(lines[2]["event"], "claimed");
     assert_eq!(lines[2]["key"], "req-1");
-    assert_eq!(lines[2]["withdrawal"], "w-2");
-    assert_eq!(lines[2]["kind"]["Claimed"]["request"]["id"], "w-2");
+    assert_eq!(lines[2]["withdrawal"], minted(2));
+    assert_eq!(lines[2]["kind"]["Claimed"]["request"]["id"], minted(2));
     let part = payonce(&["export", &arg(dir.path()), "--from", "3", "--to", "5"]);
     let seqs: Vec<u64> = part
         .stdout
@@ -306,11 +306,11 @@ fn audit_commands_work_beside_a_running_service_and_change_nothing() {
     let scenario = scenario(dir.path());
     let service = Ledger::open_with(dir.path(), config(scenario.clock.clone())).unwrap();
     let before = snapshot(dir.path());
-    let d = arg(dir.path());
+    let (d, w6) = (arg(dir.path()), minted(6));
     for args in [
         vec!["verify", &d],
         vec!["history", &d, "--key", "req-1"],
-        vec!["history", &d, "--withdrawal", "w-6"],
+        vec!["history", &d, "--withdrawal", &w6],
         vec!["state", &d, "--at", "5"],
         vec!["inflight", &d],
         vec!["export", &d],

@@ -64,9 +64,10 @@ fn a_directory_that_is_not_a_log_is_named_and_exits_2() {
     assert_eq!(snapshot(dir.path()), before);
 }
 
-// Guards against damage that is skipped, or reported without its place.
+// Guards against damage that is skipped, reported without its place, or
+// given the exit code of a torn tail.
 #[test]
-fn a_corrupt_log_is_reported_with_its_location_and_exits_1() {
+fn a_corrupt_log_is_reported_with_its_location_and_exits_4() {
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
     let segment = first_segment(dir.path());
@@ -77,7 +78,7 @@ fn a_corrupt_log_is_reported_with_its_location_and_exits_1() {
     let before = snapshot(dir.path());
     for (command, rest) in audit_commands() {
         let run = run_on(command, &arg(dir.path()), &rest);
-        assert_eq!(run.code, 1, "{command}: {}", run.stderr);
+        assert_eq!(run.code, 4, "{command}: {}", run.stderr);
         assert!(
             run.stderr.contains("00000000000000000001.log") && run.stderr.contains("at byte 40"),
             "{command}: {}",
@@ -129,6 +130,7 @@ fn a_divergence_is_reported_with_its_sequence_number_and_exits_1() {
     let events = [
         EventKind::Opened {
             accept_foreign_ids: false,
+            epoch: None,
         },
         EventKind::Claimed {
             key: "req-x".parse().unwrap(),
@@ -248,7 +250,7 @@ fn a_key_with_control_characters_is_refused_escaped_and_exits_2() {
     let hostile = "req-1\u{1b}[2J";
     let runs = [
         payonce(&["history", &arg(dir.path()), "--key", hostile]),
-        payonce(&["history", &arg(dir.path()), "--withdrawal", "w-2\u{7}"]),
+        payonce(&["history", &arg(dir.path()), "--withdrawal", "w-1-2\u{7}"]),
         payonce(&[
             "release",
             &arg(dir.path()),
@@ -291,7 +293,7 @@ fn usage_errors_exit_2_with_the_argument_escaped() {
         vec!["frobnicate", &d],
         vec!["verify", &d, "--no-such-flag"],
         vec!["history", &d],
-        vec!["history", &d, "--key", "a", "--withdrawal", "w-2"],
+        vec!["history", &d, "--key", "a", "--withdrawal", "w-1-2"],
         vec!["export", &d, "--from", "three"],
         vec!["inflight", &d, "--older-than", "30"],
     ] {
@@ -316,7 +318,8 @@ fn usage_errors_exit_2_with_the_argument_escaped() {
 #[test]
 fn every_command_has_help_that_explains_exit_codes() {
     for command in [
-        "verify", "history", "state", "inflight", "export", "resolve", "release", "index", "demo",
+        "verify", "history", "state", "inflight", "export", "resolve", "correct", "release",
+        "index", "demo",
     ] {
         let run = payonce(&[command, "--help"]);
         assert_eq!(run.code, 0, "{command}");
@@ -340,4 +343,33 @@ fn every_command_has_help_that_explains_exit_codes() {
             "{command}"
         );
     }
+}
+
+// Guards against a file given where the ledger's directory is expected
+// being reported as missing, as not a log, or (by the demo) as a directory
+// in use: every command says it is not a directory, naming it.
+#[test]
+fn a_file_given_for_the_directory_is_named_the_same_way_by_every_command() {
+    let parent = tempfile::tempdir().unwrap();
+    let file = parent.path().join("ledger.txt");
+    std::fs::write(&file, "not a directory").unwrap();
+    let outcome =
+        crate::fixture::outcome_file(parent.path(), "o.json", &crate::fixture::a_sent_outcome());
+    let mut runs: Vec<(String, crate::fixture::Run)> =
+        crate::fixture::commands_on_a_directory(&outcome)
+            .into_iter()
+            .map(|(command, rest)| {
+                let run = crate::fixture::run_on(command, &arg(&file), &rest);
+                (command.to_owned(), run)
+            })
+            .collect();
+    for command in ["index", "demo"] {
+        runs.push((command.to_owned(), payonce(&[command, &arg(&file)])));
+    }
+    let expected = format!("{} is not a directory", file.display());
+    for (command, run) in runs {
+        assert_eq!(run.code, 2, "{command}: {}", run.stderr);
+        assert!(run.stderr.contains(&expected), "{command}: {}", run.stderr);
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }

@@ -33,16 +33,22 @@ fn the_demo_sends_every_withdrawal_once_and_leaves_a_clean_log() {
         "reopening appends opened"
     );
     let refusals = report.refusals.join("\n");
+    let [_, phone, _, _, timed_out, refused] = report.withdrawals.as_slice() else {
+        panic!("six incidents, six withdrawals: {:?}", report.withdrawals);
+    };
     for expected in [
-        "withdrawal w-5 is claimed by request key bob-phone-7f3a, in flight since",
-        "its send in progress",
-        "claimed by request key queue-item-311, which produced an outcome: sent",
-        "claimed by request key dave-api-5521",
-        "request key erin-app-77 is claimed for withdrawal w-18 and its outcome is not known yet",
-        "request key grace-web-3 is claimed for withdrawal w-24",
+        format!("withdrawal {phone} is claimed by request key bob-phone-7f3a, in flight since"),
+        "its send in progress".to_owned(),
+        "claimed by request key queue-item-311, which produced an outcome: sent".to_owned(),
+        "claimed by request key dave-api-5521".to_owned(),
+        format!(
+            "request key erin-app-77 is claimed for withdrawal {timed_out} and its outcome is not \
+             known yet"
+        ),
+        format!("request key grace-web-3 is claimed for withdrawal {refused}"),
     ] {
         assert!(
-            refusals.contains(expected),
+            refusals.contains(&expected),
             "missing {expected:?} in\n{refusals}"
         );
     }
@@ -52,13 +58,13 @@ fn the_demo_sends_every_withdrawal_once_and_leaves_a_clean_log() {
     );
     assert!(
         text.contains(&format!(
-            "payonce history {} --withdrawal w-18",
+            "payonce history {} --withdrawal {timed_out}",
             dir.display()
         )),
         "{text}"
     );
     // The directory it leaves behind audits cleanly.
-    let history = payonce(&["history", &arg(&dir), "--withdrawal", "w-18", "--json"]).json();
+    let history = payonce(&["history", &arg(&dir), "--withdrawal", timed_out, "--json"]).json();
     let names: Vec<&str> = history["events"]
         .as_array()
         .unwrap()

@@ -8,9 +8,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use payonce::{Config, Ledger, ManualClock, NewWithdrawal, SendFailure, Timestamp};
+use payonce::{Config, CountingEpochs, Ledger, ManualClock, NewWithdrawal, SendFailure, Timestamp};
 use payonce_log::{Durability, LogConfig};
-use payonce_model::{Reason, Reference, WithdrawalRequest};
+use payonce_model::{Reference, WithdrawalRequest};
 
 /// 2025-01-01T00:00:00Z: well before any day these tests run, so ages of
 /// keys in flight are large.
@@ -72,6 +72,8 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// A fast ledger on `clock` whose every opening mints ids in epoch 1, so
+/// tests can name the ids they expect ([`minted`]).
 pub fn config(clock: Arc<ManualClock>) -> Config {
     Config {
         log: LogConfig {
@@ -79,8 +81,15 @@ pub fn config(clock: Arc<ManualClock>) -> Config {
             ..LogConfig::default()
         },
         clock,
+        epochs: Arc::new(CountingEpochs::new(1)),
         ..Config::default()
     }
+}
+
+/// The id a ledger opened with [`config`] mints for the withdrawal created
+/// by event `seq`: `w-1-<seq>`.
+pub fn minted(seq: u64) -> String {
+    format!("w-1-{seq}")
 }
 
 pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
@@ -123,25 +132,25 @@ pub struct Scenario {
 
 /// A closed ledger in `dir`, one event a minute from [`START`]:
 ///
-/// 1 opened; 2 created w-2; 3 req-1 claimed w-2; 4 completed sent; 5 req-2
-/// refused (w-2 claimed by req-1); 6 created w-6; 7 req-3 claimed w-6; 8
-/// send_failed (hostile text); 9 created w-9; 10 req-4 claimed w-9; 11
-/// send_rejected; 12 req-3 refused (in flight).
+/// 1 opened; 2 created w-1-2; 3 req-1 claimed w-1-2; 4 completed sent; 5
+/// req-2 refused (w-1-2 claimed by req-1); 6 created w-1-6; 7 req-3 claimed
+/// w-1-6; 8 send_failed (hostile text); 9 created w-1-9; 10 req-4 claimed
+/// w-1-9; 11 send_rejected; 12 req-3 refused (in flight).
 pub fn scenario(dir: &Path) -> Scenario {
     let clock = Arc::new(ManualClock::new(START));
-    let ledger = Ledger::open_with(dir, config(clock.clone())).unwrap();
+    let ledger = Ledger::init_with(dir, config(clock.clone())).unwrap();
     let tick = || clock.advance(Duration::from_secs(60));
     tick();
     let sent_request = new_withdrawal(&ledger, "25.00");
     tick();
     ledger
         .submit("req-1", sent_request.clone(), |r| {
-            Ok::<_, SendFailure<String>>(sent(r, "0xfeed"))
+            Ok::<_, SendFailure>(sent(r, "0xfeed"))
         })
         .unwrap();
     tick();
     let refused = ledger.submit("req-2", sent_request.clone(), |_| {
-        Err::<WithdrawalRequest, _>(SendFailure::Failed("must not send".to_owned()))
+        Err::<WithdrawalRequest, _>(SendFailure::failed("must not send"))
     });
     assert!(refused.unwrap_err().refusal().is_some());
     tick();
@@ -149,7 +158,7 @@ pub fn scenario(dir: &Path) -> Scenario {
     tick();
     let failed_claim_at = clock.now_for_tests();
     let error = ledger.submit("req-3", failed.clone(), |_| {
-        Err::<WithdrawalRequest, _>(SendFailure::Failed(HOSTILE_ERROR.to_owned()))
+        Err::<WithdrawalRequest, _>(SendFailure::failed(HOSTILE_ERROR))
     });
     assert!(error.is_err());
     let failed_claim_seq = ledger.state().record("req-3").unwrap().claimed_seq();
@@ -157,14 +166,12 @@ pub fn scenario(dir: &Path) -> Scenario {
     let rejected = new_withdrawal(&ledger, "7.50");
     tick();
     let refusal = ledger.submit("req-4", rejected.clone(), |_| {
-        Err::<WithdrawalRequest, SendFailure<String>>(SendFailure::Rejected(Reason::lossy(
-            "insufficient hot wallet",
-        )))
+        Err::<WithdrawalRequest, _>(SendFailure::rejected("insufficient hot wallet"))
     });
     assert!(refusal.is_err());
     tick();
     let again = ledger.submit("req-3", failed.clone(), |_| {
-        Err::<WithdrawalRequest, _>(SendFailure::Failed("must not send".to_owned()))
+        Err::<WithdrawalRequest, _>(SendFailure::failed("must not send"))
     });
     assert!(again.unwrap_err().refusal().is_some());
     let last_seq = ledger.state().last_seq();
@@ -220,4 +227,82 @@ pub fn outcome_file(dir: &Path, name: &str, content: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, content).unwrap();
     arg(&path)
+}
+
+/// A closed ledger in `dir` whose one withdrawal was sent: no key in
+/// flight, nothing held.
+pub fn settled(dir: &Path) -> WithdrawalRequest {
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::init_with(dir, config(clock)).unwrap();
+    let request = new_withdrawal(&ledger, "5.00");
+    ledger
+        .submit("req-settled", &request, |r| {
+            Ok::<_, SendFailure>(sent(r, "0xdone"))
+        })
+        .unwrap()
+}
+
+/// Every command that takes a ledger's directory, with the arguments that
+/// follow it; `file` is an outcome file for those that read one.
+pub fn commands_on_a_directory(file: &str) -> Vec<(&'static str, Vec<String>)> {
+    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    vec![
+        ("verify", owned(&[])),
+        ("history", owned(&["--key", "req-1"])),
+        ("state", owned(&[])),
+        ("inflight", owned(&[])),
+        ("export", owned(&[])),
+        (
+            "resolve",
+            owned(&["req-3", "--outcome", file, "--note", "n", "--by", "ops"]),
+        ),
+        (
+            "correct",
+            owned(&["req-1", "--outcome", file, "--note", "n", "--by", "ops"]),
+        ),
+        ("release", owned(&["req-4", "--note", "n", "--by", "ops"])),
+    ]
+}
+
+/// Runs `command DIR rest...`.
+pub fn run_on(command: &str, dir: &str, rest: &[String]) -> Run {
+    let mut args = vec![command.to_owned(), dir.to_owned()];
+    args.extend_from_slice(rest);
+    payonce(&args)
+}
+
+/// A withdrawal, sent, as an outcome file holds it.
+pub fn a_sent_outcome() -> String {
+    let request = WithdrawalRequest::new(
+        "w-1-6".parse().unwrap(),
+        "10".parse().unwrap(),
+        "USDC".parse().unwrap(),
+        "0xabc".parse().unwrap(),
+        "alice".parse().unwrap(),
+    );
+    serde_json::to_string(&sent(&request, "0x1")).unwrap()
+}
+
+/// The name of the segment file whose first record is `first_seq`.
+pub fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.log")
+}
+
+/// Runs the built binary with `args` where no file can grow (a file size
+/// limit of 0, its signal ignored), as on a full disk: every write that
+/// appends fails with an I/O error, and reading works.
+pub fn payonce_on_a_full_disk<S: AsRef<OsStr>>(args: &[S]) -> Run {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_payonce"))
+        .args(args)
+        .env_remove("USER")
+        .output()
+        .unwrap();
+    Run {
+        code: output.status.code().expect("the binary exits, not killed"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
 }

@@ -5,18 +5,17 @@ use std::path::Path;
 
 use payonce::{Ledger, SendFailure};
 
-use crate::fixture::{arg, config, new_withdrawal, payonce, scenario, sent, snapshot};
+use crate::fixture::{arg, config, minted, new_withdrawal, payonce, scenario, sent, snapshot};
 
-const SUBJECTS: [(&str, &str); 8] = [
-    ("--key", "req-1"),
-    ("--key", "req-2"),
-    ("--key", "req-3"),
-    ("--key", "req-4"),
-    ("--withdrawal", "w-2"),
-    ("--withdrawal", "w-6"),
-    ("--withdrawal", "w-9"),
-    ("--key", "req-5"),
-];
+/// Every subject of the fuller scenario: its keys and its withdrawals.
+fn subjects() -> Vec<(&'static str, String)> {
+    let mut subjects: Vec<(&str, String)> = ["req-1", "req-2", "req-3", "req-4", "req-5"]
+        .into_iter()
+        .map(|key| ("--key", key.to_owned()))
+        .collect();
+    subjects.extend([2, 6, 9].map(|seq| ("--withdrawal", minted(seq))));
+    subjects
+}
 
 /// A subject's history as JSON events, and where it came from.
 fn history(
@@ -56,7 +55,7 @@ fn fuller_scenario(dir: &Path) {
         .unwrap();
     ledger
         .submit("req-5", scenario.rejected.clone(), |r| {
-            Ok::<_, SendFailure<String>>(sent(r, "0x5"))
+            Ok::<_, SendFailure>(sent(r, "0x5"))
         })
         .unwrap();
 }
@@ -75,15 +74,15 @@ fn history_from_the_index_is_the_history_from_a_scan() {
         "{}",
         built.stdout
     );
-    for (flag, subject) in SUBJECTS {
-        let (indexed, source, warnings) = history(dir.path(), flag, subject, false);
-        let (scanned, scan_source, _) = history(dir.path(), flag, subject, true);
+    for (flag, subject) in subjects() {
+        let (indexed, source, warnings) = history(dir.path(), flag, &subject, false);
+        let (scanned, scan_source, _) = history(dir.path(), flag, &subject, true);
         assert_eq!(indexed, scanned, "{flag} {subject}");
         assert_eq!((source.as_str(), scan_source.as_str()), ("index", "scan"));
         assert_eq!(warnings, "");
     }
-    // The release is about req-4's claim: the index lists it under w-9 too.
-    let (events, _, _) = history(dir.path(), "--withdrawal", "w-9", false);
+    // The release is about req-4's claim: the index lists it under w-1-9 too.
+    let (events, _, _) = history(dir.path(), "--withdrawal", &minted(9), false);
     let names: Vec<&str> = events
         .as_array()
         .unwrap()
@@ -120,10 +119,11 @@ fn the_index_indexes_the_logs_tail_before_answering() {
     let late = new_withdrawal(&ledger, "3.00");
     ledger
         .submit("req-late", late.clone(), |r| {
-            Ok::<_, SendFailure<String>>(sent(r, "0x1a7e"))
+            Ok::<_, SendFailure>(sent(r, "0x1a7e"))
         })
         .unwrap();
-    // A release is about the key's claim: listed under w-9 from the tail too.
+    // A release is about the key's claim: listed under w-1-9 from the tail
+    // too.
     ledger
         .release("req-4", "refused by the rail", "ops")
         .unwrap();
@@ -131,7 +131,7 @@ fn the_index_indexes_the_logs_tail_before_answering() {
     for (flag, subject) in [
         ("--key", "req-late"),
         ("--withdrawal", late.id().as_str()),
-        ("--withdrawal", "w-9"),
+        ("--withdrawal", minted(9).as_str()),
     ] {
         let (indexed, source, warnings) = history(dir.path(), flag, subject, false);
         let (scanned, _, _) = history(dir.path(), flag, subject, true);
@@ -228,12 +228,12 @@ fn an_index_ahead_of_its_log_is_ignored_with_a_warning() {
 fn a_damaged_or_deleted_index_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
-    let expected = history(dir.path(), "--withdrawal", "w-6", true).0;
+    let expected = history(dir.path(), "--withdrawal", &minted(6), true).0;
     index(dir.path());
     let db = dir.path().join("audit-index").join("db");
     let len = std::fs::metadata(&db).unwrap().len() as usize;
     std::fs::write(&db, vec![0xa5; len]).unwrap();
-    let (events, source, warnings) = history(dir.path(), "--withdrawal", "w-6", false);
+    let (events, source, warnings) = history(dir.path(), "--withdrawal", &minted(6), false);
     assert_eq!(events, expected);
     assert_eq!(source, "scan");
     assert!(
@@ -241,14 +241,14 @@ fn a_damaged_or_deleted_index_loses_nothing() {
         "{warnings}"
     );
     std::fs::remove_dir_all(dir.path().join("audit-index")).unwrap();
-    let (events, source, warnings) = history(dir.path(), "--withdrawal", "w-6", false);
+    let (events, source, warnings) = history(dir.path(), "--withdrawal", &minted(6), false);
     assert_eq!(
         (events, source.as_str(), warnings.as_str()),
         (expected.clone(), "scan", "")
     );
     index(dir.path());
     assert_eq!(
-        history(dir.path(), "--withdrawal", "w-6", false).0,
+        history(dir.path(), "--withdrawal", &minted(6), false).0,
         expected
     );
 }
@@ -328,4 +328,59 @@ fn history_from_the_index_still_reports_a_new_torn_tail() {
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("torn tail: 5 bytes"), "{}", run.stderr);
     assert_eq!(run.json()["source"], "index");
+}
+
+// Guards against `payonce index` leaving an audit-index/ behind in a
+// directory whose log is damaged, or whose segment file is not a payonce
+// log's: the log is read before anything is created.
+#[test]
+fn index_writes_nothing_beside_a_damaged_log_or_a_foreign_one() {
+    let damaged = tempfile::tempdir().unwrap();
+    scenario(damaged.path());
+    let segment = crate::fixture::first_segment(damaged.path());
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // A byte inside the first record's payload, with valid records after
+    // it.
+    bytes[40 + 20] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+    let foreign = tempfile::tempdir().unwrap();
+    std::fs::write(
+        crate::fixture::first_segment(foreign.path()),
+        b"PK\x03\x04 this is a zip archive, not a payonce segment, padded out to a header",
+    )
+    .unwrap();
+    for dir in [damaged.path(), foreign.path()] {
+        let before = snapshot(dir);
+        let run = payonce(&["index", &arg(dir)]);
+        assert_eq!(run.code, 4, "{}", run.stderr);
+        assert!(run.stderr.contains("is damaged"), "{}", run.stderr);
+        assert!(
+            !dir.join("audit-index").exists(),
+            "index wrote into {}",
+            dir.display()
+        );
+        assert_eq!(snapshot(dir), before);
+    }
+    let unrelated = tempfile::tempdir().unwrap();
+    std::fs::write(unrelated.path().join("notes.txt"), "mine").unwrap();
+    let run = payonce(&["index", &arg(unrelated.path())]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(!unrelated.path().join("audit-index").exists());
+}
+
+// Guards against the lazy creation of the index losing an empty log's
+// index: a log with nothing but its opening still gets one.
+#[test]
+fn index_builds_an_index_for_a_log_with_only_its_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Ledger::init(dir.path()).unwrap());
+    let run = index(dir.path());
+    assert!(run.stdout.contains("built through seq 1"), "{}", run.stdout);
+    assert!(dir.path().join("audit-index").join("db").is_file());
+    let again = index(dir.path());
+    assert!(
+        again.stdout.contains("up to date through seq 1"),
+        "{}",
+        again.stdout
+    );
 }

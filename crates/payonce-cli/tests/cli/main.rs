@@ -11,8 +11,12 @@
 
 mod audit;
 mod bad_input;
+mod consistency;
 mod demo;
+mod echo;
+mod failures;
 mod fixture;
 mod index;
 mod operator;
+mod outcomes;
 mod schemas;

@@ -332,7 +332,7 @@ fn release_drops_the_key_its_claim_and_hold_so_a_retry_sends() {
     let ledger = Ledger::open_with(dir.path(), config(clock)).unwrap();
     let outcome = ledger
         .submit("req-3b", scenario.failed.clone(), |r| {
-            Ok::<_, SendFailure<String>>(sent(r, "0xagain"))
+            Ok::<_, SendFailure>(sent(r, "0xagain"))
         })
         .unwrap();
     assert_eq!(outcome.reference().unwrap().as_str(), "0xagain");
@@ -486,5 +486,120 @@ fn an_operator_exit_says_when_opening_cuts_a_torn_tail() {
         payonce(&["verify", &arg(dir.path())]).code,
         0,
         "the writer cut the tail"
+    );
+}
+
+// Guards against a write that fails while an operator exit opens the
+// ledger (a full disk) being reported as a usage error that changed
+// nothing: it exits 5 and says what failed, and the key is left as it was.
+#[test]
+fn a_write_failure_while_opening_for_writing_is_its_own_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path());
+    let file = outcome_file(
+        files.path(),
+        "o.json",
+        &json(&sent(&scenario.failed, "0xfound")),
+    );
+    let d = arg(dir.path());
+    let before = snapshot(dir.path());
+    let resolve = [
+        "resolve",
+        &d,
+        "req-3",
+        "--outcome",
+        &file,
+        "--note",
+        "n",
+        "--by",
+        "ops",
+    ];
+    let release = ["release", &d, "req-4", "--note", "n", "--by", "ops"];
+    for args in [&resolve[..], &release[..]] {
+        let run = crate::fixture::payonce_on_a_full_disk(args);
+        assert_eq!(run.code, 5, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("opening the ledger in {d} for writing failed"))
+                && run.stderr.contains("00000000000000000001.log")
+                && run.stderr.contains("File too large")
+                && run.stderr.contains("The key was not changed"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("Nothing was"), "{}", run.stderr);
+    }
+    let mut json_args = resolve.to_vec();
+    json_args.push("--json");
+    let run = crate::fixture::payonce_on_a_full_disk(&json_args);
+    let failure = run.json();
+    assert_eq!(failure["error"], "write_failed");
+    assert_eq!(failure["exit_code"], 5);
+    assert_eq!(
+        failure["file"],
+        arg(&crate::fixture::first_segment(dir.path()))
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "a failed open changed the log"
+    );
+    let fixed = payonce(&resolve);
+    assert_eq!(fixed.code, 0, "{}", fixed.stderr);
+}
+
+// Guards against the runbook's word on what resolve compares drifting from
+// what it does: the fingerprint (id, amount, currency, destination) is
+// compared, requested_by is not, and the outcome's requested_by is what
+// the record keeps; a key's surrounding whitespace is trimmed.
+#[test]
+fn resolve_compares_the_fingerprint_not_requested_by_and_trims_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path());
+    let mut outcome: serde_json::Value =
+        serde_json::to_value(sent(&scenario.failed, "0xfound")).unwrap();
+    outcome["requested_by"] = "ops-typed-this".into();
+    let file = outcome_file(files.path(), "o.json", &outcome.to_string());
+    let run = payonce(&[
+        "resolve",
+        &arg(dir.path()),
+        "req-3\n",
+        "--outcome",
+        &file,
+        "--note",
+        "found it",
+        "--by",
+        "ops",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["key"], "req-3");
+    let recorded = payonce::verify(dir.path())
+        .unwrap()
+        .state
+        .outcome("req-3")
+        .unwrap();
+    assert_eq!(recorded.requested_by().as_str(), "ops-typed-this");
+    let mut other = outcome.clone();
+    other["destination"] = "0xelsewhere".into();
+    let file = outcome_file(files.path(), "other.json", &other.to_string());
+    let refused = payonce(&[
+        "resolve",
+        &arg(dir.path()),
+        " req-3 ",
+        "--outcome",
+        &file,
+        "--note",
+        "n",
+        "--by",
+        "ops",
+    ]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("destination") && !refused.stderr.contains("requested_by"),
+        "{}",
+        refused.stderr
     );
 }

@@ -1,6 +1,6 @@
 //! `history` on logs of both event schemas: events of schema 1 about a key
 //! alone (written by earlier builds) are attributed through the ledger's
-//! state before them; events of schema 2 name their withdrawal themselves.
+//! state before them; events of schema 2 on name their withdrawal themselves.
 //! The schema-1 log is the library's committed fixture, written by the last
 //! build that wrote schema 1; its events 6 to 9 are w-6 created, claimed
 //! under k-rejected, refused by the rail and released.
@@ -158,19 +158,17 @@ fn an_index_caught_up_across_schema_1_events_attributes_them_as_a_scan_does() {
     assert!(index(dir.path()).contains("up to date through seq 28"));
 }
 
-// Guards against schema-2 key-only events losing their withdrawal: they
+// Guards against key-only events of schema 2 on losing their withdrawal: they
 // name it themselves, and history shows that name, with or without the
 // index.
 #[test]
-fn schema_2_key_only_events_are_attributed_by_their_own_field() {
+fn key_only_events_of_schema_2_on_are_attributed_by_their_own_field() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = scenario(dir.path());
     let ledger = Ledger::open_with(dir.path(), config(scenario.clock.clone())).unwrap();
     let request = new_withdrawal(&ledger, "20");
     let rejected = ledger.submit("k-rejected", request.clone(), |_| {
-        Err::<WithdrawalRequest, SendFailure<String>>(SendFailure::Rejected(Reason::lossy(
-            "no funds",
-        )))
+        Err::<WithdrawalRequest, SendFailure>(SendFailure::Rejected(Reason::lossy("no funds")))
     });
     assert!(rejected.is_err());
     ledger.release("k-rejected", "nothing left", "ops").unwrap();
@@ -191,7 +189,7 @@ fn schema_2_key_only_events_are_attributed_by_their_own_field() {
             .collect();
         assert_eq!(names, expected, "indexed: {indexed}");
         for event in &by_key[1..] {
-            assert_eq!(event["schema"], 2);
+            assert_eq!(event["schema"], payonce::SCHEMA_VERSION);
             let kind = event["kind"].as_object().unwrap().values().next().unwrap();
             assert_eq!(kind["withdrawal"], id, "the event names it");
         }
@@ -207,7 +205,7 @@ fn schema_2_key_only_events_are_attributed_by_their_own_field() {
 
 // Guards against a log of both schemas (an old log a new build kept
 // writing) attributing either part wrongly: k-abandoned's send_failed is of
-// schema 1, its release of schema 2.
+// schema 1, its release of this build's schema.
 #[test]
 fn a_log_of_both_schemas_attributes_each_part() {
     let dir = schema_1_copy();
@@ -226,7 +224,7 @@ fn a_log_of_both_schemas_attributes_each_part() {
         let by_key = history(dir.path(), "--key", "k-abandoned", indexed);
         assert_eq!(summary(&by_key), expected, "indexed: {indexed}");
         let schemas: Vec<&Value> = by_key.iter().map(|event| &event["schema"]).collect();
-        assert_eq!(schemas, [1, 1, 2]);
+        assert_eq!(schemas, [1, 1, payonce::SCHEMA_VERSION]);
         let by_withdrawal = history(dir.path(), "--withdrawal", "w-17", indexed);
         let mut with_created = vec![row(17, "created", "w-17")];
         with_created.extend(expected.clone());

@@ -405,3 +405,37 @@ fn the_sync_probe_syncs_every_block_and_leaves_no_file_behind() {
         }
     });
 }
+
+#[test]
+fn opens_that_fail_while_saving_a_torn_tail_leave_no_copy_behind() {
+    // Guards against repeated failed opens piling up empty `.torn-N` files in an incident directory.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 2);
+        env.faults.arm(Fault::WriteShort { nth: 1, landed: 9 });
+        assert_poisoned(log.append_durable(&payload(3)), "write");
+        drop(log);
+        let torn_copies = || -> Vec<String> {
+            env.storage
+                .list()
+                .unwrap()
+                .into_iter()
+                .filter(|name| name.contains(".torn-"))
+                .collect()
+        };
+        for _ in 0..3 {
+            // The copy's write fails, then its sync: the open refuses each time.
+            env.faults.arm(Fault::WriteFails { nth: 1 });
+            assert!(Log::open(env.storage.clone(), small_config()).is_err());
+            env.faults.disarm_all();
+            env.faults.arm(Fault::SyncFails { nth: 1 });
+            assert!(Log::open(env.storage.clone(), small_config()).is_err());
+            env.faults.disarm_all();
+            assert_eq!(torn_copies(), Vec::<String>::new());
+        }
+        let (_, recovery) = Log::open(env.storage.clone(), small_config()).unwrap();
+        let saved_as = recovery.torn_tail.unwrap().saved_as.unwrap();
+        assert_eq!(torn_copies().len(), 1, "one copy, once the open succeeds");
+        assert!(saved_as.ends_with(&torn_copies()[0]), "{saved_as}");
+    });
+}

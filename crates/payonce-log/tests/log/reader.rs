@@ -246,3 +246,24 @@ fn segments_len_counts_the_segment_files_only() {
         assert_eq!(segments_len(&*env.storage).unwrap(), expected as u64);
     });
 }
+
+#[test]
+fn an_empty_newest_segment_is_the_torn_tail_a_reader_reports_as_a_writer_does() {
+    // Guards against verify calling a log clean that the next writer repairs, saving `.torn-0`.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 2);
+        drop(log);
+        // A segment renamed into place whose header never reached the disk.
+        env.disk.put("00000000000000000003.log", b"");
+        let reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
+        let read = reader.scan(|_| Ok::<(), ()>(())).unwrap();
+        let torn = read
+            .torn_tail
+            .expect("the reader reports the empty segment");
+        assert_eq!((torn.segment, torn.offset, torn.len), (3, 0, 0));
+        let (_, opened) = Log::open(env.storage.clone(), small_config()).unwrap();
+        let repaired = opened.torn_tail.unwrap();
+        assert_eq!((repaired.segment, repaired.offset, repaired.len), (3, 0, 0));
+    });
+}

@@ -290,3 +290,22 @@ proptest! {
         prop_assert_eq!(WithdrawalId::is_minted(&format!("w-0{seq}"), seq), false);
     }
 }
+
+proptest! {
+    #[test]
+    fn a_minted_id_is_recognised_for_its_epoch_and_sequence_number_alone(epoch in any::<u64>(), seq in any::<u64>(), other in any::<u64>()) {
+        // Guards against replay accepting an id minted in another opening or for another event.
+        let id = WithdrawalId::minted_in(epoch, seq);
+        prop_assert!(WithdrawalId::is_minted_in(&id, epoch, seq));
+        prop_assert_eq!(WithdrawalId::is_minted_in(&id, other, seq), other == epoch);
+        prop_assert_eq!(WithdrawalId::is_minted_in(&id, epoch, other), other == seq);
+        prop_assert!(!WithdrawalId::is_minted(&id, seq));
+        prop_assert!(!WithdrawalId::is_minted_in(&WithdrawalId::minted(seq), epoch, seq));
+        // Another spelling of the same numbers is another id.
+        let upper = format!("w-{epoch:X}-{seq}");
+        prop_assert_eq!(WithdrawalId::is_minted_in(&upper, epoch, seq), upper == id.as_str());
+        let (zero_epoch, zero_seq) = (format!("w-0{epoch:x}-{seq}"), format!("w-{epoch:x}-0{seq}"));
+        prop_assert!(!WithdrawalId::is_minted_in(&zero_epoch, epoch, seq));
+        prop_assert!(!WithdrawalId::is_minted_in(&zero_seq, epoch, seq));
+    }
+}

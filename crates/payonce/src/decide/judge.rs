@@ -7,9 +7,11 @@
 //! re-deriving one read the same value.
 
 use payonce_model::{
-    Difference, RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalView,
+    Difference, RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalState,
+    WithdrawalView,
 };
 
+use crate::event::SCHEMA_SETTLED_OUTCOMES;
 use crate::refusal::{HolderState, Refusal};
 use crate::state::{KeyRecord, Prefetched, State};
 
@@ -30,6 +32,19 @@ pub(crate) struct CompletionVerdict<'s> {
     /// Every field in which a returned outcome differs from the claimed
     /// withdrawal; empty when it is the claimed one or there is none.
     pub(crate) differences: Vec<Difference>,
+    /// The state of a returned outcome that does not say what the rail
+    /// did: the send's outcome is then unknown.
+    pub(crate) unsettled: Option<WithdrawalState>,
+}
+
+/// What a later report of a key's outcome comes to.
+#[derive(Debug)]
+pub(crate) enum MoveVerdict {
+    /// Record it: the outcome recorded before, which it moves on from or
+    /// corrects.
+    Record(WithdrawalRequest),
+    /// It is the outcome recorded already: write nothing.
+    AlreadyRecorded,
 }
 
 /// What an operator's close (resolve or release) comes to.
@@ -67,12 +82,14 @@ pub(crate) fn claim(
     Ok(ClaimVerdict::Grant)
 }
 
-/// A send's result for `key`: `outcome` when the send returned one.
+/// A send's result for `key`: `outcome` when the send returned one,
+/// judged under the rules of `schema`.
 pub(crate) fn completion<'s>(
     state: &'s State,
     found: &Prefetched<'_>,
     key: TextView<'_, RequestKey>,
     outcome: Option<WithdrawalView<'_>>,
+    schema: u16,
 ) -> Result<CompletionVerdict<'s>, Refusal> {
     let record = match state.record_of(found) {
         Some(record) if record.send_running() && record.outcome_state().is_none() => record,
@@ -88,19 +105,48 @@ pub(crate) fn completion<'s>(
         }
         _ => Vec::new(),
     };
+    let unsettled = outcome
+        .map(|outcome| outcome.state())
+        .filter(|&state| settled_rule(schema) && !state.is_settled());
     Ok(CompletionVerdict {
         record,
         differences,
+        unsettled,
     })
 }
 
-/// An operator's "here is what happened" for `key`.
+/// Whether events of `schema` were decided under the rule that only a
+/// settled withdrawal is an outcome: every event this build decides is.
+fn settled_rule(schema: u16) -> bool {
+    schema >= SCHEMA_SETTLED_OUTCOMES
+}
+
+/// Refuses `outcome` for `key` unless it says what the rail did.
+fn settled(
+    key: TextView<'_, RequestKey>,
+    outcome: WithdrawalView<'_>,
+    schema: u16,
+) -> Result<(), Refusal> {
+    let state = outcome.state();
+    if settled_rule(schema) && !state.is_settled() {
+        return Err(Refusal::Unsettled {
+            key: key.to_value(),
+            state,
+        });
+    }
+    Ok(())
+}
+
+/// An operator's "here is what happened" for `key`, judged under the rules
+/// of `schema`.
 pub(crate) fn resolution<'s>(
     state: &'s State,
     found: &Prefetched<'_>,
     key: TextView<'_, RequestKey>,
     outcome: WithdrawalView<'_>,
+    schema: u16,
 ) -> Result<CloseVerdict<'s>, Refusal> {
+    settled(key, outcome, schema)?;
     let Some(record) = state.record_of(found) else {
         // A fresh key passes the same withdrawal check as a claim, so a
         // callback under a new key cannot declare what happened to a
@@ -129,6 +175,68 @@ pub(crate) fn resolution<'s>(
     }
 }
 
+/// A later report of what the rail did with `key`'s outcome: it moves the
+/// outcome on by one transition of the state machine (confirmed, failed,
+/// bumped), or is the outcome recorded already.
+pub(crate) fn advance(
+    state: &State,
+    found: &Prefetched<'_>,
+    key: TextView<'_, RequestKey>,
+    outcome: WithdrawalView<'_>,
+) -> Result<MoveVerdict, Refusal> {
+    let recorded = recorded_outcome(state, found, key, outcome)?;
+    let later = outcome.to_value();
+    if recorded == later {
+        return Ok(MoveVerdict::AlreadyRecorded);
+    }
+    match recorded.advance_to(&later) {
+        Some(_) => Ok(MoveVerdict::Record(recorded)),
+        None => Err(Refusal::ForbiddenMove {
+            key: key.to_value(),
+            from: recorded.state(),
+            to: later.state(),
+        }),
+    }
+}
+
+/// An operator's correction of `key`'s outcome to `outcome`: any settled
+/// outcome of the same withdrawal.
+pub(crate) fn correction(
+    state: &State,
+    found: &Prefetched<'_>,
+    key: TextView<'_, RequestKey>,
+    outcome: WithdrawalView<'_>,
+) -> Result<MoveVerdict, Refusal> {
+    let recorded = recorded_outcome(state, found, key, outcome)?;
+    match recorded == outcome.to_value() {
+        true => Ok(MoveVerdict::AlreadyRecorded),
+        false => Ok(MoveVerdict::Record(recorded)),
+    }
+}
+
+/// The outcome recorded for `key`, which `outcome`, a later report of the
+/// same withdrawal, settled, would replace.
+fn recorded_outcome(
+    state: &State,
+    found: &Prefetched<'_>,
+    key: TextView<'_, RequestKey>,
+    outcome: WithdrawalView<'_>,
+) -> Result<WithdrawalRequest, Refusal> {
+    settled(key, outcome, SCHEMA_SETTLED_OUTCOMES)?;
+    let no_outcome = || Refusal::NoOutcome {
+        key: key.to_value(),
+    };
+    let record = state.record_of(found).ok_or_else(no_outcome)?;
+    if !record.matches_view(outcome) {
+        let differences = record.fingerprint().differences(&outcome.fingerprint());
+        return Err(Refusal::OutcomeMismatch {
+            key: key.to_value(),
+            differences,
+        });
+    }
+    record.outcome().ok_or_else(no_outcome)
+}
+
 /// An operator's "nothing was sent" for `key`.
 pub(crate) fn release<'s>(
     state: &'s State,
@@ -151,17 +259,25 @@ pub(crate) fn release<'s>(
 }
 
 /// The id the next created withdrawal gets: the sequence number its event
-/// is about to get, unique by construction.
+/// is about to get, in the epoch of the last opening. A log opened before
+/// openings had epochs minted `w-<seq>`.
 pub(crate) fn minted_id(state: &State) -> WithdrawalId {
-    WithdrawalId::minted(state.last_seq() + 1)
+    let seq = state.last_seq() + 1;
+    match state.epoch() {
+        Some(epoch) => WithdrawalId::minted_in(epoch, seq),
+        None => WithdrawalId::minted(seq),
+    }
 }
 
 /// Whether `withdrawal` is what a create decided now would record: the
 /// minted id, in state requested, never bumped.
 pub(crate) fn created(state: &State, withdrawal: WithdrawalView<'_>) -> bool {
-    WithdrawalId::is_minted(&withdrawal.id(), state.last_seq() + 1)
-        && withdrawal.state() == payonce_model::WithdrawalState::Requested
-        && withdrawal.replaced().is_empty()
+    let (id, seq) = (withdrawal.id(), state.last_seq() + 1);
+    let minted = match state.epoch() {
+        Some(epoch) => WithdrawalId::is_minted_in(&id, epoch, seq),
+        None => WithdrawalId::is_minted(&id, seq),
+    };
+    minted && withdrawal.state() == WithdrawalState::Requested && withdrawal.replaced().is_empty()
 }
 
 /// The record of the key a refused command names, if it has one: the

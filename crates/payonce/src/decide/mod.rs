@@ -19,12 +19,12 @@ use std::convert::Infallible;
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Difference, Note, Reason, RequestKey, WithdrawalId,
-    WithdrawalRequest,
+    WithdrawalRequest, WithdrawalState,
 };
 
-use self::judge::{ClaimVerdict, CloseVerdict};
+use self::judge::{ClaimVerdict, CloseVerdict, MoveVerdict};
 use crate::command::{Command, FailureCause, SendResult};
-use crate::event::{EventKind, KindView};
+use crate::event::{EventKind, KindView, SCHEMA_VERSION};
 use crate::refusal::Refusal;
 use crate::state::{Prefetched, State};
 
@@ -67,8 +67,21 @@ pub(crate) struct AlreadyClosed;
 
 /// Judges `command` against `state`.
 pub fn decide(state: &State, command: &Command) -> Result<Decision, Refusal> {
+    decide_in(state, command, SCHEMA_VERSION)
+}
+
+/// Judges `command` against `state` under the rules of `schema`: replay
+/// re-derives each event under the rules it was decided by.
+pub(crate) fn decide_in(
+    state: &State,
+    command: &Command,
+    schema: u16,
+) -> Result<Decision, Refusal> {
     Ok(match command {
-        Command::Open { accept_foreign_ids } => open(*accept_foreign_ids).into(),
+        Command::Open {
+            accept_foreign_ids,
+            epoch,
+        } => open(*accept_foreign_ids, *epoch).into(),
         Command::Create {
             amount,
             currency,
@@ -77,14 +90,21 @@ pub fn decide(state: &State, command: &Command) -> Result<Decision, Refusal> {
         } => create(state, *amount, currency, destination, requested_by).into(),
         Command::Claim { key, request } => claim(state, key, request)?.into(),
         Command::Record { key, request } => record(state, key, request)?.into(),
-        Command::Complete { key, result } => complete(state, key, result)?.into(),
+        Command::Complete { key, result } => complete(state, key, result, schema)?.into(),
         Command::Resolve {
             key,
             outcome,
             note,
             by,
-        } => resolve(state, key, outcome, note, by)?.into(),
+        } => resolve(state, key, outcome, note, by, schema)?.into(),
         Command::Release { key, note, by } => release(state, key, note, by)?.into(),
+        Command::Advance { key, outcome } => advance(state, key, outcome)?.into(),
+        Command::Correct {
+            key,
+            outcome,
+            note,
+            by,
+        } => correct(state, key, outcome, note, by)?.into(),
     })
 }
 
@@ -125,10 +145,13 @@ fn prefetch<'a>(state: &State, proposal: &'a KindView<'_>) -> Prefetched<'a> {
     state.prefetch(&state.names(proposal))
 }
 
-/// The ledger was opened for writing: never refused.
-pub(crate) fn open(accept_foreign_ids: bool) -> Answer<(), Infallible> {
+/// The ledger was opened for writing, in `epoch`: never refused.
+pub(crate) fn open(accept_foreign_ids: bool, epoch: Option<u64>) -> Answer<(), Infallible> {
     Answer::Append {
-        event: EventKind::Opened { accept_foreign_ids },
+        event: EventKind::Opened {
+            accept_foreign_ids,
+            epoch,
+        },
         meaning: (),
     }
 }
@@ -208,49 +231,67 @@ pub(crate) fn complete(
     state: &State,
     key: &RequestKey,
     result: &SendResult,
+    schema: u16,
 ) -> Result<Answer<(), Infallible>, Refusal> {
     let appended = |answer: Answer<_, Infallible>| match answer {
         Answer::Append { event, .. } => Answer::Append { event, meaning: () },
         Answer::Nothing(never) => match never {},
     };
     Ok(match result {
-        SendResult::Sent(outcome) => appended(complete_sent(state, key, outcome)?),
+        SendResult::Sent(outcome) => appended(complete_sent(state, key, outcome, schema)?),
         SendResult::Rejected(reason) => complete_rejected(state, key, reason)?,
         SendResult::Failed { error, cause } => complete_failed(state, key, error, cause)?,
     })
 }
 
-/// The send for `key` returned `outcome`. Means whether it was the claimed
-/// withdrawal: if not, the event records an unknown outcome, and the
-/// meaning lists every field that differs (the claimed value, then the
-/// outcome's).
+/// What a send's returned withdrawal means to the one who sent.
+#[derive(Debug)]
+pub(crate) enum Returned {
+    /// The outcome is recorded.
+    Outcome,
+    /// Another withdrawal than the one claimed: the outcome is unknown.
+    /// Every field that differs: the claimed value, then the outcome's.
+    Mismatch(Vec<Difference>),
+    /// The withdrawal in a state that does not say what the rail did: the
+    /// outcome is unknown.
+    Unsettled(WithdrawalState),
+}
+
+/// The send for `key` returned `outcome`: recorded as the outcome if it is
+/// the claimed withdrawal and settled (under the rules of `schema`);
+/// otherwise the outcome is unknown.
 pub(crate) fn complete_sent(
     state: &State,
     key: &RequestKey,
     outcome: &WithdrawalRequest,
-) -> Result<Answer<Vec<Difference>, Infallible>, Refusal> {
+    schema: u16,
+) -> Result<Answer<Returned, Infallible>, Refusal> {
     let proposal = KindView::Completed {
         key: key.view(),
         outcome: outcome.view(),
     };
     let found = prefetch(state, &proposal);
-    let verdict = judge::completion(state, &found, key.view(), Some(outcome.view()))?;
-    let event = match verdict.differences.is_empty() {
-        true => EventKind::Completed {
-            key: key.clone(),
-            outcome: outcome.clone(),
-        },
-        false => mismatch_event(
-            key.clone(),
-            Some(verdict.record.withdrawal()),
-            outcome,
-            verdict.differences.clone(),
+    let verdict = judge::completion(state, &found, key.view(), Some(outcome.view()), schema)?;
+    let withdrawal = Some(verdict.record.withdrawal());
+    let (key, differences) = (key.clone(), verdict.differences);
+    let (event, meaning) = match verdict.unsettled {
+        _ if !differences.is_empty() => (
+            mismatch_event(key, withdrawal, outcome, differences.clone()),
+            Returned::Mismatch(differences),
+        ),
+        Some(unsettled) => (
+            unsettled_event(key, withdrawal, outcome),
+            Returned::Unsettled(unsettled),
+        ),
+        None => (
+            EventKind::Completed {
+                key,
+                outcome: outcome.clone(),
+            },
+            Returned::Outcome,
         ),
     };
-    Ok(Answer::Append {
-        event,
-        meaning: verdict.differences,
-    })
+    Ok(Answer::Append { event, meaning })
 }
 
 /// The rail refused the send for `key` cleanly.
@@ -265,7 +306,7 @@ pub(crate) fn complete_rejected(
         reason: reason.view(),
     };
     let found = prefetch(state, &proposal);
-    let verdict = judge::completion(state, &found, key.view(), None)?;
+    let verdict = judge::completion(state, &found, key.view(), None, SCHEMA_VERSION)?;
     Ok(Answer::Append {
         event: EventKind::SendRejected {
             key: key.clone(),
@@ -290,7 +331,7 @@ pub(crate) fn complete_failed(
         cause: Cow::Borrowed(cause),
     };
     let found = prefetch(state, &proposal);
-    let verdict = judge::completion(state, &found, key.view(), None)?;
+    let verdict = judge::completion(state, &found, key.view(), None, SCHEMA_VERSION)?;
     Ok(Answer::Append {
         event: EventKind::SendFailed {
             key: key.clone(),
@@ -302,13 +343,15 @@ pub(crate) fn complete_failed(
     })
 }
 
-/// An operator's "here is what happened" for `key`.
+/// An operator's "here is what happened" for `key`, under the rules of
+/// `schema`.
 pub(crate) fn resolve(
     state: &State,
     key: &RequestKey,
     outcome: &WithdrawalRequest,
     note: &Note,
     by: &Actor,
+    schema: u16,
 ) -> Result<Answer<(), AlreadyClosed>, Refusal> {
     let proposal = KindView::Resolved {
         key: key.view(),
@@ -318,7 +361,7 @@ pub(crate) fn resolve(
     };
     let found = prefetch(state, &proposal);
     Ok(
-        match judge::resolution(state, &found, key.view(), outcome.view())? {
+        match judge::resolution(state, &found, key.view(), outcome.view(), schema)? {
             CloseVerdict::Close(_) => Answer::Append {
                 event: EventKind::Resolved {
                     key: key.clone(),
@@ -361,6 +404,63 @@ pub(crate) fn release(
     })
 }
 
+/// A later report of what the rail did with `key`'s outcome.
+pub(crate) fn advance(
+    state: &State,
+    key: &RequestKey,
+    outcome: &WithdrawalRequest,
+) -> Result<Answer<(), AlreadyClosed>, Refusal> {
+    let proposal = KindView::Advanced {
+        key: key.view(),
+        outcome: outcome.view(),
+    };
+    let found = prefetch(state, &proposal);
+    Ok(
+        match judge::advance(state, &found, key.view(), outcome.view())? {
+            MoveVerdict::Record(_) => Answer::Append {
+                event: EventKind::Advanced {
+                    key: key.clone(),
+                    outcome: outcome.clone(),
+                },
+                meaning: (),
+            },
+            MoveVerdict::AlreadyRecorded => Answer::Nothing(AlreadyClosed),
+        },
+    )
+}
+
+/// An operator's correction of `key`'s outcome to `outcome`.
+pub(crate) fn correct(
+    state: &State,
+    key: &RequestKey,
+    outcome: &WithdrawalRequest,
+    note: &Note,
+    by: &Actor,
+) -> Result<Answer<(), AlreadyClosed>, Refusal> {
+    // A correction looks up what an advance does: its key and its
+    // withdrawal; the outcome it replaces is the judgement's to find.
+    let proposal = KindView::Advanced {
+        key: key.view(),
+        outcome: outcome.view(),
+    };
+    let found = prefetch(state, &proposal);
+    Ok(
+        match judge::correction(state, &found, key.view(), outcome.view())? {
+            MoveVerdict::Record(old) => Answer::Append {
+                event: EventKind::Corrected {
+                    key: key.clone(),
+                    old,
+                    new: outcome.clone(),
+                    note: note.clone(),
+                    by: by.clone(),
+                },
+                meaning: (),
+            },
+            MoveVerdict::AlreadyRecorded => Answer::Nothing(AlreadyClosed),
+        },
+    )
+}
+
 /// The audit event of `command`'s refusal.
 pub(crate) fn refused(state: &State, command: &Command, refusal: &Refusal) -> EventKind {
     let proposal = KindView::Refused {
@@ -373,6 +473,28 @@ pub(crate) fn refused(state: &State, command: &Command, refusal: &Refusal) -> Ev
         command: command.clone(),
         refusal: refusal.clone(),
         held: held.map(|record| record.withdrawal()),
+    }
+}
+
+/// The send failure recorded when the send for `key` returned its
+/// withdrawal in a state that does not say what the rail did.
+fn unsettled_event(
+    key: RequestKey,
+    withdrawal: Option<WithdrawalId>,
+    outcome: &WithdrawalRequest,
+) -> EventKind {
+    let error = Reason::lossy(&format!(
+        "the send returned withdrawal {} in state {}, which does not say what the rail did",
+        outcome.id(),
+        outcome.state()
+    ));
+    EventKind::SendFailed {
+        key,
+        withdrawal,
+        error,
+        cause: FailureCause::Unsettled {
+            outcome: Box::new(outcome.clone()),
+        },
     }
 }
 
@@ -414,15 +536,14 @@ impl EventKind {
             result,
         };
         match self {
-            EventKind::Opened { accept_foreign_ids } => Command::Open {
+            EventKind::Opened {
+                accept_foreign_ids,
+                epoch,
+            } => Command::Open {
                 accept_foreign_ids: *accept_foreign_ids,
+                epoch: *epoch,
             },
-            EventKind::Created { withdrawal } => Command::Create {
-                amount: withdrawal.amount(),
-                currency: withdrawal.currency().clone(),
-                destination: withdrawal.destination().clone(),
-                requested_by: withdrawal.requested_by().clone(),
-            },
+            EventKind::Created { withdrawal } => create_command(withdrawal),
             EventKind::Claimed { key, request } => Command::Claim {
                 key: key.clone(),
                 request: request.clone(),
@@ -438,19 +559,8 @@ impl EventKind {
                 complete(key, SendResult::Rejected(reason.clone()))
             }
             EventKind::SendFailed {
-                key,
-                cause: FailureCause::OutcomeMismatch { outcome, .. },
-                ..
-            } => complete(key, SendResult::Sent((**outcome).clone())),
-            EventKind::SendFailed {
                 key, error, cause, ..
-            } => complete(
-                key,
-                SendResult::Failed {
-                    error: error.clone(),
-                    cause: cause.clone(),
-                },
-            ),
+            } => complete(key, failed_result(error, cause)),
             EventKind::Resolved {
                 key,
                 outcome,
@@ -468,6 +578,43 @@ impl EventKind {
                 by: by.clone(),
             },
             EventKind::Refused { command, .. } => command.clone(),
+            EventKind::Advanced { key, outcome } => Command::Advance {
+                key: key.clone(),
+                outcome: outcome.clone(),
+            },
+            EventKind::Corrected {
+                key, new, note, by, ..
+            } => Command::Correct {
+                key: key.clone(),
+                outcome: new.clone(),
+                note: note.clone(),
+                by: by.clone(),
+            },
         }
+    }
+}
+
+/// The command that creates `withdrawal`.
+fn create_command(withdrawal: &WithdrawalRequest) -> Command {
+    Command::Create {
+        amount: withdrawal.amount(),
+        currency: withdrawal.currency().clone(),
+        destination: withdrawal.destination().clone(),
+        requested_by: withdrawal.requested_by().clone(),
+    }
+}
+
+/// What a send returned, as a recorded send failure tells it: the
+/// withdrawal it returned, when that was the failure (another withdrawal,
+/// or an outcome not yet settled), else the error.
+fn failed_result(error: &Reason, cause: &FailureCause) -> SendResult {
+    match cause {
+        FailureCause::OutcomeMismatch { outcome, .. } | FailureCause::Unsettled { outcome } => {
+            SendResult::Sent((**outcome).clone())
+        }
+        _ => SendResult::Failed {
+            error: error.clone(),
+            cause: cause.clone(),
+        },
     }
 }

@@ -31,11 +31,20 @@ use crate::time::Timestamp;
 /// - 2: events that carried only a request key (`send_rejected`,
 ///   `send_failed`, `released`) also name the withdrawal the key held, and
 ///   a refusal names the withdrawal the refused command's key held.
-pub const SCHEMA_VERSION: u16 = 2;
+/// - 3: an opening records the epoch its minted ids carry; outcomes move
+///   forward (`advanced`) and are corrected (`corrected`); only a settled
+///   withdrawal is an outcome, and a send that answers with another is an
+///   unknown outcome (`send_failed`, cause `unsettled`).
+pub const SCHEMA_VERSION: u16 = 3;
 
 /// The first schema whose key-only events and refusals name the
 /// withdrawal the key held.
 pub(crate) const SCHEMA_NAMING_HELD: u16 = 2;
+
+/// The first schema decided under the rule that only a settled withdrawal
+/// (sent, confirmed, failed, rejected) is an outcome. Events of earlier
+/// schemas are re-derived under the rules they were decided by.
+pub(crate) const SCHEMA_SETTLED_OUTCOMES: u16 = 3;
 
 /// The oldest schema this build reads: logs written by earlier builds
 /// replay unchanged.
@@ -74,6 +83,8 @@ pub enum EventKind {
     Opened {
         /// Whether ids minted elsewhere are accepted from now on.
         accept_foreign_ids: bool,
+        /// The number every id minted from now on carries (schema 3 on).
+        epoch: Option<u64>,
     },
     /// A withdrawal was created and its id minted.
     Created {
@@ -155,6 +166,27 @@ pub enum EventKind {
         /// held one (schema 2 on).
         held: Option<WithdrawalId>,
     },
+    /// A later report moved the key's outcome on: confirmed, failed, or
+    /// bumped to another reference (schema 3 on).
+    Advanced {
+        /// The key.
+        key: RequestKey,
+        /// The outcome as reported now.
+        outcome: WithdrawalRequest,
+    },
+    /// An operator corrected the key's outcome (schema 3 on).
+    Corrected {
+        /// The key.
+        key: RequestKey,
+        /// The outcome recorded before.
+        old: WithdrawalRequest,
+        /// The outcome recorded now.
+        new: WithdrawalRequest,
+        /// The operator's note.
+        note: Note,
+        /// The operator.
+        by: Actor,
+    },
 }
 
 impl EventKind {
@@ -167,7 +199,9 @@ impl EventKind {
             | EventKind::SendRejected { key, .. }
             | EventKind::SendFailed { key, .. }
             | EventKind::Resolved { key, .. }
-            | EventKind::Released { key, .. } => Some(key),
+            | EventKind::Released { key, .. }
+            | EventKind::Advanced { key, .. }
+            | EventKind::Corrected { key, .. } => Some(key),
             EventKind::Refused {
                 command, refusal, ..
             } => command_key(command).or(refusal.key()),
@@ -184,9 +218,10 @@ impl EventKind {
             EventKind::Claimed { request, .. } | EventKind::Recorded { request, .. } => {
                 Some(request.id())
             }
-            EventKind::Completed { outcome, .. } | EventKind::Resolved { outcome, .. } => {
-                Some(outcome.id())
-            }
+            EventKind::Completed { outcome, .. }
+            | EventKind::Resolved { outcome, .. }
+            | EventKind::Advanced { outcome, .. } => Some(outcome.id()),
+            EventKind::Corrected { new, .. } => Some(new.id()),
             EventKind::SendRejected { withdrawal, .. }
             | EventKind::SendFailed { withdrawal, .. }
             | EventKind::Released { withdrawal, .. } => withdrawal.as_ref(),
@@ -231,6 +266,8 @@ impl EventKind {
             EventKind::Resolved { .. } => "resolved",
             EventKind::Released { .. } => "released",
             EventKind::Refused { .. } => "refused",
+            EventKind::Advanced { .. } => "advanced",
+            EventKind::Corrected { .. } => "corrected",
         }
     }
 }
@@ -242,7 +279,9 @@ pub fn command_key(command: &Command) -> Option<&RequestKey> {
         | Command::Record { key, .. }
         | Command::Complete { key, .. }
         | Command::Resolve { key, .. }
-        | Command::Release { key, .. } => Some(key),
+        | Command::Release { key, .. }
+        | Command::Advance { key, .. }
+        | Command::Correct { key, .. } => Some(key),
         Command::Open { .. } | Command::Create { .. } => None,
     }
 }
@@ -251,7 +290,9 @@ pub fn command_key(command: &Command) -> Option<&RequestKey> {
 fn command_withdrawal(command: &Command) -> Option<&WithdrawalId> {
     match command {
         Command::Claim { request, .. } | Command::Record { request, .. } => Some(request.id()),
-        Command::Resolve { outcome, .. } => Some(outcome.id()),
+        Command::Resolve { outcome, .. }
+        | Command::Advance { outcome, .. }
+        | Command::Correct { outcome, .. } => Some(outcome.id()),
         _ => None,
     }
 }
@@ -303,7 +344,7 @@ impl Event {
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
         let bytes = match self.schema {
             SCHEMA_VERSION => codec::encode(self)?,
-            legacy::SCHEMA => legacy::encode(self)?,
+            schema if legacy::SCHEMAS.contains(&schema) => legacy::encode(self)?,
             other => {
                 return Err(CodecError::Encode {
                     detail: format!("event schema {other} is not one this build writes"),
@@ -322,8 +363,8 @@ impl Event {
     /// build reads.
     pub fn decode(bytes: &[u8]) -> Result<Event, EventDecodeError> {
         let event = match schema_of(bytes)? {
-            legacy::SCHEMA => legacy::decode(bytes),
-            _ => codec::decode::<Event>(bytes),
+            SCHEMA_VERSION => codec::decode::<Event>(bytes),
+            schema => legacy::decode(schema, bytes),
         }
         .map_err(EventDecodeError::Codec)?;
         assert_eq!(

@@ -30,9 +30,12 @@ fn sent(id: &str, reference: &str) -> WithdrawalRequest {
         .unwrap()
 }
 
-/// One event of every kind, in `schema`: in schema 1 nothing names the
-/// withdrawal a key held. Also a bumped outcome, which a view cannot
-/// borrow.
+/// The schemas this build reads.
+pub(crate) const SCHEMAS: [u16; 3] = [1, 2, SCHEMA_VERSION];
+
+/// One event of every kind `schema` has: in schema 1 nothing names the
+/// withdrawal a key held, and only schema 3 has epochs, moves and
+/// corrections. Also a bumped outcome, which a view cannot borrow.
 fn every_kind(schema: u16) -> Vec<EventKind> {
     let key = || RequestKey::new("k-1").unwrap();
     let held = || (schema >= SCHEMA_NAMING_HELD).then(|| WithdrawalId::new("w-1").unwrap());
@@ -47,9 +50,10 @@ fn every_kind(schema: u16) -> Vec<EventKind> {
         .unwrap()
         .fail(reason.clone())
         .unwrap();
-    vec![
+    let mut kinds = vec![
         EventKind::Opened {
             accept_foreign_ids: true,
+            epoch: (schema >= SCHEMA_SETTLED_OUTCOMES).then_some(0x0123_4567_89ab_cdef),
         },
         EventKind::Created {
             withdrawal: request("w-1"),
@@ -109,6 +113,52 @@ fn every_kind(schema: u16) -> Vec<EventKind> {
             },
             held: held(),
         },
+    ];
+    if schema >= SCHEMA_SETTLED_OUTCOMES {
+        kinds.extend(schema_3_kinds());
+    }
+    kinds
+}
+
+/// The kinds, causes, commands and refusals schema 3 added.
+fn schema_3_kinds() -> Vec<EventKind> {
+    let key = || RequestKey::new("k-1").unwrap();
+    let note = Note::new("the rail's reference was wrong").unwrap();
+    let by = Actor::new("ops").unwrap();
+    let approved = request("w-1").approve().unwrap();
+    vec![
+        EventKind::Advanced {
+            key: key(),
+            outcome: sent("w-1", "0xa").confirm().unwrap(),
+        },
+        EventKind::Corrected {
+            key: key(),
+            old: sent("w-1", "0xa"),
+            new: sent("w-1", "0xb"),
+            note: note.clone(),
+            by: by.clone(),
+        },
+        EventKind::SendFailed {
+            key: key(),
+            withdrawal: Some(WithdrawalId::new("w-1").unwrap()),
+            error: Reason::new("not an outcome").unwrap(),
+            cause: FailureCause::Unsettled {
+                outcome: Box::new(approved.clone()),
+            },
+        },
+        EventKind::Refused {
+            command: Command::Correct {
+                key: key(),
+                outcome: approved.clone(),
+                note,
+                by,
+            },
+            refusal: Refusal::Unsettled {
+                key: key(),
+                state: approved.state(),
+            },
+            held: Some(WithdrawalId::new("w-1").unwrap()),
+        },
     ]
 }
 
@@ -130,23 +180,29 @@ pub(crate) fn every_event(schema: u16) -> Vec<Event> {
 }
 
 /// Whether a borrowed reading of `event` is expected to refuse it: a
-/// bumped withdrawal, or a schema-1 kind whose layout schema 2 changed.
+/// bumped withdrawal, or in an earlier schema any kind but the claims and
+/// outcomes.
 fn view_refuses(event: &Event) -> bool {
-    let bumped = matches!(&event.kind, EventKind::Completed { outcome, .. } if !outcome.replaced().is_empty());
-    let changed = matches!(
+    let bumped = match &event.kind {
+        EventKind::Completed { outcome, .. } | EventKind::Advanced { outcome, .. } => {
+            !outcome.replaced().is_empty()
+        }
+        _ => false,
+    };
+    let claim_or_outcome = matches!(
         event.kind,
-        EventKind::SendRejected { .. }
-            | EventKind::SendFailed { .. }
-            | EventKind::Released { .. }
-            | EventKind::Refused { .. }
+        EventKind::Created { .. }
+            | EventKind::Claimed { .. }
+            | EventKind::Recorded { .. }
+            | EventKind::Completed { .. }
     );
-    bumped || (event.schema == legacy::SCHEMA && changed)
+    bumped || (event.schema < SCHEMA_VERSION && !claim_or_outcome)
 }
 
 #[test]
-fn every_kind_decodes_owned_and_borrowed_to_the_event_written_in_both_schemas() {
-    // Guards against the borrowed types or the schema-1 layout drifting from the owned encoding.
-    for schema in [legacy::SCHEMA, SCHEMA_VERSION] {
+fn every_kind_decodes_owned_and_borrowed_to_the_event_written_in_every_schema() {
+    // Guards against the borrowed types or an earlier schema's layout drifting from the owned encoding.
+    for schema in SCHEMAS {
         for event in every_event(schema) {
             let bytes = event.encode().unwrap();
             assert_eq!(bytes[..2], schema.to_le_bytes(), "{}", event.kind.name());
@@ -171,7 +227,7 @@ fn every_kind_decodes_owned_and_borrowed_to_the_event_written_in_both_schemas() 
 fn a_schema_1_event_encodes_to_the_bytes_schema_1_wrote() {
     // Guards against the legacy layout losing its place: schema 1 is schema 2 without the held withdrawal.
     let v1 = event(
-        legacy::SCHEMA,
+        1,
         7,
         EventKind::Released {
             key: RequestKey::new("k-1").unwrap(),
@@ -181,7 +237,7 @@ fn a_schema_1_event_encodes_to_the_bytes_schema_1_wrote() {
         },
     );
     let v2 = Event {
-        schema: SCHEMA_VERSION,
+        schema: 2,
         kind: EventKind::Released {
             key: RequestKey::new("k-1").unwrap(),
             withdrawal: None,
@@ -199,25 +255,58 @@ fn a_schema_1_event_encodes_to_the_bytes_schema_1_wrote() {
 }
 
 #[test]
-fn a_schema_1_event_naming_a_held_withdrawal_does_not_encode() {
-    // Guards against writing a schema-1 event that schema 1 could not have held.
+fn an_event_holding_what_its_schema_has_no_place_for_neither_encodes_nor_decodes() {
+    // Guards against an old schema's event carrying what only a later schema could write.
     let mut forged = every_event(SCHEMA_VERSION)
         .into_iter()
         .find(|event| matches!(event.kind, EventKind::Released { .. }))
         .unwrap();
-    forged.schema = legacy::SCHEMA;
-    assert!(forged.encode().is_err());
+    forged.schema = 1;
+    assert!(
+        forged.encode().is_err(),
+        "schema 1 names no held withdrawal"
+    );
+    for kind in schema_3_kinds() {
+        let mut event = event(2, 5, kind);
+        assert!(event.encode().is_err(), "{}", event.kind.name());
+        // Written as schema 3, then labelled schema 2.
+        event.schema = SCHEMA_VERSION;
+        let mut bytes = event.encode().unwrap();
+        bytes[..2].copy_from_slice(&2u16.to_le_bytes());
+        assert!(Event::decode(&bytes).is_err(), "{}", event.kind.name());
+    }
+}
+
+#[test]
+fn a_schema_2_opening_has_no_epoch_and_reads_back_as_written() {
+    // Guards against the one layout schema 3 changed being read with the new one.
+    let opened = event(
+        2,
+        1,
+        EventKind::Opened {
+            accept_foreign_ids: false,
+            epoch: None,
+        },
+    );
+    let bytes = opened.encode().unwrap();
+    // Schema, seq, time, variant 0, the flag: nothing else.
+    assert_eq!(bytes.len(), KIND_OFFSET + 4 + 1);
+    assert_eq!(Event::decode(&bytes).unwrap(), opened);
+    assert!(
+        EventView::decode(&bytes).is_err(),
+        "read as an event, not a view"
+    );
 }
 
 #[test]
 fn a_schema_this_build_does_not_know_is_refused_by_number() {
     // Guards against a future schema being misread as this one.
     let mut bytes = every_event(SCHEMA_VERSION)[0].encode().unwrap();
-    bytes[..2].copy_from_slice(&3u16.to_le_bytes());
+    bytes[..2].copy_from_slice(&(SCHEMA_VERSION + 1).to_le_bytes());
     assert_eq!(
         Event::decode(&bytes),
         Err(EventDecodeError::UnknownSchema {
-            found: 3,
+            found: SCHEMA_VERSION + 1,
             expected: SCHEMA_VERSION
         })
     );
@@ -230,7 +319,7 @@ fn a_schema_this_build_does_not_know_is_refused_by_number() {
 proptest! {
     #[test]
     fn a_view_decodes_only_what_the_owned_decoding_reads_alike(
-        schema in prop::sample::select(vec![legacy::SCHEMA, SCHEMA_VERSION]),
+        schema in prop::sample::select(SCHEMAS.to_vec()),
         which in any::<prop::sample::Index>(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
     ) {
@@ -283,7 +372,7 @@ fn the_documented_event_is_the_bytes_the_document_gives() {
     assert_eq!(
         hex,
         concat!(
-            "02000300000000000000004aff75ddd0ec180200000003000000000000006b2d",
+            "03000300000000000000004aff75ddd0ec180200000003000000000000006b2d",
             "310300000000000000772d321900000000000000000000000000000000040000",
             "0000000000555344430500000000000000307861626300000000000005000000",
             "00000000616c6963650000000000000000",

@@ -8,7 +8,10 @@
 use std::borrow::Cow;
 
 use payonce_model::codec;
-use payonce_model::{Actor, Note, Reason, RequestKey, TextView, WithdrawalId, WithdrawalView};
+use payonce_model::{
+    Actor, Note, Reason, RequestKey, TextView, ValidText, WithdrawalId, WithdrawalRequest,
+    WithdrawalView,
+};
 use serde::Deserialize;
 
 use super::{EventDecodeError, EventKind, KIND_OFFSET, legacy, schema_of};
@@ -33,6 +36,7 @@ pub(crate) struct EventView<'a> {
 pub(crate) enum KindView<'a> {
     Opened {
         accept_foreign_ids: bool,
+        epoch: Option<u64>,
     },
     Created {
         #[serde(borrow)]
@@ -99,6 +103,24 @@ pub(crate) enum KindView<'a> {
         #[serde(borrow)]
         held: Option<TextView<'a, WithdrawalId>>,
     },
+    Advanced {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        outcome: WithdrawalView<'a>,
+    },
+    Corrected {
+        #[serde(borrow)]
+        key: TextView<'a, RequestKey>,
+        #[serde(borrow)]
+        old: WithdrawalView<'a>,
+        #[serde(borrow)]
+        new: WithdrawalView<'a>,
+        #[serde(borrow)]
+        note: TextView<'a, Note>,
+        #[serde(borrow)]
+        by: TextView<'a, Actor>,
+    },
 }
 
 impl<'a> EventView<'a> {
@@ -108,9 +130,14 @@ impl<'a> EventView<'a> {
     /// [`Event::decode`], which says why it refuses, if it does.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
         let schema = schema_of(bytes)?;
-        if schema == legacy::SCHEMA && legacy_layout_differs(bytes) {
+        let variant = bytes
+            .get(KIND_OFFSET..KIND_OFFSET + 4)
+            .map(|variant| u32::from_le_bytes([variant[0], variant[1], variant[2], variant[3]]));
+        if !variant.is_some_and(|variant| legacy::borrowable(schema, variant)) {
             return Err(EventDecodeError::Codec(codec::CodecError::Decode {
-                detail: "a schema-1 kind whose layout changed; read it as an event".to_owned(),
+                detail: format!(
+                    "a kind of schema {schema} a view does not read; read it as an event"
+                ),
             }));
         }
         let event: EventView<'a> =
@@ -123,174 +150,157 @@ impl<'a> EventView<'a> {
     }
 }
 
-/// Whether schema-1 `bytes` hold a kind whose layout schema 2 changed, or
-/// too few bytes to tell.
-fn legacy_layout_differs(bytes: &[u8]) -> bool {
-    match bytes.get(KIND_OFFSET..KIND_OFFSET + 4) {
-        Some(variant) => {
-            let variant = u32::from_le_bytes([variant[0], variant[1], variant[2], variant[3]]);
-            legacy::CHANGED_KINDS.contains(&variant)
+/// A borrowed field's owned value: what [`KindView::to_value`] makes of
+/// each field.
+trait Owned {
+    type Value;
+    fn owned(&self) -> Self::Value;
+}
+
+/// An owned field, borrowed: what [`EventKind::view`] makes of each field.
+trait Borrowed {
+    type View<'a>
+    where
+        Self: 'a;
+    fn borrowed(&self) -> Self::View<'_>;
+}
+
+/// Text fields: borrowed as a [`TextView`], owned again by validating it.
+macro_rules! text_fields {
+    ($($text:ty),*) => {$(
+        impl Borrowed for $text {
+            type View<'a> = TextView<'a, $text>;
+            fn borrowed(&self) -> TextView<'_, $text> {
+                self.view()
+            }
         }
-        None => true,
+    )*};
+}
+text_fields!(RequestKey, WithdrawalId, Reason, Note, Actor);
+
+impl<T: ValidText> Owned for TextView<'_, T> {
+    type Value = T;
+    fn owned(&self) -> T {
+        self.to_value()
     }
+}
+
+impl Borrowed for WithdrawalRequest {
+    type View<'a> = WithdrawalView<'a>;
+    fn borrowed(&self) -> WithdrawalView<'_> {
+        self.view()
+    }
+}
+
+impl Owned for WithdrawalView<'_> {
+    type Value = WithdrawalRequest;
+    fn owned(&self) -> WithdrawalRequest {
+        self.to_value()
+    }
+}
+
+/// Fields a view holds as a [`Cow`], borrowed from an event or owned when
+/// decoded.
+macro_rules! cow_fields {
+    ($($field:ty),*) => {$(
+        impl Borrowed for $field {
+            type View<'a> = Cow<'a, $field>;
+            fn borrowed(&self) -> Cow<'_, $field> {
+                Cow::Borrowed(self)
+            }
+        }
+    )*};
+}
+cow_fields!(Command, Refusal, FailureCause);
+
+impl<T: Clone> Owned for Cow<'_, T> {
+    type Value = T;
+    fn owned(&self) -> T {
+        self.clone().into_owned()
+    }
+}
+
+/// Fields a view holds as they are.
+macro_rules! copied_fields {
+    ($($field:ty),*) => {$(
+        impl Owned for $field {
+            type Value = $field;
+            fn owned(&self) -> $field {
+                *self
+            }
+        }
+
+        impl Borrowed for $field {
+            type View<'a> = $field;
+            fn borrowed(&self) -> $field {
+                *self
+            }
+        }
+    )*};
+}
+copied_fields!(bool, u64);
+
+impl<V: Owned> Owned for Option<V> {
+    type Value = Option<V::Value>;
+    fn owned(&self) -> Option<V::Value> {
+        self.as_ref().map(Owned::owned)
+    }
+}
+
+impl<V: Borrowed> Borrowed for Option<V> {
+    type View<'a>
+        = Option<V::View<'a>>
+    where
+        V: 'a;
+    fn borrowed(&self) -> Option<V::View<'_>> {
+        self.as_ref().map(Borrowed::borrowed)
+    }
+}
+
+/// Calls `$then!` with every kind and its fields, in the encoding's order:
+/// the one list [`KindView::to_value`] and [`EventKind::view`] convert by.
+macro_rules! with_every_kind {
+    ($then:ident!($($args:tt)*)) => {
+        $then!($($args)*;
+            Opened { accept_foreign_ids, epoch },
+            Created { withdrawal },
+            Claimed { key, request },
+            Recorded { key, request },
+            Completed { key, outcome },
+            SendRejected { key, withdrawal, reason },
+            SendFailed { key, withdrawal, error, cause },
+            Resolved { key, outcome, note, by },
+            Released { key, withdrawal, note, by },
+            Refused { command, refusal, held },
+            Advanced { key, outcome },
+            Corrected { key, old, new, note, by },
+        )
+    };
+}
+
+/// `$value`, a `$from`, as the same variant of `$to`, each field converted
+/// by `$convert`.
+macro_rules! convert_kind {
+    ($value:expr, $from:ident => $to:ident, $convert:path;
+     $($kind:ident { $($field:ident),* }),* $(,)?) => {
+        match $value {
+            $($from::$kind { $($field),* } => $to::$kind {
+                $($field: $convert($field)),*
+            },)*
+        }
+    };
 }
 
 impl KindView<'_> {
     /// The owned event.
     pub(crate) fn to_value(&self) -> EventKind {
-        match self {
-            &KindView::Opened { accept_foreign_ids } => EventKind::Opened { accept_foreign_ids },
-            KindView::Created { withdrawal } => EventKind::Created {
-                withdrawal: withdrawal.to_value(),
-            },
-            KindView::Claimed { key, request } => EventKind::Claimed {
-                key: key.to_value(),
-                request: request.to_value(),
-            },
-            KindView::Recorded { key, request } => EventKind::Recorded {
-                key: key.to_value(),
-                request: request.to_value(),
-            },
-            KindView::Completed { key, outcome } => EventKind::Completed {
-                key: key.to_value(),
-                outcome: outcome.to_value(),
-            },
-            KindView::SendRejected {
-                key,
-                withdrawal,
-                reason,
-            } => EventKind::SendRejected {
-                key: key.to_value(),
-                withdrawal: id_value(withdrawal),
-                reason: reason.to_value(),
-            },
-            KindView::SendFailed {
-                key,
-                withdrawal,
-                error,
-                cause,
-            } => EventKind::SendFailed {
-                key: key.to_value(),
-                withdrawal: id_value(withdrawal),
-                error: error.to_value(),
-                cause: cause.clone().into_owned(),
-            },
-            KindView::Resolved {
-                key,
-                outcome,
-                note,
-                by,
-            } => EventKind::Resolved {
-                key: key.to_value(),
-                outcome: outcome.to_value(),
-                note: note.to_value(),
-                by: by.to_value(),
-            },
-            KindView::Released {
-                key,
-                withdrawal,
-                note,
-                by,
-            } => EventKind::Released {
-                key: key.to_value(),
-                withdrawal: id_value(withdrawal),
-                note: note.to_value(),
-                by: by.to_value(),
-            },
-            KindView::Refused {
-                command,
-                refusal,
-                held,
-            } => EventKind::Refused {
-                command: command.clone().into_owned(),
-                refusal: refusal.clone().into_owned(),
-                held: id_value(held),
-            },
-        }
+        with_every_kind!(convert_kind!(self, KindView => EventKind, Owned::owned))
     }
 }
 
 impl EventKind {
     /// The event, borrowed.
     pub(crate) fn view(&self) -> KindView<'_> {
-        match self {
-            &EventKind::Opened { accept_foreign_ids } => KindView::Opened { accept_foreign_ids },
-            EventKind::Created { withdrawal } => KindView::Created {
-                withdrawal: withdrawal.view(),
-            },
-            EventKind::Claimed { key, request } => KindView::Claimed {
-                key: key.view(),
-                request: request.view(),
-            },
-            EventKind::Recorded { key, request } => KindView::Recorded {
-                key: key.view(),
-                request: request.view(),
-            },
-            EventKind::Completed { key, outcome } => KindView::Completed {
-                key: key.view(),
-                outcome: outcome.view(),
-            },
-            EventKind::SendRejected {
-                key,
-                withdrawal,
-                reason,
-            } => KindView::SendRejected {
-                key: key.view(),
-                withdrawal: id_view(withdrawal),
-                reason: reason.view(),
-            },
-            EventKind::SendFailed {
-                key,
-                withdrawal,
-                error,
-                cause,
-            } => KindView::SendFailed {
-                key: key.view(),
-                withdrawal: id_view(withdrawal),
-                error: error.view(),
-                cause: Cow::Borrowed(cause),
-            },
-            EventKind::Resolved {
-                key,
-                outcome,
-                note,
-                by,
-            } => KindView::Resolved {
-                key: key.view(),
-                outcome: outcome.view(),
-                note: note.view(),
-                by: by.view(),
-            },
-            EventKind::Released {
-                key,
-                withdrawal,
-                note,
-                by,
-            } => KindView::Released {
-                key: key.view(),
-                withdrawal: id_view(withdrawal),
-                note: note.view(),
-                by: by.view(),
-            },
-            EventKind::Refused {
-                command,
-                refusal,
-                held,
-            } => KindView::Refused {
-                command: Cow::Borrowed(command),
-                refusal: Cow::Borrowed(refusal),
-                held: id_view(held),
-            },
-        }
+        with_every_kind!(convert_kind!(self, EventKind => KindView, Borrowed::borrowed))
     }
-}
-
-/// An optional withdrawal id, borrowed.
-fn id_view(id: &Option<WithdrawalId>) -> Option<TextView<'_, WithdrawalId>> {
-    id.as_ref().map(WithdrawalId::view)
-}
-
-/// An optional withdrawal id, owned.
-fn id_value(id: &Option<TextView<'_, WithdrawalId>>) -> Option<WithdrawalId> {
-    id.map(|id| id.to_value())
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use payonce_log::LogConfig;
 use payonce_model::{Actor, Amount, Currency, Destination};
 
+use crate::epoch::{Epochs, RandomEpochs};
 use crate::time::{Clock, SystemClock};
 
 /// How a ledger is opened.
@@ -23,6 +24,9 @@ pub struct Config {
     pub log_refusals: bool,
     /// Where events get their time.
     pub clock: Arc<dyn Clock>,
+    /// Where each opening draws the epoch its minted ids carry. Random by
+    /// default; `CountingEpochs` makes ids predictable, for tests.
+    pub epochs: Arc<dyn Epochs>,
     /// Opening replays a log whose segment files hold at least this many
     /// bytes on two threads, a shorter one on the opening thread, where
     /// starting a thread costs more than it saves. Default
@@ -42,6 +46,7 @@ impl Default for Config {
             accept_foreign_ids: false,
             log_refusals: true,
             clock: Arc::new(SystemClock),
+            epochs: Arc::new(RandomEpochs),
             replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
         }
     }

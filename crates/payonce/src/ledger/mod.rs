@@ -5,13 +5,14 @@ mod config;
 mod ticket;
 
 use std::any::Any;
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, Storage, segments_len};
+use payonce_log::{FsStorage, Log, Recovery, Storage, segments_len};
 use payonce_model::{Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
@@ -19,11 +20,11 @@ use tracing::{info, info_span, warn};
 pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
 pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
-use crate::decide::{self, Answer};
+use crate::decide::{self, Answer, Returned};
 use crate::error::{LedgerError, SendFailure, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
-use crate::replay::{Replayed, replay_log};
+use crate::replay::{Replayed, Start, replay_log};
 use crate::state::{Hold, InFlight, State, apply};
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
@@ -39,6 +40,8 @@ pub struct Ledger {
 
 struct Inner {
     log: Log,
+    /// What opening found and repaired.
+    recovery: Recovery,
     /// Ordering decisions and appends under one lock makes log order
     /// decision order.
     state: Mutex<State>,
@@ -53,6 +56,18 @@ impl fmt::Debug for Ledger {
     }
 }
 
+/// Whether executing a decision waits until it is on stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Return once everything the decision saw is on stable storage: every
+    /// decision a caller acts on.
+    Durable,
+    /// Return once it is appended; the next sync, by anyone, makes it
+    /// durable. For what no one acts on and no outcome depends on: a
+    /// dropped ticket's note that its send was abandoned.
+    Appended,
+}
+
 /// What executing a decision did: appended its event as `seq`, or wrote
 /// nothing.
 enum Executed<M, N> {
@@ -61,22 +76,54 @@ enum Executed<M, N> {
 }
 
 impl Ledger {
-    /// Opens (or creates) the ledger in `dir` with the durable defaults.
+    /// Opens the ledger in `dir` with the durable defaults. See
+    /// [`Ledger::open_on`].
     pub fn open(dir: impl AsRef<Path>) -> Result<Ledger, LedgerError> {
         Ledger::open_with(dir, Config::default())
     }
 
-    /// Opens (or creates) the ledger in `dir`.
+    /// Opens the ledger in `dir`. See [`Ledger::open_on`].
     pub fn open_with(dir: impl AsRef<Path>, config: Config) -> Result<Ledger, LedgerError> {
         Ledger::open_on(Arc::new(FsStorage::new(dir.as_ref())), config)
     }
 
-    /// Opens (or creates) the ledger on any storage the log supports,
-    /// including the fault-injecting in-memory one.
+    /// Opens the ledger on any storage the log supports, including the
+    /// fault-injecting in-memory one.
     ///
     /// Replays every event, re-deriving every recorded decision; a decision
-    /// the code would not make again is a [`LedgerError::Divergence`].
+    /// the code would not make again is a [`LedgerError::Divergence`]. A
+    /// directory holding no log is refused ([`LedgerError::NoLog`], naming
+    /// what it holds) with nothing written: a ledger is created only by
+    /// [`Ledger::init`]. What opening repaired (a torn tail cut and saved
+    /// aside) is in [`Ledger::recovery`].
     pub fn open_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
+        Ledger::start(storage, config, Start::Existing)
+    }
+
+    /// Creates a new ledger in `dir`, which must be empty or missing, with
+    /// the durable defaults. See [`Ledger::init_on`].
+    pub fn init(dir: impl AsRef<Path>) -> Result<Ledger, LedgerError> {
+        Ledger::init_with(dir, Config::default())
+    }
+
+    /// Creates a new ledger in `dir`. See [`Ledger::init_on`].
+    pub fn init_with(dir: impl AsRef<Path>, config: Config) -> Result<Ledger, LedgerError> {
+        Ledger::init_on(Arc::new(FsStorage::new(dir.as_ref())), config)
+    }
+
+    /// Creates a new ledger on `storage`, which must hold nothing but what
+    /// a creation a crash cut short leaves (the lock file, a temporary
+    /// first segment): a directory holding anything else, a log above all,
+    /// is refused ([`LedgerError::NotEmpty`]) with nothing written.
+    pub fn init_on(storage: Arc<dyn Storage>, config: Config) -> Result<Ledger, LedgerError> {
+        Ledger::start(storage, config, Start::New)
+    }
+
+    fn start(
+        storage: Arc<dyn Storage>,
+        config: Config,
+        start: Start,
+    ) -> Result<Ledger, LedgerError> {
         let span = info_span!("open");
         let _entered = span.enter();
         // Only a choice of threads: a log that cannot be sized replays on
@@ -88,7 +135,7 @@ impl Ledger {
             recovery,
             state,
             threads,
-        } = replay_log(storage, config.log.clone(), two_threads)?;
+        } = replay_log(storage, config.log.clone(), two_threads, start)?;
         info!(
             events = state.last_seq(),
             keys = state.key_count(),
@@ -96,17 +143,29 @@ impl Ledger {
             torn_tail = ?recovery.torn_tail,
             "replayed"
         );
-        let accept_foreign_ids = config.accept_foreign_ids;
+        let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
         let ledger = Ledger {
             inner: Arc::new(Inner {
                 log,
                 state: Mutex::new(state),
                 config,
+                recovery,
             }),
         };
-        let command = Command::Open { accept_foreign_ids };
-        ledger.execute(&command, |_| Ok(decide::open(accept_foreign_ids)))?;
+        let command = Command::Open {
+            accept_foreign_ids,
+            epoch,
+        };
+        ledger.execute(&command, |_| Ok(decide::open(accept_foreign_ids, epoch)))?;
         Ok(ledger)
+    }
+
+    /// What opening found and repaired: records and segments read, a torn
+    /// tail cut off (its file, offset and length, and where its bytes were
+    /// saved), a segment roll a crash interrupted. Opening reports the same
+    /// through `tracing`; this is for callers without a subscriber.
+    pub fn recovery(&self) -> &Recovery {
+        &self.inner.recovery
     }
 
     fn lock_state(&self) -> Result<MutexGuard<'_, State>, LedgerError> {
@@ -122,6 +181,16 @@ impl Ledger {
         &self,
         command: &Command,
         decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+    ) -> Result<Executed<M, N>, LedgerError> {
+        self.execute_then(command, decide, Wait::Durable)
+    }
+
+    /// [`Ledger::execute`], waiting for stable storage or not.
+    fn execute_then<M, N>(
+        &self,
+        command: &Command,
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+        wait: Wait,
     ) -> Result<Executed<M, N>, LedgerError> {
         let mut state = self.lock_state()?;
         // Fail closed: after a failed write the state may hold events that
@@ -140,7 +209,7 @@ impl Ledger {
         // acknowledged before it is durable.
         let wait_for = state.last_seq();
         drop(state);
-        if wait_for > 0 {
+        if wait == Wait::Durable && wait_for > 0 {
             self.inner.log.wait_durable(wait_for)?;
         }
         Ok(executed)
@@ -221,21 +290,26 @@ impl Ledger {
     /// [`Claim::Granted`] means the claim is on stable storage: send, then
     /// [`complete`](Ledger::complete). [`Claim::Replayed`] means the key has
     /// an outcome already: return it, do not send.
-    pub fn claim(&self, key: &str, request: WithdrawalRequest) -> Result<Claim, LedgerError> {
+    pub fn claim(
+        &self,
+        key: &str,
+        request: impl Borrow<WithdrawalRequest>,
+    ) -> Result<Claim, LedgerError> {
         let key = RequestKey::new(key)?;
+        let request = request.borrow();
         let span = info_span!("claim", key = %key, withdrawal = %request.id());
         let _entered = span.enter();
         let command = Command::Claim {
             key: key.clone(),
             request: request.clone(),
         };
-        match self.execute(&command, |state| decide::claim(state, &key, &request))? {
+        match self.execute(&command, |state| decide::claim(state, &key, request))? {
             Executed::Appended { seq, .. } => {
                 info!(seq, "claimed");
                 Ok(Claim::Granted(Ticket {
                     ledger: self.clone(),
                     key,
-                    request,
+                    request: request.clone(),
                     claimed_seq: seq,
                     completed: false,
                 }))
@@ -253,11 +327,11 @@ impl Ledger {
     /// refusal releases the hold and returns [`SubmitError::Rejected`]; any
     /// other failure keeps the key claimed with an unknown outcome and
     /// returns [`SubmitError::Send`].
-    pub fn complete<E: fmt::Display>(
+    pub fn complete(
         &self,
         mut ticket: Ticket,
-        result: Result<WithdrawalRequest, SendFailure<E>>,
-    ) -> Result<WithdrawalRequest, SubmitError<E>> {
+        result: Result<WithdrawalRequest, SendFailure>,
+    ) -> Result<WithdrawalRequest, SubmitError> {
         ticket.completed = true;
         let key = ticket.key.clone();
         let withdrawal = ticket.request.id().clone();
@@ -296,56 +370,66 @@ impl Ledger {
 
     /// The send for `key` returned `outcome`: recorded before it is
     /// returned, unless it is another withdrawal than the claimed one.
-    fn complete_sent<E>(
+    fn complete_sent(
         &self,
         key: RequestKey,
         outcome: WithdrawalRequest,
-    ) -> Result<WithdrawalRequest, SubmitError<E>> {
+    ) -> Result<WithdrawalRequest, SubmitError> {
         let command = Command::Complete {
             key: key.clone(),
             result: SendResult::Sent(outcome.clone()),
         };
-        let decided = |state: &State| decide::complete_sent(state, &key, &outcome);
-        match self.execute(&command, decided) {
-            Ok(Executed::Appended { meaning, .. }) if meaning.is_empty() => {
-                info!(state = %outcome.state(), "outcome recorded");
-                Ok(outcome)
-            }
+        let decided = |state: &State| decide::complete_sent(state, &key, &outcome, SCHEMA_VERSION);
+        let refusal = match self.execute(&command, decided) {
             Ok(Executed::Appended {
-                meaning: differences,
+                meaning: Returned::Outcome,
                 ..
             }) => {
-                warn!(
-                    key = %key, withdrawal = %outcome.id(), ?differences,
-                    "the send returned another withdrawal; the key stays claimed until it is resolved"
-                );
-                Err(SubmitError::Ledger(LedgerError::Refused(
-                    Refusal::OutcomeMismatch { key, differences },
-                )))
+                info!(state = %outcome.state(), "outcome recorded");
+                return Ok(outcome);
             }
+            Ok(Executed::Appended {
+                meaning: Returned::Mismatch(differences),
+                ..
+            }) => Refusal::OutcomeMismatch {
+                key: key.clone(),
+                differences,
+            },
+            Ok(Executed::Appended {
+                meaning: Returned::Unsettled(state),
+                ..
+            }) => Refusal::Unsettled {
+                key: key.clone(),
+                state,
+            },
             Ok(Executed::Nothing(never)) => match never {},
             Err(cause) => {
                 warn!(
                     key = %key, withdrawal = %outcome.id(), %cause,
                     "the send succeeded but its outcome could not be recorded; the key stays in flight"
                 );
-                Err(SubmitError::Unrecorded {
+                return Err(SubmitError::Unrecorded {
                     key,
                     outcome: Box::new(outcome),
                     cause: Box::new(cause),
-                })
+                });
             }
-        }
+        };
+        warn!(
+            key = %key, withdrawal = %outcome.id(), %refusal,
+            "the send's answer is not an outcome of the claim; the key stays claimed until it is resolved"
+        );
+        Err(SubmitError::Ledger(LedgerError::Refused(refusal)))
     }
 
     /// The rail refused the send for `key` cleanly: recorded, which
     /// releases the hold.
-    fn complete_rejected<E>(
+    fn complete_rejected(
         &self,
         key: RequestKey,
         withdrawal: WithdrawalId,
         reason: Reason,
-    ) -> Result<WithdrawalRequest, SubmitError<E>> {
+    ) -> Result<WithdrawalRequest, SubmitError> {
         let command = Command::Complete {
             key: key.clone(),
             result: SendResult::Rejected(reason.clone()),
@@ -383,16 +467,12 @@ impl Ledger {
     ///
     /// A panic inside `send` leaves the key claimed with an unknown outcome,
     /// is recorded, and then continues unwinding.
-    pub fn submit<E, F>(
+    pub fn submit(
         &self,
         key: &str,
-        request: WithdrawalRequest,
-        send: F,
-    ) -> Result<WithdrawalRequest, SubmitError<E>>
-    where
-        E: fmt::Display,
-        F: FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<E>>,
-    {
+        request: impl Borrow<WithdrawalRequest>,
+        send: impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure>,
+    ) -> Result<WithdrawalRequest, SubmitError> {
         let mut ticket = match self.claim(key, request)? {
             Claim::Replayed(outcome) => return Ok(outcome),
             Claim::Granted(ticket) => ticket,
@@ -405,6 +485,7 @@ impl Ledger {
                 ticket.fail(
                     &format!("the send panicked: {}", panic_message(&panic)),
                     FailureCause::Panic,
+                    Wait::Durable,
                 );
                 resume_unwind(panic)
             }
@@ -453,7 +534,8 @@ impl Ledger {
             note: note.clone(),
             by: by.clone(),
         };
-        let decided = |state: &State| decide::resolve(state, &key, &outcome, &note, &by);
+        let decided =
+            |state: &State| decide::resolve(state, &key, &outcome, &note, &by, SCHEMA_VERSION);
         match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!("resolved"),
             Executed::Nothing(_) => info!("already resolved with this outcome"),
@@ -477,6 +559,56 @@ impl Ledger {
         match self.execute(&command, |state| decide::release(state, &key, &note, &by))? {
             Executed::Appended { .. } => info!("released"),
             Executed::Nothing(_) => info!("unknown key; nothing to release"),
+        }
+        Ok(())
+    }
+
+    /// A later report of what the rail did with the withdrawal `key` sent:
+    /// confirmed, failed on the rail, or bumped to another reference. The
+    /// outcome moves forward by one transition of the state machine, and
+    /// the funds follow (captured while sent or confirmed, given back when
+    /// failed); the same report again changes nothing; any other move is
+    /// refused ([`Refusal::ForbiddenMove`]).
+    pub fn advance(&self, key: &str, outcome: &WithdrawalRequest) -> Result<(), LedgerError> {
+        let key = RequestKey::new(key)?;
+        let span = info_span!("advance", key = %key, withdrawal = %outcome.id());
+        let _entered = span.enter();
+        let command = Command::Advance {
+            key: key.clone(),
+            outcome: outcome.clone(),
+        };
+        match self.execute(&command, |state| decide::advance(state, &key, outcome))? {
+            Executed::Appended { .. } => info!(state = %outcome.state(), "outcome moved on"),
+            Executed::Nothing(_) => info!("the outcome is this already"),
+        }
+        Ok(())
+    }
+
+    /// An operator's "the outcome recorded for `key` is wrong; this is the
+    /// right one": recorded with both outcomes and `note`. Only a settled
+    /// outcome of the same withdrawal corrects one, and only a key with an
+    /// outcome is corrected. The same outcome again changes nothing.
+    pub fn correct(
+        &self,
+        key: &str,
+        outcome: &WithdrawalRequest,
+        note: &str,
+        by: &str,
+    ) -> Result<(), LedgerError> {
+        let key = RequestKey::new(key)?;
+        let (note, by) = (Note::new(note)?, Actor::operator(by)?);
+        let span = info_span!("correct", key = %key, withdrawal = %outcome.id());
+        let _entered = span.enter();
+        let command = Command::Correct {
+            key: key.clone(),
+            outcome: outcome.clone(),
+            note: note.clone(),
+            by: by.clone(),
+        };
+        let decided = |state: &State| decide::correct(state, &key, outcome, &note, &by);
+        match self.execute(&command, decided)? {
+            Executed::Appended { .. } => info!(state = %outcome.state(), "outcome corrected"),
+            Executed::Nothing(_) => info!("the outcome is this already"),
         }
         Ok(())
     }
@@ -512,6 +644,11 @@ impl Ledger {
     /// The funds held for withdrawal `id`.
     pub fn held(&self, id: &str) -> Option<Hold> {
         self.read(|state| state.held(id))
+    }
+
+    /// The funds of withdrawal `id` that left custody.
+    pub fn captured(&self, id: &str) -> Option<Hold> {
+        self.read(|state| state.captured(id))
     }
 
     /// Held funds per currency.

@@ -5,7 +5,7 @@ use std::fmt;
 use payonce_model::{Reason, RequestKey, WithdrawalRequest};
 use tracing::warn;
 
-use super::Ledger;
+use super::{Ledger, Wait};
 use crate::command::{Command, FailureCause, SendResult};
 use crate::decide;
 
@@ -23,7 +23,13 @@ pub enum Claim {
 /// A claim on stable storage, waiting for its send's result.
 ///
 /// Dropped without [`Ledger::complete`], it leaves the key in flight, records
-/// that it was abandoned, and logs a warning.
+/// that it was abandoned, and logs a warning. Dropping does not wait for
+/// stable storage: the note is appended, and made durable by the next sync
+/// of anyone. It takes the ledger's lock for the time of a decision, and
+/// writes only if more than `payonce_log::PENDING_LEN_MAX` bytes of events
+/// are waiting to be written (then it writes them, as any append does), so
+/// a request future cancelled mid-send on an async executor, which drops
+/// its ticket, does not block that thread on the disk in the usual case.
 #[must_use = "complete the ticket with what the send did"]
 pub struct Ticket {
     pub(super) ledger: Ledger,
@@ -48,8 +54,8 @@ impl Ticket {
     }
 
     /// Records that the send's outcome is unknown, for reasons other than an
-    /// error the caller holds.
-    pub(super) fn fail(&mut self, error: &str, cause: FailureCause) {
+    /// error the caller holds; waits for stable storage as `wait` says.
+    pub(super) fn fail(&mut self, error: &str, cause: FailureCause, wait: Wait) {
         self.completed = true;
         warn!(
             key = %self.key, withdrawal = %self.request.id(), error,
@@ -64,10 +70,9 @@ impl Ticket {
             result: result.clone(),
         };
         let key = &self.key;
-        if let Err(failure) = self
-            .ledger
-            .execute(&command, |state| decide::complete(state, key, &result))
-        {
+        let decided =
+            |state: &_| decide::complete(state, key, &result, crate::event::SCHEMA_VERSION);
+        if let Err(failure) = self.ledger.execute_then(&command, decided, wait) {
             warn!(key = %self.key, %failure, "could not record the unknown outcome; the claim stands");
         }
     }
@@ -89,6 +94,7 @@ impl Drop for Ticket {
             self.fail(
                 "the claim's ticket was dropped without being completed",
                 FailureCause::Abandoned,
+                Wait::Appended,
             );
         }
     }

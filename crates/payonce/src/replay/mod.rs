@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
-use payonce_log::{Log, LogConfig, Opening, Recovery, Storage};
+use payonce_log::{
+    LOCK_FILE, Log, LogConfig, Opening, Recovery, Storage, is_segment_tmp_name, parse_segment_name,
+};
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -84,6 +86,58 @@ pub(crate) fn apply_batch(
     Ok(())
 }
 
+/// Whether opening starts a new ledger or continues one: creating a
+/// ledger is explicit, so a directory whose log is gone is never taken for
+/// a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// The directory holds a ledger: open it, or refuse.
+    Existing,
+    /// The directory is empty or missing: create a ledger in it, or refuse.
+    New,
+}
+
+/// Most names a refusal to open lists of what the directory holds.
+pub const FOUND_LISTED_MAX: usize = 16;
+
+impl Start {
+    /// Checks what the directory holds before anything is written: opening
+    /// refuses one holding no segment, and creating one holding anything
+    /// but what an interrupted creation leaves (the lock file, a temporary
+    /// first segment), which is simply made again.
+    fn check_before(self, storage: &dyn Storage) -> Result<(), LedgerError> {
+        let mut names = match storage.list() {
+            Ok(names) => names,
+            // A missing directory holds nothing; the log creates it.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(LedgerError::Log(payonce_log::LogError::Io {
+                    op: "list",
+                    file: storage.describe(""),
+                    source,
+                }));
+            }
+        };
+        names.sort_unstable();
+        let held = names.len();
+        let has_log = names.iter().any(|name| parse_segment_name(name).is_some());
+        let interrupted_creation = names
+            .iter()
+            .all(|name| name == LOCK_FILE || is_segment_tmp_name(name));
+        names.truncate(FOUND_LISTED_MAX);
+        let dir = storage.describe("");
+        match self {
+            Start::Existing if !has_log => Err(LedgerError::NoLog { dir, found: names }),
+            Start::New if !interrupted_creation => Err(LedgerError::NotEmpty {
+                dir,
+                found: names,
+                count: held,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What [`replay_log`] built, and how many threads built it.
 pub(crate) struct Replayed {
     pub(crate) log: Log,
@@ -103,7 +157,9 @@ pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     two_threads: bool,
+    start: Start,
 ) -> Result<Replayed, LedgerError> {
+    start.check_before(&*storage)?;
     let mut opening = Log::scan_to_open(storage, config)?;
     let (state, threads) = match two_threads {
         true => replay_on_two_threads(&mut opening)?,

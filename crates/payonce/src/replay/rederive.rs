@@ -6,15 +6,17 @@
 //! a caller's proposal, so every field the judgement reads is checked
 //! against the state, and what an event derives from the state (a minted
 //! id, the withdrawal a key holds) is compared with what the judgement
-//! derives now. Only refusals and send failures listing another
-//! withdrawal have their proposal rebuilt, since their event is not the
-//! proposal itself.
+//! derives now (a correction's old outcome) with what the judgement
+//! derives now. Only refusals, and send failures whose send returned
+//! another withdrawal or an unsettled one, have their proposal rebuilt,
+//! since their event is not the proposal itself. Each event is judged
+//! under the rules of the schema it was written in.
 
 use payonce_model::{TextView, WithdrawalId};
 
 use crate::command::FailureCause;
-use crate::decide::judge::{self, ClaimVerdict, CloseVerdict};
-use crate::decide::{Decision, decide};
+use crate::decide::judge::{self, ClaimVerdict, CloseVerdict, MoveVerdict};
+use crate::decide::{Decision, decide_in};
 use crate::error::Divergence;
 use crate::event::{Event, EventView, KindView, SCHEMA_NAMING_HELD};
 use crate::state::{KeyRecord, Prefetched, State};
@@ -39,7 +41,7 @@ pub(crate) fn rederive_prefetched(
     let recorded = event.kind.to_value();
     Some(Divergence {
         seq: event.seq,
-        recomputed: decide(state, &recorded.command()),
+        recomputed: decide_in(state, &recorded.command(), event.schema),
         recorded,
     })
 }
@@ -54,14 +56,17 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
             Ok(ClaimVerdict::Grant)
         ),
         KindView::Completed { key, outcome } => {
-            judge::completion(state, found, *key, Some(*outcome))
-                .is_ok_and(|verdict| verdict.differences.is_empty())
+            judge::completion(state, found, *key, Some(*outcome), schema)
+                .is_ok_and(|verdict| verdict.differences.is_empty() && verdict.unsettled.is_none())
         }
         KindView::SendFailed { cause, .. }
-            if matches!(**cause, FailureCause::OutcomeMismatch { .. }) =>
+            if matches!(
+                **cause,
+                FailureCause::OutcomeMismatch { .. } | FailureCause::Unsettled { .. }
+            ) =>
         {
             let recorded = event.kind.to_value();
-            match decide(state, &recorded.command()) {
+            match decide_in(state, &recorded.command(), schema) {
                 Ok(Decision::Append(rebuilt)) => rebuilt.in_schema(schema) == recorded,
                 _ => false,
             }
@@ -71,12 +76,22 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
         }
         | KindView::SendFailed {
             key, withdrawal, ..
-        } => judge::completion(state, found, *key, None)
+        } => judge::completion(state, found, *key, None, schema)
             .is_ok_and(|verdict| derived(schema, *withdrawal, Some(verdict.record))),
         KindView::Resolved { key, outcome, .. } => matches!(
-            judge::resolution(state, found, *key, *outcome),
+            judge::resolution(state, found, *key, *outcome, schema),
             Ok(CloseVerdict::Close(_))
         ),
+        KindView::Advanced { key, outcome } => matches!(
+            judge::advance(state, found, *key, *outcome),
+            Ok(MoveVerdict::Record(_))
+        ),
+        KindView::Corrected { key, old, new, .. } => {
+            match judge::correction(state, found, *key, *new) {
+                Ok(MoveVerdict::Record(recorded)) => recorded.view() == *old,
+                _ => false,
+            }
+        }
         KindView::Released {
             key, withdrawal, ..
         } => match judge::release(state, found, *key) {
@@ -88,7 +103,7 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
             refusal,
             held,
         } => {
-            decide(state, command).as_ref() == Err(&**refusal)
+            decide_in(state, command, schema).as_ref() == Err(&**refusal)
                 && derived(schema, *held, judge::held(state, found))
         }
     }

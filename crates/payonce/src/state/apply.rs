@@ -3,7 +3,7 @@
 use payonce_model::{Currency, Reason, TextView, WithdrawalState, WithdrawalView};
 use rust_decimal::Decimal;
 
-use super::layout::{KeySlot, NO_HOLDER, WithdrawalSlot};
+use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
 use super::{Found, Prefetched, State};
 use crate::event::{Event, EventView, KindView};
 
@@ -34,7 +34,10 @@ impl State {
         );
         self.last_seq = event.seq;
         match &event.kind {
-            KindView::Opened { accept_foreign_ids } => self.open(*accept_foreign_ids),
+            KindView::Opened {
+                accept_foreign_ids,
+                epoch,
+            } => self.open(*accept_foreign_ids, *epoch),
             KindView::Created { withdrawal } => {
                 let slot = self.withdrawal_slot(*withdrawal, found.id);
                 self.withdrawals[slot].created = true;
@@ -69,16 +72,29 @@ impl State {
             }
             KindView::Released { key, .. } => self.release(key, found),
             KindView::Refused { .. } => self.refusals += 1,
+            KindView::Advanced {
+                key,
+                outcome: later,
+                ..
+            }
+            | KindView::Corrected {
+                key, new: later, ..
+            } => {
+                if let Some(slot) = self.key_slot(key, found) {
+                    self.set_outcome(slot, *later);
+                }
+            }
         }
         if self.texts.wants_compacting() {
             self.compact();
         }
     }
 
-    /// The ledger was opened: no send of an earlier process is running in
-    /// this one.
-    fn open(&mut self, accept_foreign_ids: bool) {
+    /// The ledger was opened, in `epoch`: no send of an earlier process is
+    /// running in this one.
+    fn open(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) {
         self.accept_foreign_ids = accept_foreign_ids;
+        self.epoch = epoch;
         for slot in std::mem::take(&mut self.running) {
             self.keys[slot].send_running = false;
         }
@@ -106,6 +122,7 @@ impl State {
             .unwrap_or_else(|_| panic!("the state holds {} currencies", self.currencies.len()));
         self.currencies.push(currency.clone());
         self.held.push(Decimal::ZERO);
+        self.captured.push(Decimal::ZERO);
         self.currency_numbers.insert(currency, number);
         number
     }
@@ -135,7 +152,7 @@ impl State {
             holder: NO_HOLDER,
             named_by: 0,
             created: false,
-            held: false,
+            funds: Funds::Free,
             listed: true,
         };
         self.withdrawals.insert(hash, entry)
@@ -175,15 +192,9 @@ impl State {
                 self.keys.insert(hash, entry)
             }
         };
-        let held = &mut self.withdrawals[withdrawal];
-        held.holder = slot;
-        if !std::mem::replace(&mut held.held, true) {
-            // `decide` refuses a claim that would pass HELD_TOTAL_MAX; only
-            // a log that diverged, which `verify` applies to report on it,
-            // gets here with one, and its total stops at the most.
-            let total = &mut self.held[held.currency as usize];
-            *total = total.saturating_add(held.amount.value());
-        }
+        self.withdrawals[withdrawal].holder = slot;
+        // A claim places a hold unless one is placed already.
+        self.move_funds(withdrawal, Funds::Held);
         slot
     }
 
@@ -215,7 +226,7 @@ impl State {
         let error = Reason::lossy(&format!("rejected by the rail: {reason}"));
         self.set_last_error(slot, &error);
         if let Some(withdrawal) = self.listed_withdrawal(self.keys[slot].withdrawal) {
-            self.end_hold(withdrawal);
+            self.move_funds(withdrawal, Funds::Free);
         }
     }
 
@@ -273,15 +284,33 @@ impl State {
         }
     }
 
-    /// Ends the hold on withdrawal slot `slot`, captured or released: either
-    /// way the funds are no longer reserved.
-    fn end_hold(&mut self, slot: u32) {
+    /// Moves the funds of withdrawal slot `slot` to `to`, keeping the
+    /// per-currency totals: held funds are reserved, captured ones left
+    /// custody.
+    fn move_funds(&mut self, slot: u32, to: Funds) {
         let entry = &mut self.withdrawals[slot];
-        if !std::mem::replace(&mut entry.held, false) {
+        let from = std::mem::replace(&mut entry.funds, to);
+        if from == to {
             return;
         }
-        let total = &mut self.held[entry.currency as usize];
-        *total = total.saturating_sub(entry.amount.value());
+        let (currency, amount) = (entry.currency as usize, entry.amount.value());
+        // `decide` refuses a claim that would pass HELD_TOTAL_MAX; only a log
+        // that diverged, which `verify` applies to report on it, gets here
+        // with one, and its total stops at the most.
+        match from {
+            Funds::Held => self.held[currency] = self.held[currency].saturating_sub(amount),
+            Funds::Captured => {
+                self.captured[currency] = self.captured[currency].saturating_sub(amount)
+            }
+            Funds::Free => {}
+        }
+        match to {
+            Funds::Held => self.held[currency] = self.held[currency].saturating_add(amount),
+            Funds::Captured => {
+                self.captured[currency] = self.captured[currency].saturating_add(amount)
+            }
+            Funds::Free => {}
+        }
     }
 
     /// Records `outcome` as the outcome of key slot `slot`.
@@ -313,10 +342,14 @@ impl State {
         };
         match outcome.state() {
             // The money moved: the hold is captured.
-            WithdrawalState::Sent | WithdrawalState::Confirmed => self.end_hold(withdrawal),
-            // It did not and will not: the hold is released.
-            WithdrawalState::Failed | WithdrawalState::Rejected => self.end_hold(withdrawal),
-            // Not sent yet: the funds stay reserved.
+            WithdrawalState::Sent | WithdrawalState::Confirmed => {
+                self.move_funds(withdrawal, Funds::Captured)
+            }
+            // It did not, will not, or came back: the funds are released.
+            WithdrawalState::Failed | WithdrawalState::Rejected => {
+                self.move_funds(withdrawal, Funds::Free)
+            }
+            // Not sent yet: the funds stay as they are.
             WithdrawalState::Requested | WithdrawalState::Approved | WithdrawalState::Sending => {}
         }
     }
@@ -352,7 +385,7 @@ impl State {
         // A late release never evicts a claim that moved to another key.
         // Only the slot the key names can be held by it.
         if self.withdrawals[named].holder == slot {
-            self.end_hold(named);
+            self.move_funds(named, Funds::Free);
             self.withdrawals[named].holder = NO_HOLDER;
             if !self.withdrawals[named].created {
                 // Nothing else refers to a foreign withdrawal nobody holds.

@@ -287,8 +287,8 @@ pub(super) struct WithdrawalSlot {
     pub(super) named_by: u32,
     /// Minted by this ledger.
     pub(super) created: bool,
-    /// Funds reserved for the current claim.
-    pub(super) held: bool,
+    /// Where its funds are.
+    pub(super) funds: Funds,
     /// Found by its id. A foreign withdrawal released by its holder is
     /// forgotten; its slot stays, unlisted, while another record names it.
     pub(super) listed: bool,
@@ -299,6 +299,18 @@ impl WithdrawalSlot {
     pub(super) fn is_free(&self) -> bool {
         !self.listed && self.named_by == 0
     }
+}
+
+/// Where a withdrawal's funds are, as its claim and outcome leave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Funds {
+    /// Neither reserved nor moved: never claimed, released, or its send
+    /// refused, rejected or failed.
+    Free,
+    /// Reserved for its claim until the outcome is known.
+    Held,
+    /// Moved out of custody: the outcome is sent or confirmed.
+    Captured,
 }
 
 /// [`WithdrawalSlot::holder`] of a withdrawal no key holds.

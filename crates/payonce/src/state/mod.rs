@@ -38,7 +38,7 @@ use rust_decimal::Decimal;
 
 pub use self::apply::apply;
 pub use self::layout::SLOTS_MAX;
-use self::layout::{KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
+use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
 use crate::event::{KindView, command_key};
 use crate::time::Timestamp;
 
@@ -72,6 +72,11 @@ pub struct State {
     /// where a map by currency cost a lookup, a clone of the code and a
     /// normalisation each.
     held: Vec<Decimal>,
+    /// Funds captured (moved out of custody), by currency number.
+    captured: Vec<Decimal>,
+    /// The epoch of the last opening, which minted ids carry; `None` for a
+    /// log last opened before openings had epochs.
+    epoch: Option<u64>,
     /// Keys with `send_running` set.
     sending: usize,
     /// Every key slot whose `send_running` was set since the last open
@@ -106,9 +111,10 @@ impl<'a> Names<'a> {
             KindView::Claimed { key, request } | KindView::Recorded { key, request } => {
                 [Some(key.as_str()), Some(request.id().as_str())]
             }
-            KindView::Resolved { key, outcome, .. } => {
+            KindView::Resolved { key, outcome, .. } | KindView::Advanced { key, outcome } => {
                 [Some(key.as_str()), Some(outcome.id().as_str())]
             }
+            KindView::Corrected { key, new, .. } => [Some(key.as_str()), Some(new.id().as_str())],
             KindView::Completed { key, .. }
             | KindView::SendRejected { key, .. }
             | KindView::SendFailed { key, .. }
@@ -145,22 +151,24 @@ impl fmt::Debug for State {
             .filter_map(|slot| self.record_at(slot))
             .map(|record| (record.key_str(), record))
             .collect();
-        let withdrawals: BTreeMap<&str, (Option<&str>, bool, bool)> = self
+        let withdrawals: BTreeMap<&str, (Option<&str>, bool, Funds)> = self
             .withdrawals
             .in_use()
             .map(|slot| {
                 let withdrawal = self.withdrawal_at(slot);
                 let holder = withdrawal.holder().map(|record| record.key_str());
                 let entry = withdrawal.entry;
-                (withdrawal.id_str(), (holder, entry.created, entry.held))
+                (withdrawal.id_str(), (holder, entry.created, entry.funds))
             })
             .collect();
         f.debug_struct("State")
             .field("last_seq", &self.last_seq)
             .field("accept_foreign_ids", &self.accept_foreign_ids)
+            .field("epoch", &self.epoch)
             .field("records", &records)
-            .field("withdrawals (holder, created, held)", &withdrawals)
+            .field("withdrawals (holder, created, funds)", &withdrawals)
             .field("held_totals", &self.held_totals())
+            .field("captured_totals", &self.captured_totals())
             .field("refusals", &self.refusals)
             .finish()
     }
@@ -185,7 +193,7 @@ impl PartialEq for State {
             other.withdrawal(mine.id_str()).is_some_and(|theirs| {
                 mine.fingerprint() == theirs.fingerprint()
                     && mine.entry.created == theirs.entry.created
-                    && mine.entry.held == theirs.entry.held
+                    && mine.entry.funds == theirs.entry.funds
                     && mine.holder().map(|record| record.key_str())
                         == theirs.holder().map(|record| record.key_str())
             })
@@ -193,7 +201,9 @@ impl PartialEq for State {
         self.last_seq == other.last_seq
             && self.accept_foreign_ids == other.accept_foreign_ids
             && self.refusals == other.refusals
+            && self.epoch == other.epoch
             && self.held_totals() == other.held_totals()
+            && self.captured_totals() == other.captured_totals()
             && self.keys.len() == other.keys.len()
             && self.withdrawals.len() == other.withdrawals.len()
             && self.records().count() == other.records().count()
@@ -379,7 +389,7 @@ impl<'a> Withdrawal<'a> {
     }
     /// Funds are held for its current claim.
     pub(crate) fn held(&self) -> bool {
-        self.entry.held
+        self.entry.funds == Funds::Held
     }
     /// The record of the key holding it.
     pub(crate) fn holder(&self) -> Option<KeyRecord<'a>> {
@@ -393,8 +403,9 @@ impl<'a> Withdrawal<'a> {
             withdrawal: *self,
         })
     }
-    fn hold(&self) -> Option<Hold> {
-        self.entry.held.then(|| Hold {
+    /// Its funds, if they are where `funds` says.
+    fn funds_if(&self, funds: Funds) -> Option<Hold> {
+        (self.entry.funds == funds).then(|| Hold {
             amount: self.entry.amount,
             currency: self.currency().clone(),
         })
@@ -511,9 +522,21 @@ impl State {
         Some(self.withdrawal(id)?.holder()?.key())
     }
 
-    /// The funds held for withdrawal `id`.
+    /// The funds held for withdrawal `id`: reserved for its claim until the
+    /// outcome is known.
     pub fn held(&self, id: &str) -> Option<Hold> {
-        self.withdrawal(id)?.hold()
+        self.withdrawal(id)?.funds_if(Funds::Held)
+    }
+
+    /// The funds of withdrawal `id` that left custody: its outcome is sent
+    /// or confirmed. A later failure on the rail gives them back.
+    pub fn captured(&self, id: &str) -> Option<Hold> {
+        self.withdrawal(id)?.funds_if(Funds::Captured)
+    }
+
+    /// The epoch of the last opening, which the ids it mints carry.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
     }
 
     /// Whether `request`'s amount more can be held without passing
@@ -540,9 +563,19 @@ impl State {
 
     /// Held funds per currency. Currencies with nothing held are absent.
     pub fn held_totals(&self) -> BTreeMap<Currency, Decimal> {
+        self.totals(&self.held)
+    }
+
+    /// Captured funds per currency: what left custody. Currencies with
+    /// nothing captured are absent.
+    pub fn captured_totals(&self) -> BTreeMap<Currency, Decimal> {
+        self.totals(&self.captured)
+    }
+
+    fn totals(&self, sums: &[Decimal]) -> BTreeMap<Currency, Decimal> {
         self.currencies
             .iter()
-            .zip(&self.held)
+            .zip(sums)
             .filter(|(_, total)| !total.is_zero())
             // Normalised, so a total prints the same however it was reached.
             .map(|(currency, total)| (currency.clone(), total.normalize()))
@@ -582,7 +615,7 @@ impl State {
                 claimed_seq: record.claimed_seq(),
                 last_error: record.last_error(),
                 send_running: record.send_running(),
-                held: record.withdrawal.entry.held,
+                held: record.withdrawal.held(),
             })
             .collect();
         keys.sort_by_key(|entry| entry.claimed_seq);
@@ -609,7 +642,7 @@ impl State {
     pub fn holds(&self) -> impl Iterator<Item = (WithdrawalId, Hold)> {
         self.withdrawals.in_use().filter_map(|slot| {
             let withdrawal = self.withdrawal_at(slot);
-            Some((withdrawal.id(), withdrawal.hold()?))
+            Some((withdrawal.id(), withdrawal.funds_if(Funds::Held)?))
         })
     }
 

@@ -101,6 +101,7 @@ fn a_foreign_withdrawal_released_leaves_no_slot_behind() {
         [
             EventKind::Opened {
                 accept_foreign_ids: true,
+                epoch: None,
             },
             claimed("k-1", &foreign),
             released("k-1"),
@@ -119,6 +120,7 @@ fn released_text_is_compacted_away_and_every_answer_stays() {
         &mut state,
         [EventKind::Opened {
             accept_foreign_ids: true,
+            epoch: None,
         }],
     );
     // Keys that stay, with outcomes, errors and holds of every kind.
@@ -215,7 +217,10 @@ fn states_are_equal_by_their_answers_not_their_layout() {
 }
 
 fn opened(accept_foreign_ids: bool) -> EventKind {
-    EventKind::Opened { accept_foreign_ids }
+    EventKind::Opened {
+        accept_foreign_ids,
+        epoch: None,
+    }
 }
 
 /// A state accepting foreign ids, and two foreign withdrawals.

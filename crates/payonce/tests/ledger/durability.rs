@@ -12,7 +12,7 @@ use payonce_model::{Field, Rule, WithdrawalRequest};
 
 use crate::{Fixture, Rail, START, sent};
 
-fn events(storage: &MemStorage) -> Vec<Event> {
+pub(crate) fn events(storage: &MemStorage) -> Vec<Event> {
     let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let mut events = log.events_from(1).unwrap();
     let mut all = Vec::new();
@@ -209,7 +209,7 @@ fn an_outcome_that_cannot_be_recorded_is_handed_back_with_the_error() {
 
 /// Appends hand-made events to a log, as a buggy or tampered writer would.
 /// Returns the first one's sequence number.
-fn forge(storage: &MemStorage, kinds: Vec<EventKind>) -> u64 {
+pub(crate) fn forge(storage: &MemStorage, kinds: Vec<EventKind>) -> u64 {
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let first = log.last_seq() + 1;
     for (index, kind) in kinds.into_iter().enumerate() {
@@ -341,6 +341,7 @@ fn a_divergence_while_the_scan_is_far_ahead_is_reported_without_hanging() {
     // Guards against a deadlock between the threads of a replay when the applier stops while the scanner waits to hand over.
     let opened = EventKind::Opened {
         accept_foreign_ids: false,
+        epoch: Some(7),
     };
     let (storage, config, divergent) = log_with_a_divergent_claim(vec![opened; 10_000]);
     let [config, _] = both_replays(&config);
@@ -401,7 +402,7 @@ fn a_log_of_many_replay_batches_reopens_to_the_same_answers() {
 #[test]
 fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
     let storage = MemStorage::new();
-    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    drop(Ledger::init_on(Arc::new(storage.clone()), Config::default()).unwrap());
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     log.append_durable(b"\x01\x00not an event").unwrap();
     drop(log);
@@ -420,7 +421,7 @@ fn a_record_that_is_not_an_event_refuses_to_open_naming_its_sequence_number() {
 #[test]
 fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
     let storage = MemStorage::new();
-    drop(Ledger::open_on(Arc::new(storage.clone()), Config::default()).unwrap());
+    drop(Ledger::init_on(Arc::new(storage.clone()), Config::default()).unwrap());
     let (log, _) = Log::open(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let event = Event {
         schema: SCHEMA_VERSION,
@@ -428,6 +429,7 @@ fn an_event_numbered_for_another_place_in_the_log_refuses_to_open() {
         at: Timestamp::default(),
         kind: EventKind::Opened {
             accept_foreign_ids: false,
+            epoch: Some(7),
         },
     };
     log.append_durable(&event.encode().unwrap()).unwrap();
@@ -461,7 +463,7 @@ fn the_ledger_is_send_sync_and_cheap_to_clone() {
 #[test]
 fn a_second_ledger_on_the_same_directory_is_locked_out() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = Ledger::open(dir.path()).unwrap();
+    let _first = Ledger::init(dir.path()).unwrap();
     for config in both_replays(&Config::default()) {
         let error = Ledger::open_with(dir.path(), config).unwrap_err();
         assert!(
@@ -547,9 +549,7 @@ fn a_key_in_flight() -> (MemStorage, WithdrawalRequest, WithdrawalRequest) {
     let (w1, w2) = (f.withdrawal(), f.withdrawal());
     f.ledger()
         .submit("req-1", w1.clone(), |_| {
-            Err::<WithdrawalRequest, _>(payonce::SendFailure::<String>::Failed(
-                "timeout".to_owned(),
-            ))
+            Err::<WithdrawalRequest, _>(payonce::SendFailure::failed("timeout".to_owned()))
         })
         .unwrap_err();
     (f.storage.clone(), w1, w2)

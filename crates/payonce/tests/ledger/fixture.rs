@@ -40,7 +40,7 @@ impl Fixture {
             ..Config::default()
         };
         adjust(&mut config);
-        let ledger = Ledger::open_on(Arc::new(storage.clone()), config.clone()).unwrap();
+        let ledger = Ledger::init_on(Arc::new(storage.clone()), config.clone()).unwrap();
         Fixture {
             storage,
             clock,
@@ -186,6 +186,8 @@ impl std::fmt::Display for RailDown {
     }
 }
 
+impl std::error::Error for RailDown {}
+
 impl Rail {
     fn count(&self, request: &WithdrawalRequest) {
         *self
@@ -213,8 +215,7 @@ impl Rail {
     /// A send that succeeds with reference `0x<id>`.
     pub fn ok(
         &self,
-    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
-    {
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> + '_ {
         move |request| {
             self.count(request);
             Ok(sent(request, &format!("0x{}", request.id())))
@@ -224,19 +225,17 @@ impl Rail {
     /// A send that times out: the outcome is unknown.
     pub fn timeout(
         &self,
-    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
-    {
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> + '_ {
         move |request| {
             self.count(request);
-            Err(SendFailure::Failed(RailDown))
+            Err(SendFailure::failed(RailDown))
         }
     }
 
     /// A send the rail refuses cleanly.
     pub fn refuse(
         &self,
-    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure<RailDown>> + '_
-    {
+    ) -> impl FnOnce(&WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> + '_ {
         move |request| {
             self.count(request);
             Err(SendFailure::Rejected(

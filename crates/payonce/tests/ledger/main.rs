@@ -12,8 +12,11 @@ mod durability;
 mod fixture;
 mod logs;
 mod model;
+mod openings;
+mod outcomes;
 mod races;
 mod scenarios;
 mod schemas;
+mod times;
 
 pub use fixture::*;

@@ -26,6 +26,9 @@ enum Send {
     Refuse,
     /// The rail client panics before sending.
     Panic,
+    /// The rail client answers with the request it was given, approved:
+    /// not an outcome.
+    Unsettled,
 }
 
 #[derive(Debug, Clone)]
@@ -47,10 +50,22 @@ enum Op {
     Operator {
         key: usize,
     },
-    /// Anybody resolves a key with some state of a withdrawal.
+    /// Anybody resolves a key with some state of a withdrawal, settled or
+    /// not.
     Resolve {
         key: usize,
         withdrawal: usize,
+        ending: u8,
+    },
+    /// A later report of the rail for a key's outcome: confirmed, failed,
+    /// or bumped.
+    Advance {
+        key: usize,
+        how: u8,
+    },
+    /// An operator corrects a key's outcome.
+    Correct {
+        key: usize,
         ending: u8,
     },
     Reopen,
@@ -65,13 +80,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Send::FailBeforeSending),
         2 => Just(Send::Refuse),
         1 => Just(Send::Panic),
+        1 => Just(Send::Unsettled),
     ];
     prop_oneof![
         2 => (1..3u8).prop_map(|amount| Op::Create { amount }),
         6 => (key.clone(), withdrawal.clone(), send).prop_map(|(key, withdrawal, send)| Op::Submit { key, withdrawal, send }),
         1 => (key.clone(), withdrawal.clone()).prop_map(|(key, withdrawal)| Op::Record { key, withdrawal }),
         2 => key.clone().prop_map(|key| Op::Operator { key }),
-        1 => (key, withdrawal, 0..3u8).prop_map(|(key, withdrawal, ending)| Op::Resolve { key, withdrawal, ending }),
+        1 => (key.clone(), withdrawal, 0..4u8).prop_map(|(key, withdrawal, ending)| Op::Resolve { key, withdrawal, ending }),
+        2 => (key.clone(), 0..4u8).prop_map(|(key, how)| Op::Advance { key, how }),
+        1 => (key, 0..4u8).prop_map(|(key, ending)| Op::Correct { key, ending }),
         1 => Just(Op::Reopen),
     ]
 }
@@ -85,14 +103,18 @@ enum Answer {
     Rejected,
     SendFailed,
     Panicked,
+    /// The send answered with a withdrawal that is not an outcome.
+    Unsettled,
 }
 
-/// The seed's `Submissions`, plus holds and minted ids, in plain maps.
+/// The seed's `Submissions`, plus holds, captured funds and minted ids, in
+/// plain maps.
 #[derive(Default)]
 struct Model {
     records: HashMap<String, (Fingerprint, Option<WithdrawalRequest>)>,
     claims: HashMap<WithdrawalId, String>,
     holds: HashSet<WithdrawalId>,
+    captured: HashSet<WithdrawalId>,
 }
 
 impl Model {
@@ -126,15 +148,24 @@ impl Model {
         if let Some(record) = self.records.get_mut(key) {
             record.1 = Some(outcome.clone());
         }
-        if matches!(
-            outcome.state(),
-            WithdrawalState::Sent
-                | WithdrawalState::Confirmed
-                | WithdrawalState::Failed
-                | WithdrawalState::Rejected
-        ) {
-            self.holds.remove(outcome.id());
+        let id = outcome.id();
+        match outcome.state() {
+            WithdrawalState::Sent | WithdrawalState::Confirmed => {
+                self.holds.remove(id);
+                self.captured.insert(id.clone());
+            }
+            WithdrawalState::Failed | WithdrawalState::Rejected => {
+                self.holds.remove(id);
+                self.captured.remove(id);
+            }
+            _ => {}
         }
+    }
+
+    /// The recorded outcome of `key`, which a later report or a
+    /// correction replaces.
+    fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
+        self.records.get(key)?.1.clone()
     }
 }
 
@@ -187,6 +218,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                     Answer::Rejected
                                 }
                                 Send::Panic => Answer::Panicked,
+                                Send::Unsettled => Answer::Unsettled,
                             }
                         }
                     },
@@ -207,12 +239,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Ok(sent(request, &format!("0x{}-{key}", request.id())))
                             }
                             Send::TimeoutAfterSending | Send::FailBeforeSending => {
-                                Err(SendFailure::Failed("timed out"))
+                                Err(SendFailure::failed("timed out"))
                             }
                             Send::Refuse => {
                                 Err(SendFailure::Rejected(Reason::new("no funds").unwrap()))
                             }
                             Send::Panic => panic!("rail client bug"),
+                            Send::Unsettled => Ok(request.approve().unwrap()),
                         }
                     })
                 }));
@@ -221,6 +254,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Ok(Ok(outcome)) => Answer::Outcome(Box::new(outcome)),
                     Ok(Err(SubmitError::Rejected { .. })) => Answer::Rejected,
                     Ok(Err(SubmitError::Send(_))) => Answer::SendFailed,
+                    Ok(Err(error))
+                        if matches!(error.refusal(), Some(payonce::Refusal::Unsettled { .. })) =>
+                    {
+                        Answer::Unsettled
+                    }
                     Ok(Err(error)) => Answer::Refused(error.refusal_kind().expect("a refusal")),
                 };
                 prop_assert_eq!(&answer, &expected, "submit {} {}", key, w.id());
@@ -292,17 +330,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     continue;
                 };
                 let key = KEYS[key];
-                let outcome = match ending {
-                    0 => sent(&w, &format!("0xr-{}", w.id())),
-                    1 => sent(&w, &format!("0xr-{}", w.id())).confirm().unwrap(),
-                    _ => w
-                        .approve()
-                        .unwrap()
-                        .fail(Reason::new("rail says failed").unwrap())
-                        .unwrap(),
-                };
+                let outcome = ending_of(&w, ending);
                 let fingerprint = w.fingerprint();
                 let expected = match model.records.get(key).cloned() {
+                    _ if !outcome.state().is_settled() => Answer::Refused(RefusalKind::Conflict),
                     None => match model.take(key, &fingerprint) {
                         Err(answer) => answer,
                         Ok(()) => {
@@ -325,6 +356,62 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Err(error) => Answer::Refused(error.refusal_kind().expect("a refusal")),
                 };
                 prop_assert_eq!(answer, expected, "resolve {}", key);
+            }
+            Op::Advance { key, how } => {
+                let key = KEYS[key];
+                let Some(recorded) = model.outcome(key) else {
+                    let answer = f.ledger().advance(key, &some_outcome(&withdrawals));
+                    prop_assert!(answer.is_err(), "advance of {} without an outcome", key);
+                    continue;
+                };
+                let later = match how {
+                    0 => recorded.confirm().ok(),
+                    1 => recorded
+                        .fail(Reason::new("failed on the rail").unwrap())
+                        .ok(),
+                    2 => recorded
+                        .bump(payonce_model::Reference::new(format!("0xb-{key}")).unwrap())
+                        .ok(),
+                    _ => Some(recorded.clone()),
+                };
+                let later = later.unwrap_or_else(|| ending_of(&recorded, 3));
+                let expected = if !later.state().is_settled() {
+                    Answer::Refused(RefusalKind::Conflict)
+                } else if later == recorded {
+                    Answer::Done
+                } else if recorded.advance_to(&later).is_some() {
+                    model.settle(key, &later);
+                    Answer::Done
+                } else {
+                    Answer::Refused(RefusalKind::Conflict)
+                };
+                let answer = match f.ledger().advance(key, &later) {
+                    Ok(()) => Answer::Done,
+                    Err(error) => Answer::Refused(error.refusal_kind().expect("a refusal")),
+                };
+                prop_assert_eq!(answer, expected, "advance {}", key);
+            }
+            Op::Correct { key, ending } => {
+                let key = KEYS[key];
+                let Some(recorded) = model.outcome(key) else {
+                    let answer = f
+                        .ledger()
+                        .correct(key, &some_outcome(&withdrawals), "n", "ops");
+                    prop_assert!(answer.is_err(), "correct of {} without an outcome", key);
+                    continue;
+                };
+                let right = ending_of(&recorded, ending);
+                let expected = if !right.state().is_settled() {
+                    Answer::Refused(RefusalKind::Conflict)
+                } else {
+                    model.settle(key, &right);
+                    Answer::Done
+                };
+                let answer = match f.ledger().correct(key, &right, "recorded in error", "ops") {
+                    Ok(()) => Answer::Done,
+                    Err(error) => Answer::Refused(error.refusal_kind().expect("a refusal")),
+                };
+                prop_assert_eq!(answer, expected, "correct {}", key);
             }
             Op::Reopen => f.assert_same_after_reopen(KEYS, &withdrawals.iter().collect::<Vec<_>>()),
         }
@@ -349,6 +436,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 "hold of {}",
                 w.id()
             );
+            prop_assert_eq!(
+                f.ledger().captured(w.id()).is_some(),
+                model.captured.contains(w.id()),
+                "captured funds of {}",
+                w.id()
+            );
             prop_assert!(
                 moved.get(w.id()).copied().unwrap_or(0) <= 1,
                 "{} left custody twice",
@@ -357,6 +450,48 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
+}
+
+/// Withdrawal `w` (any state of it: only its fingerprint counts) ended
+/// the way `ending` says: sent, confirmed, failed, or (3) approved, which is
+/// not an outcome.
+fn ending_of(w: &WithdrawalRequest, ending: u8) -> WithdrawalRequest {
+    let requested = WithdrawalRequest::new(
+        w.id().clone(),
+        w.amount(),
+        w.currency().clone(),
+        w.destination().clone(),
+        w.requested_by().clone(),
+    );
+    match ending {
+        0 => sent(&requested, &format!("0xr-{}", w.id())),
+        1 => sent(&requested, &format!("0xr-{}", w.id()))
+            .confirm()
+            .unwrap(),
+        2 => requested
+            .approve()
+            .unwrap()
+            .fail(Reason::new("rail says failed").unwrap())
+            .unwrap(),
+        _ => requested.approve().unwrap(),
+    }
+}
+
+/// An outcome of some withdrawal, for asking about a key with none.
+fn some_outcome(withdrawals: &[WithdrawalRequest]) -> WithdrawalRequest {
+    match withdrawals.first() {
+        Some(w) => ending_of(w, 0),
+        None => ending_of(
+            &WithdrawalRequest::new(
+                "w-none".parse().unwrap(),
+                "1".parse().unwrap(),
+                "USDC".parse().unwrap(),
+                "0xabc".parse().unwrap(),
+                "alice".parse().unwrap(),
+            ),
+            0,
+        ),
+    }
 }
 
 proptest! {

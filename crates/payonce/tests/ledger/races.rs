@@ -45,7 +45,7 @@ impl Answered {
 
 fn durable_ledger() -> (tempfile::TempDir, Ledger, WithdrawalRequest) {
     let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path()).unwrap();
+    let ledger = Ledger::init(dir.path()).unwrap();
     let w = ledger
         .create(payonce::NewWithdrawal {
             amount: "25".parse().unwrap(),

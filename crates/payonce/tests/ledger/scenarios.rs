@@ -489,11 +489,11 @@ fn a_panicking_send_keeps_the_key_claimed() {
     let w = f.withdrawal();
 
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = f.ledger().submit(
-            "req-1",
-            w.clone(),
-            |_| -> Result<_, payonce::SendFailure<crate::RailDown>> { panic!("rail client bug") },
-        );
+        let _ = f
+            .ledger()
+            .submit("req-1", w.clone(), |_| -> Result<_, payonce::SendFailure> {
+                panic!("rail client bug")
+            });
     }));
 
     assert!(panicked.is_err(), "the panic propagates");
@@ -761,10 +761,7 @@ fn the_two_phase_api_records_what_the_send_did() {
     assert_eq!(ticket.key().as_str(), "req-1");
     let outcome = sent(ticket.request(), "0xasync");
 
-    let recorded = f
-        .ledger()
-        .complete::<crate::RailDown>(ticket, Ok(outcome.clone()))
-        .unwrap();
+    let recorded = f.ledger().complete(ticket, Ok(outcome.clone())).unwrap();
 
     assert_eq!(recorded, outcome);
     let replay = f.ledger().claim("req-1", w).unwrap();
@@ -779,7 +776,7 @@ fn a_send_that_returns_another_withdrawal_is_a_conflict_and_the_key_stays_in_fli
     let error = f
         .ledger()
         .submit("req-1", w.clone(), |_| {
-            Ok::<_, payonce::SendFailure<crate::RailDown>>(sent(&other, "0x9"))
+            Ok::<_, payonce::SendFailure>(sent(&other, "0x9"))
         })
         .unwrap_err();
 
