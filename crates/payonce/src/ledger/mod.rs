@@ -26,7 +26,7 @@ use self::shared::{Round, Shared};
 pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
 use crate::decide::{self, Answer, Returned};
-use crate::error::{LedgerError, SendFailure, SubmitError};
+use crate::error::{LedgerError, SendFailure, StoreError, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
@@ -257,6 +257,22 @@ impl Ledger {
         }
     }
 
+    /// Opens a ledger on a shared log for an operator: replays it,
+    /// re-deriving every decision, and writes as no worker, so it resolves,
+    /// corrects, releases and ends sessions, but claims nothing (a claim
+    /// needs a worker whose next start ends its send). A log with no
+    /// ledger in it is refused ([`LedgerError::NoLog`]).
+    pub fn attach_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
+        let state = shared::rebuild(&*log)?;
+        if state.last_seq() == 0 {
+            return Err(LedgerError::NoLog {
+                dir: format!("{log:?}"),
+                found: Vec::new(),
+            });
+        }
+        Ok(Ledger::on_shared(log, None, state, config))
+    }
+
     fn on_shared(
         log: Arc<dyn SharedLog>,
         worker: Option<WorkerName>,
@@ -421,6 +437,12 @@ impl Ledger {
             request: request.clone(),
         };
         let worker = self.worker().cloned();
+        if self.shared().is_some() && worker.is_none() {
+            return Err(LedgerError::Store(StoreError::Unsafe {
+                detail: "a ledger opened for an operator claims nothing: open it as a worker"
+                    .to_owned(),
+            }));
+        }
         let decided = |state: &State| decide::claim(state, &key, request, worker.as_ref());
         match self.execute(&command, decided)? {
             Executed::Appended { seq, .. } => {

@@ -1,0 +1,138 @@
+//! The connection lost under a batch: no send without a committed claim.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use payonce::{Appended, Claim, Ledger, LedgerError, SharedLog, SharedRecord, StoreError};
+use payonce_model::WorkerName;
+use payonce_postgres::{PgLog, Role};
+
+use crate::{config, database, new_withdrawal, sent};
+
+/// A worker's log whose connection is terminated by the server
+/// (`pg_terminate_backend`) after the next batch's inserts are sent, before
+/// its commit.
+#[derive(Debug)]
+struct Terminating {
+    log: PgLog,
+    url: String,
+    armed: AtomicBool,
+}
+
+impl SharedLog for Terminating {
+    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
+        self.log.read(after, limit)
+    }
+    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
+        let records = self.log.begin(after)?;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let mut admin = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+            admin
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                     AND backend_type = 'client backend'",
+                    &[],
+                )
+                .unwrap();
+        }
+        Ok(records)
+    }
+    fn commit(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        self.log.commit(batch)
+    }
+}
+
+#[test]
+fn a_connection_terminated_mid_transaction_grants_nothing_and_the_worker_goes_on() {
+    // Guards against a claim granted, and its send run, on a transaction the server never committed.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = WorkerName::new("api-1").unwrap();
+    let log = Arc::new(Terminating {
+        log: PgLog::connect(&url, Role::Worker(worker.clone())).unwrap(),
+        url: url.clone(),
+        armed: AtomicBool::new(false),
+    });
+    let ledger = Ledger::open_shared(log.clone(), worker, config()).unwrap();
+    let w = ledger.create(new_withdrawal("10")).unwrap();
+
+    log.armed.store(true, Ordering::SeqCst);
+    let error = ledger.claim("k-1", &w).unwrap_err();
+    assert!(matches!(error, LedgerError::Store(_)), "{error}");
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert_eq!(
+        report.state.claimed_by(w.id()),
+        None,
+        "the claim was not committed"
+    );
+
+    // The worker connects again (and takes its lock again) and goes on.
+    let Claim::Granted(ticket) = ledger.claim("k-1", &w).unwrap() else {
+        panic!("the key is free")
+    };
+    let outcome = sent(ticket.request(), "0x1");
+    ledger.complete(ticket, Ok(outcome.clone())).unwrap();
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    assert_eq!(report.state.outcome("k-1"), Some(outcome));
+}
+
+/// A log whose next commit lands but whose answer is lost.
+#[derive(Debug)]
+struct LostAnswer {
+    log: PgLog,
+    armed: AtomicBool,
+}
+
+impl SharedLog for LostAnswer {
+    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
+        self.log.read(after, limit)
+    }
+    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
+        self.log.begin(after)
+    }
+    fn commit(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        self.log.commit(batch)?;
+        match self.armed.swap(false, Ordering::SeqCst) {
+            true => Err(StoreError::Unknown {
+                detail: "the answer was lost".to_owned(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn a_claim_whose_commit_answer_was_lost_is_not_granted_and_recorded_as_never_sent() {
+    // Guards against a key stuck as "send running" in a live worker that never sent it.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = WorkerName::new("api-1").unwrap();
+    let log = Arc::new(LostAnswer {
+        log: PgLog::connect(&url, Role::Worker(worker.clone())).unwrap(),
+        armed: AtomicBool::new(false),
+    });
+    let ledger = Ledger::open_shared(log.clone(), worker, config()).unwrap();
+    let w = ledger.create(new_withdrawal("10")).unwrap();
+    log.armed.store(true, Ordering::SeqCst);
+    assert!(ledger.claim("k-1", &w).is_err(), "not granted");
+
+    // The next decision rebuilds the state, finds the claim, and records
+    // that its send never ran.
+    drop(ledger.create(new_withdrawal("1")).unwrap());
+    let in_flight = ledger.in_flight();
+    assert_eq!(in_flight.len(), 1);
+    assert!(!in_flight[0].send_running, "no send runs for it");
+    assert!(
+        in_flight[0]
+            .last_error
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .contains("no send ran")
+    );
+    ledger.release("k-1", "never sent", "ops").unwrap();
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+}
