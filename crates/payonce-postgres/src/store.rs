@@ -309,6 +309,25 @@ impl PgLog {
     }
 }
 
+impl Drop for PgLog {
+    /// Lets the worker's lock go before the connection closes: the server
+    /// would let it go only once it notices the connection is gone, and a
+    /// restart at once would find it held.
+    fn drop(&mut self) {
+        let Some(worker) = self.role.locked() else {
+            return;
+        };
+        if let Ok(mut connection) = self.connection.lock()
+            && let Some(client) = connection.client.as_mut()
+        {
+            let _ = client.execute(
+                "SELECT pg_advisory_unlock($1, hashtext($2))",
+                &[&WORKER_LOCK_CLASS, &worker.as_str()],
+            );
+        }
+    }
+}
+
 /// The connection of a batch under way: never made again in the middle of
 /// one, whose transaction a lost connection ended.
 fn live(connection: &mut Connection) -> Result<&mut Client, StoreError> {
