@@ -1,0 +1,74 @@
+//! The commands only a PostgreSQL ledger has: `migrate`, which applies the
+//! schema, and `end-session`, an operator's "this worker is gone".
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use payonce::LedgerError;
+use payonce_postgres::Migrated;
+use tracing::info;
+
+use crate::cli::{EndSessionArgs, MigrateArgs};
+use crate::env::{Env, Status};
+use crate::error::{CliError, WriteStep};
+use crate::escape::Echo;
+use crate::operator::{note_argument, operator};
+
+/// Refuses anything but a PostgreSQL URL, and gives it as it is shown.
+fn url_argument(url: &str) -> Result<PathBuf, CliError> {
+    match payonce_postgres::is_url(url) {
+        true => Ok(PathBuf::from(payonce_postgres::redacted(url))),
+        false => Err(CliError::Usage {
+            message: format!(
+                "{} is not a PostgreSQL URL: give postgres://... or postgresql://...",
+                Echo(url)
+            ),
+        }),
+    }
+}
+
+/// `payonce migrate URL`.
+pub(crate) fn migrate(args: &MigrateArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let migrated = payonce_postgres::migrate(&args.url)
+        .map_err(|error| CliError::from_writer(&shown, WriteStep::Recording, error.into()))?;
+    let version = payonce_postgres::SCHEMA_VERSION;
+    let words = match migrated {
+        Migrated::Created => format!("created the payonce schema, version {version}"),
+        Migrated::Current => format!("the payonce schema is at version {version}: nothing to do"),
+    };
+    info!(?migrated, version, "migrated");
+    writeln!(out, "{words} in {}", shown.display()).map_err(CliError::output)?;
+    Ok(Status::Clean)
+}
+
+/// `payonce end-session URL WORKER --note TEXT [--by NAME]`.
+pub(crate) fn end_session(
+    args: &EndSessionArgs,
+    env: &Env,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let note = note_argument(&args.note)?;
+    let by = operator(args.by.as_deref(), env)?;
+    payonce_postgres::end_session(&args.url, &args.worker, note.as_str(), by.as_str()).map_err(
+        |error| match error {
+            LedgerError::Invalid(error) => CliError::InvalidArgument {
+                argument: "WORKER",
+                value: args.worker.clone(),
+                error,
+            },
+            error => CliError::from_writer(&shown, WriteStep::Recording, error),
+        },
+    )?;
+    info!(worker = %args.worker, by = %by, "session ended by an operator");
+    writeln!(
+        out,
+        "ended the session of worker {} by {}: its sends are over, and the keys it left in \
+         flight can be resolved or released",
+        Echo(&args.worker),
+        Echo(&by)
+    )
+    .map_err(CliError::output)?;
+    Ok(Status::Clean)
+}
