@@ -290,11 +290,7 @@ impl LogDir {
 
     /// [`LogDir::walk`] on a PostgreSQL ledger: its snapshot, every
     /// batch's chain checked as it is read. There is never a torn tail.
-    fn walk_postgres(
-        &self,
-        from: u64,
-        visit: &mut Visit<'_>,
-    ) -> Result<Walked, CliError> {
+    fn walk_postgres(&self, from: u64, visit: &mut Visit<'_>) -> Result<Walked, CliError> {
         let Source::Postgres(snapshot) = &self.source else {
             unreachable!("called for a PostgreSQL ledger")
         };

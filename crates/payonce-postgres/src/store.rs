@@ -36,6 +36,10 @@ pub const LOCK_CLASS: i32 = 0x706f_6e63;
 /// worker from a live one.
 pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
 
+/// How long a worker waits at its start for its lock, which the process
+/// it replaces may hold until the server notices that process is gone.
+const LOCK_TIMEOUT: &str = "2s";
+
 /// How long a worker that lost its connection waits to take its own lock
 /// again, which its old connection may hold until the server notices it
 /// is gone.
@@ -94,35 +98,27 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
     Ok(client)
 }
 
-/// Takes `worker`'s lock on `client`: at once, or, after a lost connection
-/// (`wait`), as soon as the old connection lets it go.
-fn lock_worker(client: &mut Client, worker: &WorkerName, wait: bool) -> Result<(), StoreError> {
-    let taken = match wait {
-        false => client
-            .query_one(
-                "SELECT pg_try_advisory_lock($1, hashtext($2))",
-                &[&WORKER_LOCK_CLASS, &worker.as_str()],
-            )
-            .map_err(failed)?
-            .get::<_, bool>(0),
-        true => {
-            client
-                .batch_execute(&format!("SET lock_timeout = '{RELOCK_TIMEOUT}'"))
-                .map_err(failed)?;
-            let locked = client.execute(
-                "SELECT pg_advisory_lock($1, hashtext($2))",
-                &[&WORKER_LOCK_CLASS, &worker.as_str()],
-            );
-            client.batch_execute("RESET lock_timeout").map_err(failed)?;
-            locked.is_ok()
+/// Takes `worker`'s lock on `client`, waiting at most `wait` (a
+/// PostgreSQL interval) for a connection that holds it to go: the server
+/// lets the lock of a killed process go once it notices, a moment later.
+fn lock_worker(client: &mut Client, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
+    client
+        .batch_execute(&format!("SET lock_timeout = '{wait}'"))
+        .map_err(failed)?;
+    let locked = client.execute(
+        "SELECT pg_advisory_lock($1, hashtext($2))",
+        &[&WORKER_LOCK_CLASS, &worker.as_str()],
+    );
+    client.batch_execute("RESET lock_timeout").map_err(failed)?;
+    match locked {
+        Ok(_) => Ok(()),
+        Err(error) if error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            Err(unsafe_store(format!(
+                "another process runs as worker {worker} (it holds the worker's lock): give each \
+                 process its own worker name, or stop the other one first"
+            )))
         }
-    };
-    match taken {
-        true => Ok(()),
-        false => Err(unsafe_store(format!(
-            "another process runs as worker {worker} (it holds the worker's lock): give each \
-             process its own worker name, or stop the other one first"
-        ))),
+        Err(error) => Err(failed(error)),
     }
 }
 
@@ -133,7 +129,7 @@ impl PgLog {
     pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
         let mut client = connect(url)?;
         if let Some(worker) = role.locked() {
-            lock_worker(&mut client, worker, false)?;
+            lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
         }
         Ok(PgLog {
             url: url.to_owned(),
@@ -172,7 +168,7 @@ impl PgLog {
             connection.client = None;
             let mut client = connect(&self.url)?;
             if let Some(worker) = self.role.locked() {
-                lock_worker(&mut client, worker, true)?;
+                lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
             }
             info!(log = ?self, "connected again");
             connection.client = Some(client);
