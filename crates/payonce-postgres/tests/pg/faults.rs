@@ -136,3 +136,99 @@ fn a_claim_whose_commit_answer_was_lost_is_not_granted_and_recorded_as_never_sen
     let (report, _) = payonce_postgres::verify(&url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
 }
+
+/// What the rail and the clients of the load saw.
+#[derive(Default)]
+struct Seen {
+    /// By withdrawal: the keys whose send went out.
+    sends: std::collections::HashMap<String, Vec<String>>,
+    /// Key and reference of every acknowledged outcome.
+    acks: Vec<(String, String)>,
+    /// Whether the server is up again after its crash.
+    restarted: bool,
+}
+
+#[test]
+fn postgres_stopped_immediately_under_load_loses_no_acknowledged_outcome_and_sends_nothing_twice() {
+    // Guards against a server crash under load turning an unknown commit into a second send, or losing an outcome a client was given.
+    use std::sync::{Condvar, Mutex};
+    let cluster = match payonce_postgres::cluster::Cluster::start() {
+        Ok(cluster) => cluster,
+        Err(error) if payonce_postgres::cluster::required() => panic!("{error}"),
+        Err(error) => return payonce_postgres::cluster::shout(&format!("SKIPPING: {error}")),
+    };
+    let url = cluster.database().unwrap();
+    payonce_postgres::migrate(&url).unwrap();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let setup = payonce_postgres::open(&url, "setup", config()).unwrap();
+    let withdrawals: Vec<_> = (0..60)
+        .map(|_| setup.create(new_withdrawal("3")).unwrap())
+        .collect();
+    drop(setup);
+    let workers: Vec<Ledger> = (0..2)
+        .map(|n| payonce_postgres::open(&url, &format!("api-{n}"), config()).unwrap())
+        .collect();
+    let seen = Mutex::new(Seen::default());
+    let turn = Condvar::new();
+    std::thread::scope(|scope| {
+        for (n, worker) in workers.iter().enumerate() {
+            for thread in 0..3 {
+                let (seen, turn, withdrawals) = (&seen, &turn, &withdrawals);
+                scope.spawn(move || {
+                    for request in withdrawals {
+                        let key = format!("api-{n}-t{thread}-{}", request.id());
+                        loop {
+                            let result = worker.submit(&key, request, |request| {
+                                let mut seen = seen.lock().unwrap();
+                                let sends = seen.sends.entry(request.id().to_string()).or_default();
+                                sends.push(key.clone());
+                                Ok(sent(request, &format!("0x{key}")))
+                            });
+                            let mut seen = seen.lock().unwrap();
+                            match result {
+                                Ok(outcome) => {
+                                    let reference = outcome.reference().unwrap().to_string();
+                                    seen.acks.push((key.clone(), reference));
+                                    turn.notify_all();
+                                }
+                                Err(error) if error.refusal().is_some() => {}
+                                // The server is down: try again once it is up.
+                                Err(_) if !seen.restarted => {
+                                    drop(turn.wait_while(seen, |seen| !seen.restarted).unwrap());
+                                    continue;
+                                }
+                                Err(error) => panic!("after the restart: {error}"),
+                            }
+                            break;
+                        }
+                    }
+                });
+            }
+        }
+        let seen_now = turn
+            .wait_while(seen.lock().unwrap(), |seen| seen.acks.len() < 10)
+            .unwrap();
+        drop(seen_now);
+        cluster.stop_immediate().unwrap();
+        cluster.start_server().unwrap();
+        seen.lock().unwrap().restarted = true;
+        turn.notify_all();
+    });
+    drop(workers);
+
+    let seen = seen.into_inner().unwrap();
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let state = &report.state;
+    for (withdrawal, keys) in &seen.sends {
+        assert_eq!(keys.len(), 1, "{withdrawal} sent for {keys:?}");
+        assert_eq!(state.claimed_by(withdrawal).unwrap().as_str(), keys[0]);
+    }
+    for (key, reference) in &seen.acks {
+        let outcome = state
+            .outcome(key)
+            .unwrap_or_else(|| panic!("{key}'s outcome is gone"));
+        assert_eq!(outcome.reference().unwrap().as_str(), reference);
+    }
+    assert!(seen.acks.len() >= 10, "the load ran");
+}

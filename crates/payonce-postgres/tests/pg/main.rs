@@ -11,6 +11,7 @@
 
 mod faults;
 mod ledger;
+mod same;
 mod schema;
 
 use payonce::{Config, ManualClock, NewWithdrawal, Timestamp};
