@@ -58,7 +58,8 @@ impl Cli {
             CliCommand::Index(_)
             | CliCommand::Demo(_)
             | CliCommand::Migrate(_)
-            | CliCommand::EndSession(_) => false,
+            | CliCommand::EndSession(_)
+            | CliCommand::DemoWorker(_) => false,
         }
     }
 }
@@ -177,6 +178,10 @@ pub enum CliCommand {
     /// restarts ends its own earlier session itself.
     #[command(after_help = EXIT_CODES)]
     EndSession(EndSessionArgs),
+    /// One worker process of `demo --postgres`: waits for a line on its
+    /// standard input, then submits its withdrawals.
+    #[command(hide = true)]
+    DemoWorker(DemoWorkerArgs),
 }
 
 /// `payonce migrate`.
@@ -365,5 +370,25 @@ pub struct IndexArgs {
 pub struct DemoArgs {
     /// Where to create the ledger: a new or empty directory (default: a new
     /// directory under the system's temporary directory).
+    #[arg(conflicts_with = "postgres")]
     pub dir: Option<PathBuf>,
+    /// Play it on a PostgreSQL database instead (the schema is applied if
+    /// missing; the database must hold no ledger yet), with worker
+    /// processes racing on the same withdrawals.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+}
+
+/// `payonce demo-worker`: one worker process of `demo --postgres`.
+#[derive(Debug, Args)]
+pub struct DemoWorkerArgs {
+    /// The ledger's URL.
+    pub url: String,
+    /// The worker's name.
+    pub worker: String,
+    /// The time its events are stamped with (nanoseconds since the Unix
+    /// epoch): the story's clock, so the log's times never go backwards.
+    pub at_unix_nanos: u64,
+    /// The withdrawals to submit, as JSON.
+    pub withdrawals: Vec<String>,
 }

@@ -56,6 +56,7 @@ mod attribution;
 mod audit;
 mod cli;
 mod demo;
+mod demo_race;
 mod duration;
 mod env;
 mod error;
@@ -74,10 +75,11 @@ mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
-    Cli, CliCommand, CorrectArgs, DemoArgs, EndSessionArgs, ExportArgs, HistoryArgs, IndexArgs,
-    InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs, VerifyArgs,
+    Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs,
+    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs,
+    VerifyArgs,
 };
-pub use crate::demo::{DemoReport, run_demo};
+pub use crate::demo::{DemoReport, run_demo, run_demo_postgres};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
 pub use crate::env::{Env, Status};
 pub use crate::error::{

@@ -110,3 +110,41 @@ fn every_audit_and_operator_command_takes_a_postgres_url() {
     let verify = payonce(&["verify", &url]);
     assert_eq!(verify.code, 0, "{}", verify.stdout);
 }
+
+#[test]
+fn the_demo_on_postgres_races_worker_processes_and_leaves_a_clean_ledger() {
+    // Guards against a demo whose workers send a withdrawal twice, or leave a log verify rejects.
+    let Some(cluster) = payonce_postgres::cluster::for_tests() else {
+        return;
+    };
+    let url = cluster.database().unwrap();
+    let demo = payonce(&["demo", "--postgres", &url]);
+    assert_eq!(demo.code, 0, "{}\n{}", demo.stdout, demo.stderr);
+    for expected in [
+        "Each withdrawal left custody exactly once.",
+        "every decision re-derived; every answer is the same.",
+        "0 in flight, held: none",
+    ] {
+        assert!(
+            demo.stdout.contains(expected),
+            "{expected:?} in\n{}",
+            demo.stdout
+        );
+    }
+    let raced: Vec<&str> = demo
+        .stdout
+        .lines()
+        .filter(|line| line.contains("1 transfer, by api-"))
+        .collect();
+    assert_eq!(raced.len(), 3, "{}", demo.stdout);
+    assert!(
+        raced
+            .iter()
+            .all(|line| line.contains("the 3 other workers were refused"))
+    );
+    let verify = payonce(&["verify", &url, "--json"]);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+    assert_eq!(verify.json()["clean"], true);
+    let again = payonce(&["demo", "--postgres", &url]);
+    assert_ne!(again.code, 0, "a database holding a ledger is refused");
+}

@@ -188,6 +188,34 @@ fn workers_mint_ids_unique_across_the_ledger_and_see_each_others_claims() {
 }
 
 #[test]
+fn a_worker_reads_another_workers_claims_once_it_refreshes() {
+    // Guards against a refresh that leaves a worker's reads behind the log, or applies an event twice.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let (a, b) = (
+        payonce_postgres::open(&url, "api-a", config()).unwrap(),
+        payonce_postgres::open(&url, "api-b", config()).unwrap(),
+    );
+    let w = b.create(new_withdrawal("3")).unwrap();
+    b.submit("k-b", &w, |r| Ok(sent(r, "0xb"))).unwrap();
+    assert_eq!(
+        a.claimed_by(w.id().as_str()),
+        None,
+        "reads are as of a's last batch"
+    );
+    a.refresh().unwrap();
+    assert_eq!(a.claimed_by(w.id().as_str()).unwrap().as_str(), "k-b");
+    assert_eq!(a.outcome("k-b"), b.outcome("k-b"));
+    assert_eq!(a.state(), b.state());
+    a.refresh().unwrap();
+    assert_eq!(
+        a.last_seq(),
+        b.last_seq(),
+        "a second refresh reads nothing more"
+    );
+}
+
+#[test]
 fn the_database_refuses_a_second_claim_whatever_a_workers_memory_says() {
     // Guards against one worker's wrong projection granting a withdrawal another key holds.
     let url = database!();

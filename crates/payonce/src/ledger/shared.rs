@@ -213,6 +213,38 @@ impl Ledger {
         self.shared().and_then(|shared| shared.worker.as_ref())
     }
 
+    /// Catches this worker's projection up on the events other workers
+    /// committed since its last batch, so that what it reads
+    /// ([`Ledger::outcome`], [`Ledger::claimed_by`], [`Ledger::state`] and
+    /// the rest) includes them; a worker's reads are otherwise as of its
+    /// last batch. Every event read is re-derived before it is applied. It
+    /// waits for a batch of this worker being decided or committed. On a
+    /// file ledger, whose one writer is this process, it does nothing.
+    pub fn refresh(&self) -> Result<(), LedgerError> {
+        let Some(shared) = self.shared() else {
+            return Ok(());
+        };
+        let mut round = self.lock_state()?;
+        while round.open.is_some() || round.committing {
+            round = shared.wait(round)?;
+        }
+        if round.stale {
+            round.state = rebuild(&*shared.log)?;
+            round.stale = false;
+            return Ok(());
+        }
+        loop {
+            let records = shared.log.read(round.state.last_seq(), READ_LEN_MAX)?;
+            if records.is_empty() {
+                return Ok(());
+            }
+            if let Err(error) = catch_up(&mut round.state, &records) {
+                round.stale = true;
+                return Err(error);
+            }
+        }
+    }
+
     /// Decides with `decide` in a batch of the shared log, and answers once
     /// the batch is committed: [`Ledger::execute_then`] for a shared
     /// ledger.
