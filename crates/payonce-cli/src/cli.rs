@@ -59,6 +59,7 @@ impl Cli {
             | CliCommand::Demo(_)
             | CliCommand::Migrate(_)
             | CliCommand::EndSession(_)
+            | CliCommand::Head(_)
             | CliCommand::DemoWorker(_) => false,
         }
     }
@@ -178,6 +179,15 @@ pub enum CliCommand {
     /// restarts ends its own earlier session itself.
     #[command(after_help = EXIT_CODES)]
     EndSession(EndSessionArgs),
+    /// The head of a PostgreSQL ledger, `SEQ:DIGEST`: its last committed
+    /// batch's last event and chain digest, after checking the whole chain.
+    ///
+    /// Store it outside the database (a ticket, a write-once bucket, a
+    /// signed message): whoever can rewrite the database cannot rewrite
+    /// it. With `--pinned`, checks that a head stored earlier is still in
+    /// the chain: exit code 1 if the log no longer passes through it.
+    #[command(after_help = EXIT_CODES)]
+    Head(HeadArgs),
     /// One worker process of `demo --postgres`: waits for a line on its
     /// standard input, then submits its withdrawals.
     #[command(hide = true)]
@@ -189,6 +199,17 @@ pub enum CliCommand {
 pub struct MigrateArgs {
     /// The database: a postgres:// or postgresql:// URL.
     pub url: String,
+}
+
+/// `payonce head`.
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    /// The ledger: a postgres:// or postgresql:// URL.
+    pub url: String,
+    /// A head printed earlier, `SEQ:DIGEST`: check the log still passes
+    /// through it.
+    #[arg(long, value_name = "SEQ:DIGEST")]
+    pub pinned: Option<String>,
 }
 
 /// `payonce end-session`.

@@ -75,7 +75,7 @@ mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
-    Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs,
+    Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs, HeadArgs,
     HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs,
     VerifyArgs,
 };

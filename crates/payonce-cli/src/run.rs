@@ -29,6 +29,7 @@ pub fn run(
         CliCommand::Demo(args) => demo::demo_command(&args, out),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),
+        CliCommand::Head(args) => shared::head(&args, out),
         CliCommand::DemoWorker(args) => demo_race::worker(&args, out),
     }?;
     out.flush().map_err(CliError::output)?;

@@ -1,14 +1,15 @@
 //! The commands only a PostgreSQL ledger has: `migrate`, which applies the
-//! schema, and `end-session`, an operator's "this worker is gone".
+//! schema, `end-session`, an operator's "this worker is gone", and `head`,
+//! the chain's head to pin outside the database.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use payonce::LedgerError;
-use payonce_postgres::Migrated;
+use payonce_postgres::{Head, Migrated};
 use tracing::info;
 
-use crate::cli::{EndSessionArgs, MigrateArgs};
+use crate::cli::{EndSessionArgs, HeadArgs, MigrateArgs};
 use crate::env::{Env, Status};
 use crate::error::{CliError, WriteStep};
 use crate::escape::Echo;
@@ -71,4 +72,44 @@ pub(crate) fn end_session(
     )
     .map_err(CliError::output)?;
     Ok(Status::Clean)
+}
+
+/// `payonce head URL [--pinned SEQ:DIGEST]`.
+pub(crate) fn head(args: &HeadArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let pinned = match &args.pinned {
+        Some(text) => Some(text.parse::<Head>().map_err(|_| CliError::Usage {
+            message: format!(
+                "--pinned {}: a head is SEQ:DIGEST, a sequence number and 64 lowercase hex \
+                     digits, as `payonce head` prints it",
+                Echo(text)
+            ),
+        })?),
+        None => None,
+    };
+    let read = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
+    let head = payonce_postgres::head(&args.url).map_err(read)?;
+    writeln!(out, "{head}").map_err(CliError::output)?;
+    let Some(pinned) = pinned else {
+        return Ok(Status::Clean);
+    };
+    let found = payonce_postgres::head_at(&args.url, pinned.seq).map_err(read)?;
+    let line = match found {
+        Some(found) if found == pinned => {
+            format!("the log passes through the pinned head {pinned}")
+        }
+        Some(found) => format!(
+            "PINNED HEAD NOT FOUND: the batch ending at {} has digest {}, not {}: the log was \
+             rewritten",
+            pinned.seq, found.digest, pinned.digest
+        ),
+        None => format!(
+            "PINNED HEAD NOT FOUND: no batch of the log ends at event {}: the log was rewound \
+             or rewritten",
+            pinned.seq
+        ),
+    };
+    info!(%head, %pinned, kept = found == Some(pinned), "head checked against a pin");
+    writeln!(out, "{line}").map_err(CliError::output)?;
+    Ok(Status::problem_if(found != Some(pinned)))
 }

@@ -155,6 +155,25 @@ pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
     Ok((report, head))
 }
 
+/// The head of the batch of the ledger at `url` that ends at event `seq`,
+/// after checking the chain up to it: what a head pinned earlier is
+/// compared with. `None` if no batch ends there (the log is shorter, or
+/// `seq` is inside a batch).
+pub fn head_at(url: &str, seq: u64) -> Result<Option<Head>, StoreError> {
+    let mut snapshot = Snapshot::open(url)?;
+    let head = snapshot
+        .walk(|at, _| {
+            Ok::<_, StoreError>(match at >= seq {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            })
+        })
+        .map_err(|error| match error {
+            WalkError::Store(error) | WalkError::Visit(error) => error,
+        })?;
+    Ok((head.seq == seq).then_some(head))
+}
+
 /// The head of the ledger at `url`: the last committed batch's last
 /// sequence number and chain digest, after checking the whole chain. What
 /// `payonce head URL` prints, to pin the log outside the database.

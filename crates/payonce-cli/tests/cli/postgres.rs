@@ -148,3 +148,50 @@ fn the_demo_on_postgres_races_worker_processes_and_leaves_a_clean_ledger() {
     let again = payonce(&["demo", "--postgres", &url]);
     assert_ne!(again.code, 0, "a database holding a ledger is refused");
 }
+
+#[test]
+fn head_prints_the_chain_head_and_checks_a_pinned_one() {
+    // Guards against a head that does not pin the log: a pin the log no longer passes through must fail.
+    let Some(url) = payonce_postgres::cluster::test_database() else {
+        return;
+    };
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let paid = new_withdrawal(&worker, "25");
+    worker.submit("k-1", &paid, |r| Ok(sent(r, "0x1"))).unwrap();
+    let head = payonce(&["head", &url]);
+    assert_eq!(head.code, 0, "{}", head.stderr);
+    let pinned = head.stdout.trim().to_owned();
+    assert_eq!(pinned, payonce_postgres::head(&url).unwrap().to_string());
+    let (seq, digest) = pinned.split_once(':').unwrap();
+    assert_eq!(digest.len(), 64);
+
+    // More events: the log still passes through the pin.
+    let more = new_withdrawal(&worker, "30");
+    worker.submit("k-2", &more, |r| Ok(sent(r, "0x2"))).unwrap();
+    let later = payonce(&["head", &url, "--pinned", &pinned]);
+    assert_eq!(later.code, 0, "{}", later.stdout);
+    assert_ne!(later.stdout.lines().next().unwrap(), pinned);
+    assert!(later.stdout.contains("passes through the pinned head"));
+
+    // A pin whose digest the log does not have, or at no batch's end.
+    let flipped = match digest.as_bytes()[0] {
+        b'0' => format!("{seq}:1{}", &digest[1..]),
+        _ => format!("{seq}:0{}", &digest[1..]),
+    };
+    let beyond = format!("{}:{digest}", 1_000_000);
+    for pin in [flipped, beyond] {
+        let checked = payonce(&["head", &url, "--pinned", &pin]);
+        assert_eq!(checked.code, 1, "{pin}: {}", checked.stdout);
+        assert!(
+            checked.stdout.contains("PINNED HEAD NOT FOUND"),
+            "{}",
+            checked.stdout
+        );
+    }
+    let bad = payonce(&["head", &url, "--pinned", "12:zz"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let not_url = payonce(&["head", dir.path().to_str().unwrap()]);
+    assert_eq!(not_url.code, 2, "{}", not_url.stderr);
+}
