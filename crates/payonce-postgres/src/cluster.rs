@@ -175,6 +175,14 @@ impl Cluster {
             .arg(&cluster.data)
             .args(["-U", "postgres", "-A", "trust", "--no-sync"]);
         run("initdb", initdb)?;
+        // In the configuration file rather than on the command line, which
+        // would win over `ALTER SYSTEM`: a test turns them off that way.
+        let conf = cluster.data.join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut file| file.write_all(b"\nfsync = on\nsynchronous_commit = on\n"))
+            .map_err(|error| cluster_error("writing postgresql.conf", error))?;
         cluster.start_server()?;
         Ok(cluster)
     }
@@ -227,8 +235,7 @@ impl Cluster {
     /// Starts the server (again).
     pub fn start_server(&self) -> Result<(), ClusterError> {
         let options = format!(
-            "-k {} -p {PORT} -c listen_addresses='' -c max_connections=300 -c fsync=on \
-             -c synchronous_commit=on",
+            "-k {} -p {PORT} -c listen_addresses='' -c max_connections=300",
             self.socket.display()
         );
         let mut start = self.tool("pg_ctl");
@@ -304,9 +311,29 @@ pub fn shout(detail: &str) {
 /// skip.
 pub fn for_tests() -> Option<&'static Cluster> {
     static CLUSTER: std::sync::OnceLock<Result<Cluster, String>> = std::sync::OnceLock::new();
-    match CLUSTER.get_or_init(|| Cluster::start().map_err(|error| error.to_string())) {
+    let started = CLUSTER.get_or_init(|| Cluster::start().map_err(|error| error.to_string()));
+    usable(started.as_ref().map_err(String::as_str), required())
+}
+
+/// A cluster of the calling test's own, for a test that changes the whole
+/// server's settings; `None`, after a loud message, when none can be
+/// started outside CI.
+///
+/// # Panics
+/// Under `CI=true`, when no cluster can be started.
+pub fn own_for_tests() -> Option<Cluster> {
+    let started = Cluster::start().map_err(|error| error.to_string());
+    usable(started.as_ref().map_err(String::as_str), required())?;
+    started.ok()
+}
+
+/// What a test does with the cluster it asked for: uses it; fails when
+/// none could be started and a cluster is `required`; skips, loudly,
+/// otherwise.
+fn usable<T>(started: Result<T, &str>, required: bool) -> Option<T> {
+    match started {
         Ok(cluster) => Some(cluster),
-        Err(error) if required() => {
+        Err(error) if required => {
             panic!("CI=true, and no PostgreSQL cluster could be started for the tests: {error}")
         }
         Err(error) => {
@@ -333,4 +360,21 @@ pub fn test_database() -> Option<String> {
         .unwrap_or_else(|error| panic!("creating a test database: {error}"));
     crate::migrate(&url).unwrap_or_else(|error| panic!("migrating a test database: {error}"));
     Some(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usable;
+
+    #[test]
+    #[should_panic(expected = "CI=true, and no PostgreSQL cluster could be started")]
+    fn under_ci_a_test_whose_cluster_cannot_start_fails() {
+        let _ = usable::<()>(Err("initdb: not found"), true);
+    }
+
+    #[test]
+    fn outside_ci_it_skips_and_a_started_cluster_is_used() {
+        assert_eq!(usable::<()>(Err("initdb: not found"), false), None);
+        assert_eq!(usable(Ok(7), true), Some(7));
+    }
 }

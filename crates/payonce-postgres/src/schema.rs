@@ -115,6 +115,12 @@ pub(crate) fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
         )
         .map_err(failed)?;
     let migrated = match version_in(&mut transaction)? {
+        Some(version) if version < SCHEMA_VERSION => {
+            return Err(unsafe_store(format!(
+                "the database's payonce schema is version {version}, older than this build's \
+                 {SCHEMA_VERSION}, and this build has no migration from it"
+            )));
+        }
         Some(version) => {
             check_version(version)?;
             Migrated::Current

@@ -259,3 +259,36 @@ fn the_database_refuses_a_second_claim_whatever_a_workers_memory_says() {
     assert_eq!(report.events, last, "nothing of the batch was committed");
     drop(Arc::new(log));
 }
+
+#[test]
+fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
+    // Guards against an audit that takes a lock the workers wait on, or reads a log still moving.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let w = worker.create(new_withdrawal("10")).unwrap();
+    worker.submit("k-1", &w, |r| Ok(sent(r, "0x1"))).unwrap();
+    let before = worker.last_seq();
+
+    let mut snapshot = payonce_postgres::Snapshot::open(&url).unwrap();
+    let mut seen = Vec::new();
+    // Half-way through the audit's walk, the worker decides and commits.
+    let head = snapshot
+        .walk(|seq, _| {
+            seen.push(seq);
+            if seq == 1 {
+                let more = worker.create(new_withdrawal("20")).unwrap();
+                worker.submit("k-2", &more, |r| Ok(sent(r, "0x2"))).unwrap();
+            }
+            Ok::<_, ()>(std::ops::ControlFlow::Continue(()))
+        })
+        .unwrap();
+    assert!(worker.last_seq() > before, "the worker was not blocked");
+    assert_eq!(
+        seen,
+        (1..=before).collect::<Vec<_>>(),
+        "the snapshot's prefix, whole"
+    );
+    assert_eq!(head.seq, before);
+    assert_eq!(payonce_postgres::head(&url).unwrap().seq, worker.last_seq());
+}

@@ -1,6 +1,8 @@
 //! The schema: applied once, versioned, append-only, and a server that may
 //! lose a commit refused.
 
+use std::time::{Duration, Instant};
+
 use payonce::{LedgerError, StoreError};
 use payonce_postgres::Migrated;
 
@@ -42,6 +44,41 @@ fn a_schema_of_another_version_is_refused_by_migrate_and_by_workers() {
     assert!(
         matches!(&error, LedgerError::Store(StoreError::Unsafe { .. })),
         "{error}"
+    );
+}
+
+#[test]
+fn a_schema_older_than_this_builds_is_refused_by_migrate_and_by_workers() {
+    // Guards against a worker appending to tables whose constraints it does not know.
+    let Some(cluster) = payonce_postgres::cluster::for_tests() else {
+        return;
+    };
+    let url = cluster.database().unwrap();
+    client(&url)
+        .batch_execute(&format!(
+            "CREATE SCHEMA payonce; \
+             CREATE TABLE payonce.schema_version (version integer PRIMARY KEY); \
+             INSERT INTO payonce.schema_version VALUES ({})",
+            payonce_postgres::SCHEMA_VERSION - 1
+        ))
+        .unwrap();
+    let error = payonce_postgres::migrate(&url).unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Unsafe { detail } if detail.contains("older") && detail.contains("no migration")),
+        "{error}"
+    );
+    for error in [
+        payonce_postgres::init(&url, config()).unwrap_err(),
+        payonce_postgres::open(&url, "api-1", config()).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&error, LedgerError::Store(StoreError::Unsafe { detail }) if detail.contains("older")),
+            "{error}"
+        );
+    }
+    assert!(
+        payonce_postgres::verify(&url).is_err(),
+        "audits refuse it too"
     );
 }
 
@@ -107,4 +144,82 @@ fn a_server_that_may_lose_an_acknowledged_commit_is_refused() {
         matches!(&error, LedgerError::Store(StoreError::Unsafe { detail }) if detail.contains("synchronous_commit")),
         "{error}"
     );
+}
+
+#[test]
+fn a_server_with_fsync_off_is_refused() {
+    // Guards against a claim acknowledged by a server that does not flush its WAL.
+    // fsync is the whole server's setting: this test has a cluster of its own.
+    let Some(cluster) = payonce_postgres::cluster::own_for_tests() else {
+        return;
+    };
+    let url = cluster.database().unwrap();
+    payonce_postgres::migrate(&url).unwrap();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let mut admin = cluster.admin().unwrap();
+    admin.batch_execute("ALTER SYSTEM SET fsync = off").unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    // The reload is asynchronous: a new session sees it once the server
+    // has read the file, which pg_reload_conf only signals.
+    let (mut fsync, deadline) = (String::new(), Instant::now() + Duration::from_secs(30));
+    while Instant::now() < deadline {
+        fsync = client(&url)
+            .query_one("SELECT current_setting('fsync')", &[])
+            .unwrap()
+            .get(0);
+        if fsync == "off" {
+            break;
+        }
+    }
+    assert_eq!(fsync, "off", "the server took the setting");
+    let error = payonce_postgres::open(&url, "api-1", config()).unwrap_err();
+    assert!(
+        matches!(&error, LedgerError::Store(StoreError::Unsafe { detail }) if detail.contains("fsync")),
+        "{error}"
+    );
+}
+
+#[test]
+fn workers_need_only_insert_and_select_and_auditors_only_select() {
+    // Guards against docs/postgres.md's grants being too few for a worker, or an auditor's role able to write.
+    let url = database!();
+    let name: String = client(&url)
+        .query_one("SELECT current_database()", &[])
+        .unwrap()
+        .get(0);
+    let (worker_role, auditor_role) = (format!("{name}_worker"), format!("{name}_auditor"));
+    // The grants docs/postgres.md gives.
+    client(&url)
+        .batch_execute(&format!(
+            "CREATE ROLE {worker_role} LOGIN; \
+             GRANT USAGE ON SCHEMA payonce TO {worker_role}; \
+             GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA payonce TO {worker_role}; \
+             CREATE ROLE {auditor_role} LOGIN; \
+             GRANT USAGE ON SCHEMA payonce TO {auditor_role}; \
+             GRANT SELECT ON ALL TABLES IN SCHEMA payonce TO {auditor_role};"
+        ))
+        .unwrap();
+    let as_role = |role: &str| url.replace("user=postgres", &format!("user={role}"));
+    let (worker_url, auditor_url) = (as_role(&worker_role), as_role(&auditor_role));
+
+    drop(payonce_postgres::init(&worker_url, config()).unwrap());
+    let worker = payonce_postgres::open(&worker_url, "api-1", config()).unwrap();
+    let w = worker.create(crate::new_withdrawal("10")).unwrap();
+    let failed = worker.submit("k-1", &w, |_| Err(payonce::SendFailure::failed("timeout")));
+    assert!(failed.is_err());
+    worker.release("k-1", "nothing on the rail", "ops").unwrap();
+    worker
+        .submit("k-2", &w, |r| Ok(crate::sent(r, "0x2")))
+        .unwrap();
+
+    let (report, head) = payonce_postgres::verify(&auditor_url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    assert_eq!(head.seq, report.events);
+    let error = payonce_postgres::open(&auditor_url, "api-2", config()).unwrap_err();
+    assert!(error.to_string().contains("permission denied"), "{error}");
+    let error = client(&worker_url)
+        .batch_execute("UPDATE payonce.events SET payload = '\\x00'")
+        .unwrap_err();
+    let message = error.as_db_error().unwrap().message().to_owned();
+    assert!(message.contains("permission denied"), "{message}");
 }
