@@ -4,7 +4,8 @@
 //! (`pg_advisory_xact_lock`, released by the commit), the events after
 //! the last this process knows (with the batch this process read last,
 //! to find a log rewritten under it), then the batch's events, its chain
-//! digest and its constraint rows in one statement, and `COMMIT`. Sequence
+//! digest and its constraint rows in one statement, and `COMMIT`: four
+//! round trips, over statements prepared once per connection. Sequence
 //! order is commit order is visibility order, so every snapshot is a
 //! gapless prefix of the log.
 //!
@@ -18,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError};
 use payonce_model::WorkerName;
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, Statement};
 use tracing::{info, warn};
 
 use crate::chain::{Head, batch_digest};
@@ -78,9 +79,31 @@ pub struct PgLog {
 struct Connection {
     /// `None` after the connection was lost: made again on the next use.
     client: Option<Client>,
+    /// The statements a batch runs, prepared on `client` when it was made:
+    /// a batch then costs one round trip per statement, and the server
+    /// plans each once.
+    statements: Option<Statements>,
     follower: Follower,
     /// Whether a batch's transaction is open.
     in_batch: bool,
+}
+
+/// The statements of a batch, prepared on one connection.
+struct Statements {
+    /// The batch this process read last, and the events after it.
+    catch_up: Statement,
+    insert_batch: Statement,
+    insert_release: Statement,
+}
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Statements, StoreError> {
+        Ok(Statements {
+            catch_up: client.prepare(CATCH_UP).map_err(failed)?,
+            insert_batch: client.prepare(INSERT_BATCH).map_err(failed)?,
+            insert_release: client.prepare(INSERT_RELEASE).map_err(failed)?,
+        })
+    }
 }
 
 impl fmt::Debug for PgLog {
@@ -131,11 +154,13 @@ impl PgLog {
         if let Some(worker) = role.locked() {
             lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
         }
+        let statements = Statements::prepare(&mut client)?;
         Ok(PgLog {
             url: url.to_owned(),
             role,
             connection: Mutex::new(Connection {
                 client: Some(client),
+                statements: Some(statements),
                 follower: Follower::default(),
                 in_batch: false,
             }),
@@ -171,6 +196,7 @@ impl PgLog {
                 lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
             }
             info!(log = ?self, "connected again");
+            connection.statements = Some(Statements::prepare(&mut client)?);
             connection.client = Some(client);
         }
         connection
@@ -208,22 +234,24 @@ impl PgLog {
         let head_seq = signed(connection.follower.head.seq);
         self.client(connection)?;
         connection.in_batch = true;
-        let client = live(connection)?;
+        let (client, statements) = live(connection)?;
         client
             .batch_execute(&format!(
                 "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)"
             ))
             .map_err(failed)?;
-        let head = client
-            .query_opt(
-                "SELECT last_seq, digest FROM payonce.batches WHERE last_seq = $1",
-                &[&head_seq],
-            )
-            .map_err(failed)?
-            .map(|row| (unsigned(row.get(0)), row.get::<_, Vec<u8>>(1)));
-        let rows = client.query(EVENTS_AFTER, &[&head_seq]).map_err(failed)?;
+        let rows = client
+            .query(&statements.catch_up, &[&head_seq])
+            .map_err(failed)?;
+        // Every row carries the head's batch; one row without an event
+        // says there is none after it.
+        let head = rows.first().and_then(|row| {
+            let last_seq = row.get::<_, Option<i64>>(5)?;
+            Some((unsigned(last_seq), row.get::<_, Option<Vec<u8>>>(6)?))
+        });
         let rows = rows
             .iter()
+            .filter(|row| row.get::<_, Option<i64>>(0).is_some())
             .map(Row::from_row)
             .collect::<Result<Vec<_>, _>>()?;
         connection.follower.check_head(head)?;
@@ -238,7 +266,7 @@ impl PgLog {
     ) -> Result<(), StoreError> {
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
             connection.in_batch = false;
-            return live(connection)?.batch_execute("COMMIT").map_err(failed);
+            return live(connection)?.0.batch_execute("COMMIT").map_err(failed);
         };
         let head = connection.follower.head;
         assert_eq!(first.seq, head.seq + 1, "a batch follows the head it read");
@@ -248,9 +276,9 @@ impl PgLog {
             batch.iter().map(|event| event.payload.as_slice()),
         );
         let worker = self.worker().map(WorkerName::as_str);
-        let client = live(connection)?;
-        insert_batch(client, batch, digest.0.as_slice(), worker)?;
-        insert_releases(client, batch)?;
+        let (client, statements) = live(connection)?;
+        insert_batch(client, statements, batch, digest.0.as_slice(), worker)?;
+        insert_releases(client, statements, batch)?;
         let committed = client.batch_execute("COMMIT");
         connection.in_batch = false;
         let committed = match committed {
@@ -326,14 +354,26 @@ impl Drop for PgLog {
 
 /// The connection of a batch under way: never made again in the middle of
 /// one, whose transaction a lost connection ended.
-fn live(connection: &mut Connection) -> Result<&mut Client, StoreError> {
-    match connection.client.as_mut() {
-        Some(client) if !client.is_closed() => Ok(client),
+fn live(connection: &mut Connection) -> Result<(&mut Client, &Statements), StoreError> {
+    match (connection.client.as_mut(), connection.statements.as_ref()) {
+        (Some(client), Some(statements)) if !client.is_closed() => Ok((client, statements)),
         _ => Err(StoreError::Failed {
             detail: "the connection was lost during a batch, which was not committed".to_owned(),
         }),
     }
 }
+
+/// What a batch reads under the lock, in one round trip: the events after
+/// `$1` (the last this process read) as [`EVENTS_AFTER`] gives them, each
+/// with the batch ending at `$1` beside it (`last_seq`, `digest`: null if
+/// the log no longer has it); a single row of nulls but those when there
+/// are no events after it.
+const CATCH_UP: &str = "
+SELECT e.seq, e.payload, b.first_seq, b.last_seq, b.digest, h.last_seq, h.digest
+FROM (SELECT 1) AS one
+LEFT JOIN payonce.batches h ON h.last_seq = $1
+LEFT JOIN (payonce.events e LEFT JOIN payonce.batches b ON b.first_seq = e.batch) ON e.seq > $1
+ORDER BY e.seq";
 
 /// Follows `rows` along the chain, handing back their records.
 fn follow_all(follower: &mut Follower, rows: Vec<Row>) -> Result<Vec<SharedRecord>, StoreError> {
@@ -386,6 +426,7 @@ VALUES ($1, $2, (SELECT count(*) FROM payonce.releases WHERE key = $2),
 
 fn insert_batch(
     client: &mut Client,
+    statements: &Statements,
     batch: &[Appended],
     digest: &[u8],
     worker: Option<&str>,
@@ -411,7 +452,7 @@ fn insert_batch(
     let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
     client
         .execute(
-            INSERT_BATCH,
+            &statements.insert_batch,
             &[
                 &first,
                 &last,
@@ -431,12 +472,16 @@ fn insert_batch(
     Ok(())
 }
 
-fn insert_releases(client: &mut Client, batch: &[Appended]) -> Result<(), StoreError> {
+fn insert_releases(
+    client: &mut Client,
+    statements: &Statements,
+    batch: &[Appended],
+) -> Result<(), StoreError> {
     for event in batch {
         if let Some(ClaimChange::Frees { key, withdrawal }) = &event.claim {
             client
                 .execute(
-                    INSERT_RELEASE,
+                    &statements.insert_release,
                     &[&signed(event.seq), &key.as_str(), &withdrawal.as_str()],
                 )
                 .map_err(failed)?;

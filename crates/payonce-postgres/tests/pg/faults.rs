@@ -232,3 +232,37 @@ fn postgres_stopped_immediately_under_load_loses_no_acknowledged_outcome_and_sen
     }
     assert!(seen.acks.len() >= 10, "the load ran");
 }
+
+#[test]
+fn a_worker_refuses_to_append_to_a_log_rewound_under_it() {
+    // Guards against a worker appending after a restore or a lossy failover took away commits it read, which would re-grant claims whose sends ran.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let w = worker.create(new_withdrawal("10")).unwrap();
+    worker.submit("k-1", &w, |r| Ok(sent(r, "0x1"))).unwrap();
+    let last = worker.last_seq();
+
+    // The last batch (k-1's outcome) vanishes, as an asynchronous standby
+    // promoted before it received it would not have it.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let last = i64::try_from(last).unwrap();
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE payonce.events DISABLE TRIGGER append_only; \
+             ALTER TABLE payonce.batches DISABLE TRIGGER append_only; \
+             DELETE FROM payonce.events WHERE seq = {last}; \
+             DELETE FROM payonce.batches WHERE last_seq = {last};"
+        ))
+        .unwrap();
+    let error = worker.create(new_withdrawal("20")).unwrap_err();
+    assert!(
+        matches!(&error, LedgerError::Store(StoreError::Damaged { detail, .. }) if detail.contains("rewound")),
+        "{error}"
+    );
+    let events: i64 = admin
+        .query_one("SELECT count(*) FROM payonce.events", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(events, last - 1, "nothing was appended");
+}
