@@ -35,6 +35,7 @@
 mod error;
 mod open;
 mod payonce_store;
+pub mod pg;
 mod report;
 mod run;
 mod sled_store;

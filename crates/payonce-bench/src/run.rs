@@ -298,7 +298,7 @@ struct ThreadResult {
 }
 
 /// The nearest-rank percentile of sorted values (0 for none).
-fn percentile(sorted: &[u64], percent: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], percent: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
