@@ -149,7 +149,27 @@ pub(crate) fn failed(step: impl Into<String>) -> CliError {
     CliError::DemoFailed { step: step.into() }
 }
 
-impl Story<'_> {
+impl<'a> Story<'a> {
+    fn new(
+        dir: PathBuf,
+        url: Option<String>,
+        config: Config,
+        clock: Arc<ManualClock>,
+        ledger: Ledger,
+        out: &'a mut dyn Write,
+    ) -> Story<'a> {
+        Story {
+            dir,
+            url,
+            config,
+            clock,
+            ledger: Some(ledger),
+            rail: Rail::default(),
+            refusals: Vec::new(),
+            out,
+        }
+    }
+
     pub(crate) fn say(&mut self, text: &str) -> Result<(), CliError> {
         writeln!(self.out, "{}", Escaped(text)).map_err(CliError::output)
     }
@@ -379,8 +399,19 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
             });
         }
     }
-    // The story spans about an hour that ends now, so ages and `--at`
-    // times read naturally; whole seconds keep the times short.
+    let (clock, config) = story_clock();
+    // The demo is the one command that creates a ledger: its directory is
+    // new or empty, checked above, and `init` checks again.
+    let ledger =
+        Ledger::init_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
+    let mut story = Story::new(dir.to_owned(), None, config, clock, ledger, out);
+    play(&mut story, None)
+}
+
+/// The story's clock, and a ledger configuration that reads it. The story
+/// spans about an hour that ends now, so ages and `--at` times read
+/// naturally; whole seconds keep the times short.
+fn story_clock() -> (Arc<ManualClock>, Config) {
     let start = SystemClock.now().minus(Duration::from_secs(3600));
     let start = Timestamp::from_unix_nanos(start.unix_nanos() / 1_000_000_000 * 1_000_000_000);
     let clock = Arc::new(ManualClock::new(start));
@@ -388,21 +419,7 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
         clock: clock.clone(),
         ..Config::default()
     };
-    // The demo is the one command that creates a ledger: its directory is
-    // new or empty, checked above, and `init` checks again.
-    let ledger =
-        Ledger::init_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
-    let mut story = Story {
-        dir: dir.to_owned(),
-        url: None,
-        config,
-        clock,
-        ledger: Some(ledger),
-        rail: Rail::default(),
-        refusals: Vec::new(),
-        out,
-    };
-    play(&mut story, None)
+    (clock, config)
 }
 
 /// Plays the demo on the PostgreSQL ledger at `url`, whose database has no
@@ -417,29 +434,14 @@ pub fn run_demo_postgres(
     let shown = PathBuf::from(payonce_postgres::redacted(url));
     let store = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
     payonce_postgres::migrate(url).map_err(store)?;
-    let start = SystemClock.now().minus(Duration::from_secs(3600));
-    let start = Timestamp::from_unix_nanos(start.unix_nanos() / 1_000_000_000 * 1_000_000_000);
-    let clock = Arc::new(ManualClock::new(start));
-    let config = Config {
-        clock: clock.clone(),
-        ..Config::default()
-    };
+    let (clock, config) = story_clock();
     drop(
         payonce_postgres::init(url, config.clone())
             .map_err(|e| CliError::from_ledger(&shown, e))?,
     );
     let ledger = crate::demo_race::open_story(url, config.clone())
         .map_err(|e| CliError::from_ledger(&shown, e))?;
-    let mut story = Story {
-        dir: shown,
-        url: Some(url.to_owned()),
-        config,
-        clock,
-        ledger: Some(ledger),
-        rail: Rail::default(),
-        refusals: Vec::new(),
-        out,
-    };
+    let mut story = Story::new(shown, Some(url.to_owned()), config, clock, ledger, out);
     play(&mut story, Some(exe))
 }
 

@@ -125,7 +125,7 @@ fn compare(plan: &PlanArgs) -> anyhow::Result<()> {
         "PostgreSQL {version}, fsync and synchronous_commit on, one cluster; {} s per \
          measurement; load average before: {}\n",
         plan.secs,
-        loadavg()
+        payonce_bench::load_average()
     );
     print!("{}", pg::pg_table(&rows));
     println!("\n{}", serde_json::to_string(&rows)?);
@@ -198,15 +198,4 @@ fn collect(
         reports.push(serde_json::from_str(&last).with_context(|| format!("a report: {last:?}"))?);
     }
     Ok(reports)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_owned())
 }
