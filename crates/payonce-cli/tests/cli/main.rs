@@ -19,4 +19,5 @@ mod fixture;
 mod index;
 mod operator;
 mod outcomes;
+mod postgres;
 mod schemas;
