@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use payonce::{Config, Ledger, LedgerError, NewWithdrawal};
-use payonce_log::{FaultyStorage, MemStorage};
+use payonce_log::{FaultyStorage, FsStorage, MemStorage};
 use payonce_model::WithdrawalRequest;
 
-use crate::Rail;
+use crate::{Rail, records_end};
 
 fn new_withdrawal(ledger: &Ledger) -> WithdrawalRequest {
     ledger
@@ -48,7 +48,9 @@ fn open_refuses_a_directory_holding_traces_of_a_ledger_but_no_log() {
     let before = names(dir.path());
     let error = Ledger::open(dir.path()).unwrap_err();
     match &error {
-        LedgerError::NoLog { found, .. } => assert_eq!(found, &["LOCK", "audit-index"]),
+        LedgerError::NoLog { found, .. } => {
+            assert_eq!(found, &["CHECKPOINT", "LOCK", "audit-index"]);
+        }
         other => panic!("{other}"),
     }
     assert!(error.to_string().contains("traces of a ledger"), "{error}");
@@ -82,8 +84,8 @@ fn init_refuses_a_directory_holding_a_log_or_anything_else() {
     drop(Ledger::init(dir.path()).unwrap());
     match Ledger::init(dir.path()).unwrap_err() {
         LedgerError::NotEmpty { found, count, .. } => {
-            assert_eq!(found, ["00000000000000000001.log", "LOCK"]);
-            assert_eq!(count, 2);
+            assert_eq!(found, ["00000000000000000001.log", "CHECKPOINT", "LOCK"]);
+            assert_eq!(count, 3);
         }
         other => panic!("{other}"),
     }
@@ -140,10 +142,12 @@ fn opening_reports_what_it_repaired_to_a_caller_without_a_subscriber() {
     let dir = tempfile::tempdir().unwrap();
     drop(Ledger::init(dir.path()).unwrap());
     let segment = dir.path().join("00000000000000000001.log");
-    let clean_len = fs::metadata(&segment).unwrap().len();
     let mut bytes = fs::read(&segment).unwrap();
-    bytes.extend_from_slice(&[0xab; 13]);
+    // The records end where the zeros written ahead of them begin.
+    let clean_len = records_end(Arc::new(FsStorage::new(dir.path())));
+    bytes[clean_len..clean_len + 13].fill(0xab);
     fs::write(&segment, &bytes).unwrap();
+    let clean_len = clean_len as u64;
     let ledger = Ledger::open(dir.path()).unwrap();
     let torn = ledger.recovery().torn_tail.clone().unwrap();
     assert_eq!((torn.segment, torn.offset, torn.len), (1, clean_len, 13));
