@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use payonce::Head;
 
 use crate::duration::parse_duration;
 
@@ -48,6 +49,7 @@ impl Cli {
     pub fn json(&self) -> bool {
         match &self.command {
             CliCommand::Verify(args) => args.json,
+            CliCommand::Head(args) => args.json,
             CliCommand::History(args) => args.json,
             CliCommand::State(args) => args.json,
             CliCommand::Inflight(args) => args.json,
@@ -70,8 +72,23 @@ pub enum CliCommand {
     /// for a divergence or a torn tail (an empty newest segment, whose
     /// header never reached the disk, included: the next writer saves it
     /// aside), 4 for damage.
+    ///
+    /// With `--expect-head SEQ:DIGEST` (a head printed earlier by `payonce
+    /// head`), it also fails with exit code 4 unless the log holds that
+    /// head, unchanged: the batch ending at SEQ has that digest, so no
+    /// event up to it was edited, removed, inserted or reordered.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Verify(VerifyArgs),
+    /// The log's head, `SEQ:DIGEST`, on the last line: the seq of its last
+    /// whole batch and that batch's SHA-256 chain digest.
+    ///
+    /// Verifies every checksum and the digest chain on the way. Keep the
+    /// head somewhere the ledger's disk cannot reach; `payonce verify
+    /// --expect-head` later proves the log still holds it, unchanged. Exit
+    /// code 1 if the log ends in a torn tail (the head is then the last one
+    /// before it).
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    Head(HeadArgs),
     /// Every event that touched a request key or a withdrawal, in order,
     /// each decision explained in words.
     ///
@@ -161,7 +178,21 @@ pub enum CliCommand {
 pub struct VerifyArgs {
     /// The ledger's directory.
     pub dir: PathBuf,
+    /// Fail unless the log holds this head (as `payonce head` printed it),
+    /// unchanged, as the batch ending at SEQ.
+    #[arg(long, value_name = "SEQ:DIGEST")]
+    pub expect_head: Option<Head>,
     /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce head`.
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    /// The ledger's directory.
+    pub dir: PathBuf,
+    /// Print the head as one JSON object.
     #[arg(long)]
     pub json: bool,
 }

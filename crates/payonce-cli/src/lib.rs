@@ -57,6 +57,7 @@ mod env;
 mod error;
 mod escape;
 mod explain;
+mod head;
 mod history;
 mod index;
 mod json;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, LedgerError, State, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, State, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -49,6 +49,8 @@ pub(crate) struct Walked {
     pub(crate) last_seq: u64,
     /// A torn tail met at the end; `None` if the walk stopped early.
     pub(crate) torn_tail: Option<TornTail>,
+    /// The log's head, for a walk from the first event to the end.
+    pub(crate) head: Head,
 }
 
 /// The name of the segment file whose first log record is `first_seq`, as
@@ -110,6 +112,12 @@ pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
 }
 
 impl LogDir {
+    /// Requires every walk from the first event to pass `head`: the log
+    /// must hold it unchanged, or the walk fails as damage.
+    pub(crate) fn require(&mut self, head: Head) {
+        self.event_log.require(head);
+    }
+
     /// The segment files in the directory, in order.
     pub(crate) fn segment_files(&self) -> Result<Vec<SegmentFile>, CliError> {
         let io = |error| CliError::Io {
@@ -218,6 +226,7 @@ impl LogDir {
                 // The log reports an empty newest segment as the torn tail
                 // opening for writing repairs, as it does any other.
                 walked.torn_tail = events.torn_tail();
+                walked.head = events.head();
                 break Ok(());
             };
             walked.events += 1;

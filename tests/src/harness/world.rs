@@ -338,6 +338,7 @@ impl World {
     fn ledger_config(&self) -> Config {
         Config {
             log: WorldConfig::log(),
+            witness: None,
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),

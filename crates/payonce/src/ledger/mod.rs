@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, Recovery, Storage, segments_len};
+use payonce_log::{FsStorage, Head, Log, Recovery, Storage, segments_len};
 use payonce_model::{Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
@@ -135,7 +135,13 @@ impl Ledger {
             recovery,
             state,
             threads,
-        } = replay_log(storage, config.log.clone(), two_threads, start)?;
+        } = replay_log(
+            storage,
+            config.log.clone(),
+            config.witness.clone(),
+            two_threads,
+            start,
+        )?;
         info!(
             events = state.last_seq(),
             keys = state.key_count(),
@@ -659,6 +665,14 @@ impl Ledger {
     /// Sequence number of the last event decided, durable or not.
     pub fn last_seq(&self) -> u64 {
         self.read(State::last_seq)
+    }
+
+    /// The log's durable head: the seq of the last event on stable storage
+    /// and the chain digest of its batch, `SEQ:DIGEST` when printed. An
+    /// auditor who keeps it can later check that the log still holds it,
+    /// unchanged (`payonce verify --expect-head`).
+    pub fn head(&self) -> Head {
+        self.inner.log.head()
     }
 
     /// A copy of the whole state: for audits and tests.

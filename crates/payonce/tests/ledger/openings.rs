@@ -175,3 +175,72 @@ fn a_dropped_ticket_does_not_wait_for_the_disk() {
     ledger.sync().unwrap();
     assert_eq!(ledger.in_flight().len(), 1, "the key stays in flight");
 }
+
+/// A witness kept in memory, as an embedder keeps one in its own database.
+#[derive(Debug, Default)]
+struct MemWitness(std::sync::Mutex<Option<payonce::Head>>);
+
+impl payonce::Witness for MemWitness {
+    fn publish(&self, head: payonce::Head) -> std::io::Result<()> {
+        *self.0.lock().unwrap() = Some(head);
+        Ok(())
+    }
+
+    fn last(&self) -> std::io::Result<Option<payonce::Head>> {
+        Ok(*self.0.lock().unwrap())
+    }
+}
+
+#[test]
+fn a_ledger_restored_from_a_snapshot_behind_its_witness_is_refused() {
+    // Guards against a restored disk snapshot forgetting every claim made since, and a second send.
+    let witness = Arc::new(MemWitness::default());
+    let config = || Config {
+        witness: Some(witness.clone()),
+        ..Config::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::init_with(dir.path(), config()).unwrap();
+    let w = new_withdrawal(&ledger);
+    ledger.submit("req-1", &w, Rail::default().ok()).unwrap();
+    // The snapshot: every file as it is now, the checkpoint included.
+    let snapshot = tempfile::tempdir().unwrap();
+    for name in names(dir.path()) {
+        fs::copy(dir.path().join(&name), snapshot.path().join(&name)).unwrap();
+    }
+    let later = new_withdrawal(&ledger);
+    ledger
+        .submit("req-2", &later, Rail::default().ok())
+        .unwrap();
+    let head = ledger.head();
+    drop(ledger);
+    assert_eq!(
+        *witness.0.lock().unwrap(),
+        Some(head),
+        "a clean close publishes"
+    );
+    // The snapshot is consistent with itself: without the witness it opens.
+    let copy = tempfile::tempdir().unwrap();
+    for name in names(snapshot.path()) {
+        fs::copy(snapshot.path().join(&name), copy.path().join(&name)).unwrap();
+    }
+    drop(Ledger::open(copy.path()).unwrap());
+    // With it, it is refused, naming the head it lacks; nothing is written.
+    let before = names(snapshot.path());
+    let error = Ledger::open_with(snapshot.path(), config()).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            LedgerError::Log(payonce_log::LogError::MissingHead { expected, .. }) if *expected == head
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("its witness"), "{error}");
+    assert_eq!(names(snapshot.path()), before);
+    // The ledger itself opens with its witness and goes on from its head.
+    let ledger = Ledger::open_with(dir.path(), config()).unwrap();
+    assert!(
+        ledger.head().seq > head.seq,
+        "opening appended its `opened` event"
+    );
+}
