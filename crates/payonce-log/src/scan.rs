@@ -189,8 +189,9 @@ pub(crate) struct Cursor {
     batch: Option<BatchHeader>,
     /// The chain digest of the last whole batch.
     digest: Digest,
-    /// The walk started at the log's first record, so it recomputes the
-    /// digest chain, reads the checkpoint, and checks required heads.
+    /// The walk started at the log's first record, so it follows the
+    /// digest chain (recomputing it, in a read), reads the checkpoint, and
+    /// checks required heads.
     chained: bool,
     /// Heads the log must contain.
     required: Vec<Required>,
@@ -735,8 +736,13 @@ impl Cursor {
                 ),
             ));
         }
-        let mut hasher = self
-            .chained
+        // A read from the first record (verify, an audit, a pinned head)
+        // recomputes every digest. Opening for writing trusts the digest a
+        // batch header holds, which its checksum covers against accidents:
+        // what it checks, the checkpoint's and a witness's heads, are
+        // against loss and rollback, and hashing every batch again would
+        // double the cost of replay.
+        let mut hasher = (self.chained && self.mode == Mode::Read)
             .then(|| BatchHasher::new(&self.digest, header.first_seq, header.count));
         let mut at = offset + BATCH_HEADER_LEN;
         let mut chain = header.chain;

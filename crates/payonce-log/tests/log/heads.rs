@@ -432,3 +432,52 @@ fn checkpoints_follow_the_record_count_and_a_roll() {
         assert!(log.stats().checkpoint_seq >= sealed, "{:?}", log.stats());
     });
 }
+
+#[test]
+fn records_that_do_not_hash_to_their_batch_headers_digest_fail_a_read() {
+    // Guards against a read trusting the digest a batch header holds, which an editor can leave as it was.
+    on_both(|env| {
+        let genuine = Env::new(env.kind);
+        closed_log(&genuine, &small_config(), 12);
+        // The same log with record 7 changed, every checksum its writer's.
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        for seq in 1..=12 {
+            let mut bytes = payload(seq);
+            if seq == 7 {
+                bytes[0] ^= 0xff;
+            }
+            log.append_durable(&bytes).unwrap();
+        }
+        drop(log);
+        // Put the genuine digest back in record 7's batch header, with its
+        // checksum recomputed: the header verifies, its records do not hash
+        // to it.
+        let (name, at) = env
+            .disk
+            .segments()
+            .into_iter()
+            .find_map(|name| {
+                let bytes = env.disk.bytes(&name);
+                batches(&bytes)
+                    .into_iter()
+                    .find(|&at| u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()) == 7)
+                    .map(|at| (name, at))
+            })
+            .unwrap();
+        let genuine_bytes = genuine.disk.bytes(&name);
+        let mut bytes = env.disk.bytes(&name);
+        bytes[at + 32..at + 64].copy_from_slice(&genuine_bytes[at + 32..at + 64]);
+        let log_id = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+        let seed = crc32fast::hash(&log_id.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new_with_initial(seed);
+        crc.update(&bytes[at + 4..at + 64]);
+        bytes[at..at + 4].copy_from_slice(&crc.finalize().to_le_bytes());
+        env.disk.put(&name, &bytes);
+        let (read, scanned) = read_payloads(env.storage.clone(), &small_config());
+        let Err(OpenError::Log(LogError::Corrupt { seq, damage, .. })) = scanned else {
+            panic!("{scanned:?}");
+        };
+        assert_eq!((seq, damage), (7, payonce_log::Damage::Digest));
+        assert_eq!(read.len(), 6, "nothing of the batch was handed out");
+    });
+}
