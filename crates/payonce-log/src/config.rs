@@ -14,8 +14,11 @@ use crate::format::{
 pub const PREALLOCATE_LEN: u64 = 1 << 20;
 
 /// Default [`LogConfig::checkpoint_records`]: a checkpoint at least every
-/// 16,384 durable records (about 3.5 MB of the ledger's events).
-pub const CHECKPOINT_RECORDS: u64 = 1 << 14;
+/// 131,072 durable records (about 28 MB of the ledger's events). Below
+/// about 130,000 records/s the one-second interval comes first; each
+/// checkpoint costs an `fdatasync` of its own, so a smaller count costs
+/// throughput at 64 threads (docs/performance.md).
+pub const CHECKPOINT_RECORDS: u64 = 1 << 17;
 
 /// Default [`LogConfig::checkpoint_interval`]: a checkpoint at least every
 /// second while the head moves.
