@@ -525,9 +525,12 @@ impl Cursor {
         }
     }
 
-    /// Examines the frame at `self.pos`.
+    /// What stands at `self.pos` if it is the end, a short header or a
+    /// seal; otherwise the fields of the frame header there (a record's,
+    /// or a batch header's first 16 bytes). `expected` names what a short
+    /// header should have been.
     #[inline]
-    fn step(&self) -> Step {
+    fn step_boundary(&self, expected: impl FnOnce() -> String) -> Result<(u32, u32, u64), Step> {
         let buf = &self.buf;
         let offset = self.pos;
         let remaining = buf.len() - offset;
@@ -539,24 +542,38 @@ impl Cursor {
         {
             // Nothing left, or only zeros written ahead of the records. (No
             // record has seq 0, so a zero frame header is never one.)
-            return Step::End;
+            return Err(Step::End);
         }
         if remaining < FRAME_HEADER_LEN {
-            return Step::Bad(Bad::torn(
+            return Err(Step::Bad(Bad::torn(
                 Damage::Length,
                 offset,
-                format!("a {FRAME_HEADER_LEN}-byte frame header"),
+                expected(),
                 format!("{remaining} bytes before the end of the file"),
-            ));
+            )));
         }
         let (stored, len, seq) = frame_fields(buf, offset);
         if len == SEAL_MARKER {
             let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
             if computed != stored {
-                return Step::Bad(self.checksum_bad(stored, computed, seq, "seal"));
+                return Err(Step::Bad(self.checksum_bad(stored, computed, seq, "seal")));
             }
-            return Step::Seal { next_seq: seq };
+            return Err(Step::Seal { next_seq: seq });
         }
+        Ok((stored, len, seq))
+    }
+
+    /// Examines the frame at `self.pos`.
+    #[inline]
+    fn step(&self) -> Step {
+        let buf = &self.buf;
+        let offset = self.pos;
+        let remaining = buf.len() - offset;
+        let (stored, len, seq) =
+            match self.step_boundary(|| format!("a {FRAME_HEADER_LEN}-byte frame header")) {
+                Ok(fields) => fields,
+                Err(step) => return step,
+            };
         if len > self.record_max {
             return Step::Bad(self.oversized(stored, len));
         }
@@ -621,30 +638,11 @@ impl Cursor {
         let buf = &self.buf;
         let offset = self.pos;
         let remaining = buf.len() - offset;
-        let header_len = remaining.min(FRAME_HEADER_LEN);
-        if remaining == 0
-            || self.zeros_ahead
-                && is_zero(&buf[offset..offset + header_len])
-                && is_zero(&buf[offset..])
+        let marker = match self.step_boundary(|| format!("a {BATCH_HEADER_LEN}-byte batch header"))
         {
-            return Step::End;
-        }
-        if remaining < FRAME_HEADER_LEN {
-            return Step::Bad(Bad::torn(
-                Damage::Length,
-                offset,
-                format!("a {BATCH_HEADER_LEN}-byte batch header"),
-                format!("{remaining} bytes before the end of the file"),
-            ));
-        }
-        let (stored, marker, seq) = frame_fields(buf, offset);
-        if marker == SEAL_MARKER {
-            let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
-            if computed != stored {
-                return Step::Bad(self.checksum_bad(stored, computed, seq, "seal"));
-            }
-            return Step::Seal { next_seq: seq };
-        }
+            Ok((_, marker, _)) => marker,
+            Err(step) => return step,
+        };
         let log_id = self.log_id.unwrap_or_default();
         let header = (marker == BATCH_MARKER && remaining >= BATCH_HEADER_LEN)
             .then(|| BatchHeader::decode(&buf[offset..], log_id))

@@ -11,19 +11,9 @@ use payonce_log::{
 };
 
 use crate::support::{
-    Env, Kind, append_batch, append_payloads, batches, checkpoint_at, expected, frames, on_both,
-    open_collect, payload, payloads, preallocating, read_payloads, records_end, small_config,
+    Env, append_batch, append_payloads, batches, checkpoint_at, expected, frames, layouts, on_both,
+    open_collect, payload, payloads, read_payloads, records_end, small_config,
 };
-
-/// Each storage with each layout.
-fn layouts() -> Vec<(Kind, LogConfig)> {
-    let mut layouts = Vec::new();
-    for kind in [Kind::Fs, Kind::Mem] {
-        layouts.push((kind, small_config()));
-        layouts.push((kind, preallocating(small_config())));
-    }
-    layouts
-}
 
 /// A log of `count` records, a batch each, closed cleanly; its head.
 fn closed_log(env: &Env, config: &LogConfig, count: u64) -> Head {

@@ -9,7 +9,7 @@ use payonce_log::{
 
 use crate::support::{
     Env, Frame, Kind, Seen, append_payloads, assert_corrupt, batches, build_log, expected, frames,
-    on_both, open_collect, payload, payloads, preallocating, read_payloads, records_end,
+    layouts, on_both, open_collect, payload, payloads, preallocating, read_payloads, records_end,
     small_config, trim_zeros,
 };
 
@@ -28,17 +28,6 @@ fn multi_segment_log_as(env: &Env, count: u64, config: &LogConfig) -> Vec<String
     let last = env.disk.bytes(segments.last().unwrap());
     assert!(frames(&last).len() >= 2, "the last segment holds records");
     segments
-}
-
-/// Each storage with each layout: records appended, and records written
-/// over zeros written ahead of them.
-fn layouts() -> Vec<(Kind, LogConfig)> {
-    let mut layouts = Vec::new();
-    for kind in [Kind::Fs, Kind::Mem] {
-        layouts.push((kind, small_config()));
-        layouts.push((kind, preallocating(small_config())));
-    }
-    layouts
 }
 
 #[test]

@@ -200,6 +200,17 @@ pub(crate) fn forget_checkpoint(env: &Env) {
     checkpoint_at(env, Head::GENESIS);
 }
 
+/// Each storage with each layout of [`small_config`]: records appended,
+/// and records written over zeros written ahead of them.
+pub(crate) fn layouts() -> Vec<(Kind, LogConfig)> {
+    let mut layouts = Vec::new();
+    for kind in [Kind::Fs, Kind::Mem] {
+        layouts.push((kind, small_config()));
+        layouts.push((kind, preallocating(small_config())));
+    }
+    layouts
+}
+
 /// `config` writing zeros ahead of its records.
 pub(crate) fn preallocating(config: LogConfig) -> LogConfig {
     LogConfig {
