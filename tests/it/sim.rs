@@ -26,7 +26,7 @@ fn report(stats: &SimStats, seconds: f64) {
          timeouts); rail: {} calls, {} moved money, {} later reports ({} moved an outcome on); \
          {} refusals; operator: {} resolves, {} releases, {} corrections ({} recorded); power \
          losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
-         bytes; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
+         bytes, {} by page; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
          restarts; {} clean reopens",
         stats.seeds,
         stats.events,
@@ -51,6 +51,7 @@ fn report(stats: &SimStats, seconds: f64) {
         w.crashes_dropping,
         w.crashes_keeping,
         w.crashes_garbling,
+        w.crashes_paging,
         w.crashes_mid_operation,
         w.faults_armed,
         w.faults_fired,
@@ -86,6 +87,7 @@ fn simulated_services_never_send_twice_nor_lose_what_they_acknowledged() {
     let w = &stats.world;
     assert!(w.money_moved > 0 && w.operator_resolves > 0 && w.operator_releases > 0);
     assert!(w.crashes_dropping > 0 && w.crashes_keeping > 0 && w.crashes_garbling > 0);
+    assert!(w.crashes_paging > 0);
     assert!(w.crashes_mid_operation > 0 && w.faults_fired > 0 && stats.restarts > 0);
 }
 

@@ -42,8 +42,8 @@ pub enum BenchError {
     Log {
         /// The log's directory.
         dir: PathBuf,
-        /// What the log said.
-        source: LogError,
+        /// What the log said (boxed: it is large, and rare).
+        source: Box<LogError>,
     },
     /// SQLite failed.
     Sqlite {
@@ -161,7 +161,7 @@ impl std::error::Error for BenchError {
             BenchError::Invalid(error) => Some(error),
             BenchError::Io { source, .. } => Some(source),
             BenchError::Ledger { source, .. } => Some(source.as_ref()),
-            BenchError::Log { source, .. } => Some(source),
+            BenchError::Log { source, .. } => Some(source.as_ref()),
             BenchError::Sqlite { source, .. } => Some(source),
             BenchError::Sled { source, .. } => Some(source),
             BenchError::Codec { source, .. } => Some(source),

@@ -414,14 +414,14 @@ pub fn payonce_log_records(dir: &Path) -> Result<u64, BenchError> {
     let reader =
         LogReader::open(storage, LogConfig::default()).map_err(|source| BenchError::Log {
             dir: dir.to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
     let recovery = reader
         .scan(|_| Ok::<(), std::convert::Infallible>(()))
         .map_err(|error| match error {
             OpenError::Log(source) => BenchError::Log {
                 dir: dir.to_path_buf(),
-                source,
+                source: Box::new(source),
             },
             OpenError::Visit(never) => match never {},
         })?;

@@ -42,6 +42,10 @@ struct VerifyJson {
     divergence_count: usize,
     divergences: Vec<DivergenceJson>,
     torn_tail: Option<TornTailJson>,
+    /// The log's head, `SEQ:DIGEST`.
+    head: String,
+    /// The head `--expect-head` asked for, which the log holds.
+    expected_head: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -69,8 +73,12 @@ pub(crate) fn verify(
     env: &Env,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let log = open_log(&args.dir, env.progress_for(args.json))?;
-    let (report, torn_tail) = rederive_all(&log)?;
+    let mut log = open_log(&args.dir, env.progress_for(args.json))?;
+    if let Some(head) = args.expect_head {
+        log.require(head)?;
+    }
+    let (mut report, torn_tail) = rederive_all(&log)?;
+    report.expected_head = args.expect_head.map(|head| head.to_string());
     let status = Status::problem_if(!report.clean);
     if args.json {
         say!(out, "{}", to_json(&report))?;
@@ -110,6 +118,8 @@ fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError
         divergence_count,
         divergences,
         torn_tail: walked.torn_tail.as_ref().map(|t| TornTailJson::new(log, t)),
+        head: walked.head.to_string(),
+        expected_head: None,
     };
     Ok((report, walked.torn_tail))
 }
@@ -132,6 +142,10 @@ fn print_verify(
     )?;
     say!(out, "  held       {}", Escaped(&held_words(&report.held)))?;
     say!(out, "  refusals   {}", report.refusals)?;
+    say!(out, "  head       {}", report.head)?;
+    if let Some(expected) = &report.expected_head {
+        say!(out, "  expected   {expected}: held, unchanged")?;
+    }
     if report.clean {
         return say!(
             out,

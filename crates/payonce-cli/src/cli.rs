@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use payonce::Head;
 
 use crate::duration::parse_duration;
 
@@ -48,6 +49,7 @@ impl Cli {
     pub fn json(&self) -> bool {
         match &self.command {
             CliCommand::Verify(args) => args.json,
+            CliCommand::Head(args) => args.json,
             CliCommand::History(args) => args.json,
             CliCommand::State(args) => args.json,
             CliCommand::Inflight(args) => args.json,
@@ -59,7 +61,6 @@ impl Cli {
             | CliCommand::Demo(_)
             | CliCommand::Migrate(_)
             | CliCommand::EndSession(_)
-            | CliCommand::Head(_)
             | CliCommand::DemoWorker(_) => false,
         }
     }
@@ -75,8 +76,25 @@ pub enum CliCommand {
     /// for a divergence or a torn tail (an empty newest segment, whose
     /// header never reached the disk, included: the next writer saves it
     /// aside), 4 for damage.
+    ///
+    /// With `--expect-head SEQ:DIGEST` (a head printed earlier by `payonce
+    /// head`), it also fails with exit code 4 unless the log holds that
+    /// head, unchanged: the batch ending at SEQ has that digest, so no
+    /// event up to it was edited, removed, inserted or reordered.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Verify(VerifyArgs),
+    /// The log's head, `SEQ:DIGEST`, on the last line: the seq of its last
+    /// whole batch and that batch's SHA-256 chain digest.
+    ///
+    /// Verifies every checksum and the digest chain on the way. Keep the
+    /// head somewhere the ledger's disk (or database) cannot reach;
+    /// `--pinned`, or `payonce verify --expect-head` on a directory, later
+    /// proves the log still holds it, unchanged. Exit code 1 if the log
+    /// ends in a torn tail (the head is then the last one before it), or
+    /// if a PostgreSQL ledger no longer passes through the pinned head; 4
+    /// if a directory's log does not hold it.
+    #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
+    Head(HeadArgs),
     /// Every event that touched a request key or a withdrawal, in order,
     /// each decision explained in words.
     ///
@@ -179,15 +197,6 @@ pub enum CliCommand {
     /// restarts ends its own earlier session itself.
     #[command(after_help = EXIT_CODES)]
     EndSession(EndSessionArgs),
-    /// The head of a PostgreSQL ledger, `SEQ:DIGEST`: its last committed
-    /// batch's last event and chain digest, after checking the whole chain.
-    ///
-    /// Store it outside the database (a ticket, a write-once bucket, a
-    /// signed message): whoever can rewrite the database cannot rewrite
-    /// it. With `--pinned`, checks that a head stored earlier is still in
-    /// the chain: exit code 1 if the log no longer passes through it.
-    #[command(after_help = EXIT_CODES)]
-    Head(HeadArgs),
     /// One worker process of `demo --postgres`: waits for a line on its
     /// standard input, then submits its withdrawals.
     #[command(hide = true)]
@@ -199,17 +208,6 @@ pub enum CliCommand {
 pub struct MigrateArgs {
     /// The database: a postgres:// or postgresql:// URL.
     pub url: String,
-}
-
-/// `payonce head`.
-#[derive(Debug, Args)]
-pub struct HeadArgs {
-    /// The ledger: a postgres:// or postgresql:// URL.
-    pub url: String,
-    /// A head printed earlier, `SEQ:DIGEST`: check the log still passes
-    /// through it.
-    #[arg(long, value_name = "SEQ:DIGEST")]
-    pub pinned: Option<String>,
 }
 
 /// `payonce end-session`.
@@ -232,7 +230,25 @@ pub struct EndSessionArgs {
 pub struct VerifyArgs {
     /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
+    /// Fail unless the log holds this head (as `payonce head` printed it),
+    /// unchanged, as the batch ending at SEQ.
+    #[arg(long, value_name = "SEQ:DIGEST")]
+    pub expect_head: Option<Head>,
     /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce head`.
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
+    pub dir: PathBuf,
+    /// A head printed earlier, `SEQ:DIGEST`: check the log still passes
+    /// through it (on a directory, as `verify --expect-head` does).
+    #[arg(long, value_name = "SEQ:DIGEST")]
+    pub pinned: Option<Head>,
+    /// Print the head as one JSON object (directories only).
     #[arg(long)]
     pub json: bool,
 }

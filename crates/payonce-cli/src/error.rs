@@ -396,7 +396,12 @@ impl CliError {
             },
             LedgerError::NoLog { found, .. } => CliError::NotALog { dir, found },
             LedgerError::Log(LogError::Locked { .. }) => CliError::Locked { dir },
-            LedgerError::Log(LogError::Corrupt { .. } | LogError::SegmentTooLong { .. })
+            LedgerError::Log(
+                LogError::Corrupt { .. }
+                | LogError::SegmentTooLong { .. }
+                | LogError::MissingHead { .. }
+                | LogError::HeadMismatch { .. },
+            )
             | LedgerError::BadEvent { .. }
             | LedgerError::MisplacedEvent { .. } => CliError::Damaged {
                 dir,

@@ -62,6 +62,7 @@ mod env;
 mod error;
 mod escape;
 mod explain;
+mod head;
 mod history;
 mod index;
 mod json;

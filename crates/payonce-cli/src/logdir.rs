@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, LedgerError, State, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, State, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -76,6 +76,8 @@ pub(crate) struct Walked {
     pub(crate) last_seq: u64,
     /// A torn tail met at the end; `None` if the walk stopped early.
     pub(crate) torn_tail: Option<TornTail>,
+    /// The log's head, for a walk from the first event to the end.
+    pub(crate) head: Head,
 }
 
 /// The name of the segment file whose first log record is `first_seq`, as
@@ -165,6 +167,25 @@ impl LogDir {
             Source::Postgres(_) => Err(CliError::Usage {
                 message: format!(
                     "{} is a PostgreSQL ledger: it has no segment files to read one event from",
+                    self.dir.display()
+                ),
+            }),
+        }
+    }
+
+    /// Requires every walk from the first event to pass `head`: the log
+    /// must hold it unchanged, or the walk fails as damage. A PostgreSQL
+    /// ledger checks a pinned head with `payonce head URL --pinned`.
+    pub(crate) fn require(&mut self, head: Head) -> Result<(), CliError> {
+        match &mut self.source {
+            Source::Files { event_log, .. } => {
+                event_log.require(head);
+                Ok(())
+            }
+            Source::Postgres(_) => Err(CliError::Usage {
+                message: format!(
+                    "{} is a PostgreSQL ledger: check a pinned head with `payonce head URL \
+                     --pinned SEQ:DIGEST`",
                     self.dir.display()
                 ),
             }),
@@ -300,7 +321,7 @@ impl LogDir {
             offset: 0,
             chain: 0,
         };
-        snapshot
+        walked.head = snapshot
             .borrow_mut()
             .walk(|seq, payload| {
                 let event = decode_event(seq, payload)
@@ -346,6 +367,7 @@ impl LogDir {
                 // The log reports an empty newest segment as the torn tail
                 // opening for writing repairs, as it does any other.
                 walked.torn_tail = events.torn_tail();
+                walked.head = events.head();
                 break Ok(());
             };
             walked.events += 1;

@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::cli::{Cli, CliCommand};
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::{audit, demo, demo_race, history, index, operator, shared};
+use crate::{audit, demo, demo_race, head, history, index, operator, shared};
 
 /// Runs `cli`: reports go to `out`, warnings to `err`. An `Err` is a command
 /// that could not do its job; its [`CliError::exit_code`] says how to exit.
@@ -18,6 +18,7 @@ pub fn run(
 ) -> Result<Status, CliError> {
     let status = match cli.command {
         CliCommand::Verify(args) => audit::verify(&args, env, out),
+        CliCommand::Head(args) => head::head(&args, env, out, err),
         CliCommand::History(args) => history::history(&args, env, out, err),
         CliCommand::State(args) => audit::state(&args, env, out, err),
         CliCommand::Inflight(args) => audit::inflight(&args, env, out, err),
@@ -29,7 +30,6 @@ pub fn run(
         CliCommand::Demo(args) => demo::demo_command(&args, out),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),
-        CliCommand::Head(args) => shared::head(&args, out),
         CliCommand::DemoWorker(args) => demo_race::worker(&args, out),
     }?;
     out.flush().map_err(CliError::output)?;

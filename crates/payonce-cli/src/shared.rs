@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use payonce::LedgerError;
-use payonce_postgres::{Head, Migrated};
+use payonce_postgres::Migrated;
 use tracing::info;
 
 use crate::cli::{EndSessionArgs, HeadArgs, MigrateArgs};
@@ -76,24 +76,16 @@ pub(crate) fn end_session(
 
 /// `payonce head URL [--pinned SEQ:DIGEST]`.
 pub(crate) fn head(args: &HeadArgs, out: &mut dyn Write) -> Result<Status, CliError> {
-    let shown = url_argument(&args.url)?;
-    let pinned = match &args.pinned {
-        Some(text) => Some(text.parse::<Head>().map_err(|_| CliError::Usage {
-            message: format!(
-                "--pinned {}: a head is SEQ:DIGEST, a sequence number and 64 lowercase hex \
-                     digits, as `payonce head` prints it",
-                Echo(text)
-            ),
-        })?),
-        None => None,
-    };
+    let url = args.dir.to_str().unwrap_or_default();
+    let shown = url_argument(url)?;
+    let pinned = args.pinned;
     let read = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
-    let head = payonce_postgres::head(&args.url).map_err(read)?;
+    let head = payonce_postgres::head(url).map_err(read)?;
     writeln!(out, "{head}").map_err(CliError::output)?;
     let Some(pinned) = pinned else {
         return Ok(Status::Clean);
     };
-    let found = payonce_postgres::head_at(&args.url, pinned.seq).map_err(read)?;
+    let found = payonce_postgres::head_at(url, pinned.seq).map_err(read)?;
     let line = match found {
         Some(found) if found == pinned => {
             format!("the log passes through the pinned head {pinned}")

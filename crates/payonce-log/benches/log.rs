@@ -5,7 +5,13 @@
 //!   1, 4, 16 and 64 threads, each appending (the default) and writing over
 //!   zeros written ahead (`preallocate_len`), beside the raw rate of write +
 //!   fdatasync on a file in the same directory, measured in the same run.
-//! - A full verify-and-iterate scan beside a plain read of the same files.
+//! - The checkpoint's cost at 64 threads: the default (a checkpoint every
+//!   second and every `CHECKPOINT_RECORDS` records, by a thread of the
+//!   log's own) beside
+//!   none until close, alternating, and how far the checkpoint trailed the
+//!   durable head meanwhile (the window in which a cut goes unnoticed).
+//! - A full verify-and-iterate scan beside a plain read of the same files,
+//!   and SHA-256 of the same payloads alone: the chain digest's share.
 //!
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
 //! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3).
@@ -21,13 +27,24 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use payonce_log::{Durability, FsStorage, Log, LogConfig, LogReader, PREALLOCATE_LEN, sync_rate};
+use payonce_log::{
+    CHECKPOINT_RECORDS, Digest, Durability, FsStorage, Log, LogConfig, LogReader, PREALLOCATE_LEN,
+    batch_digest, sync_rate,
+};
 
 const RECORD_LEN: usize = 128;
 /// A 128-byte record's frame: 16 bytes of header, the payload, no padding.
 const FRAME_LEN: usize = 16 + RECORD_LEN;
 const SCAN_RECORDS: u64 = 2_000_000;
 const SCAN_ROUNDS: usize = 5;
+/// Records per batch in the hashing-alone measurement: about what one
+/// flush of [`PENDING_LEN_MAX`](payonce_log::PENDING_LEN_MAX) holds.
+const SCAN_BATCH: usize = 16 << 20 >> 7;
+/// Rounds of the checkpoint comparison, each running both settings.
+const CHECKPOINT_ROUNDS: usize = 5;
+/// How often the checkpoint comparison samples how far the checkpoint
+/// trails the durable head.
+const LAG_SAMPLE_EVERY: Duration = Duration::from_millis(5);
 
 fn main() {
     let base = std::env::var_os("PAYONCE_BENCH_DIR")
@@ -52,7 +69,11 @@ fn main() {
     println!("| raw write + fdatasync, {FRAME_LEN} bytes | appended | {raw:.0} | 1 | 100% |");
     for threads in [1, 4, 16, 64] {
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
-            let (rate, per_sync) = durable_appends(dir.path(), threads, preallocate_len, duration);
+            let config = LogConfig {
+                preallocate_len,
+                ..LogConfig::default()
+            };
+            let (rate, per_sync, _) = durable_appends(dir.path(), threads, config, duration);
             println!(
                 "| durable append, {threads} thread{} | {layout} | {rate:.0} | {per_sync:.1} | {:.0}% |",
                 if threads == 1 { "" } else { "s" },
@@ -61,8 +82,10 @@ fn main() {
         }
     }
     println!();
+    checkpoint_cost(dir.path(), duration);
+    println!();
 
-    let (plain, scan, bytes) = scan_vs_plain_read(dir.path());
+    let (plain, scan, bytes, hashing) = scan_vs_plain_read(dir.path());
     println!(
         "| {} records of {RECORD_LEN} bytes ({:.0} MiB) | records/s | GiB/s | vs plain read |",
         SCAN_RECORDS,
@@ -80,26 +103,107 @@ fn main() {
             plain / seconds * 100.0
         );
     }
+    println!(
+        "\nSHA-256 chain digest of the same payloads alone: {:.3} s, {:.0}% of the scan \
+         ({:.2} GiB/s of payload, {:.1} ns per record)",
+        hashing,
+        hashing / scan * 100.0,
+        (SCAN_RECORDS as usize * RECORD_LEN) as f64 / hashing / (1u64 << 30) as f64,
+        hashing / SCAN_RECORDS as f64 * 1e9
+    );
+}
+
+/// 64 threads appending durably with the default checkpoints and with none
+/// until close, alternating rounds; prints the medians, the ratio, and how
+/// far the checkpoint trailed the durable head in the default runs.
+fn checkpoint_cost(dir: &Path, duration: Duration) {
+    let with = LogConfig::default();
+    let without = LogConfig {
+        checkpoint_records: 0,
+        checkpoint_interval: None,
+        ..LogConfig::default()
+    };
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut lags = Vec::new();
+    let mut checkpoints = 0;
+    for round in 0..CHECKPOINT_ROUNDS {
+        // Alternate which goes first, so neither always follows the other.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let config = [&with, &without][which].clone();
+            let (rate, _, lag) = durable_appends(dir, 64, config, duration);
+            rates[which].push(rate);
+            if which == 0 {
+                checkpoints += lag.checkpoints;
+                lags.push(lag);
+            }
+        }
+    }
+    let median = |rates: &mut Vec<f64>| {
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let (on, off) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!("| 64 threads, zeros ahead | records/s (median of {CHECKPOINT_ROUNDS}) | rounds |");
+    println!("| --- | ---: | --- |");
+    println!(
+        "| checkpoints every 1 s and {CHECKPOINT_RECORDS} records (default) | {on:.0} | {:.0?} |",
+        rates[0]
+    );
+    println!(
+        "| no checkpoint until close | {off:.0} | {:.0?} |",
+        rates[1]
+    );
+    println!(
+        "\ncheckpoint cost: {:.1}% of throughput",
+        (1.0 - on / off) * 100.0
+    );
+    let max = lags.iter().map(|lag| lag.max).max().unwrap_or(0);
+    let samples: u64 = lags.iter().map(|lag| lag.samples).sum();
+    let mean = lags.iter().map(|lag| lag.sum).sum::<u64>() as f64 / samples.max(1) as f64;
+    println!(
+        "checkpoint behind the durable head, sampled every {LAG_SAMPLE_EVERY:?}: mean {mean:.0} \
+         records, max {max} records ({:.0} ms at the median rate); {checkpoints} checkpoints in \
+         {CHECKPOINT_ROUNDS} runs of {duration:?}",
+        max as f64 / on * 1000.0
+    );
+}
+
+/// How far a log's checkpoint trailed its durable head while it ran.
+#[derive(Debug, Default)]
+struct Lag {
+    max: u64,
+    sum: u64,
+    samples: u64,
+    checkpoints: u64,
 }
 
 /// `threads` threads each appending a record and waiting for it to be
-/// durable, for `duration`, writing `preallocate_len` zeros ahead:
-/// (records/s, records per flush).
+/// durable, for `duration`, on a log opened with `config`: (records/s,
+/// records per flush, how far the checkpoint trailed the durable head).
 fn durable_appends(
     dir: &Path,
     threads: usize,
-    preallocate_len: u64,
+    config: LogConfig,
     duration: Duration,
-) -> (f64, f64) {
-    let log_dir = dir.join(format!("durable-{threads}-{preallocate_len}"));
-    let config = LogConfig {
-        preallocate_len,
-        ..LogConfig::default()
-    };
-    let (log, _) = Log::open(Arc::new(FsStorage::new(&log_dir)), config).unwrap();
+) -> (f64, f64, Lag) {
+    let log_dir = tempfile::tempdir_in(dir).unwrap();
+    let (log, _) = Log::open(Arc::new(FsStorage::new(log_dir.path())), config).unwrap();
     let start = Instant::now();
     let deadline = start + duration;
+    let mut lag = Lag::default();
     thread::scope(|scope| {
+        let (sampled, lag) = (&log, &mut lag);
+        scope.spawn(move || {
+            while Instant::now() < deadline {
+                thread::sleep(LAG_SAMPLE_EVERY);
+                let stats = sampled.stats();
+                let behind = stats.durable_seq - stats.checkpoint_seq;
+                lag.max = lag.max.max(behind);
+                lag.sum += behind;
+                lag.samples += 1;
+            }
+        });
         for thread in 0..threads {
             let log = &log;
             scope.spawn(move || {
@@ -113,17 +217,20 @@ fn durable_appends(
     });
     let elapsed = start.elapsed().as_secs_f64();
     let stats = log.stats();
+    lag.checkpoints = stats.checkpoints;
     drop(log);
-    fs::remove_dir_all(log_dir).unwrap();
     (
         stats.durable_seq as f64 / elapsed,
         stats.durable_seq as f64 / stats.flushes.max(1) as f64,
+        lag,
     )
 }
 
-/// Best-of-rounds seconds for a plain read of every segment file and for a
-/// verifying scan of the same log, and the bytes read.
-fn scan_vs_plain_read(dir: &Path) -> (f64, f64, u64) {
+/// Best-of-rounds seconds for a plain read of every segment file, for a
+/// verifying scan of the same log, the bytes read, and best-of-rounds
+/// seconds for the chain digest of the same payloads alone, in batches of
+/// the size the scan's log was flushed in.
+fn scan_vs_plain_read(dir: &Path) -> (f64, f64, u64, f64) {
     let log_dir = dir.join("scan");
     let config = LogConfig {
         durability: Durability::Never,
@@ -147,8 +254,19 @@ fn scan_vs_plain_read(dir: &Path) -> (f64, f64, u64) {
     let reader = LogReader::open(storage, config).unwrap();
     let mut plain = f64::MAX;
     let mut scan = f64::MAX;
+    let mut hashing = f64::MAX;
     let mut bytes = 0;
+    let payloads = vec![[0xC3u8; RECORD_LEN]; SCAN_RECORDS as usize];
     for _ in 0..SCAN_ROUNDS {
+        let start = Instant::now();
+        let mut digest = Digest::GENESIS;
+        for (index, batch) in payloads.chunks(SCAN_BATCH).enumerate() {
+            let first_seq = (index * SCAN_BATCH) as u64 + 1;
+            digest = batch_digest(&digest, first_seq, batch.iter().map(|p| p.as_slice()));
+        }
+        black_box(digest);
+        hashing = hashing.min(start.elapsed().as_secs_f64());
+
         let start = Instant::now();
         bytes = 0;
         for file in &files {
@@ -171,5 +289,5 @@ fn scan_vs_plain_read(dir: &Path) -> (f64, f64, u64) {
         black_box(payload_bytes);
     }
     fs::remove_dir_all(log_dir).unwrap();
-    (plain, scan, bytes)
+    (plain, scan, bytes, hashing)
 }

@@ -5,6 +5,9 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+use crate::chain::Head;
+use crate::record::TornTail;
+
 /// Everything that can go wrong opening, writing or reading a log.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -85,6 +88,42 @@ pub enum LogError {
         /// The configured maximum.
         max: u64,
     },
+    /// The log does not reach a head it must contain: its checkpoint's, its
+    /// witness's, or one pinned by the caller. It was cut (records that
+    /// were durable are gone), or restored from an older copy. Nothing was
+    /// changed.
+    MissingHead {
+        /// The log directory.
+        dir: String,
+        /// Where the head came from.
+        from: HeadSource,
+        /// The head the log must contain.
+        expected: Head,
+        /// Where the log ends: its last whole batch.
+        head: Head,
+        /// Damage found after `head` (which opening would otherwise have
+        /// cut as a torn write).
+        torn: Option<Box<TornTail>>,
+    },
+    /// The log reaches a head it must contain, but holds something else
+    /// there: the batch that ends at its seq has another digest, or no
+    /// batch ends there. A record at or before it was edited, removed,
+    /// inserted or reordered, even if every checksum was recomputed.
+    HeadMismatch {
+        /// The log directory.
+        dir: String,
+        /// Where the head came from.
+        from: HeadSource,
+        /// The head the log must contain.
+        expected: Head,
+        /// The head of the batch that holds `expected.seq`.
+        found: Head,
+    },
+    /// The witness could not be read while opening.
+    Witness {
+        /// What failed.
+        source: io::Error,
+    },
     /// [`crate::Log::wait_durable`] was asked about a sequence number that
     /// has not been appended.
     NotAppended {
@@ -126,6 +165,36 @@ pub enum Damage {
     /// Damage in the last segment is followed by a record that verifies, so
     /// it is not a torn write.
     DamageBeforeValidRecords,
+    /// A batch's records verify but do not hash to the chain digest its
+    /// header holds.
+    Digest,
+    /// The checkpoint file is missing from a log that has batches, or
+    /// neither of its slots is whole.
+    Checkpoint,
+    /// A segment of an older format version follows one of the current.
+    Version,
+}
+
+/// Where a head that a log must contain comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeadSource {
+    /// The log's own checkpoint file.
+    Checkpoint,
+    /// The witness the log was opened with.
+    Witness,
+    /// The caller, such as `payonce verify --expect-head`.
+    Pinned,
+}
+
+impl fmt::Display for HeadSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HeadSource::Checkpoint => "its checkpoint",
+            HeadSource::Witness => "its witness",
+            HeadSource::Pinned => "the expected head",
+        })
+    }
 }
 
 impl fmt::Display for Damage {
@@ -141,6 +210,9 @@ impl fmt::Display for Damage {
             Damage::MissingSegment => "missing segment",
             Damage::Seal => "bad or missing seal",
             Damage::DamageBeforeValidRecords => "damage followed by valid records",
+            Damage::Digest => "chain digest mismatch",
+            Damage::Checkpoint => "bad or missing checkpoint",
+            Damage::Version => "format version out of order",
         })
     }
 }
@@ -181,6 +253,53 @@ impl fmt::Display for LogError {
                 f,
                 "segment {file} is {len} bytes; the configured maximum is {max}"
             ),
+            LogError::MissingHead {
+                dir,
+                from,
+                expected,
+                head,
+                torn,
+            } => {
+                write!(
+                    f,
+                    "log {dir} ends at head {head}, before {from}'s head {expected}: \
+                     records that were there are gone"
+                )?;
+                if let Some(torn) = torn {
+                    write!(
+                        f,
+                        " (damage follows it in segment {} at byte {}, {} bytes)",
+                        torn.segment, torn.offset, torn.len
+                    )?;
+                }
+                Ok(())
+            }
+            LogError::HeadMismatch {
+                dir,
+                from,
+                expected,
+                found,
+            } => {
+                if found.seq == expected.seq {
+                    write!(
+                        f,
+                        "log {dir} does not hold {from}'s head {expected}: the batch ending at \
+                         seq {} hashes to {}, so a record up to it was changed",
+                        found.seq, found.digest
+                    )
+                } else {
+                    write!(
+                        f,
+                        "log {dir} does not hold {from}'s head {expected}: no batch ends at \
+                         seq {}, the one holding it ends at {found}, so a record up to it \
+                         was changed",
+                        expected.seq
+                    )
+                }
+            }
+            LogError::Witness { source } => {
+                write!(f, "reading the log's witness failed: {source}")
+            }
             LogError::NotAppended { seq, last_seq } => write!(
                 f,
                 "seq {seq} has not been appended; the last appended is {last_seq}"
@@ -194,6 +313,7 @@ impl std::error::Error for LogError {
         match self {
             LogError::Io { source, .. } => Some(source),
             LogError::Poisoned { cause } => Some(cause.as_ref()),
+            LogError::Witness { source } => Some(source),
             _ => None,
         }
     }

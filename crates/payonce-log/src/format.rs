@@ -2,6 +2,8 @@
 //! frames. docs/log-format.md describes the same layout for people; this is
 //! the only module that knows offsets.
 
+use crate::chain::{Digest, Head};
+
 /// Default most bytes of one record's payload: [`crate::LogConfig::record_max`].
 pub const RECORD_MAX: u32 = 1 << 20;
 
@@ -17,7 +19,11 @@ pub const RECORD_MAX_CEILING: u32 = 256 << 20;
 pub const SEGMENT_LEN_MAX_CEILING: u64 = 1 << 30;
 
 /// Version of the on-disk format written in every segment header.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The previous format version, whose segments are still read (and sealed,
+/// but never written further): records without batch headers.
+pub const FORMAT_VERSION_V1: u32 = 1;
 
 /// Bytes of a segment header.
 pub const SEGMENT_HEADER_LEN: usize = 40;
@@ -28,11 +34,33 @@ pub const FRAME_HEADER_LEN: usize = 16;
 /// Bytes of the seal frame that closes a segment when the log rolls.
 pub const SEAL_LEN: usize = 16;
 
+/// Bytes of the header in front of every flushed batch of records
+/// (format version 2).
+pub const BATCH_HEADER_LEN: usize = 64;
+
+/// The name of the checkpoint file: two slots, each holding a durable head.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
+
+/// Bytes of one checkpoint slot.
+pub const CHECKPOINT_SLOT_LEN: usize = 80;
+
+/// Where the second checkpoint slot starts: a page after the first, so a
+/// write torn inside one page never reaches both.
+pub const CHECKPOINT_SLOT_STRIDE: usize = 4096;
+
+/// Bytes of the checkpoint file.
+pub const CHECKPOINT_LEN: usize = CHECKPOINT_SLOT_STRIDE + CHECKPOINT_SLOT_LEN;
+
 pub(crate) const MAGIC: [u8; 8] = *b"PAYONCE\0";
 
 /// The length field of a seal frame. No record can claim it, because
 /// [`RECORD_MAX_CEILING`] is far below it.
 pub(crate) const SEAL_MARKER: u32 = u32::MAX;
+
+/// The length field of a batch header: no record can claim it either.
+pub(crate) const BATCH_MARKER: u32 = u32::MAX - 1;
+
+const CHECKPOINT_MAGIC: [u8; 8] = *b"PAYONCK\0";
 
 /// Header flag: the writer of this segment writes zeros ahead of its
 /// records (`LogConfig::preallocate_len`), so zeros after the last frame, and
@@ -50,16 +78,18 @@ const TMP_SUFFIX: &str = ".tmp";
 const SEGMENT_DIGITS: usize = 20;
 
 const _: () = assert!(RECORD_MAX <= RECORD_MAX_CEILING);
-const _: () = assert!(RECORD_MAX_CEILING < SEAL_MARKER);
+const _: () = assert!(RECORD_MAX_CEILING < BATCH_MARKER && BATCH_MARKER < SEAL_MARKER);
+const _: () = assert!(BATCH_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(SEGMENT_LEN_MAX <= SEGMENT_LEN_MAX_CEILING);
 const _: () = assert!(SEGMENT_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(FRAME_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(SEAL_LEN == FRAME_HEADER_LEN);
 const _: () = assert!(
-    (SEGMENT_HEADER_LEN as u64) + frame_len(RECORD_MAX) + (SEAL_LEN as u64) <= SEGMENT_LEN_MAX
+    ((SEGMENT_HEADER_LEN + BATCH_HEADER_LEN + SEAL_LEN) as u64) + frame_len(RECORD_MAX)
+        <= SEGMENT_LEN_MAX
 );
 const _: () = assert!(
-    (SEGMENT_HEADER_LEN as u64) + frame_len(RECORD_MAX_CEILING) + (SEAL_LEN as u64)
+    ((SEGMENT_HEADER_LEN + BATCH_HEADER_LEN + SEAL_LEN) as u64) + frame_len(RECORD_MAX_CEILING)
         <= SEGMENT_LEN_MAX_CEILING
 );
 // A segment of the largest allowed size must fit in memory's address space.
@@ -110,6 +140,9 @@ pub(crate) fn first_chain(log_id: u64) -> u32 {
 /// The fields of a segment header that vary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
+    /// [`FORMAT_VERSION`], or [`FORMAT_VERSION_V1`] for a segment the
+    /// previous format wrote.
+    pub(crate) version: u32,
     pub(crate) log_id: u64,
     pub(crate) first_seq: u64,
     pub(crate) chain: u32,
@@ -130,7 +163,8 @@ impl Header {
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut bytes = [0u8; SEGMENT_HEADER_LEN];
         bytes[0..8].copy_from_slice(&MAGIC);
-        bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        assert!(self.version == FORMAT_VERSION || self.version == FORMAT_VERSION_V1);
+        bytes[8..12].copy_from_slice(&self.version.to_le_bytes());
         let flags = if self.zeros_ahead {
             FLAG_ZEROS_AHEAD
         } else {
@@ -160,7 +194,7 @@ impl Header {
             return Err(HeaderFault::Magic { found: magic });
         }
         let version = read_u32(bytes, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_V1 {
             return Err(HeaderFault::Version { found: version });
         }
         let flags = read_u32(bytes, 12);
@@ -168,6 +202,7 @@ impl Header {
             return Err(HeaderFault::Flags { found: flags });
         }
         let header = Header {
+            version,
             log_id: read_u64(bytes, 16),
             first_seq: read_u64(bytes, 24),
             chain: read_u32(bytes, 32),
@@ -187,7 +222,7 @@ impl HeaderFault {
                 format!("magic {:?}", String::from_utf8_lossy(found)),
             ),
             HeaderFault::Version { found } => (
-                format!("format version {FORMAT_VERSION}"),
+                format!("format version {FORMAT_VERSION_V1} or {FORMAT_VERSION}"),
                 format!("format version {found}"),
             ),
             HeaderFault::Flags { found } => (
@@ -263,4 +298,116 @@ pub(crate) fn frame_fields(bytes: &[u8], offset: usize) -> (u32, u32, u64) {
         read_u32(bytes, offset + 4),
         read_u64(bytes, offset + 8),
     )
+}
+
+/// The fields of a batch header: the records of one flush that follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchHeader {
+    pub(crate) first_seq: u64,
+    /// Records in the batch, at least one.
+    pub(crate) count: u32,
+    /// Bytes of the record frames after the header.
+    pub(crate) extent: u32,
+    /// The checksum the batch's first record chains from.
+    pub(crate) chain: u32,
+    /// The chain digest of the batch (crate::chain).
+    pub(crate) digest: Digest,
+}
+
+impl BatchHeader {
+    /// The header's bytes, its checksum seeded with the log's identity, so a
+    /// batch header verifies on its own but in no other log.
+    pub(crate) fn encode(&self, log_id: u64) -> [u8; BATCH_HEADER_LEN] {
+        let mut bytes = [0u8; BATCH_HEADER_LEN];
+        bytes[4..8].copy_from_slice(&BATCH_MARKER.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.first_seq.to_le_bytes());
+        bytes[16..20].copy_from_slice(&self.count.to_le_bytes());
+        bytes[20..24].copy_from_slice(&self.extent.to_le_bytes());
+        bytes[24..28].copy_from_slice(&self.chain.to_le_bytes());
+        bytes[32..64].copy_from_slice(&self.digest.0);
+        let crc = chained_crc(first_chain(log_id), &bytes[4..]);
+        bytes[0..4].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// Decodes the header at the start of `bytes` (at least
+    /// [`BATCH_HEADER_LEN`] of them) if its marker is there and its checksum
+    /// verifies for `log_id`; `None` otherwise. Its fields are the caller's
+    /// to check against the log.
+    pub(crate) fn decode(bytes: &[u8], log_id: u64) -> Option<BatchHeader> {
+        assert!(bytes.len() >= BATCH_HEADER_LEN);
+        let bytes = &bytes[..BATCH_HEADER_LEN];
+        if read_u32(bytes, 4) != BATCH_MARKER
+            || read_u32(bytes, 0) != chained_crc(first_chain(log_id), &bytes[4..])
+            || read_u32(bytes, 28) != 0
+        {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&bytes[32..64]);
+        let header = BatchHeader {
+            first_seq: read_u64(bytes, 8),
+            count: read_u32(bytes, 16),
+            extent: read_u32(bytes, 20),
+            chain: read_u32(bytes, 24),
+            digest: Digest(digest),
+        };
+        assert_eq!(header.encode(log_id).as_slice(), bytes);
+        Some(header)
+    }
+}
+
+/// What one checkpoint slot holds: a head the writer knew to be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) log_id: u64,
+    /// Grows by one with every checkpoint; the valid slot with the larger
+    /// one is the checkpoint.
+    pub(crate) generation: u64,
+    pub(crate) head: Head,
+}
+
+impl Slot {
+    /// The bytes of this slot as slot `index` (0 or 1).
+    pub(crate) fn encode(&self, index: u32) -> [u8; CHECKPOINT_SLOT_LEN] {
+        assert!(index < 2);
+        let mut bytes = [0u8; CHECKPOINT_SLOT_LEN];
+        bytes[0..8].copy_from_slice(&CHECKPOINT_MAGIC);
+        bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes[12..16].copy_from_slice(&index.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.log_id.to_le_bytes());
+        bytes[24..32].copy_from_slice(&self.generation.to_le_bytes());
+        bytes[32..40].copy_from_slice(&self.head.seq.to_le_bytes());
+        bytes[40..72].copy_from_slice(&self.head.digest.0);
+        let crc = crc32fast::hash(&bytes[0..72]);
+        bytes[72..76].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// Slot `index` if its bytes are whole: magic, version, index and
+    /// checksum; `None` for a slot never written or torn.
+    pub(crate) fn decode(bytes: &[u8], index: u32) -> Option<Slot> {
+        if bytes.len() < CHECKPOINT_SLOT_LEN {
+            return None;
+        }
+        let bytes = &bytes[..CHECKPOINT_SLOT_LEN];
+        if bytes[0..8] != CHECKPOINT_MAGIC
+            || read_u32(bytes, 8) != FORMAT_VERSION
+            || read_u32(bytes, 12) != index
+            || read_u32(bytes, 72) != crc32fast::hash(&bytes[0..72])
+            || read_u32(bytes, 76) != 0
+        {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&bytes[40..72]);
+        Some(Slot {
+            log_id: read_u64(bytes, 16),
+            generation: read_u64(bytes, 24),
+            head: Head {
+                seq: read_u64(bytes, 32),
+                digest: Digest(digest),
+            },
+        })
+    }
 }

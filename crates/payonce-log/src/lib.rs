@@ -54,6 +54,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod chain;
+mod checkpoint;
 mod config;
 mod error;
 mod faults;
@@ -67,16 +69,23 @@ mod repair;
 mod rng;
 mod scan;
 mod storage;
+mod ticker;
+mod witness;
 mod writer;
 
-pub use crate::config::{Durability, LogConfig, PREALLOCATE_LEN};
-pub use crate::error::{Damage, LogError, OpenError};
+pub use crate::chain::{Digest, Head, HeadParseError, batch_digest};
+pub use crate::config::{
+    CHECKPOINT_INTERVAL, CHECKPOINT_RECORDS, Durability, LogConfig, PREALLOCATE_LEN,
+};
+pub use crate::error::{Damage, HeadSource, LogError, OpenError};
 pub use crate::faults::{Fault, Faults, FaultyStorage, SyncHold};
 pub use crate::format::{
-    FORMAT_VERSION, FRAME_HEADER_LEN, RECORD_MAX, RECORD_MAX_CEILING, SEAL_LEN, SEGMENT_HEADER_LEN,
-    SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING, is_segment_tmp_name, parse_segment_name,
+    BATCH_HEADER_LEN, CHECKPOINT_FILE, CHECKPOINT_LEN, CHECKPOINT_SLOT_LEN, CHECKPOINT_SLOT_STRIDE,
+    FORMAT_VERSION, FORMAT_VERSION_V1, FRAME_HEADER_LEN, RECORD_MAX, RECORD_MAX_CEILING, SEAL_LEN,
+    SEGMENT_HEADER_LEN, SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING, is_segment_tmp_name,
+    parse_segment_name,
 };
-pub use crate::mem::{CrashMode, MemStats, MemStorage};
+pub use crate::mem::{CRASH_PAGE_LEN, CrashMode, MemStats, MemStorage};
 pub use crate::open::Opening;
 pub use crate::reader::{LogReader, Records};
 pub use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
@@ -87,4 +96,5 @@ pub use crate::storage::{
     FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,
     sync_rate,
 };
+pub use crate::witness::Witness;
 pub use crate::writer::{Log, LogStats, PENDING_LEN_MAX};

@@ -22,7 +22,16 @@ pub enum CrashMode {
     /// inside a sector. Writes land in order; nothing after the garbage
     /// survives.
     Garble,
+    /// Each page (4 KiB, aligned) of the unsynced bytes survives or is lost
+    /// on its own, in no order: a later page can survive without an earlier
+    /// one, as when a write over blocks a file already has reaches the disk
+    /// out of order. A lost page keeps its old bytes (zeros past the old end
+    /// of the file, which reaches the last page that survived).
+    Pages,
 }
+
+/// The unit [`CrashMode::Pages`] keeps or loses.
+pub const CRASH_PAGE_LEN: usize = 4096;
 
 #[derive(Debug, Clone, Default)]
 struct Inode {
@@ -64,8 +73,9 @@ impl Inode {
         self.clean = self.clean.min(len);
     }
 
-    /// The bytes a power loss leaves. Changes since the last sync reach the
-    /// disk in the order they were made: a prefix of the changed range
+    /// The bytes a power loss leaves. Except under [`CrashMode::Pages`],
+    /// changes since the last sync reach the disk in the order they were
+    /// made: a prefix of the changed range
     /// carries the new bytes, the rest the old ones; bytes no write touched
     /// keep their old value.
     fn after_crash(&self, mode: CrashMode, rng: &mut SplitMix64) -> Vec<u8> {
@@ -73,7 +83,7 @@ impl Inode {
             // An unsynced truncation: either it reached the disk or it did not.
             return match mode {
                 CrashMode::DropUnsynced => self.durable.clone(),
-                CrashMode::KeepPrefix | CrashMode::Garble => {
+                CrashMode::KeepPrefix | CrashMode::Garble | CrashMode::Pages => {
                     if rng.coin() {
                         self.data.clone()
                     } else {
@@ -86,6 +96,7 @@ impl Inode {
         let unsynced = dirty_end.saturating_sub(self.clean);
         let (kept, garbage) = match mode {
             CrashMode::DropUnsynced => return self.durable.clone(),
+            CrashMode::Pages => return self.pages_after_crash(dirty_end, rng),
             CrashMode::KeepPrefix => (rng.up_to(unsynced), 0),
             CrashMode::Garble => {
                 let kept = rng.up_to(unsynced);
@@ -99,6 +110,25 @@ impl Inode {
         // Past what reached the disk, the old bytes, where there were any.
         if let Some(old) = self.durable.get(bytes.len()..) {
             bytes.extend_from_slice(old);
+        }
+        bytes
+    }
+
+    /// [`CrashMode::Pages`]: the changed range `clean..dirty_end`, page by
+    /// page, each page new or old by a coin.
+    fn pages_after_crash(&self, dirty_end: usize, rng: &mut SplitMix64) -> Vec<u8> {
+        let mut bytes = self.durable.clone();
+        let mut page = self.clean / CRASH_PAGE_LEN * CRASH_PAGE_LEN;
+        while page < dirty_end {
+            let end = (page + CRASH_PAGE_LEN).min(dirty_end);
+            let start = page.max(self.clean);
+            if rng.coin() {
+                if bytes.len() < end {
+                    bytes.resize(end, 0);
+                }
+                bytes[start..end].copy_from_slice(&self.data[start..end]);
+            }
+            page += CRASH_PAGE_LEN;
         }
         bytes
     }

@@ -7,14 +7,16 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use crate::chain::Head;
 use crate::config::{Durability, LogConfig};
-use crate::error::{LogError, OpenError, io_error};
+use crate::error::{HeadSource, LogError, OpenError, io_error};
 use crate::format::segment_name;
 use crate::record::{Record, Recovery};
 use crate::recovery::{LogEnd, Newest, SealDoesNotFit, decide, reported};
 use crate::repair::{RecoveryPlan, remove_tmp_debris};
 use crate::scan::{Cursor, Mode, list_segments};
 use crate::storage::{Storage, StorageLock};
+use crate::witness::Witness;
 use crate::writer::{Log, new_log_id};
 
 /// A log being opened for writing: its records, verified in order by
@@ -31,6 +33,8 @@ pub struct Opening {
     /// The scan of the segments; `None` for a directory without any.
     cursor: Option<Cursor>,
     scan: Scan,
+    /// Where the writer will publish its heads.
+    witness: Option<Arc<dyn Witness>>,
 }
 
 /// Where the scan of an [`Opening`] is.
@@ -112,11 +116,46 @@ impl Log {
             newest_two,
             cursor,
             scan: Scan::Running,
+            witness: None,
         })
     }
 }
 
 impl Opening {
+    /// Checks the log against `witness` and publishes the writer's heads to
+    /// it: reads the witness's last head, which the log must then contain
+    /// ([`LogError::MissingHead`] if it ends before it, as a log restored
+    /// from an older copy does; [`LogError::HeadMismatch`] if it holds
+    /// another batch there). A witness that cannot be read refuses
+    /// ([`LogError::Witness`]). Only before the first record is read.
+    pub fn witness(&mut self, witness: Arc<dyn Witness>) -> Result<(), LogError> {
+        let last = witness
+            .last()
+            .map_err(|source| LogError::Witness { source })?;
+        if let Some(head) = last {
+            self.require(HeadSource::Witness, head)?;
+        }
+        self.witness = Some(witness);
+        Ok(())
+    }
+
+    /// Requires the log to contain `head`, as [`Opening::witness`] does
+    /// with the witness's. Only before the first record is read.
+    pub fn require(&mut self, from: HeadSource, head: Head) -> Result<(), LogError> {
+        match &mut self.cursor {
+            Some(cursor) => cursor.require(from, head),
+            // A directory without segments holds only the genesis head.
+            None if head.seq == 0 => Ok(()),
+            None => Err(LogError::MissingHead {
+                dir: self.storage.describe(""),
+                from,
+                expected: head,
+                head: Head::GENESIS,
+                torn: None,
+            }),
+        }
+    }
+
     /// The next verified record; `None` after the last. Damage that is not
     /// a torn tail is an error ([`LogError::Corrupt`]), after which the scan
     /// hands out nothing more and the opening is only to be dropped.
@@ -158,6 +197,7 @@ impl Opening {
             Scan::Ended,
             "a log is planned only once its scan has ended without a refusal"
         );
+        let checkpoint = self.cursor.as_ref().and_then(|cursor| cursor.checkpoint);
         let (end, records, segments) = match &self.cursor {
             None => (LogEnd::empty(), 0, 0),
             Some(cursor) => (
@@ -187,6 +227,8 @@ impl Opening {
             repairs,
             recovery,
             newest_two: self.newest_two,
+            checkpoint,
+            witness: self.witness,
         })
     }
 }
@@ -200,6 +242,8 @@ impl LogEnd {
             log_id: None,
             next_seq: 1,
             chain: 0,
+            head: Head::GENESIS,
+            checkpoint: None,
         }
     }
 
@@ -223,6 +267,7 @@ impl LogEnd {
                 records_end: tail.valid_end,
                 torn_len: tail.torn_len,
                 zeros_ahead: tail.zeros_ahead,
+                version: tail.version,
             }
         };
         let (next_seq, chain) = cursor.end_state();
@@ -232,6 +277,8 @@ impl LogEnd {
             log_id: cursor.log_id,
             next_seq,
             chain,
+            head: cursor.head(),
+            checkpoint: cursor.checkpoint.map(|found| found.slot.head),
         }
     }
 }

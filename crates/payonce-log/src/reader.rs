@@ -5,8 +5,9 @@
 use std::io;
 use std::sync::Arc;
 
+use crate::chain::Head;
 use crate::config::LogConfig;
-use crate::error::{Damage, LogError, OpenError, io_error};
+use crate::error::{Damage, HeadSource, LogError, OpenError, io_error};
 use crate::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN, frame_fields, frame_len, segment_name};
 use crate::record::{OwnedRecord, Position, Record, Recovery, TornTail};
 use crate::scan::{Cursor, list_segments};
@@ -17,6 +18,8 @@ use crate::storage::Storage;
 pub struct LogReader {
     storage: Arc<dyn Storage>,
     config: LogConfig,
+    /// Heads a read from the first record must pass.
+    required: Vec<Head>,
 }
 
 impl LogReader {
@@ -31,12 +34,27 @@ impl LogReader {
         };
         match list_segments(&*storage) {
             Ok(segments) if segments.is_empty() => Err(not_a_log()),
-            Ok(_) => Ok(LogReader { storage, config }),
+            Ok(_) => Ok(LogReader {
+                storage,
+                config,
+                required: Vec::new(),
+            }),
             Err(LogError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 Err(not_a_log())
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// Requires every read from the first record to pass `head`, pinned by
+    /// the caller (an auditor's copy of an earlier `payonce head`): such a
+    /// read refuses a log that ends before it ([`LogError::MissingHead`])
+    /// or holds another batch there ([`LogError::HeadMismatch`]), which
+    /// any edit, removal, insertion or reordering of a record up to it
+    /// causes, checksums recomputed or not. A read always requires the
+    /// head of the log's own checkpoint too.
+    pub fn require(&mut self, head: Head) {
+        self.required.push(head);
     }
 
     /// Verifies the whole log, handing every record to `visit` in order, and
@@ -65,7 +83,12 @@ impl LogReader {
                 dir: self.storage.describe(""),
             });
         }
-        let cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
+        let mut cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
+        if seq <= 1 {
+            for &head in &self.required {
+                cursor.require(HeadSource::Pinned, head)?;
+            }
+        }
         Ok(Records {
             cursor,
             failed: false,
@@ -234,6 +257,13 @@ impl Records {
         })
     }
 
+    /// The head of the last whole batch read: the log's head once the
+    /// records are exhausted. [`Head::GENESIS`] for a read that started
+    /// past the first segment, which cannot know the chain.
+    pub fn head(&self) -> Head {
+        self.cursor.head()
+    }
+
     /// What the walk found so far; complete once the records are exhausted.
     pub fn recovery(&self) -> Recovery {
         let (next_seq, _) = self.cursor.end_state();
@@ -243,6 +273,8 @@ impl Records {
             last_seq: next_seq.saturating_sub(1),
             torn_tail: self.torn_tail(),
             interrupted_roll: self.cursor.unsealed.is_some(),
+            head: self.cursor.head(),
+            checkpoint: self.cursor.checkpoint.map(|found| found.slot.head),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! What a scan hands out and reports.
 
+use crate::chain::Head;
+
 /// Where a record's frame is, and the checksum it chains from: enough for
 /// [`crate::LogReader::read_at`] to fetch and verify it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,4 +79,13 @@ pub struct Recovery {
     /// record yet and the one before is not sealed). A writer finished it;
     /// a reader may be looking at a roll in progress.
     pub interrupted_roll: bool,
+    /// The head the log ends with: its last whole batch (after a torn tail
+    /// was cut, for a writer). [`Head::GENESIS`] for a log without records.
+    /// Only a scan from the first record knows it; a read from a later
+    /// segment reports the genesis head.
+    pub head: Head,
+    /// The head its checkpoint held when the scan started, `None` for a
+    /// log without a checkpoint (one of format version 1, not yet opened for
+    /// writing by this version).
+    pub checkpoint: Option<Head>,
 }

@@ -4,7 +4,8 @@
 //! reads and writes no file, so every case is decided before anything is
 //! changed and is tested without a disk.
 
-use crate::format::{SEAL_LEN, first_chain};
+use crate::chain::Head;
+use crate::format::{FORMAT_VERSION_V1, SEAL_LEN, SEGMENT_HEADER_LEN, first_chain};
 use crate::record::{Recovery, TornTail};
 use crate::scan::Unsealed;
 
@@ -48,6 +49,40 @@ pub enum Repair {
         /// The torn bytes, up to the last that is not zero.
         len: u64,
     },
+    /// The newest segment is of format version 1 and holds records: roll to
+    /// a new segment of the current format, `next_seq`, as a roll does
+    /// (create it under a temporary name, sync, rename, sync the
+    /// directory), then seal the old one at `offset`, the end of its
+    /// records. Records are never written into a version 1 segment.
+    UpgradeRoll {
+        /// The newest segment, of format version 1.
+        segment: u64,
+        /// Where its last record ends.
+        offset: u64,
+        /// The first sequence number of the new segment.
+        next_seq: u64,
+        /// The checksum the seal and the new segment's first record chain
+        /// from.
+        chain: u32,
+    },
+    /// The newest segment is of format version 1 and holds no record:
+    /// rename a segment of the current format, with the same log id, first
+    /// seq and chain, over it.
+    RewriteHeader {
+        /// The segment.
+        segment: u64,
+        /// The log id the header carries.
+        log_id: u64,
+        /// The chain value the header carries.
+        chain: u32,
+    },
+    /// The log has no checkpoint file (it is new, or of format version 1):
+    /// create one holding `head` under a temporary name, sync it, rename it
+    /// into place and sync the directory.
+    CreateCheckpoint {
+        /// The head it holds: where the log ends.
+        head: Head,
+    },
     /// A roll stopped before the seal of the segment before the newest was
     /// durable, while the newest holds no record: write the seal
     /// ([`crate::SEAL_LEN`] bytes) at `offset`, the end of its records,
@@ -71,7 +106,11 @@ impl Repair {
             Repair::CreateFirstSegment { .. } => 1,
             Repair::ReplaceTornHeader { segment, .. }
             | Repair::CutTornTail { segment, .. }
+            | Repair::UpgradeRoll { segment, .. }
+            | Repair::RewriteHeader { segment, .. }
             | Repair::SealInterruptedRoll { segment, .. } => segment,
+            // A file beside the segments.
+            Repair::CreateCheckpoint { .. } => 0,
         }
     }
 }
@@ -90,6 +129,10 @@ pub(crate) struct LogEnd {
     pub(crate) next_seq: u64,
     /// The checksum the next record chains from.
     pub(crate) chain: u32,
+    /// The head the log ends with.
+    pub(crate) head: Head,
+    /// The head its checkpoint holds, `None` without a checkpoint file.
+    pub(crate) checkpoint: Option<Head>,
 }
 
 /// The newest segment, as the scan left it.
@@ -108,6 +151,8 @@ pub(crate) enum Newest {
         torn_len: u64,
         /// The header's [`crate::format::Header::zeros_ahead`] flag.
         zeros_ahead: bool,
+        /// The header's format version.
+        version: u32,
     },
 }
 
@@ -142,6 +187,11 @@ pub(crate) struct SealDoesNotFit {
 /// | whole header, torn bytes after the records | sealed, or none | cut the torn tail |
 /// | shorter than a header | sealed, or none | replace it (under a new log id if it is the only segment) |
 /// | header only, or shorter | unsealed | the newest's repair, then cut a torn seal, then seal |
+/// | format version 1, records | sealed, or none | the newest's repair, then roll to a new segment |
+/// | format version 1, no record | any | the newest's repair, then a new header over it, then the above |
+///
+/// A log without a checkpoint file (new, or of format version 1) gets one
+/// last, holding its head.
 ///
 /// The newest segment's repair always comes first: the writer takes that
 /// segment, checked against what the scan saw, before the one before it
@@ -171,17 +221,24 @@ pub(crate) fn decide(
                 records_end,
             });
         }
-        Newest::Whole { torn_len: 0, .. } => {}
         Newest::Whole {
             segment,
             records_end,
             torn_len,
+            version,
             ..
-        } => repairs.push(Repair::CutTornTail {
-            segment,
-            offset: records_end,
-            len: torn_len,
-        }),
+        } => {
+            if torn_len > 0 {
+                repairs.push(Repair::CutTornTail {
+                    segment,
+                    offset: records_end,
+                    len: torn_len,
+                });
+            }
+            if version == FORMAT_VERSION_V1 {
+                repairs.push(upgrade(end, segment, records_end));
+            }
+        }
         Newest::TornHeader { segment, len } => {
             let (log_id, chain) = match end.log_id {
                 Some(log_id) => (log_id, end.chain),
@@ -196,25 +253,51 @@ pub(crate) fn decide(
         }
     }
     if let Some(unsealed) = &end.unsealed {
-        // The scan excuses a missing seal only before a newest segment that
-        // holds no record: the seal names that segment's first record.
-        assert_eq!(end.newest.segment(), end.next_seq);
-        assert_eq!(unsealed.chain, end.chain);
-        if unsealed.torn_len > 0 {
-            repairs.push(Repair::CutTornTail {
-                segment: unsealed.first_seq,
-                offset: unsealed.valid_end,
-                len: unsealed.torn_len,
-            });
-        }
-        repairs.push(Repair::SealInterruptedRoll {
-            segment: unsealed.first_seq,
-            offset: unsealed.valid_end,
-            next_seq: end.next_seq,
-            chain: unsealed.chain,
-        });
+        seal_interrupted_roll(end, unsealed, &mut repairs);
+    }
+    if end.checkpoint.is_none() {
+        repairs.push(Repair::CreateCheckpoint { head: end.head });
     }
     Ok(repairs)
+}
+
+/// The repairs that finish a roll `unsealed` left unsealed.
+fn seal_interrupted_roll(end: &LogEnd, unsealed: &Unsealed, repairs: &mut Vec<Repair>) {
+    // The scan excuses a missing seal only before a newest segment that
+    // holds no record: the seal names that segment's first record.
+    assert_eq!(end.newest.segment(), end.next_seq);
+    assert_eq!(unsealed.chain, end.chain);
+    if unsealed.torn_len > 0 {
+        repairs.push(Repair::CutTornTail {
+            segment: unsealed.first_seq,
+            offset: unsealed.valid_end,
+            len: unsealed.torn_len,
+        });
+    }
+    repairs.push(Repair::SealInterruptedRoll {
+        segment: unsealed.first_seq,
+        offset: unsealed.valid_end,
+        next_seq: end.next_seq,
+        chain: unsealed.chain,
+    });
+}
+
+/// How the newest segment, of format version 1, whose records end at
+/// `records_end`, becomes one the writer appends to.
+fn upgrade(end: &LogEnd, segment: u64, records_end: u64) -> Repair {
+    if records_end > SEGMENT_HEADER_LEN as u64 {
+        return Repair::UpgradeRoll {
+            segment,
+            offset: records_end,
+            next_seq: end.next_seq,
+            chain: end.chain,
+        };
+    }
+    Repair::RewriteHeader {
+        segment,
+        log_id: end.log_id.unwrap_or_default(),
+        chain: end.chain,
+    }
 }
 
 /// What opening reports once `repairs` are made to a log ending as `end`,
@@ -227,7 +310,9 @@ pub(crate) fn reported(end: &LogEnd, repairs: &[Repair], records: u64, segments:
         .filter(|repair| {
             matches!(
                 repair,
-                Repair::CreateFirstSegment { .. } | Repair::ReplaceTornHeader { .. }
+                Repair::CreateFirstSegment { .. }
+                    | Repair::ReplaceTornHeader { .. }
+                    | Repair::UpgradeRoll { .. }
             )
         })
         .count() as u64;
@@ -255,6 +340,8 @@ pub(crate) fn reported(end: &LogEnd, repairs: &[Repair], records: u64, segments:
         interrupted_roll: repairs
             .iter()
             .any(|repair| matches!(repair, Repair::SealInterruptedRoll { .. })),
+        head: end.head,
+        checkpoint: end.checkpoint,
     }
 }
 
@@ -264,13 +351,17 @@ mod tests {
     //! repairs change.
 
     use super::*;
-    use crate::format::SEGMENT_HEADER_LEN;
+    use crate::format::FORMAT_VERSION;
 
     const LOG_ID: u64 = 0x1234_5678_9abc_def0;
     const FRESH_LOG_ID: u64 = 0x0fed_cba9_8765_4321;
     const CHAIN: u32 = 0xdead_beef;
     const SEGMENT_LEN_MAX: u64 = 400;
     const HEADER: u64 = SEGMENT_HEADER_LEN as u64;
+    const HEAD: Head = Head {
+        seq: 20,
+        digest: crate::chain::Digest([3; 32]),
+    };
 
     /// A log of 20 records whose newest segment, starting at 15, ends as
     /// `newest`, after sealed segments.
@@ -281,6 +372,8 @@ mod tests {
             log_id: Some(LOG_ID),
             next_seq: 21,
             chain: CHAIN,
+            head: HEAD,
+            checkpoint: Some(HEAD),
         }
     }
 
@@ -309,6 +402,7 @@ mod tests {
             records_end,
             torn_len,
             zeros_ahead: false,
+            version: FORMAT_VERSION,
         }
     }
 
@@ -321,12 +415,19 @@ mod tests {
             log_id: None,
             next_seq: 1,
             chain: 0,
+            head: Head::GENESIS,
+            checkpoint: None,
         };
         assert_eq!(
             decided(&end),
-            Ok(vec![Repair::CreateFirstSegment {
-                log_id: FRESH_LOG_ID
-            }])
+            Ok(vec![
+                Repair::CreateFirstSegment {
+                    log_id: FRESH_LOG_ID
+                },
+                Repair::CreateCheckpoint {
+                    head: Head::GENESIS
+                },
+            ])
         );
     }
 
@@ -344,6 +445,7 @@ mod tests {
             records_end: 200,
             torn_len: 0,
             zeros_ahead: true,
+            version: FORMAT_VERSION,
         };
         assert_eq!(decided(&ending(newest)), Ok(vec![]));
     }
@@ -391,15 +493,22 @@ mod tests {
             log_id: None,
             next_seq: 1,
             chain: 0,
+            head: Head::GENESIS,
+            checkpoint: None,
         };
         assert_eq!(
             decided(&end),
-            Ok(vec![Repair::ReplaceTornHeader {
-                segment: 1,
-                len: 10,
-                log_id: FRESH_LOG_ID,
-                chain: first_chain(FRESH_LOG_ID),
-            }])
+            Ok(vec![
+                Repair::ReplaceTornHeader {
+                    segment: 1,
+                    len: 10,
+                    log_id: FRESH_LOG_ID,
+                    chain: first_chain(FRESH_LOG_ID),
+                },
+                Repair::CreateCheckpoint {
+                    head: Head::GENESIS
+                },
+            ])
         );
     }
 
@@ -429,6 +538,7 @@ mod tests {
             records_end: HEADER,
             torn_len: 0,
             zeros_ahead: false,
+            version: FORMAT_VERSION,
         };
         assert_eq!(
             decided(&rolling(newest, 0)),
@@ -449,6 +559,7 @@ mod tests {
             records_end: HEADER,
             torn_len: 0,
             zeros_ahead: true,
+            version: FORMAT_VERSION,
         };
         assert_eq!(
             decided(&rolling(newest, 5)),
@@ -523,6 +634,8 @@ mod tests {
                     saved_as: None,
                 }),
                 interrupted_roll: true,
+                head: HEAD,
+                checkpoint: Some(HEAD),
             }
         );
     }

@@ -7,13 +7,17 @@ use std::collections::BTreeSet;
 use std::io;
 use std::sync::Arc;
 
+use crate::checkpoint::{CHECKPOINT_TMP, Checkpointer, Found};
 use crate::config::{Durability, LogConfig};
 use crate::error::{LogError, io_error};
-use crate::format::{Header, first_chain, is_segment_tmp_name, seal_frame, segment_name};
+use crate::format::{
+    FORMAT_VERSION, Header, first_chain, is_segment_tmp_name, seal_frame, segment_name,
+};
 use crate::record::Recovery;
 use crate::recovery::{LogEnd, Newest, Repair};
 use crate::storage::{Storage, StorageFile, StorageLock};
-use crate::writer::{Active, Log, create_segment};
+use crate::witness::Witness;
+use crate::writer::{Active, Log, Parts, create_segment};
 
 /// Most copies of torn bytes kept for one segment offset (a crash during
 /// recovery can leave earlier copies behind).
@@ -35,6 +39,10 @@ pub struct RecoveryPlan {
     pub(crate) recovery: Recovery,
     /// The newest two segments as listed before the scan: those synced last.
     pub(crate) newest_two: Vec<u64>,
+    /// The checkpoint the scan found.
+    pub(crate) checkpoint: Option<Found>,
+    /// Where the writer publishes its heads.
+    pub(crate) witness: Option<Arc<dyn Witness>>,
 }
 
 impl RecoveryPlan {
@@ -65,14 +73,20 @@ impl RecoveryPlan {
             active: None,
         };
         let newest = self.end.newest.segment();
+        let mut new_checkpoint = None;
         for repair in &self.repairs {
+            if let Repair::CreateCheckpoint { head } = *repair {
+                // Made last, once the segments are as the writer needs them.
+                new_checkpoint = Some(head);
+                continue;
+            }
             // The newest segment's repairs come first. Once they are made the
             // writer takes that segment, checked against what the scan saw,
             // before any segment before it is changed.
             if repairing.active.is_none() && repair.segment() != newest {
                 repairing.take_newest()?;
             }
-            repairing.make(repair)?;
+            repairing.make(repair, self.log_id)?;
         }
         if repairing.active.is_none() {
             repairing.take_newest()?;
@@ -81,6 +95,12 @@ impl RecoveryPlan {
         if self.config.durability == Durability::Always {
             sync_newest(&*self.storage, &self.newest_two)?;
         }
+        let (storage, durability) = (&*self.storage, self.config.durability);
+        let checkpoint = match (new_checkpoint, self.checkpoint) {
+            (Some(head), _) => Checkpointer::create(storage, self.log_id, durability, head)?,
+            (None, Some(found)) => Checkpointer::open(storage, self.log_id, durability, found)?,
+            (None, None) => unreachable!("a log without a checkpoint gets one"),
+        };
         // A log created just now has said so already.
         if !matches!(self.end.newest, Newest::Missing) {
             tracing::info!(
@@ -91,7 +111,15 @@ impl RecoveryPlan {
                 "opened log"
             );
         }
-        let log = Log::new(self.storage, self.config, self.log_id, active, self.lock);
+        let log = Log::new(Parts {
+            storage: self.storage,
+            config: self.config,
+            log_id: self.log_id,
+            active,
+            checkpoint,
+            witness: self.witness,
+            lock: self.lock,
+        });
         Ok((log, recovery))
     }
 }
@@ -108,11 +136,53 @@ struct Repairing<'a> {
 }
 
 impl Repairing<'_> {
-    /// Makes one repair of the plan.
-    fn make(&mut self, repair: &Repair) -> Result<(), LogError> {
+    /// [`Repair::UpgradeRoll`]: a new segment of the current format at
+    /// `next_seq`, then the seal of the version 1 `segment` at `offset`, in
+    /// a roll's order.
+    fn upgrade_roll(
+        &mut self,
+        log_id: u64,
+        segment: u64,
+        offset: u64,
+        next_seq: u64,
+        chain: u32,
+    ) -> Result<(), LogError> {
+        let header = self.current_header(log_id, next_seq, chain);
+        let created = create_segment(self.storage, self.config.durability, &header)?;
+        let file = self.files.get(self.storage, segment)?;
+        seal_roll(self.storage, file, segment, offset, chain, next_seq)?;
+        tracing::info!(
+            from = %self.storage.describe(&segment_name(segment)),
+            to = %segment_name(next_seq),
+            "rolled from a segment of format version 1 to one of the current format"
+        );
+        self.active = Some(Active::fresh(created, &header, self.end.head.digest));
+        Ok(())
+    }
+
+    /// Makes one repair of the plan to the log `log_id`.
+    fn make(&mut self, repair: &Repair, log_id_of_log: u64) -> Result<(), LogError> {
         match *repair {
             Repair::CreateFirstSegment { log_id } => {
                 self.active = Some(create_first_segment(self.storage, self.config, log_id)?);
+            }
+            Repair::UpgradeRoll {
+                segment,
+                offset,
+                next_seq,
+                chain,
+            } => self.upgrade_roll(log_id_of_log, segment, offset, next_seq, chain)?,
+            Repair::RewriteHeader {
+                segment,
+                log_id,
+                chain,
+            } => {
+                let header = self.current_header(log_id, segment, chain);
+                let created = create_segment(self.storage, Durability::Always, &header)?;
+                self.active = Some(Active::fresh(created, &header, self.end.head.digest));
+            }
+            Repair::CreateCheckpoint { .. } => {
+                unreachable!("the checkpoint is created once the segments are repaired")
             }
             Repair::ReplaceTornHeader {
                 segment,
@@ -120,13 +190,9 @@ impl Repairing<'_> {
                 log_id,
                 chain,
             } => {
-                let header = Header {
-                    log_id,
-                    first_seq: segment,
-                    chain,
-                    zeros_ahead: self.config.zeros_ahead(),
-                };
-                let (active, saved_as) = replace_torn_header(self.storage, &header, len)?;
+                let header = self.current_header(log_id, segment, chain);
+                let (active, saved_as) =
+                    replace_torn_header(self.storage, &header, len, self.end.head.digest)?;
                 self.saved(segment, 0, saved_as);
                 self.active = Some(active);
             }
@@ -160,6 +226,17 @@ impl Repairing<'_> {
         Ok(())
     }
 
+    /// The header of a new segment of the current format.
+    fn current_header(&self, log_id: u64, first_seq: u64, chain: u32) -> Header {
+        Header {
+            version: FORMAT_VERSION,
+            log_id,
+            first_seq,
+            chain,
+            zeros_ahead: self.config.zeros_ahead(),
+        }
+    }
+
     /// Notes where the torn bytes at `offset` of `segment` were saved, if
     /// they are the ones reported.
     fn saved(&mut self, segment: u64, offset: u64, saved_as: String) {
@@ -179,6 +256,7 @@ impl Repairing<'_> {
             segment,
             records_end,
             zeros_ahead,
+            version,
             ..
         } = self.end.newest
         else {
@@ -210,9 +288,11 @@ impl Repairing<'_> {
             len: records_end,
             next_seq: self.end.next_seq,
             chain: self.end.chain,
+            digest: self.end.head.digest,
             unsynced: false,
             allocated,
             zeros_ahead,
+            version,
         });
         Ok(())
     }
@@ -271,6 +351,7 @@ fn create_first_segment(
     log_id: u64,
 ) -> Result<Active, LogError> {
     let header = Header {
+        version: FORMAT_VERSION,
         log_id,
         first_seq: 1,
         chain: first_chain(log_id),
@@ -282,7 +363,7 @@ fn create_first_segment(
         log_id = format_args!("{log_id:#018x}"),
         "created a new log"
     );
-    Ok(Active::fresh(file, &header))
+    Ok(Active::fresh(file, &header, crate::chain::Digest::GENESIS))
 }
 
 /// Replaces a newest segment of `len` bytes, shorter than a header, by the
@@ -291,6 +372,7 @@ fn replace_torn_header(
     storage: &dyn Storage,
     header: &Header,
     len: u64,
+    digest: crate::chain::Digest,
 ) -> Result<(Active, String), LogError> {
     let name = segment_name(header.first_seq);
     // Keep the torn header's bytes, then put a whole segment in its place
@@ -304,7 +386,7 @@ fn replace_torn_header(
         saved_as = %saved_as,
         "replaced a segment whose header was torn"
     );
-    Ok((Active::fresh(file, header), saved_as))
+    Ok((Active::fresh(file, header, digest), saved_as))
 }
 
 /// Finishes a roll a crash interrupted: the newest segment exists and holds
@@ -354,7 +436,9 @@ pub(crate) fn remove_tmp_debris(storage: &dyn Storage) -> Result<(), LogError> {
         .list()
         .map_err(|error| io_error("list", &storage.describe(""), error))?;
     let mut removed = false;
-    let debris = |name: &&String| is_segment_tmp_name(name) || is_torn_copy_part(name);
+    let debris = |name: &&String| {
+        is_segment_tmp_name(name) || is_torn_copy_part(name) || name.as_str() == CHECKPOINT_TMP
+    };
     for name in names.iter().filter(debris) {
         tracing::warn!(file = %storage.describe(name), "removing a file a crash left half made");
         storage

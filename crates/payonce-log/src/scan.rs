@@ -2,12 +2,16 @@
 //! decides what is a record, what is a torn tail and what is corruption.
 //! Writers, readers and iterators all walk the log through [`Cursor`].
 
+use crate::chain::{BatchHasher, Digest, Head};
+use crate::checkpoint::{self, Found};
 use crate::config::LogConfig;
-use crate::error::{Damage, LogError, io_error};
+use crate::error::{Damage, HeadSource, LogError, io_error};
 use crate::format::{
-    ALIGN, FRAME_HEADER_LEN, Header, SEAL_LEN, SEAL_MARKER, SEGMENT_HEADER_LEN, chained_crc,
-    first_chain, frame_fields, frame_len, parse_segment_name, segment_name,
+    ALIGN, BATCH_HEADER_LEN, BATCH_MARKER, BatchHeader, FORMAT_VERSION, FORMAT_VERSION_V1,
+    FRAME_HEADER_LEN, Header, SEAL_LEN, SEAL_MARKER, SEGMENT_HEADER_LEN, chained_crc, first_chain,
+    frame_fields, frame_len, parse_segment_name, segment_name,
 };
+use crate::record::TornTail;
 use crate::record::{Position, Record};
 use std::sync::Arc;
 
@@ -85,6 +89,16 @@ pub(crate) struct Tail {
     pub(crate) header_torn: bool,
     /// The header's [`Header::zeros_ahead`] flag.
     pub(crate) zeros_ahead: bool,
+    /// The header's format version (the current one for a torn header).
+    pub(crate) version: u32,
+}
+
+/// A head the scan must pass, and whether it has.
+#[derive(Debug, Clone, Copy)]
+struct Required {
+    from: HeadSource,
+    head: Head,
+    met: bool,
 }
 
 /// A second-to-last segment left unsealed by a roll cut short.
@@ -105,10 +119,44 @@ struct Bad {
     found: String,
     /// The frame's checksum verified: it is whole, so it cannot be torn.
     whole: bool,
+    /// Where the damage is: the frame's offset, or a record's inside the
+    /// batch being read (the batch's own offset is where it would be cut).
+    at: usize,
+    /// Where the batch's declared extent ends, if its header verified.
+    batch_end: Option<usize>,
+}
+
+/// `bad`, found inside a batch whose declared extent ends at `end`.
+fn in_batch(end: usize, bad: Bad) -> Bad {
+    Bad {
+        batch_end: Some(end),
+        ..bad
+    }
+}
+
+impl Bad {
+    fn torn(damage: Damage, at: usize, expected: String, found: String) -> Bad {
+        Bad {
+            damage,
+            expected,
+            found,
+            whole: false,
+            at,
+            batch_end: None,
+        }
+    }
+
+    fn whole(damage: Damage, at: usize, expected: String, found: String) -> Bad {
+        Bad {
+            whole: true,
+            ..Bad::torn(damage, at, expected, found)
+        }
+    }
 }
 
 enum Step {
     Record { len: usize, size: usize, crc: u32 },
+    Batch(BatchHeader),
     Seal { next_seq: u64 },
     End,
     Bad(Bad),
@@ -132,6 +180,27 @@ pub(crate) struct Cursor {
     first_seq: u64,
     /// The current segment's header says zeros may follow its records.
     zeros_ahead: bool,
+    /// The current segment's format version (the last one read, between
+    /// segments).
+    version: u32,
+    /// Records of the batch being handed out that are still to come.
+    batch_left: u32,
+    /// The batch being handed out.
+    batch: Option<BatchHeader>,
+    /// The chain digest of the last whole batch.
+    digest: Digest,
+    /// The walk started at the log's first record, so it follows the
+    /// digest chain (recomputing it, in a read), reads the checkpoint, and
+    /// checks required heads.
+    chained: bool,
+    /// Heads the log must contain.
+    required: Vec<Required>,
+    /// The checkpoint as the walk found it, before its first segment.
+    pub(crate) checkpoint: Option<Found>,
+    /// Batches of the current format verified.
+    batches: u64,
+    /// The checks at the end of the walk ran.
+    finished: bool,
     /// Times this scan read a segment again (see [`CONCURRENT_REREADS_MAX`]).
     rereads: u32,
     pos: usize,
@@ -183,6 +252,15 @@ impl Cursor {
             name: String::new(),
             first_seq: 0,
             zeros_ahead: false,
+            version: FORMAT_VERSION_V1,
+            batch_left: 0,
+            batch: None,
+            digest: Digest::GENESIS,
+            chained: true,
+            required: Vec::new(),
+            checkpoint: None,
+            batches: 0,
+            finished: false,
             rereads: 0,
             pos: 0,
             seq: 1,
@@ -221,8 +299,112 @@ impl Cursor {
             cursor.log_id = Some(cursor.read_log_id(cursor.segments[0])?);
             cursor.index = index;
             cursor.continuing = false;
+            cursor.chained = false;
         }
         Ok(cursor)
+    }
+
+    /// Requires the log to contain `head` (the genesis head always is):
+    /// the walk refuses a log that ends before it
+    /// ([`LogError::MissingHead`]) or holds another batch there
+    /// ([`LogError::HeadMismatch`]). Only before the walk starts, from the
+    /// log's first record.
+    pub(crate) fn require(&mut self, from: HeadSource, head: Head) -> Result<(), LogError> {
+        assert!(
+            self.chained && !self.loaded && self.records == 0,
+            "heads are required of a whole walk, before it starts"
+        );
+        if head.seq == 0 {
+            if head != Head::GENESIS {
+                return Err(self.mismatch(from, head, Head::GENESIS));
+            }
+            return Ok(());
+        }
+        self.required.push(Required {
+            from,
+            head,
+            met: false,
+        });
+        Ok(())
+    }
+
+    fn mismatch(&self, from: HeadSource, expected: Head, found: Head) -> LogError {
+        LogError::HeadMismatch {
+            dir: self.storage.describe(""),
+            from,
+            expected,
+            found,
+        }
+    }
+
+    /// The head of the last whole batch; the genesis head for a walk that
+    /// started past the first segment, which cannot know it.
+    pub(crate) fn head(&self) -> Head {
+        if !self.chained {
+            return Head::GENESIS;
+        }
+        Head {
+            seq: self.seq - 1,
+            digest: self.digest,
+        }
+    }
+
+    /// The walk passed the batch `first_seq..=head.seq`: any required head
+    /// in it must be exactly `head`.
+    fn reach(&mut self, first_seq: u64, head: Head) -> Result<(), LogError> {
+        let mut mismatch = None;
+        for required in &mut self.required {
+            if !required.met && (first_seq..=head.seq).contains(&required.head.seq) {
+                required.met = true;
+                if required.head != head && mismatch.is_none() {
+                    mismatch = Some((required.from, required.head));
+                }
+            }
+        }
+        match mismatch {
+            Some((from, expected)) => Err(self.mismatch(from, expected, head)),
+            None => Ok(()),
+        }
+    }
+
+    /// The checks once the walk has ended: a log with batches has its
+    /// checkpoint, and reaches every required head.
+    fn finish(&mut self) -> Result<(), LogError> {
+        if !self.chained {
+            return Ok(());
+        }
+        if self.checkpoint.is_none() && self.batches > 0 {
+            return Err(LogError::Corrupt {
+                file: self.storage.describe(crate::format::CHECKPOINT_FILE),
+                offset: 0,
+                seq: 0,
+                damage: Damage::Checkpoint,
+                expected: "the checkpoint file of a log with batches of format version 2"
+                    .to_owned(),
+                found: "no such file".to_owned(),
+            });
+        }
+        let head = self.head();
+        let torn = self.tail.as_ref().and_then(|tail| {
+            (tail.torn_len > 0 || tail.header_torn).then(|| {
+                Box::new(TornTail {
+                    segment: tail.first_seq,
+                    offset: tail.valid_end,
+                    len: tail.torn_len,
+                    saved_as: None,
+                })
+            })
+        });
+        match self.required.iter().find(|required| !required.met) {
+            Some(required) => Err(LogError::MissingHead {
+                dir: self.storage.describe(""),
+                from: required.from,
+                expected: required.head,
+                head,
+                torn,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn read_log_id(&self, first_seq: u64) -> Result<u64, LogError> {
@@ -281,6 +463,10 @@ impl Cursor {
     pub(crate) fn next_record(&mut self) -> Result<Option<Record<'_>>, LogError> {
         loop {
             if self.done {
+                if !self.finished {
+                    self.finished = true;
+                    self.finish()?;
+                }
                 return Ok(None);
             }
             if !self.loaded {
@@ -288,7 +474,13 @@ impl Cursor {
                 continue;
             }
             let offset = self.pos;
-            match self.step() {
+            match self.step_any() {
+                Step::Batch(header) => {
+                    self.batch_left = header.count;
+                    self.batch = Some(header);
+                    self.pos = offset + BATCH_HEADER_LEN;
+                    self.batches += 1;
+                }
                 Step::Record { len, size, crc } => {
                     let seq = self.seq;
                     let chain = self.chain;
@@ -304,6 +496,12 @@ impl Cursor {
                     self.seq = next;
                     self.pos = offset + size;
                     self.records += 1;
+                    if self.batch_left > 0 {
+                        self.batch_left -= 1;
+                        if self.batch_left == 0 {
+                            self.end_batch()?;
+                        }
+                    }
                     if seq < self.from {
                         continue;
                     }
@@ -327,9 +525,12 @@ impl Cursor {
         }
     }
 
-    /// Examines the frame at `self.pos`.
+    /// What stands at `self.pos` if it is the end, a short header or a
+    /// seal; otherwise the fields of the frame header there (a record's,
+    /// or a batch header's first 16 bytes). `expected` names what a short
+    /// header should have been.
     #[inline]
-    fn step(&self) -> Step {
+    fn step_boundary(&self, expected: impl FnOnce() -> String) -> Result<(u32, u32, u64), Step> {
         let buf = &self.buf;
         let offset = self.pos;
         let remaining = buf.len() - offset;
@@ -341,53 +542,361 @@ impl Cursor {
         {
             // Nothing left, or only zeros written ahead of the records. (No
             // record has seq 0, so a zero frame header is never one.)
-            return Step::End;
+            return Err(Step::End);
         }
         if remaining < FRAME_HEADER_LEN {
-            return Step::Bad(Bad {
-                damage: Damage::Length,
-                expected: format!("a {FRAME_HEADER_LEN}-byte frame header"),
-                found: format!("{remaining} bytes before the end of the file"),
-                whole: false,
-            });
+            return Err(Step::Bad(Bad::torn(
+                Damage::Length,
+                offset,
+                expected(),
+                format!("{remaining} bytes before the end of the file"),
+            )));
         }
         let (stored, len, seq) = frame_fields(buf, offset);
         if len == SEAL_MARKER {
             let computed = chained_crc(self.chain, &buf[offset + 4..offset + SEAL_LEN]);
             if computed != stored {
-                return Step::Bad(self.checksum_bad(stored, computed, seq, "seal"));
+                return Err(Step::Bad(self.checksum_bad(stored, computed, seq, "seal")));
             }
-            return Step::Seal { next_seq: seq };
+            return Err(Step::Seal { next_seq: seq });
         }
+        Ok((stored, len, seq))
+    }
+
+    /// Examines the frame at `self.pos`.
+    #[inline]
+    fn step(&self) -> Step {
+        let buf = &self.buf;
+        let offset = self.pos;
+        let remaining = buf.len() - offset;
+        let (stored, len, seq) =
+            match self.step_boundary(|| format!("a {FRAME_HEADER_LEN}-byte frame header")) {
+                Ok(fields) => fields,
+                Err(step) => return step,
+            };
         if len > self.record_max {
             return Step::Bad(self.oversized(stored, len));
         }
         let size = frame_len(len) as usize;
         if size > remaining {
-            return Step::Bad(Bad {
-                damage: Damage::Length,
-                expected: format!("a {size}-byte frame (length {len})"),
-                found: format!("{remaining} bytes before the end of the file"),
-                whole: false,
-            });
+            return Step::Bad(Bad::torn(
+                Damage::Length,
+                offset,
+                format!("a {size}-byte frame (length {len})"),
+                format!("{remaining} bytes before the end of the file"),
+            ));
         }
         let computed = chained_crc(self.chain, &buf[offset + 4..offset + size]);
         if computed != stored {
             return Step::Bad(self.checksum_bad(stored, computed, seq, "record"));
         }
         if seq != self.seq {
-            return Step::Bad(Bad {
-                damage: Damage::Sequence,
-                expected: format!("seq {}", self.seq),
-                found: format!("a whole record with seq {seq}"),
-                whole: true,
-            });
+            return Step::Bad(Bad::whole(
+                Damage::Sequence,
+                offset,
+                format!("seq {}", self.seq),
+                format!("a whole record with seq {seq}"),
+            ));
         }
         Step::Record {
             len: len as usize,
             size,
             crc: stored,
         }
+    }
+
+    /// What stands at `self.pos`, read by the current segment's format.
+    #[inline]
+    fn step_any(&self) -> Step {
+        if self.version == FORMAT_VERSION_V1 {
+            self.step()
+        } else if self.batch_left > 0 {
+            self.step_in_batch()
+        } else {
+            self.step_batch()
+        }
+    }
+
+    /// The next record of a batch whose frames [`Cursor::step_batch`]
+    /// verified already.
+    #[inline]
+    fn step_in_batch(&self) -> Step {
+        let (crc, len, seq) = frame_fields(&self.buf, self.pos);
+        debug_assert_eq!(seq, self.seq);
+        Step::Record {
+            len: len as usize,
+            size: frame_len(len) as usize,
+            crc,
+        }
+    }
+
+    /// Examines what stands at `self.pos`, a batch boundary of a segment of
+    /// the current format: a batch (its header and every record frame in
+    /// its extent verified, and its digest, in a walk from the start), a
+    /// seal, the end, or damage.
+    fn step_batch(&self) -> Step {
+        let buf = &self.buf;
+        let offset = self.pos;
+        let remaining = buf.len() - offset;
+        let marker = match self.step_boundary(|| format!("a {BATCH_HEADER_LEN}-byte batch header"))
+        {
+            Ok((_, marker, _)) => marker,
+            Err(step) => return step,
+        };
+        let log_id = self.log_id.unwrap_or_default();
+        let header = (marker == BATCH_MARKER && remaining >= BATCH_HEADER_LEN)
+            .then(|| BatchHeader::decode(&buf[offset..], log_id))
+            .flatten();
+        let Some(header) = header else {
+            return Step::Bad(Bad::torn(
+                Damage::Checksum,
+                offset,
+                format!("a batch header of seq {} that verifies", self.seq),
+                format!(
+                    "{} bytes that do not (length field {marker:#010x})",
+                    remaining.min(BATCH_HEADER_LEN)
+                ),
+            ));
+        };
+        match self.check_batch(offset, &header) {
+            Ok(()) => Step::Batch(header),
+            Err(bad) => Step::Bad(bad),
+        }
+    }
+
+    /// Checks the batch whose header at `offset` verified: it continues the
+    /// log, and its extent holds exactly its records, each verifying and
+    /// chained, hashing to its digest.
+    fn check_batch(&self, offset: usize, header: &BatchHeader) -> Result<(), Bad> {
+        let whole =
+            |damage, expected: String, found: String| Bad::whole(damage, offset, expected, found);
+        if header.first_seq != self.seq {
+            return Err(whole(
+                Damage::Sequence,
+                format!("a batch starting at seq {}", self.seq),
+                format!("a whole batch header starting at seq {}", header.first_seq),
+            ));
+        }
+        if header.chain != self.chain {
+            return Err(whole(
+                Damage::Chain,
+                format!("a batch chained from {:#010x}", self.chain),
+                format!("a whole batch header chained from {:#010x}", header.chain),
+            ));
+        }
+        let extent = header.extent as usize;
+        let fits = offset as u64 + (BATCH_HEADER_LEN + extent) as u64 <= self.segment_len_max;
+        if header.count == 0
+            || !extent.is_multiple_of(ALIGN)
+            || (extent as u64) < u64::from(header.count) * FRAME_HEADER_LEN as u64
+            || !fits
+        {
+            return Err(whole(
+                Damage::Length,
+                "a batch of at least one record inside the segment".to_owned(),
+                format!(
+                    "a whole batch header of {} records in {extent} bytes",
+                    header.count
+                ),
+            ));
+        }
+        let end = offset + BATCH_HEADER_LEN + extent;
+        let mut bad = self.check_batch_records(offset, header, end)?;
+        if let Some(hasher) = bad.take()
+            && hasher.finish() != header.digest
+        {
+            return Err(whole(
+                Damage::Digest,
+                format!("the digest {} the batch header holds", header.digest),
+                "records that hash to another".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the record frames of the batch at `offset`, which end at
+    /// `end`; returns the digest being computed, in a walk from the start.
+    fn check_batch_records(
+        &self,
+        offset: usize,
+        header: &BatchHeader,
+        end: usize,
+    ) -> Result<Option<BatchHasher>, Bad> {
+        let buf = &self.buf;
+        if end > buf.len() {
+            return Err(in_batch(
+                end,
+                Bad::torn(
+                    Damage::Length,
+                    offset,
+                    format!("a batch of {} bytes", end - offset),
+                    format!("{} bytes before the end of the file", buf.len() - offset),
+                ),
+            ));
+        }
+        // A read from the first record (verify, an audit, a pinned head)
+        // recomputes every digest. Opening for writing trusts the digest a
+        // batch header holds, which its checksum covers against accidents:
+        // what it checks, the checkpoint's and a witness's heads, are
+        // against loss and rollback, and hashing every batch again would
+        // double the cost of replay.
+        let mut hasher = (self.chained && self.mode == Mode::Read)
+            .then(|| BatchHasher::new(&self.digest, header.first_seq, header.count));
+        let mut at = offset + BATCH_HEADER_LEN;
+        let mut chain = header.chain;
+        for index in 0..u64::from(header.count) {
+            let seq = header.first_seq + index;
+            let (stored, len, size) = self
+                .check_batch_frame(at, end, chain, seq)
+                .map_err(|bad| in_batch(end, bad))?;
+            if let Some(hasher) = &mut hasher {
+                hasher.record(&buf[at + FRAME_HEADER_LEN..at + FRAME_HEADER_LEN + len]);
+            }
+            chain = stored;
+            at += size;
+        }
+        if at != end {
+            return Err(in_batch(
+                end,
+                Bad::whole(
+                    Damage::Length,
+                    at,
+                    format!("the batch's records ending at byte {end}"),
+                    format!("its {} records ending at byte {at}", header.count),
+                ),
+            ));
+        }
+        Ok(hasher)
+    }
+
+    /// Checks the frame at `at` of a batch whose extent ends at `end`: record
+    /// `seq`, chained from `chain`. Returns its checksum, payload length and
+    /// frame size.
+    fn check_batch_frame(
+        &self,
+        at: usize,
+        end: usize,
+        chain: u32,
+        seq: u64,
+    ) -> Result<(u32, usize, usize), Bad> {
+        let buf = &self.buf;
+        if at + FRAME_HEADER_LEN > end {
+            return Err(Bad::torn(
+                Damage::Length,
+                at,
+                format!("record {seq} inside the batch's extent"),
+                format!("the extent ends at byte {end}"),
+            ));
+        }
+        let (stored, len, found_seq) = frame_fields(buf, at);
+        let expected_len = || format!("a record length of at most {}", self.record_max);
+        if len > self.record_max {
+            // Whole if it verifies: written with a larger record_max.
+            let size = frame_len(len);
+            let whole = at as u64 + size <= end as u64
+                && chained_crc(chain, &buf[at + 4..at + size as usize]) == stored;
+            if whole {
+                let found =
+                    format!("a whole record of length {len}, written with a larger record_max");
+                return Err(Bad::whole(Damage::Length, at, expected_len(), found));
+            }
+            return Err(Bad::torn(
+                Damage::Length,
+                at,
+                expected_len(),
+                format!("length {len}"),
+            ));
+        }
+        let size = frame_len(len) as usize;
+        if at + size > end {
+            let expected = format!("record {seq} inside the batch's extent, ending at byte {end}");
+            return Err(Bad::torn(
+                Damage::Length,
+                at,
+                expected,
+                format!("length {len}"),
+            ));
+        }
+        let computed = chained_crc(chain, &buf[at + 4..at + size]);
+        if computed != stored {
+            return Err(Bad::torn(
+                Damage::Checksum,
+                at,
+                format!("record checksum {computed:#010x} (seq {seq} chained from {chain:#010x})"),
+                format!("stored checksum {stored:#010x}, seq field {found_seq}"),
+            ));
+        }
+        if found_seq != seq {
+            return Err(Bad::whole(
+                Damage::Sequence,
+                at,
+                format!("seq {seq}"),
+                format!("a whole record with seq {found_seq}"),
+            ));
+        }
+        Ok((stored, len as usize, size))
+    }
+
+    /// The last record of a batch was handed out: its digest is the chain's.
+    fn end_batch(&mut self) -> Result<(), LogError> {
+        let Some(header) = self.batch.take() else {
+            unreachable!("a batch is being handed out");
+        };
+        self.digest = header.digest;
+        let head = Head {
+            seq: self.seq - 1,
+            digest: header.digest,
+        };
+        if self.chained {
+            self.reach(header.first_seq, head)?;
+        }
+        Ok(())
+    }
+
+    /// A segment of format version 1 ends at `end`: its records are one
+    /// batch of the digest chain.
+    fn finish_v1_segment(&mut self, end: usize) -> Result<(), LogError> {
+        if !self.chained || self.version != FORMAT_VERSION_V1 || self.seq == self.first_seq {
+            return Ok(());
+        }
+        let count = u32::try_from(self.seq - self.first_seq).unwrap_or(u32::MAX);
+        let mut hasher = BatchHasher::new(&self.digest, self.first_seq, count);
+        let mut at = SEGMENT_HEADER_LEN;
+        while at < end {
+            let (_, len, _) = frame_fields(&self.buf, at);
+            let start = at + FRAME_HEADER_LEN;
+            hasher.record(&self.buf[start..start + len as usize]);
+            at += frame_len(len) as usize;
+        }
+        assert_eq!(at, end, "the segment's records were verified");
+        self.digest = hasher.finish();
+        let head = Head {
+            seq: self.seq - 1,
+            digest: self.digest,
+        };
+        self.reach(self.first_seq, head)
+    }
+
+    /// After damage at `bad_offset` in the newest segment of the current
+    /// format, the offset of a later batch header: a batch of this log
+    /// written after the damaged one, which was therefore synced before it
+    /// and is not a torn write. Searched past the damaged batch's extent if
+    /// its header verified (inside it are its own records), else past the
+    /// damage.
+    fn later_batch(&self, bad_offset: usize, bad: &Bad) -> Option<usize> {
+        let buf = &self.buf;
+        let log_id = self.log_id?;
+        let mut candidate = bad.batch_end.unwrap_or(bad_offset + ALIGN);
+        while candidate + BATCH_HEADER_LEN <= buf.len() {
+            if let Some(header) = BatchHeader::decode(&buf[candidate..], log_id) {
+                let fit = ((candidate - bad_offset) / FRAME_HEADER_LEN) as u64 + 1;
+                if header.first_seq > self.seq && header.first_seq <= self.seq.saturating_add(fit) {
+                    return Some(candidate);
+                }
+            }
+            candidate += ALIGN;
+        }
+        None
     }
 
     /// The frame at `self.pos`, whose length `len` is above the record
@@ -399,28 +908,25 @@ impl Cursor {
         let size = frame_len(len);
         let whole = size <= (buf.len() - offset) as u64
             && chained_crc(self.chain, &buf[offset + 4..offset + size as usize]) == stored;
-        Bad {
-            damage: Damage::Length,
-            expected: format!("a record length of at most {}", self.record_max),
-            found: if whole {
-                format!("a whole record of length {len}, written with a larger record_max")
-            } else {
-                format!("length {len}")
-            },
-            whole,
+        let expected = format!("a record length of at most {}", self.record_max);
+        if whole {
+            let found = format!("a whole record of length {len}, written with a larger record_max");
+            Bad::whole(Damage::Length, offset, expected, found)
+        } else {
+            Bad::torn(Damage::Length, offset, expected, format!("length {len}"))
         }
     }
 
     fn checksum_bad(&self, stored: u32, computed: u32, seq: u64, what: &str) -> Bad {
-        Bad {
-            damage: Damage::Checksum,
-            expected: format!(
+        Bad::torn(
+            Damage::Checksum,
+            self.pos,
+            format!(
                 "{what} checksum {computed:#010x} (seq {} chained from {:#010x})",
                 self.seq, self.chain
             ),
-            found: format!("stored checksum {stored:#010x}, seq field {seq}"),
-            whole: false,
-        }
+            format!("stored checksum {stored:#010x}, seq field {seq}"),
+        )
     }
 
     /// Reads `segments[index]` and checks its header.
@@ -428,6 +934,15 @@ impl Cursor {
         let first_seq = self.segments[self.index];
         self.name = segment_name(first_seq);
         self.first_seq = first_seq;
+        if self.index == 0 && self.chained {
+            // Before any segment is read: what the checkpoint names was
+            // written before it, so this walk sees it. Required at once, so
+            // a log whose first segment is torn or empty is refused too.
+            self.checkpoint = checkpoint::read(&*self.storage)?;
+            if let Some(found) = self.checkpoint {
+                self.require(HeadSource::Checkpoint, found.slot.head)?;
+            }
+        }
         self.read_segment()?;
         self.check_continues(first_seq)?;
         if self.buf.len() < SEGMENT_HEADER_LEN {
@@ -438,6 +953,23 @@ impl Cursor {
             self.corrupt(0, Damage::Header, expected, found)
         })?;
         self.check_header(&header, first_seq)?;
+        if self.index > 0 && self.continuing && header.version < self.version {
+            return Err(self.corrupt(
+                8,
+                Damage::Version,
+                format!(
+                    "format version {} or later, as the segment before",
+                    self.version
+                ),
+                format!("format version {}", header.version),
+            ));
+        }
+        if self.index == 0
+            && let Some(found) = self.checkpoint
+        {
+            checkpoint::check_log(&*self.storage, &found, header.log_id)?;
+        }
+        self.version = header.version;
         self.seq = first_seq;
         self.chain = header.chain;
         self.zeros_ahead = header.zeros_ahead;
@@ -508,6 +1040,7 @@ impl Cursor {
             torn_len: self.buf.len() as u64,
             header_torn: true,
             zeros_ahead: false,
+            version: FORMAT_VERSION,
         });
         self.done = true;
         Ok(())
@@ -559,6 +1092,7 @@ impl Cursor {
     /// A valid seal at `offset` closes the current segment.
     fn end_sealed(&mut self, offset: usize, next_seq: u64) -> Result<(), LogError> {
         let offset_u64 = offset as u64;
+        self.finish_v1_segment(offset)?;
         if next_seq != self.seq {
             return Err(self.corrupt(
                 offset_u64,
@@ -619,38 +1153,43 @@ impl Cursor {
         let offset_u64 = offset as u64;
         if let Some(bad) = bad {
             if bad.whole {
-                return Err(self.corrupt(offset_u64, bad.damage, bad.expected, bad.found));
+                return Err(self.corrupt(bad.at as u64, bad.damage, bad.expected, bad.found));
             }
-            if let Some(evidence) = self.evidence_after(offset) {
+            let (evidence, what) = if self.version == FORMAT_VERSION_V1 {
+                (self.evidence_after(offset), "a record that verifies")
+            } else {
+                (self.later_batch(offset, &bad), "a later batch")
+            };
+            if let Some(evidence) = evidence {
                 if self.mode == Mode::Read
-                    && self.zeros_ahead
+                    && (self.zeros_ahead || self.version != FORMAT_VERSION_V1)
                     && self.rereads < CONCURRENT_REREADS_MAX
                 {
-                    // A writer writing over the zeros while this scan
-                    // copied the file can leave a page still zero before
-                    // one it has filled: read again before calling it
-                    // damage.
+                    // A writer writing while this scan copied the file can
+                    // leave a page not yet written before one it has
+                    // filled: read again before calling it damage.
                     self.rereads += 1;
                     return self.reread_segment(offset);
                 }
                 return Err(self.corrupt(
-                    offset_u64,
+                    bad.at as u64,
                     bad.damage,
                     bad.expected,
                     format!(
-                        "{}; a record that verifies follows at byte {evidence}, so this is \
-                         not a torn write",
+                        "{}; {what} follows at byte {evidence}, so this is not a torn write",
                         bad.found
                     ),
                 ));
             }
         }
+        self.finish_v1_segment(offset)?;
         self.tail = Some(Tail {
             first_seq: self.first_seq,
             valid_end: offset_u64,
             torn_len: self.torn_extent(offset) as u64,
             header_torn: false,
             zeros_ahead: self.zeros_ahead,
+            version: self.version,
         });
         self.done = true;
         Ok(())
@@ -675,6 +1214,7 @@ impl Cursor {
                 .len(&next)
                 .map_err(|error| io_error("stat", &self.storage.describe(&next), error))?;
             if next_len <= SEGMENT_HEADER_LEN as u64 {
+                self.finish_v1_segment(offset)?;
                 self.unsealed = Some(Unsealed {
                     first_seq: self.first_seq,
                     valid_end: offset_u64,
@@ -686,13 +1226,14 @@ impl Cursor {
                 return Ok(());
             }
             if self.mode == Mode::Read && self.sealed_since(offset)? {
+                self.finish_v1_segment(offset)?;
                 self.index += 1;
                 self.loaded = false;
                 return Ok(());
             }
         }
         Err(match bad {
-            Some(bad) => self.corrupt(offset_u64, bad.damage, bad.expected, bad.found),
+            Some(bad) => self.corrupt(bad.at as u64, bad.damage, bad.expected, bad.found),
             None => self.corrupt(
                 offset_u64,
                 Damage::Seal,

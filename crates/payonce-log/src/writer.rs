@@ -4,18 +4,23 @@
 
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::chain::{BatchHasher, Digest, Head};
+use crate::checkpoint::Checkpointer;
 use crate::config::{Durability, LogConfig};
 use crate::error::{LogError, io_error};
 use crate::format::{
-    FRAME_HEADER_LEN, Header, SEAL_LEN, SEGMENT_HEADER_LEN, frame_fields, frame_len, push_frame,
-    seal_frame, segment_name, segment_tmp_name,
+    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, FRAME_HEADER_LEN, Header, SEAL_LEN,
+    SEGMENT_HEADER_LEN, frame_fields, frame_len, push_frame, seal_frame, segment_name,
+    segment_tmp_name,
 };
 use crate::storage::{Storage, StorageFile, StorageLock};
+use crate::ticker::{Checkpoints, Signal, Ticker};
+use crate::witness::Witness;
 
 /// Pending bytes beyond which [`Log::append`] flushes before returning, so a
 /// caller that never waits cannot grow memory without bound.
@@ -38,11 +43,19 @@ pub struct LogStats {
     /// Callers parked in [`Log::wait_durable`] until a flush wakes them
     /// (woken callers not yet returned are not counted).
     pub waiting: u64,
+    /// Checkpoints written since the log was opened.
+    pub checkpoints: u64,
+    /// The sequence number of the head the checkpoint holds.
+    pub checkpoint_seq: u64,
+    /// Heads a witness refused since the log was opened.
+    pub witness_failures: u64,
 }
 
 #[derive(Debug)]
 struct State {
-    /// Framed records appended since the last batch was taken.
+    /// Framed records appended since the last batch was taken, behind room
+    /// for their batch header ([`BATCH_HEADER_LEN`] bytes, filled in when
+    /// the batch is written); empty when nothing is pending.
     pending: Vec<u8>,
     /// An empty buffer kept for the next batch, so batching does not allocate.
     spare: Vec<u8>,
@@ -50,6 +63,8 @@ struct State {
     /// The checksum of the last appended record: the next one chains from it.
     chain: u32,
     durable_seq: u64,
+    /// The head whose last record is `durable_seq`.
+    durable_head: Head,
     flushing: bool,
     /// The number of flushes started; the one in progress if `flushing`.
     flush_gen: u64,
@@ -159,21 +174,34 @@ pub(crate) struct Active {
     /// The checksum of the last record in the file (the header's chain value
     /// if it has none).
     pub(crate) chain: u32,
+    /// The chain digest of the last batch written: the next batch's `prev`.
+    pub(crate) digest: Digest,
     pub(crate) unsynced: bool,
     /// The file's length: `len` plus the zeros written ahead of the records.
     pub(crate) allocated: u64,
     /// The segment's header says zeros may follow its records
     /// ([`Header::zeros_ahead`]); only then are more written ahead.
     pub(crate) zeros_ahead: bool,
+    /// The segment's format version: only [`FORMAT_VERSION`] is written.
+    pub(crate) version: u32,
 }
 
 /// The writer of a log directory: `Send + Sync`, used through `&self` from
 /// many threads. Holds the directory's lock until dropped.
 ///
 /// Dropping a `Log` that is not poisoned flushes what was appended (with the
-/// configured durability) and logs a warning if that fails.
+/// configured durability), writes a checkpoint of the durable head (a clean
+/// close), and logs a warning if either fails.
 #[derive(Debug)]
 pub struct Log {
+    writer: Arc<Writer>,
+    /// The thread that checkpoints every `checkpoint_interval`.
+    ticker: Option<Ticker>,
+}
+
+/// What a [`Log`] and its checkpoint thread share.
+#[derive(Debug)]
+pub(crate) struct Writer {
     storage: Arc<dyn Storage>,
     config: LogConfig,
     log_id: u64,
@@ -182,13 +210,21 @@ pub struct Log {
     /// before every decision, does not queue for the state lock.
     poisoned: AtomicBool,
     active: Mutex<Active>,
+    checkpoint: Mutex<Checkpointer>,
+    /// The head the checkpoint holds, readable without its lock.
+    checkpoint_seq: AtomicU64,
+    /// Where heads are published, and the last one published.
+    witness: Option<(Arc<dyn Witness>, Mutex<Head>)>,
+    witness_failures: AtomicU64,
+    /// Wakes the checkpoint thread, if there is one.
+    pub(crate) tick: Signal,
     _lock: Box<dyn StorageLock>,
 }
 
 /// Clears `flushing` and poisons the log if the leader unwinds, so waiters
 /// are not left waiting for a flush that will never finish.
 struct LeaderGuard<'a> {
-    log: &'a Log,
+    log: &'a Writer,
     finished: bool,
 }
 
@@ -207,7 +243,7 @@ impl Drop for LeaderGuard<'_> {
                 source: io::Error::other("the thread writing a batch panicked"),
             },
         );
-        let woken = Log::take_everyone(&mut state);
+        let woken = Writer::take_everyone(&mut state);
         drop(state);
         Parked::wake_all(woken, Parked::RECHECK);
     }
@@ -224,79 +260,36 @@ pub(crate) fn new_log_id() -> u64 {
     hasher.finish()
 }
 
+/// What a writer starts from: the segment it appends to, the checkpoint
+/// file, and the witness heads are published to.
+pub(crate) struct Parts {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) config: LogConfig,
+    pub(crate) log_id: u64,
+    pub(crate) active: Active,
+    pub(crate) checkpoint: Checkpointer,
+    pub(crate) witness: Option<Arc<dyn Witness>>,
+    pub(crate) lock: Box<dyn StorageLock>,
+}
+
 impl Log {
-    /// The writer of a log whose records end in `active`, the segment it
-    /// appends to. The records already there count as durable: opening
+    /// The writer of a log whose records end in `parts.active`, the segment
+    /// it appends to. The records already there count as durable: opening
     /// synced them.
-    pub(crate) fn new(
-        storage: Arc<dyn Storage>,
-        config: LogConfig,
-        log_id: u64,
-        active: Active,
-        lock: Box<dyn StorageLock>,
-    ) -> Log {
-        let last_seq = active.next_seq - 1;
-        let state = State {
-            pending: Vec::new(),
-            spare: Vec::new(),
-            next_seq: active.next_seq,
-            chain: active.chain,
-            durable_seq: last_seq,
-            flushing: false,
-            flush_gen: 0,
-            flush_target: 0,
-            parked: [Vec::new(), Vec::new()],
-            flushes: 0,
-            poisoned: None,
-        };
-        Log {
-            storage,
-            config,
-            log_id,
-            state: Mutex::new(state),
-            poisoned: AtomicBool::new(false),
-            active: Mutex::new(active),
-            _lock: lock,
-        }
-    }
-
-    fn lock_state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the state is one of our assertions; the
-        // leader's guard has poisoned the log, so the state stays readable.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn lock_active(&self) -> MutexGuard<'_, Active> {
-        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn new(parts: Parts) -> Log {
+        let writer = Arc::new(Writer::new(parts));
+        let ticker = writer
+            .config
+            .checkpoint_interval
+            .and_then(|interval| Ticker::start(writer.clone(), interval));
+        Log { writer, ticker }
     }
 
     /// Frames `payload` as the next record and returns its sequence number.
     /// The record is not yet durable: see [`Log::wait_durable`]. Does no I/O
     /// unless more than [`PENDING_LEN_MAX`] bytes are pending.
     pub fn append(&self, payload: &[u8]) -> Result<u64, LogError> {
-        if payload.len() > self.config.record_max as usize {
-            return Err(LogError::RecordTooLarge {
-                len: payload.len() as u64,
-                max: u64::from(self.config.record_max),
-            });
-        }
-        let mut state = self.lock_state();
-        if let Some(cause) = &state.poisoned {
-            return Err(LogError::Poisoned {
-                cause: cause.clone(),
-            });
-        }
-        let seq = state.next_seq;
-        assert!(seq < u64::MAX);
-        let chain = state.chain;
-        state.chain = push_frame(&mut state.pending, chain, seq, payload);
-        state.next_seq = seq + 1;
-        let overfull = state.pending.len() > PENDING_LEN_MAX;
-        drop(state);
-        if overfull {
-            self.wait_durable(seq)?;
-        }
-        Ok(seq)
+        self.writer.append(payload)
     }
 
     /// Appends `payload` and waits until it is durable.
@@ -316,6 +309,172 @@ impl Log {
     /// flush lands returns `Ok`, even if a later flush fails before it has
     /// run again: its record is on stable storage either way.
     pub fn wait_durable(&self, seq: u64) -> Result<(), LogError> {
+        self.writer.wait_durable(seq)
+    }
+
+    /// Waits until every record appended so far is durable and returns the
+    /// last of them (0 if none).
+    pub fn sync(&self) -> Result<u64, LogError> {
+        self.writer.sync()
+    }
+
+    /// Writes a checkpoint of the durable head now (if it moved since the
+    /// last one) and publishes it to the witness, if there is one; returns
+    /// the head the checkpoint holds. For a caller that drives checkpoints
+    /// on its own schedule; the log writes them itself too (see
+    /// [`LogConfig::checkpoint_records`]).
+    pub fn checkpoint(&self) -> Result<Head, LogError> {
+        self.writer.check()?;
+        self.writer.checkpoint_durable()
+    }
+
+    /// `Err(Poisoned)` once a write has failed: callers that decide on
+    /// what the log holds check this first, since what they hold in memory
+    /// may include records that never reached the disk.
+    pub fn check(&self) -> Result<(), LogError> {
+        self.writer.check()
+    }
+
+    /// The last sequence number appended (durable or not); 0 if none.
+    pub fn last_seq(&self) -> u64 {
+        self.writer.lock_state().next_seq - 1
+    }
+
+    /// The last sequence number known durable; 0 if none.
+    pub fn durable_seq(&self) -> u64 {
+        self.writer.lock_state().durable_seq
+    }
+
+    /// The durable head: the last durable record's sequence number and the
+    /// chain digest of its batch ([`Head::GENESIS`] for a log without
+    /// records).
+    pub fn head(&self) -> Head {
+        self.writer.lock_state().durable_head
+    }
+
+    /// The random identity written in every segment header of this log.
+    pub fn log_id(&self) -> u64 {
+        self.writer.log_id
+    }
+
+    /// The configuration the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.writer.config
+    }
+
+    /// Counters for monitoring and benchmarks.
+    pub fn stats(&self) -> LogStats {
+        let checkpoints = self.writer.lock_checkpoint().written;
+        let state = self.writer.lock_state();
+        LogStats {
+            last_seq: state.next_seq - 1,
+            durable_seq: state.durable_seq,
+            flushes: state.flushes,
+            waiting: state.waiting(),
+            checkpoints,
+            checkpoint_seq: self.writer.checkpoint_seq.load(Ordering::Acquire),
+            witness_failures: self.writer.witness_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Writer {
+    fn new(parts: Parts) -> Writer {
+        let Parts {
+            storage,
+            config,
+            log_id,
+            active,
+            checkpoint,
+            witness,
+            lock,
+        } = parts;
+        let last_seq = active.next_seq - 1;
+        let head = Head {
+            seq: last_seq,
+            digest: active.digest,
+        };
+        assert!(
+            checkpoint.head().seq <= last_seq,
+            "opening refuses a log behind its checkpoint"
+        );
+        let state = State {
+            pending: Vec::new(),
+            spare: Vec::new(),
+            next_seq: active.next_seq,
+            chain: active.chain,
+            durable_seq: last_seq,
+            durable_head: head,
+            flushing: false,
+            flush_gen: 0,
+            flush_target: 0,
+            parked: [Vec::new(), Vec::new()],
+            flushes: 0,
+            poisoned: None,
+        };
+        Writer {
+            storage,
+            config,
+            log_id,
+            state: Mutex::new(state),
+            poisoned: AtomicBool::new(false),
+            active: Mutex::new(active),
+            checkpoint_seq: AtomicU64::new(checkpoint.head().seq),
+            checkpoint: Mutex::new(checkpoint),
+            witness: witness.map(|witness| (witness, Mutex::new(Head::GENESIS))),
+            witness_failures: AtomicU64::new(0),
+            tick: Signal::default(),
+            _lock: lock,
+        }
+    }
+
+    fn lock_checkpoint(&self) -> MutexGuard<'_, Checkpointer> {
+        self.checkpoint
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the state is one of our assertions; the
+        // leader's guard has poisoned the log, so the state stays readable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_active(&self) -> MutexGuard<'_, Active> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn append(&self, payload: &[u8]) -> Result<u64, LogError> {
+        if payload.len() > self.config.record_max as usize {
+            return Err(LogError::RecordTooLarge {
+                len: payload.len() as u64,
+                max: u64::from(self.config.record_max),
+            });
+        }
+        let mut state = self.lock_state();
+        if let Some(cause) = &state.poisoned {
+            return Err(LogError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        let seq = state.next_seq;
+        assert!(seq < u64::MAX);
+        let chain = state.chain;
+        if state.pending.is_empty() {
+            // Room for the batch's header, written when the batch is.
+            state.pending.resize(BATCH_HEADER_LEN, 0);
+        }
+        state.chain = push_frame(&mut state.pending, chain, seq, payload);
+        state.next_seq = seq + 1;
+        let overfull = state.pending.len() > PENDING_LEN_MAX;
+        drop(state);
+        if overfull {
+            self.wait_durable(seq)?;
+        }
+        Ok(seq)
+    }
+
+    fn wait_durable(&self, seq: u64) -> Result<(), LogError> {
         let mut state = self.lock_state();
         let mut led = 0;
         loop {
@@ -375,11 +534,11 @@ impl Log {
     fn lead_flush<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         assert!(!state.flushing);
         let spare = std::mem::take(&mut state.spare);
-        let batch = std::mem::replace(&mut state.pending, spare);
+        let mut batch = std::mem::replace(&mut state.pending, spare);
         let last_seq = state.next_seq - 1;
         let last_chain = state.chain;
         assert!(
-            !batch.is_empty(),
+            batch.len() > BATCH_HEADER_LEN,
             "records above the durable seq are pending"
         );
         state.flushing = true;
@@ -392,15 +551,17 @@ impl Log {
             log: self,
             finished: false,
         };
-        let result = self.write_batch(&batch, last_seq, last_chain);
+        let result = self.write_batch(&mut batch, last_seq, last_chain);
         let mut state = self.lock_state();
         guard.finished = true;
         state.flushing = false;
         state.flushes += 1;
         let (woken, wake) = match result {
-            Ok(()) => {
+            Ok(head) => {
                 assert!(last_seq > state.durable_seq);
+                assert_eq!(head.seq, last_seq);
                 state.durable_seq = last_seq;
+                state.durable_head = head;
                 let woken = std::mem::take(&mut state.parked[Self::parity(generation)]);
                 (woken, Parked::DURABLE)
             }
@@ -412,17 +573,89 @@ impl Log {
                 (Self::take_everyone(&mut state), Parked::RECHECK)
             }
         };
-        let mut batch = batch;
         batch.clear();
         if state.spare.capacity() < batch.capacity() {
             state.spare = batch;
         }
-        if woken.is_empty() {
+        let checkpoint_due = wake == Parked::DURABLE && self.checkpoint_due(state.durable_seq);
+        if woken.is_empty() && !checkpoint_due {
             return state;
         }
         drop(state);
         Parked::wake_all(woken, wake);
+        if checkpoint_due {
+            self.count_checkpoint();
+        }
         self.lock_state()
+    }
+
+    /// Whether `checkpoint_records` records have become durable since the
+    /// checkpoint's head.
+    fn checkpoint_due(&self, durable_seq: u64) -> bool {
+        let every = self.config.checkpoint_records;
+        every > 0 && durable_seq - self.checkpoint_seq.load(Ordering::Acquire) >= every
+    }
+
+    /// A checkpoint for the records counted: the checkpoint thread's to
+    /// write if there is one, else this caller's, its batch already woken.
+    fn count_checkpoint(&self) {
+        if self.tick.nudge() {
+            return;
+        }
+        if let Err(error) = self.checkpoint_durable() {
+            tracing::error!(error = %error, "writing a checkpoint failed; the log is poisoned until reopened");
+        }
+    }
+
+    /// Writes a checkpoint of the durable head if it moved, publishes it,
+    /// and returns the head the checkpoint holds. A failed write poisons
+    /// the log: it could no longer tell a cut log from a whole one.
+    pub(crate) fn checkpoint_durable(&self) -> Result<Head, LogError> {
+        let head = self.lock_state().durable_head;
+        if let Err(error) = self.write_checkpoint(head) {
+            let mut state = self.lock_state();
+            self.poison(&mut state, error);
+            let cause = state.poisoned.clone();
+            let woken = Self::take_everyone(&mut state);
+            drop(state);
+            Parked::wake_all(woken, Parked::RECHECK);
+            let Some(cause) = cause else {
+                unreachable!("poisoned just now");
+            };
+            return Err(LogError::Poisoned { cause });
+        }
+        self.publish(head);
+        Ok(self.lock_checkpoint().head())
+    }
+
+    /// Writes `head`, durable, into the checkpoint, unless it holds it.
+    fn write_checkpoint(&self, head: Head) -> Result<(), LogError> {
+        let mut checkpoint = self.lock_checkpoint();
+        if checkpoint.write(&*self.storage, head)? {
+            self.checkpoint_seq.store(head.seq, Ordering::Release);
+            tracing::debug!(%head, "wrote a checkpoint");
+        }
+        Ok(())
+    }
+
+    /// Hands `head` to the witness if it is newer than the last published;
+    /// a refusal is logged and counted: the witness falls behind, it does
+    /// not stop the log.
+    fn publish(&self, head: Head) {
+        let Some((witness, published)) = &self.witness else {
+            return;
+        };
+        let mut published = published.lock().unwrap_or_else(PoisonError::into_inner);
+        if head.seq <= published.seq {
+            return;
+        }
+        match witness.publish(head) {
+            Ok(()) => *published = head,
+            Err(error) => {
+                self.witness_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, %head, "the witness did not take the head");
+            }
+        }
     }
 
     /// Poisons the log with `cause`, unless it already is: the state and its
@@ -446,24 +679,42 @@ impl Log {
         woken
     }
 
-    /// Writes `batch` (whole frames, seqs continuing the active segment) and
-    /// syncs it, rolling to new segments as they fill.
-    fn write_batch(&self, batch: &[u8], last_seq: u64, last_chain: u32) -> Result<(), LogError> {
+    /// Writes `batch` (room for a batch header, then whole frames, seqs
+    /// continuing the active segment) and syncs it, rolling to new segments
+    /// as they fill; each segment's part gets a batch header of its own.
+    /// Returns the head the batch ends with.
+    fn write_batch(
+        &self,
+        batch: &mut [u8],
+        last_seq: u64,
+        last_chain: u32,
+    ) -> Result<Head, LogError> {
         let mut active = self.lock_active();
+        assert_eq!(
+            active.version, FORMAT_VERSION,
+            "only the current format is written"
+        );
         let room_max = self.config.segment_len_max - SEAL_LEN as u64;
-        let mut rest = batch;
+        let mut start = BATCH_HEADER_LEN;
         loop {
-            let room = room_max - active.len;
-            let (cut, count, chain) = fitting_prefix(rest, room, active.next_seq, active.chain);
+            let room = room_max.saturating_sub(active.len + BATCH_HEADER_LEN as u64);
+            let (cut, count, chain) =
+                fitting_prefix(&batch[start..], room, active.next_seq, active.chain);
             if cut > 0 {
-                assert!(active.len + cut as u64 <= room_max);
-                active.write(&*self.storage, &rest[..cut], &self.config)?;
-                active.len += cut as u64;
+                // The header goes in front of this part, over bytes of the
+                // part before it, which are written already.
+                let header = batch_header(&active, &batch[start..start + cut], count);
+                let piece = &mut batch[start - BATCH_HEADER_LEN..start + cut];
+                piece[..BATCH_HEADER_LEN].copy_from_slice(&header.encode(self.log_id));
+                assert!(active.len + piece.len() as u64 <= room_max);
+                active.write(&*self.storage, piece, &self.config)?;
+                active.len += piece.len() as u64;
                 active.next_seq += count;
                 active.chain = chain;
+                active.digest = header.digest;
             }
-            rest = &rest[cut..];
-            if rest.is_empty() {
+            start += cut;
+            if start == batch.len() {
                 break;
             }
             assert!(
@@ -477,7 +728,10 @@ impl Log {
         if self.config.durability == Durability::Always && active.unsynced {
             active.sync(&*self.storage)?;
         }
-        Ok(())
+        Ok(Head {
+            seq: last_seq,
+            digest: active.digest,
+        })
     }
 
     /// Closes the active segment with a seal and makes a new one active, in
@@ -491,6 +745,7 @@ impl Log {
         }
         // 2-4. The new segment: temporary name, header, sync, rename, dir sync.
         let header = Header {
+            version: FORMAT_VERSION,
             log_id: self.log_id,
             first_seq: active.next_seq,
             chain: active.chain,
@@ -508,23 +763,24 @@ impl Log {
             to = %segment_name(header.first_seq),
             "rolled to a new segment"
         );
+        // The checkpoint holds the old segment's last head, durable since
+        // step 1.
+        self.write_checkpoint(Head {
+            seq: active.next_seq - 1,
+            digest: active.digest,
+        })?;
         // 6. Only now do records go to the new segment.
-        *active = Active::fresh(file, &header);
+        *active = Active::fresh(file, &header, active.digest);
         Ok(())
     }
 
-    /// Waits until every record appended so far is durable and returns the
-    /// last of them (0 if none).
-    pub fn sync(&self) -> Result<u64, LogError> {
-        let last_seq = self.last_seq();
+    fn sync(&self) -> Result<u64, LogError> {
+        let last_seq = self.lock_state().next_seq - 1;
         self.wait_durable(last_seq)?;
         Ok(last_seq)
     }
 
-    /// `Err(Poisoned)` once a write has failed: callers that decide on
-    /// what the log holds check this first, since what they hold in memory
-    /// may include records that never reached the disk.
-    pub fn check(&self) -> Result<(), LogError> {
+    pub(crate) fn check(&self) -> Result<(), LogError> {
         if !self.poisoned.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -535,67 +791,69 @@ impl Log {
             None => Ok(()),
         }
     }
+}
 
-    /// The last sequence number appended (durable or not); 0 if none.
-    pub fn last_seq(&self) -> u64 {
-        self.lock_state().next_seq - 1
+impl Checkpoints for Writer {
+    fn signal(&self) -> &Signal {
+        &self.tick
     }
 
-    /// The last sequence number known durable; 0 if none.
-    pub fn durable_seq(&self) -> u64 {
-        self.lock_state().durable_seq
-    }
-
-    /// The random identity written in every segment header of this log.
-    pub fn log_id(&self) -> u64 {
-        self.log_id
-    }
-
-    /// The configuration the log was opened with.
-    pub fn config(&self) -> &LogConfig {
-        &self.config
-    }
-
-    /// Counters for monitoring and benchmarks.
-    pub fn stats(&self) -> LogStats {
-        let state = self.lock_state();
-        LogStats {
-            last_seq: state.next_seq - 1,
-            durable_seq: state.durable_seq,
-            flushes: state.flushes,
-            waiting: state.waiting(),
+    fn checkpoint_now(&self) -> Result<(), LogError> {
+        // A poisoned log has said so to its callers; it writes nothing more.
+        if self.check().is_err() {
+            return Ok(());
         }
+        self.checkpoint_durable().map(|_| ())
     }
 }
 
 impl Drop for Log {
     fn drop(&mut self) {
+        if let Some(ticker) = self.ticker.take() {
+            ticker.stop();
+        }
         // While unwinding, a second panic would abort: leave it to reopening.
         if std::thread::panicking() {
             return;
         }
-        let unflushed = {
-            let state = self.lock_state();
-            state.poisoned.is_none() && state.next_seq - 1 > state.durable_seq
+        let writer = &self.writer;
+        let (unflushed, poisoned) = {
+            let state = writer.lock_state();
+            (
+                state.next_seq - 1 > state.durable_seq,
+                state.poisoned.is_some(),
+            )
         };
-        if unflushed && let Err(error) = self.sync() {
+        if poisoned {
+            return;
+        }
+        if unflushed && let Err(error) = writer.sync() {
             tracing::warn!(error = %error, "flushing the log on drop failed");
+            return;
+        }
+        // A clean close: the checkpoint holds the last head, so any cut of
+        // the log is refused.
+        if let Err(error) = writer.checkpoint_durable() {
+            tracing::warn!(error = %error, "writing the checkpoint on close failed");
         }
     }
 }
 
 impl Active {
-    /// A segment just created from `header`, holding no record yet.
-    pub(crate) fn fresh(file: Box<dyn StorageFile>, header: &Header) -> Active {
+    /// A segment just created from `header`, holding no record yet, after
+    /// a log whose last batch's digest is `digest`.
+    pub(crate) fn fresh(file: Box<dyn StorageFile>, header: &Header, digest: Digest) -> Active {
         Active {
             file,
             name: segment_name(header.first_seq),
             len: SEGMENT_HEADER_LEN as u64,
             next_seq: header.first_seq,
             chain: header.chain,
+            digest,
             unsynced: false,
             allocated: SEGMENT_HEADER_LEN as u64,
             zeros_ahead: header.zeros_ahead,
+            version: header.version,
         }
     }
 
@@ -677,6 +935,33 @@ fn fitting_prefix(batch: &[u8], room: u64, next_seq: u64, chain: u32) -> (usize,
         last_chain = crc;
     }
     (offset, count, last_chain)
+}
+
+/// The header of the batch of `count` frames, `frames`, written after the
+/// records `active` ends with.
+fn batch_header(active: &Active, frames: &[u8], count: u64) -> BatchHeader {
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
+    let extent = u32::try_from(frames.len()).unwrap_or(u32::MAX);
+    assert!(
+        extent < u32::MAX && count < u32::MAX,
+        "a batch fits a segment"
+    );
+    let mut hasher = BatchHasher::new(&active.digest, active.next_seq, count);
+    let mut offset = 0;
+    while offset < frames.len() {
+        let (_, len, _) = frame_fields(frames, offset);
+        let start = offset + FRAME_HEADER_LEN;
+        hasher.record(&frames[start..start + len as usize]);
+        offset += frame_len(len) as usize;
+    }
+    assert_eq!(offset, frames.len());
+    BatchHeader {
+        first_seq: active.next_seq,
+        count,
+        extent,
+        chain: active.chain,
+        digest: hasher.finish(),
+    }
 }
 
 /// Creates the segment `header` describes: temporary name, header, sync,

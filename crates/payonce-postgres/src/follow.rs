@@ -5,8 +5,8 @@
 
 use payonce::StoreError;
 
-use crate::chain::{Digest, Head, batch_digest};
 use crate::error::damaged;
+use payonce_log::chain::{Digest, Head, batch_digest};
 
 /// One event as read with its batch: `(seq, payload, first_seq, last_seq,
 /// digest)` of the batch it belongs to.

@@ -10,7 +10,7 @@
 //! - **One log.** Events are rows of one table, numbered without gaps in
 //!   commit order: a ledger-wide advisory lock serialises the batches, and
 //!   a worker catches its projection up under it before it decides. The
-//!   event bytes are the file log's, chained per batch ([`chain`]).
+//!   event bytes are the file log's, chained per batch ([`payonce_log::chain`]).
 //! - **One winner, enforced by the database too.** A claim's transaction
 //!   also inserts a row keyed by its withdrawal and one keyed by its key,
 //!   under primary keys: a worker whose memory is wrong cannot
@@ -25,7 +25,6 @@
 //!
 //! docs/postgres.md describes deployment, grants, replication and audits.
 
-pub mod chain;
 pub mod cluster;
 mod error;
 mod follow;
@@ -41,10 +40,12 @@ use payonce::{
 };
 use payonce_model::WorkerName;
 
-pub use crate::chain::{Digest, Head};
 pub use crate::schema::{Migrated, SCHEMA, SCHEMA_VERSION};
 pub use crate::snapshot::{Snapshot, WalkError};
 pub use crate::store::{LOCK_CLASS, PgLog, Role, WORKER_LOCK_CLASS};
+/// The chain digest, shared with the file log (docs/log-format.md, "The
+/// chain digest").
+pub use payonce_log::chain::{Digest, Head};
 
 /// Whether `text` names a PostgreSQL ledger rather than a directory: a
 /// `postgres://` or `postgresql://` URL.

@@ -9,10 +9,10 @@ use payonce::StoreError;
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
-use crate::chain::Head;
 use crate::error::failed;
 use crate::follow::{EVENTS_AFTER, Follower, Row};
 use crate::store::connect;
+use payonce_log::chain::Head;
 
 /// A read-only snapshot of a ledger's log.
 pub struct Snapshot {

@@ -22,10 +22,10 @@ use payonce_model::WorkerName;
 use postgres::{Client, NoTls, Statement};
 use tracing::{info, warn};
 
-use crate::chain::{Head, batch_digest};
 use crate::error::{describe, failed, unsafe_store};
 use crate::follow::{EVENTS_AFTER, Follower, Row, signed, unsigned};
 use crate::schema;
+use payonce_log::chain::{Head, batch_digest};
 
 /// The advisory lock class of payonce's locks (`ponc`); key 0 is the
 /// ledger-wide append lock, taken for one transaction at a time.
@@ -539,5 +539,9 @@ impl SharedLog for PgLog {
             PgLog::abandon(&mut connection);
         }
         committed
+    }
+
+    fn head(&self) -> Result<Head, StoreError> {
+        PgLog::head(self)
     }
 }

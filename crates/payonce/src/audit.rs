@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use payonce_log::{
-    FsStorage, LogConfig, LogReader, OpenError, Position, Records, Storage, TornTail,
+    FsStorage, Head, LogConfig, LogReader, OpenError, Position, Records, Storage, TornTail,
 };
 use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
@@ -139,6 +139,14 @@ impl EventLog {
         })
     }
 
+    /// Requires every read from the first event to pass `head`, pinned by
+    /// an auditor: such a read refuses a log that ends before it or holds
+    /// another batch there, which any edit, removal, insertion or
+    /// reordering of an event up to it causes, checksums recomputed or not.
+    pub fn require(&mut self, head: Head) {
+        self.reader.require(head);
+    }
+
     /// Events from `seq` on.
     pub fn events_from(&self, seq: u64) -> Result<Events, LedgerError> {
         Ok(Events {
@@ -169,5 +177,11 @@ impl Events {
     /// A torn tail met at the end of the log, once the events run out.
     pub fn torn_tail(&self) -> Option<TornTail> {
         self.records.torn_tail()
+    }
+
+    /// The log's head once the events run out, for a read from the first
+    /// event: the seq and chain digest of its last whole batch.
+    pub fn head(&self) -> Head {
+        self.records.head()
     }
 }

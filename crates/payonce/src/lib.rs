@@ -94,4 +94,6 @@ pub use crate::time::{
 /// The log's settings and what opening it repaired, for tuning
 /// [`Config::log`] and reading [`Ledger::recovery`] without depending on
 /// `payonce-log`.
-pub use payonce_log::{Durability, LogConfig, PREALLOCATE_LEN, Recovery, TornTail};
+pub use payonce_log::{
+    Digest, Durability, Head, LogConfig, PREALLOCATE_LEN, Recovery, TornTail, Witness,
+};

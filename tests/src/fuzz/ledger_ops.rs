@@ -24,10 +24,11 @@ pub const OPS_MAX: usize = 64;
 
 const AMOUNTS: &[&str] = &["1", "2.5", "10"];
 const CURRENCIES: &[&str] = &["USDC", "BTC"];
-const CRASH_MODES: [CrashMode; 3] = [
+const CRASH_MODES: [CrashMode; 4] = [
     CrashMode::DropUnsynced,
     CrashMode::KeepPrefix,
     CrashMode::Garble,
+    CrashMode::Pages,
 ];
 
 /// One operation, as raw choices: each field is one input byte, read

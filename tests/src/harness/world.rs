@@ -52,6 +52,9 @@ impl WorldConfig {
             record_max: RECORD_MAX,
             segment_len_max: SEGMENT_LEN_MAX,
             durability: Durability::Always,
+            // Checkpoints by count, at rolls and at close only: a thread on
+            // a timer would make runs depend on time.
+            checkpoint_interval: None,
             ..LogConfig::default()
         }
     }
@@ -81,6 +84,8 @@ pub struct Stats {
     pub crashes_keeping: u64,
     /// Power losses that garbled unsynced bytes.
     pub crashes_garbling: u64,
+    /// Power losses that kept or lost each unsynced page on its own.
+    pub crashes_paging: u64,
     /// Power losses in the middle of an operation (or of an open).
     pub crashes_mid_operation: u64,
     /// Clean closes and reopens.
@@ -110,7 +115,7 @@ pub struct Stats {
 impl Stats {
     /// Power losses of every kind.
     pub fn crashes(&self) -> u64 {
-        self.crashes_dropping + self.crashes_keeping + self.crashes_garbling
+        self.crashes_dropping + self.crashes_keeping + self.crashes_garbling + self.crashes_paging
     }
 
     /// Adds `other` to these counters.
@@ -119,6 +124,7 @@ impl Stats {
         self.crashes_dropping += other.crashes_dropping;
         self.crashes_keeping += other.crashes_keeping;
         self.crashes_garbling += other.crashes_garbling;
+        self.crashes_paging += other.crashes_paging;
         self.crashes_mid_operation += other.crashes_mid_operation;
         self.reopens += other.reopens;
         self.faults_armed += other.faults_armed;
@@ -333,6 +339,7 @@ impl World {
     fn ledger_config(&self) -> Config {
         Config {
             log: WorldConfig::log(),
+            witness: None,
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),
@@ -1034,6 +1041,7 @@ impl World {
             Some(CrashMode::DropUnsynced) | None => self.stats.crashes_dropping += 1,
             Some(CrashMode::KeepPrefix) => self.stats.crashes_keeping += 1,
             Some(CrashMode::Garble) => self.stats.crashes_garbling += 1,
+            Some(CrashMode::Pages) => self.stats.crashes_paging += 1,
         }
     }
 

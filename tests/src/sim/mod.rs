@@ -367,7 +367,8 @@ impl Sim {
                     CrashMode::DropUnsynced,
                     CrashMode::KeepPrefix,
                     CrashMode::Garble,
-                ][self.rng.below(3) as usize];
+                    CrashMode::Pages,
+                ][self.rng.below(4) as usize];
                 let seed = self.rng.next_u64();
                 if self.rng.percent(30) {
                     self.world.crash(mode, seed);

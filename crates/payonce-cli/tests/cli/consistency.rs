@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use payonce::{Config, Ledger, ManualClock};
-use payonce_log::LogConfig;
+use payonce_log::{FsStorage, LogConfig, LogReader};
 
 use crate::fixture::{START, arg, config, new_withdrawal, payonce, scenario, segment_name, sent};
 
@@ -49,10 +49,8 @@ fn rolled(dir: &Path) -> std::path::PathBuf {
 fn an_empty_newest_segment_is_the_torn_tail_the_writer_repairs() {
     let single = tempfile::tempdir().unwrap();
     std::fs::write(single.path().join("00000000000000000001.log"), b"").unwrap();
-    let several = tempfile::tempdir().unwrap();
-    let newest = rolled(several.path());
-    std::fs::write(&newest, b"").unwrap();
-    for dir in [single.path(), several.path()] {
+    {
+        let dir = single.path();
         let run = payonce(&["verify", &arg(dir), "--json"]);
         assert_eq!(run.code, 1, "{}", run.stdout);
         let report = run.json();
@@ -87,6 +85,37 @@ fn an_empty_newest_segment_is_the_torn_tail_the_writer_repairs() {
             "the writer repaired it"
         );
     }
+}
+
+// Guards against verify calling a cleanly closed ledger whose newest
+// segment was emptied (its events gone) a torn tail, or the writer opening
+// it: both refuse it, naming the head the checkpoint holds.
+#[test]
+fn an_emptied_newest_segment_of_a_closed_ledger_is_refused_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let newest = rolled(dir.path());
+    let reader = LogReader::open(Arc::new(FsStorage::new(dir.path())), LogConfig::default());
+    let head = reader.unwrap().scan(|_| Ok::<(), ()>(())).unwrap().head;
+    let head = head.to_string();
+    std::fs::write(&newest, b"").unwrap();
+    let before = crate::fixture::snapshot(dir.path());
+    let run = payonce(&["verify", &arg(dir.path()), "--json"]);
+    assert_eq!(run.code, 4, "{}", run.stdout);
+    assert_eq!(run.json()["error"], "damaged");
+    assert!(
+        run.stderr
+            .contains(&format!("before its checkpoint's head {head}")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(payonce(&["inflight", &arg(dir.path())]).code, 4);
+    let clock = Arc::new(ManualClock::new(START));
+    let error = Ledger::open_with(dir.path(), rolling(clock)).unwrap_err();
+    assert!(error.to_string().contains(&head), "{error}");
+    assert!(
+        crate::fixture::snapshot(dir.path()) == before,
+        "nothing was changed"
+    );
 }
 
 // Guards against export --from past the end answering with nothing and

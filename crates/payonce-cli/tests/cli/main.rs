@@ -16,6 +16,7 @@ mod demo;
 mod echo;
 mod failures;
 mod fixture;
+mod heads;
 mod index;
 mod operator;
 mod outcomes;

@@ -1,8 +1,8 @@
 //! Configuration limits, checked before anything is opened or allocated.
 
 use payonce_log::{
-    Log, LogConfig, LogError, LogReader, RECORD_MAX, RECORD_MAX_CEILING, SEGMENT_LEN_MAX,
-    SEGMENT_LEN_MAX_CEILING,
+    BATCH_HEADER_LEN, CHECKPOINT_INTERVAL, CHECKPOINT_RECORDS, Log, LogConfig, LogError, LogReader,
+    PREALLOCATE_LEN, RECORD_MAX, RECORD_MAX_CEILING, SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING,
 };
 
 use crate::support::{build_log, on_both, small_config};
@@ -14,7 +14,12 @@ fn the_default_config_is_valid_and_uses_the_named_limits() {
     assert_eq!(config.record_max, RECORD_MAX);
     assert_eq!(config.segment_len_max, SEGMENT_LEN_MAX);
     assert_eq!(config.durability, payonce_log::Durability::Always);
-    assert_eq!(config.preallocate_len, 0, "batches are appended");
+    assert_eq!(
+        config.preallocate_len, PREALLOCATE_LEN,
+        "batches overwrite zeros written ahead"
+    );
+    assert_eq!(config.checkpoint_records, CHECKPOINT_RECORDS);
+    assert_eq!(config.checkpoint_interval, Some(CHECKPOINT_INTERVAL));
     config.validate().unwrap();
 }
 
@@ -46,7 +51,7 @@ fn out_of_range_limits_are_refused_before_anything_is_created() {
         (
             LogConfig {
                 record_max: 64,
-                segment_len_max: 40 + 80 + 16 - 1,
+                segment_len_max: 40 + BATCH_HEADER_LEN as u64 + 80 + 16 - 1,
                 ..LogConfig::default()
             },
             "segment_len_max",
@@ -65,7 +70,7 @@ fn out_of_range_limits_are_refused_before_anything_is_created() {
     });
     LogConfig {
         record_max: 64,
-        segment_len_max: 40 + 80 + 16,
+        segment_len_max: 40 + BATCH_HEADER_LEN as u64 + 80 + 16,
         ..LogConfig::default()
     }
     .validate()

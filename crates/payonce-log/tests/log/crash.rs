@@ -7,7 +7,8 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use payonce_log::{
-    CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN, Storage,
+    BATCH_HEADER_LEN, CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN,
+    Storage,
 };
 
 use crate::support::{open_collect, small_config};
@@ -106,7 +107,7 @@ fn run(seed: u64) {
     let mut rng = Rng(seed);
     let config = LogConfig {
         record_max: 48,
-        segment_len_max: 40 + 64 * (1 + rng.below(6)) + 16,
+        segment_len_max: 40 + (BATCH_HEADER_LEN as u64 + 64) * (1 + rng.below(6)) + 16,
         // Both layouts: zeros written ahead of the records, or none.
         preallocate_len: [0, 64, PREALLOCATE_LEN][rng.below(3) as usize],
         ..small_config()
@@ -141,10 +142,11 @@ fn run(seed: u64) {
                 _ => storage.faults().arm(random_fault(&mut rng)),
             }
         }
-        let mode = match rng.below(3) {
+        let mode = match rng.below(4) {
             0 => CrashMode::DropUnsynced,
             1 => CrashMode::KeepPrefix,
-            _ => CrashMode::Garble,
+            2 => CrashMode::Garble,
+            _ => CrashMode::Pages,
         };
         let crashed = storage.crash(mode, rng.next());
         drop(log);

@@ -6,7 +6,8 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use payonce_log::{
-    CrashMode, Durability, Fault, Log, LogConfig, LogError, LogReader, MemStorage, Storage,
+    BATCH_HEADER_LEN, CrashMode, Durability, Fault, Log, LogConfig, LogError, LogReader,
+    MemStorage, Storage,
 };
 
 use crate::support::open_collect;
@@ -73,7 +74,7 @@ fn a_log_reopened_with_a_smaller_segment_limit_is_refused_not_broken() {
     }
     // Cut the zeros written ahead of the records, so that the file itself
     // fits the smaller limit and only its records and seal do not.
-    let len = 40 + 20 * 64;
+    let len = 40 + BATCH_HEADER_LEN + 20 * 64;
     let records = mem.file(SEG1).unwrap()[..len].to_vec();
     mem.put_file(SEG1, &records);
     let len = len as u64;
@@ -89,8 +90,8 @@ fn a_log_reopened_with_a_smaller_segment_limit_is_refused_not_broken() {
         matches!(
             error,
             LogError::SegmentTooLong {
-                len: 1320,
-                max: 1328,
+                len: 1384,
+                max: 1392,
                 ..
             }
         ),

@@ -7,12 +7,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use payonce_log::{
-    CrashMode, Fault, Log, LogError, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, sync_rate,
+    BATCH_HEADER_LEN, CrashMode, Fault, Log, LogError, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE,
+    Storage, sync_rate,
 };
 
 use crate::support::{
-    Disk, Env, Kind, append_payloads, expected, on_both, open_collect, payload, payloads,
-    records_end, small_config,
+    Disk, Env, Kind, SMALL_SEGMENT_LEN, append_payloads, expected, on_both, open_collect, payload,
+    payloads, records_end, small_config,
 };
 
 /// Asserts `result` is `Poisoned` by an I/O failure of `op`; returns the cause's kind.
@@ -289,8 +290,8 @@ fn a_failed_seal_write_leaves_a_roll_that_reopening_finishes() {
         let mut next = log.last_seq() + 1;
         loop {
             let len = records_end(&env.disk.bytes(&env.disk.segments()[segments - 1]));
-            let frame = 16 + payload(next).len().div_ceil(8) * 8;
-            if len + frame + 16 > 400 {
+            let frame = BATCH_HEADER_LEN + 16 + payload(next).len().div_ceil(8) * 8;
+            if len + frame + 16 > SMALL_SEGMENT_LEN {
                 break;
             }
             log.append_durable(&payload(next)).unwrap();
@@ -347,8 +348,8 @@ fn a_seal_that_landed_but_was_never_synced_is_synced_when_reopening() {
     loop {
         let segments = env.disk.segments();
         let len = records_end(&env.disk.bytes(segments.last().unwrap()));
-        let frame = 16 + payload(next).len().div_ceil(8) * 8;
-        if len + frame + 16 > 400 {
+        let frame = BATCH_HEADER_LEN + 16 + payload(next).len().div_ceil(8) * 8;
+        if len + frame + 16 > SMALL_SEGMENT_LEN {
             break;
         }
         log.append_durable(&payload(next)).unwrap();

@@ -3,13 +3,14 @@
 //! ever returning changed data.
 
 use payonce_log::{
-    Damage, Log, LogConfig, LogError, LogReader, OpenError, Opening, Repair, TornTail,
+    BATCH_HEADER_LEN, Damage, Log, LogConfig, LogError, LogReader, OpenError, Opening, Repair,
+    TornTail,
 };
 
 use crate::support::{
-    Env, Frame, Kind, Seen, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
-    open_collect, payload, payloads, preallocating, read_payloads, records_end, small_config,
-    trim_zeros,
+    Env, Frame, Kind, Seen, append_payloads, assert_corrupt, batches, build_log, expected, frames,
+    layouts, on_both, open_collect, payload, payloads, preallocating, read_payloads, records_end,
+    small_config, trim_zeros,
 };
 
 /// A log of `count` records whose last segment holds at least two records,
@@ -29,17 +30,6 @@ fn multi_segment_log_as(env: &Env, count: u64, config: &LogConfig) -> Vec<String
     segments
 }
 
-/// Each storage with each layout: records appended, and records written
-/// over zeros written ahead of them.
-fn layouts() -> Vec<(Kind, LogConfig)> {
-    let mut layouts = Vec::new();
-    for kind in [Kind::Fs, Kind::Mem] {
-        layouts.push((kind, small_config()));
-        layouts.push((kind, preallocating(small_config())));
-    }
-    layouts
-}
-
 #[test]
 fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records() {
     // Guards against a write cut short losing complete records or returning a partial one.
@@ -52,8 +42,12 @@ fn truncating_the_last_record_at_any_byte_recovers_exactly_the_complete_records(
         // The segment as far as its records go; the zeros after them are
         // another test's subject.
         let last = &files[&last_name][..records_end(&files[&last_name])];
-        let (start, seq) = *frames(last).last().unwrap();
+        let (frame, seq) = *frames(last).last().unwrap();
         assert_eq!(seq, Some(count));
+        // The last record's batch, from its header: what a torn write of it
+        // leaves is cut from there.
+        let start = *batches(last).last().unwrap();
+        assert_eq!(start + BATCH_HEADER_LEN, frame);
         for len in start..=last.len() {
             let env = Env::with_files(kind, &files);
             env.disk.put(&last_name, &last[..len]);
@@ -361,18 +355,38 @@ fn a_stale_record_copied_to_the_end_is_never_returned() {
     on_both(|env| {
         let (name, mut bytes, frames) = last_segment(env);
         let (offset, _) = frames[0];
-        let size = frames[1].0 - offset;
+        // The record's frame alone: the next batch's header follows it.
+        let size = frames[1].0 - BATCH_HEADER_LEN - offset;
         let stale = bytes[offset..offset + size].to_vec();
         bytes.truncate(records_end(&bytes));
+        let end = bytes.len();
         bytes.extend_from_slice(&stale);
         env.disk.put(&name, &bytes);
-        let (_, recovery, seen): (_, _, Vec<Seen>) =
+        let (log, recovery, seen): (_, _, Vec<Seen>) =
             open_collect(&env.storage, &small_config()).unwrap();
         assert_eq!(payloads(&seen), expected(20));
         assert_eq!(
             recovery.torn_tail.unwrap().len as usize,
             trim_zeros(&stale).len()
         );
+        drop(log);
+        // A whole old batch, its header included, is not a torn write:
+        // refused, and nothing is cut.
+        let batch = batches(&bytes)[0];
+        let stale = bytes[batch..frames[1].0 - BATCH_HEADER_LEN].to_vec();
+        bytes.truncate(end);
+        bytes.extend_from_slice(&stale);
+        env.disk.put(&name, &bytes);
+        let roomy = LogConfig {
+            segment_len_max: 1024,
+            ..small_config()
+        };
+        let (_, seq, damage) = assert_corrupt(
+            Log::open(env.storage.clone(), roomy).map(|_| ()),
+            &env.describe(&name),
+        );
+        assert_eq!((seq, damage), (21, Damage::Sequence));
+        assert_eq!(env.disk.bytes(&name), bytes, "nothing was cut");
     });
 }
 
@@ -390,7 +404,7 @@ fn a_record_written_with_a_larger_limit_is_refused_not_cut() {
         };
         let name = env.disk.segments()[0].clone();
         let before = env.disk.bytes(&name);
-        assert_eq!(records_end(&before), 40 + 32 + 80);
+        assert_eq!(records_end(&before), 40 + 2 * BATCH_HEADER_LEN + 32 + 80);
         let (_, seq, damage) = assert_corrupt(
             Log::open(env.storage.clone(), config).map(|_| ()),
             &env.describe(&name),
@@ -421,13 +435,15 @@ fn a_visitor_error_stops_the_open() {
     });
 }
 
-/// A 20-record log whose last record is cut to its first 7 bytes: a torn
-/// tail. Returns the last segment's name, its bytes before the cut, and
-/// where the cut record starts.
+/// A 20-record log whose last record's frame is cut to its first 7 bytes:
+/// a torn tail. Returns the last segment's name, its bytes before the cut,
+/// and where the cut record's batch starts.
 fn torn_last_record(env: &Env) -> (String, Vec<u8>, usize) {
     let (name, bytes, frames) = last_segment(env);
-    let (offset, _) = *frames.last().unwrap();
-    env.disk.put(&name, &bytes[..offset + 7]);
+    let (frame, _) = *frames.last().unwrap();
+    let offset = *batches(&bytes).last().unwrap();
+    assert_eq!(offset + BATCH_HEADER_LEN, frame);
+    env.disk.put(&name, &bytes[..frame + 7]);
     (name, bytes, offset)
 }
 
@@ -530,7 +546,11 @@ fn dropping_a_plan_changes_nothing_and_releases_the_lock_in_every_case() {
     type Setup = fn(&Env);
     // Each case, and how many repairs its plan lists.
     let cases: [(&str, Setup, usize); 5] = [
-        ("an empty directory", |_| {}, 1),
+        (
+            "an empty directory: its first segment and checkpoint",
+            |_| {},
+            2,
+        ),
         ("a clean end", |env| build_log(env, &small_config(), 20), 0),
         ("a torn tail", |env| drop(torn_last_record(env)), 1),
         (
@@ -609,16 +629,14 @@ fn a_crash_while_saving_a_torn_tail_is_recovered_on_the_next_open() {
     on_both(|env| {
         let (name, bytes, offset) = torn_last_record(env);
         // A previous recovery saved the bytes and crashed before truncating.
+        let cut = offset + BATCH_HEADER_LEN + 7;
         env.disk
-            .put(&format!("{name}.torn-{offset}"), &bytes[offset..offset + 7]);
+            .put(&format!("{name}.torn-{offset}"), &bytes[offset..cut]);
         let (_, recovery, seen) = open_collect(&env.storage, &small_config()).unwrap();
         assert_eq!(payloads(&seen), expected(19));
         let saved_as = recovery.torn_tail.unwrap().saved_as.unwrap();
         assert_eq!(saved_as, format!("{name}.torn-{offset}.1"));
-        assert_eq!(
-            env.disk.bytes(&saved_as),
-            trim_zeros(&bytes[offset..offset + 7])
-        );
+        assert_eq!(env.disk.bytes(&saved_as), trim_zeros(&bytes[offset..cut]));
     });
 }
 

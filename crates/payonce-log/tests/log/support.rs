@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use payonce_log::{
-    Durability, Faults, FaultyStorage, FsStorage, Log, LogConfig, LogError, LogReader, MemStorage,
-    OpenError, PREALLOCATE_LEN, Position, Recovery, Storage,
+    BATCH_HEADER_LEN, CHECKPOINT_FILE, CHECKPOINT_SLOT_STRIDE, Durability, Faults, FaultyStorage,
+    FsStorage, Head, Log, LogConfig, LogError, LogReader, MemStorage, OpenError, PREALLOCATE_LEN,
+    Position, Recovery, Storage,
 };
 use tempfile::TempDir;
 
@@ -152,14 +153,62 @@ impl Disk {
     }
 }
 
-/// Small segments, so a few dozen records span several of them.
+/// [`small_config`]'s `segment_len_max`.
+pub(crate) const SMALL_SEGMENT_LEN: usize = 640;
+
+/// Small segments, so a few dozen records span several of them; every
+/// batch appended (no zeros ahead), and no checkpoint thread.
 pub(crate) fn small_config() -> LogConfig {
     LogConfig {
         record_max: 64,
-        segment_len_max: 400,
+        segment_len_max: SMALL_SEGMENT_LEN as u64,
         durability: Durability::Always,
+        preallocate_len: 0,
+        checkpoint_interval: None,
         ..LogConfig::default()
     }
+}
+
+/// Rewrites the checkpoint of the log in `env` to hold `head`, as a log
+/// whose checkpoint had not caught up when it crashed holds an older one.
+pub(crate) fn checkpoint_at(env: &Env, head: Head) {
+    let first = env.disk.bytes(&env.disk.segments()[0]);
+    let log_id = u64::from_le_bytes(first[16..24].try_into().unwrap());
+    let slot = |index: u32, generation: u64| {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"PAYONCK\0");
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        bytes.extend_from_slice(&index.to_le_bytes());
+        bytes.extend_from_slice(&log_id.to_le_bytes());
+        bytes.extend_from_slice(&generation.to_le_bytes());
+        bytes.extend_from_slice(&head.seq.to_le_bytes());
+        bytes.extend_from_slice(&head.digest.0);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
+        bytes
+    };
+    let mut file = slot(0, 0);
+    file.resize(CHECKPOINT_SLOT_STRIDE, 0);
+    file.extend(slot(1, 1));
+    env.disk.put(CHECKPOINT_FILE, &file);
+}
+
+/// The log in `env` as a crash before any checkpoint leaves it: the
+/// checkpoint holds the genesis head, so a torn last batch is cut.
+pub(crate) fn forget_checkpoint(env: &Env) {
+    checkpoint_at(env, Head::GENESIS);
+}
+
+/// Each storage with each layout of [`small_config`]: records appended,
+/// and records written over zeros written ahead of them.
+pub(crate) fn layouts() -> Vec<(Kind, LogConfig)> {
+    let mut layouts = Vec::new();
+    for kind in [Kind::Fs, Kind::Mem] {
+        layouts.push((kind, small_config()));
+        layouts.push((kind, preallocating(small_config())));
+    }
+    layouts
 }
 
 /// `config` writing zeros ahead of its records.
@@ -205,8 +254,18 @@ pub(crate) fn open_collect(
     }
 }
 
-/// Appends `payload(seq)` for `count` more records and waits for them.
+/// Appends `payload(seq)` for `count` more records, each waited for on its
+/// own: a batch per record, so every record boundary is a batch boundary.
 pub(crate) fn append_payloads(log: &Log, count: u64) {
+    for _ in 0..count {
+        let seq = log.last_seq() + 1;
+        assert_eq!(log.append_durable(&payload(seq)).unwrap(), seq);
+    }
+}
+
+/// Appends `payload(seq)` for `count` more records and waits for them
+/// once: one batch (a part per segment it reaches).
+pub(crate) fn append_batch(log: &Log, count: u64) {
     for _ in 0..count {
         let seq = log.last_seq() + 1;
         assert_eq!(log.append(&payload(seq)).unwrap(), seq);
@@ -214,10 +273,15 @@ pub(crate) fn append_payloads(log: &Log, count: u64) {
     log.sync().unwrap();
 }
 
-/// A log with `count` records of `payload(seq)` in `env`, closed again.
+/// A log with `count` records of `payload(seq)` in `env`, a batch each
+/// ([`append_payloads`]), closed again, its checkpoint then rewound to the
+/// genesis head ([`forget_checkpoint`]): the torn-tail rules see it as a
+/// crash right after its last sync left it.
 pub(crate) fn build_log(env: &Env, config: &LogConfig, count: u64) {
     let (log, _) = Log::open(env.storage.clone(), config.clone()).unwrap();
     append_payloads(&log, count);
+    drop(log);
+    forget_checkpoint(env);
 }
 
 /// Every payload a read-only scan of `storage` hands out, and how it ended.
@@ -246,7 +310,8 @@ pub(crate) fn payloads(seen: &[Seen]) -> Vec<Vec<u8>> {
 /// A frame's byte offset in its segment and its seq (`None` for a seal).
 pub(crate) type Frame = (usize, Option<u64>);
 
-/// The frames of a segment's bytes, in order.
+/// The frames of a segment's bytes, in order: records and the seal, not
+/// batch headers (see [`batches`]).
 pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
     let mut offset = 40;
     let mut frames = Vec::new();
@@ -256,7 +321,9 @@ pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
         }
         let len = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
         let seq = u64::from_le_bytes(bytes[offset + 8..offset + 16].try_into().unwrap());
-        if len == u32::MAX {
+        if len == u32::MAX - 1 {
+            offset += BATCH_HEADER_LEN;
+        } else if len == u32::MAX {
             frames.push((offset, None));
             offset += 16;
         } else {
@@ -265,6 +332,23 @@ pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
         }
     }
     frames
+}
+
+/// The byte offsets of the batch headers of a segment's bytes.
+pub(crate) fn batches(bytes: &[u8]) -> Vec<usize> {
+    let mut offset = 40;
+    let mut found = Vec::new();
+    while offset + 16 <= bytes.len() && bytes[offset..offset + 16].iter().any(|&byte| byte != 0) {
+        let len = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().unwrap());
+        if len == u32::MAX - 1 {
+            found.push(offset);
+            let extent = u32::from_le_bytes(bytes[offset + 20..offset + 24].try_into().unwrap());
+            offset += BATCH_HEADER_LEN + extent as usize;
+        } else {
+            break;
+        }
+    }
+    found
 }
 
 /// `bytes` without its trailing zeros: what the log counts as torn.

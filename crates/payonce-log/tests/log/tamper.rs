@@ -1,7 +1,7 @@
 //! Whole segments and records deleted, duplicated, reordered, renamed or
 //! swapped in from another log: every one is refused, naming where.
 
-use payonce_log::{Damage, Log, LogConfig, LogReader, OpenError};
+use payonce_log::{Damage, FORMAT_VERSION, Log, LogConfig, LogReader, OpenError};
 
 use crate::support::{Env, assert_corrupt, build_log, frames, on_both, records_end, small_config};
 
@@ -217,12 +217,13 @@ fn a_header_with_an_unknown_version_is_refused() {
     on_both(|env| {
         let segments = segments(env);
         let mut bytes = env.disk.bytes(&segments[0]);
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        bytes[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let crc = crc32fast::hash(&bytes[..36]);
         bytes[36..40].copy_from_slice(&crc.to_le_bytes());
         env.disk.put(&segments[0], &bytes);
         let error = Log::open(env.storage.clone(), small_config()).unwrap_err();
-        assert!(error.to_string().contains("format version 2"), "{error}");
+        let found = format!("format version {}", FORMAT_VERSION + 1);
+        assert!(error.to_string().contains(&found), "{error}");
         let (offset, _, damage) = refused(env, &segments[0]);
         assert_eq!((offset, damage), (0, Damage::Header));
     });

@@ -7,13 +7,14 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use payonce_log::{
-    CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN, Storage, StorageFile,
-    StorageLock,
+    BATCH_HEADER_LEN, CrashMode, Fault, Log, LogConfig, LogError, MemStorage, PREALLOCATE_LEN,
+    Storage, StorageFile, StorageLock,
 };
 
 use crate::support::{
-    Disk, Env, Kind, append_payloads, assert_corrupt, build_log, expected, frames, on_both,
-    open_collect, payload, payloads, preallocating, read_payloads, records_end, small_config,
+    Disk, Env, Kind, SMALL_SEGMENT_LEN, append_payloads, assert_corrupt, batches, build_log,
+    expected, forget_checkpoint, frames, on_both, open_collect, payload, payloads, preallocating,
+    read_payloads, records_end, small_config,
 };
 
 fn all_zero(bytes: &[u8]) -> bool {
@@ -33,15 +34,17 @@ fn most_batches_overwrite_zeros_written_ahead_instead_of_growing_the_file() {
             "a new segment is its header"
         );
         log.append_durable(&[7; 128]).unwrap();
-        let allocated = 40 + 144 + PREALLOCATE_LEN as usize;
+        // Each batch: its header and one record's frame.
+        let batch = BATCH_HEADER_LEN + 144;
+        let allocated = 40 + batch + PREALLOCATE_LEN as usize;
         assert_eq!(env.disk.bytes(&segment).len(), allocated);
         for byte in 0..100 {
             log.append_durable(&[byte; 128]).unwrap();
         }
         let bytes = env.disk.bytes(&segment);
         assert_eq!(bytes.len(), allocated, "later batches land inside the file");
-        assert_eq!(records_end(&bytes), 40 + 101 * 144);
-        assert!(all_zero(&bytes[40 + 101 * 144..]));
+        assert_eq!(records_end(&bytes), 40 + 101 * batch);
+        assert!(all_zero(&bytes[40 + 101 * batch..]));
     });
 }
 
@@ -55,7 +58,11 @@ fn the_zeros_never_take_a_segment_past_its_limit_and_may_follow_a_seal() {
         let mut zeros_after_a_seal = 0;
         for name in &segments {
             let bytes = env.disk.bytes(name);
-            assert!(bytes.len() <= 400, "{name} is {} bytes", bytes.len());
+            assert!(
+                bytes.len() <= SMALL_SEGMENT_LEN,
+                "{name} is {} bytes",
+                bytes.len()
+            );
             let end = records_end(&bytes);
             assert!(all_zero(&bytes[end..]), "{name}");
             if name != segments.last().unwrap() && end < bytes.len() {
@@ -295,17 +302,21 @@ fn a_reader_that_copied_a_page_before_the_writer_filled_it_reads_again() {
 fn zeros_after_the_records_of_a_segment_not_flagged_for_them_are_a_torn_tail() {
     // Guards against zeros hiding lost records in the default layout, where the writer never writes them.
     on_both(|env| {
-        let (log, _) = Log::open(env.storage.clone(), LogConfig::default()).unwrap();
+        let appending = LogConfig {
+            preallocate_len: 0,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(env.storage.clone(), appending.clone()).unwrap();
         append_payloads(&log, 5);
-        log.sync().unwrap();
         drop(log);
+        // A crash before the checkpoint reached the last records.
+        forget_checkpoint(env);
         let segment = env.disk.segments()[0].clone();
         let mut bytes = env.disk.bytes(&segment);
-        let records = frames(&bytes);
-        let cut = records[3].0;
+        let cut = batches(&bytes)[3];
         bytes[cut..].fill(0);
         env.disk.put(&segment, &bytes);
-        let (_, recovery, seen) = open_collect(&env.storage, &LogConfig::default()).unwrap();
+        let (_, recovery, seen) = open_collect(&env.storage, &appending).unwrap();
         assert_eq!(payloads(&seen), expected(3));
         let tail = recovery
             .torn_tail

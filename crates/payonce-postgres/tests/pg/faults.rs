@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use payonce::{Appended, Claim, Ledger, LedgerError, SharedLog, SharedRecord, StoreError};
 use payonce_model::WorkerName;
-use payonce_postgres::{PgLog, Role};
+use payonce_postgres::{Head, PgLog, Role};
 
 use crate::{config, database, new_withdrawal, sent};
 
@@ -40,6 +40,10 @@ impl SharedLog for Terminating {
     }
     fn commit(&self, batch: &[Appended]) -> Result<(), StoreError> {
         self.log.commit(batch)
+    }
+
+    fn head(&self) -> Result<Head, StoreError> {
+        SharedLog::head(&self.log)
     }
 }
 
@@ -100,6 +104,9 @@ impl SharedLog for LostAnswer {
             }),
             false => Ok(()),
         }
+    }
+    fn head(&self) -> Result<Head, StoreError> {
+        SharedLog::head(&self.log)
     }
 }
 

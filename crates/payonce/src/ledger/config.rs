@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use payonce_log::LogConfig;
+use payonce_log::{LogConfig, Witness};
 use payonce_model::{Actor, Amount, Currency, Destination};
 
 use crate::epoch::{Epochs, RandomEpochs};
@@ -11,10 +11,15 @@ use crate::time::{Clock, SystemClock};
 /// How a ledger is opened.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The log's settings, durability among them. The default is durable
-    /// and appends; `LogConfig::preallocate_len` trades availability after
-    /// a power loss for throughput (see docs/log-format.md).
+    /// The log's settings, durability among them. The default is durable,
+    /// writes over zeros written ahead of the records, and checkpoints its
+    /// durable head at least every second (docs/log-format.md).
     pub log: LogConfig,
+    /// Keeps the log's newest head somewhere its disk cannot roll back
+    /// (the embedder's database, another disk): opening refuses a log
+    /// behind it, as a restored disk snapshot is. None by default
+    /// (docs/operations.md, "Heads").
+    pub witness: Option<Arc<dyn Witness>>,
     /// Accept withdrawal ids this ledger did not mint. Off by default: this
     /// weakens exclusivity, since a client that mints ids can mint a second
     /// one for the same money.
@@ -43,6 +48,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             log: LogConfig::default(),
+            witness: None,
             accept_foreign_ids: false,
             log_refusals: true,
             clock: Arc::new(SystemClock),

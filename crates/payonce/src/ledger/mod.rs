@@ -13,7 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Log, Recovery, Storage, segments_len};
+use payonce_log::{FsStorage, Head, Log, Recovery, Storage, segments_len};
 use payonce_model::{
     Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WorkerName,
 };
@@ -150,7 +150,13 @@ impl Ledger {
             recovery,
             state,
             threads,
-        } = replay_log(storage, config.log.clone(), two_threads, start)?;
+        } = replay_log(
+            storage,
+            config.log.clone(),
+            config.witness.clone(),
+            two_threads,
+            start,
+        )?;
         info!(
             events = state.last_seq(),
             keys = state.key_count(),
@@ -800,6 +806,19 @@ impl Ledger {
     /// Sequence number of the last event decided, durable or not.
     pub fn last_seq(&self) -> u64 {
         self.read(State::last_seq)
+    }
+
+    /// The log's durable head: the seq of the last event on stable storage
+    /// and the chain digest of its batch, `SEQ:DIGEST` when printed. An
+    /// auditor who keeps it can later check that the log still holds it,
+    /// unchanged (`payonce verify --expect-head`, or `payonce head URL
+    /// --pinned`). On a shared log, the head of the last batch this
+    /// process read or committed.
+    pub fn head(&self) -> Result<Head, LedgerError> {
+        match &self.inner.store {
+            Store::File(log) => Ok(log.head()),
+            Store::Shared(shared) => Ok(shared.log.head()?),
+        }
     }
 
     /// A copy of the whole state: for audits and tests.

@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use payonce_log::Head;
 use payonce_model::{Reason, RequestKey, WorkerName};
 use tracing::{info, warn};
 
@@ -76,6 +77,10 @@ pub trait SharedLog: Send + Sync + fmt::Debug {
     /// connection lost during it) is looked up before answering; if that
     /// fails too, the answer is [`StoreError::Unknown`].
     fn commit(&self, batch: &[Appended]) -> Result<(), StoreError>;
+
+    /// The head of the last batch this process read or committed: durable,
+    /// as every committed batch is.
+    fn head(&self) -> Result<Head, StoreError>;
 }
 
 /// The shared log of a ledger, and who writes it.

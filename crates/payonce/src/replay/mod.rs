@@ -18,7 +18,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
 use payonce_log::{
-    LOCK_FILE, Log, LogConfig, Opening, Recovery, Storage, is_segment_tmp_name, parse_segment_name,
+    LOCK_FILE, Log, LogConfig, Opening, Recovery, Storage, Witness, is_segment_tmp_name,
+    parse_segment_name,
 };
 use tracing::{Dispatch, Span, warn};
 
@@ -156,11 +157,15 @@ pub(crate) struct Replayed {
 pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
+    witness: Option<Arc<dyn Witness>>,
     two_threads: bool,
     start: Start,
 ) -> Result<Replayed, LedgerError> {
     start.check_before(&*storage)?;
     let mut opening = Log::scan_to_open(storage, config)?;
+    if let Some(witness) = witness {
+        opening.witness(witness)?;
+    }
     let (state, threads) = match two_threads {
         true => replay_on_two_threads(&mut opening)?,
         false => (replay_on_this_thread(&mut opening)?, 1),

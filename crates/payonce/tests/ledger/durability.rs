@@ -10,7 +10,7 @@ use payonce::{
 use payonce_log::{Fault, Log, LogConfig, LogError, MemStorage, Storage};
 use payonce_model::{Field, Rule, WithdrawalRequest};
 
-use crate::{Fixture, Rail, START, sent};
+use crate::{Fixture, Rail, START, records_end, sent};
 
 pub(crate) fn events(storage: &MemStorage) -> Vec<Event> {
     let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
@@ -308,7 +308,9 @@ fn a_divergent_log_is_refused_before_its_torn_tail_is_cut() {
         .find(|name| name.ends_with(".log"))
         .unwrap();
     let mut torn = storage.file(&segment).unwrap();
-    torn.extend_from_slice(&[0xee; 9]);
+    // Over the zeros written ahead of the records, where they end.
+    let end = records_end(Arc::new(storage.clone()));
+    torn[end..end + 9].fill(0xee);
     storage.put_file(&segment, &torn);
     let files = |storage: &MemStorage| {
         let mut names = storage.list().unwrap();

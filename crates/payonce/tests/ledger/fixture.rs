@@ -357,3 +357,13 @@ pub fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
         .mark_sent(Reference::new(reference).unwrap())
         .unwrap()
 }
+
+/// Where the last record of the one-segment log in `storage` ends: the
+/// zeros written ahead of the records begin there.
+pub fn records_end(storage: Arc<dyn payonce_log::Storage>) -> usize {
+    let reader = payonce_log::LogReader::open(storage, payonce_log::LogConfig::default()).unwrap();
+    let last = reader.records_from(1).unwrap().last().unwrap().unwrap();
+    assert_eq!(last.position.segment, 1, "a small log has one segment");
+    let frame = payonce_log::FRAME_HEADER_LEN + last.payload.len().div_ceil(8) * 8;
+    last.position.offset as usize + frame
+}

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use payonce::{Config, Ledger, LedgerError, NewWithdrawal};
-use payonce_log::{FaultyStorage, MemStorage};
+use payonce_log::{FaultyStorage, FsStorage, MemStorage};
 use payonce_model::WithdrawalRequest;
 
-use crate::Rail;
+use crate::{Rail, records_end};
 
 fn new_withdrawal(ledger: &Ledger) -> WithdrawalRequest {
     ledger
@@ -48,7 +48,9 @@ fn open_refuses_a_directory_holding_traces_of_a_ledger_but_no_log() {
     let before = names(dir.path());
     let error = Ledger::open(dir.path()).unwrap_err();
     match &error {
-        LedgerError::NoLog { found, .. } => assert_eq!(found, &["LOCK", "audit-index"]),
+        LedgerError::NoLog { found, .. } => {
+            assert_eq!(found, &["CHECKPOINT", "LOCK", "audit-index"]);
+        }
         other => panic!("{other}"),
     }
     assert!(error.to_string().contains("traces of a ledger"), "{error}");
@@ -82,8 +84,8 @@ fn init_refuses_a_directory_holding_a_log_or_anything_else() {
     drop(Ledger::init(dir.path()).unwrap());
     match Ledger::init(dir.path()).unwrap_err() {
         LedgerError::NotEmpty { found, count, .. } => {
-            assert_eq!(found, ["00000000000000000001.log", "LOCK"]);
-            assert_eq!(count, 2);
+            assert_eq!(found, ["00000000000000000001.log", "CHECKPOINT", "LOCK"]);
+            assert_eq!(count, 3);
         }
         other => panic!("{other}"),
     }
@@ -140,10 +142,12 @@ fn opening_reports_what_it_repaired_to_a_caller_without_a_subscriber() {
     let dir = tempfile::tempdir().unwrap();
     drop(Ledger::init(dir.path()).unwrap());
     let segment = dir.path().join("00000000000000000001.log");
-    let clean_len = fs::metadata(&segment).unwrap().len();
     let mut bytes = fs::read(&segment).unwrap();
-    bytes.extend_from_slice(&[0xab; 13]);
+    // The records end where the zeros written ahead of them begin.
+    let clean_len = records_end(Arc::new(FsStorage::new(dir.path())));
+    bytes[clean_len..clean_len + 13].fill(0xab);
     fs::write(&segment, &bytes).unwrap();
+    let clean_len = clean_len as u64;
     let ledger = Ledger::open(dir.path()).unwrap();
     let torn = ledger.recovery().torn_tail.clone().unwrap();
     assert_eq!((torn.segment, torn.offset, torn.len), (1, clean_len, 13));
@@ -170,4 +174,73 @@ fn a_dropped_ticket_does_not_wait_for_the_disk() {
     held.release();
     ledger.sync().unwrap();
     assert_eq!(ledger.in_flight().len(), 1, "the key stays in flight");
+}
+
+/// A witness kept in memory, as an embedder keeps one in its own database.
+#[derive(Debug, Default)]
+struct MemWitness(std::sync::Mutex<Option<payonce::Head>>);
+
+impl payonce::Witness for MemWitness {
+    fn publish(&self, head: payonce::Head) -> std::io::Result<()> {
+        *self.0.lock().unwrap() = Some(head);
+        Ok(())
+    }
+
+    fn last(&self) -> std::io::Result<Option<payonce::Head>> {
+        Ok(*self.0.lock().unwrap())
+    }
+}
+
+#[test]
+fn a_ledger_restored_from_a_snapshot_behind_its_witness_is_refused() {
+    // Guards against a restored disk snapshot forgetting every claim made since, and a second send.
+    let witness = Arc::new(MemWitness::default());
+    let config = || Config {
+        witness: Some(witness.clone()),
+        ..Config::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::init_with(dir.path(), config()).unwrap();
+    let w = new_withdrawal(&ledger);
+    ledger.submit("req-1", &w, Rail::default().ok()).unwrap();
+    // The snapshot: every file as it is now, the checkpoint included.
+    let snapshot = tempfile::tempdir().unwrap();
+    for name in names(dir.path()) {
+        fs::copy(dir.path().join(&name), snapshot.path().join(&name)).unwrap();
+    }
+    let later = new_withdrawal(&ledger);
+    ledger
+        .submit("req-2", &later, Rail::default().ok())
+        .unwrap();
+    let head = ledger.head().unwrap();
+    drop(ledger);
+    assert_eq!(
+        *witness.0.lock().unwrap(),
+        Some(head),
+        "a clean close publishes"
+    );
+    // The snapshot is consistent with itself: without the witness it opens.
+    let copy = tempfile::tempdir().unwrap();
+    for name in names(snapshot.path()) {
+        fs::copy(snapshot.path().join(&name), copy.path().join(&name)).unwrap();
+    }
+    drop(Ledger::open(copy.path()).unwrap());
+    // With it, it is refused, naming the head it lacks; nothing is written.
+    let before = names(snapshot.path());
+    let error = Ledger::open_with(snapshot.path(), config()).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            LedgerError::Log(payonce_log::LogError::MissingHead { expected, .. }) if *expected == head
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("its witness"), "{error}");
+    assert_eq!(names(snapshot.path()), before);
+    // The ledger itself opens with its witness and goes on from its head.
+    let ledger = Ledger::open_with(dir.path(), config()).unwrap();
+    assert!(
+        ledger.head().unwrap().seq > head.seq,
+        "opening appended its `opened` event"
+    );
 }

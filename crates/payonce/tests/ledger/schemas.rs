@@ -119,3 +119,32 @@ fn all_events(path: &Path) -> Vec<payonce::Event> {
     }
     all
 }
+
+#[test]
+fn the_demos_ledger_in_log_format_1_verifies_and_opens_into_format_2() {
+    // Guards against an upgrade refusing, or replaying differently, a ledger the previous log format wrote.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log-v1");
+    let dir = tempfile::tempdir().unwrap();
+    let segment = "00000000000000000001.log";
+    std::fs::copy(fixture.join(segment), dir.path().join(segment)).unwrap();
+    let report = Ledger::verify(dir.path()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let ledger = Ledger::open(dir.path()).unwrap();
+    assert_eq!(ledger.in_flight(), report.state.in_flight());
+    assert_eq!(ledger.held_totals(), report.held);
+    let head = ledger.head().unwrap();
+    assert_eq!(
+        head.seq,
+        ledger.last_seq(),
+        "opening synced its `opened` event"
+    );
+    drop(ledger);
+    // The old segment is sealed, a segment of the new format follows it,
+    // and the checkpoint holds the head: removing the new segment is refused.
+    let after = Ledger::verify(dir.path()).unwrap();
+    assert!(after.is_clean(), "{:?}", after.divergences);
+    assert_eq!(after.events, report.events + 1);
+    let newest = dir.path().join(format!("{:020}.log", report.events + 1));
+    std::fs::remove_file(newest).unwrap();
+    assert!(Ledger::open(dir.path()).is_err());
+}
