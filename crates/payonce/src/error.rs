@@ -67,6 +67,9 @@ pub enum LedgerError {
         /// How many names it holds.
         count: usize,
     },
+    /// An async call's blocking task was dropped by its runtime (shutting
+    /// down) before it ran: nothing was written. See `AsyncLedger`.
+    Cancelled,
 }
 
 /// A recorded decision that replay re-derived differently.
@@ -134,6 +137,9 @@ impl fmt::Display for LedgerError {
                  nothing was opened or written",
                 found.join(", ")
             ),
+            LedgerError::Cancelled => {
+                f.write_str("the runtime shut down before the ledger call ran; nothing was written")
+            }
             LedgerError::NotEmpty { dir, found, count } => write!(
                 f,
                 "{dir} is not empty ({count} names: {}{}); a new ledger starts only in an empty \
