@@ -55,7 +55,7 @@ impl Cli {
             CliCommand::Resolve(args) => args.json,
             CliCommand::Correct(args) => args.json,
             CliCommand::Release(args) => args.json,
-            CliCommand::Index(_) | CliCommand::Demo(_) => false,
+            CliCommand::Index(_) | CliCommand::Demo(_) | CliCommand::Serve(_) => false,
         }
     }
 }
@@ -154,6 +154,14 @@ pub enum CliCommand {
     /// audit it.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
+    /// Run the ledger as an HTTP service: withdrawals, submissions under an
+    /// Idempotency-Key, operator exits, health and metrics (docs/http.md).
+    ///
+    /// Runs on the embedded file ledger in --dir (--init creates it).
+    /// SIGTERM stops accepting, waits for running sends and records their
+    /// outcomes.
+    #[command(after_help = EXIT_CODES)]
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `payonce verify`.

@@ -64,6 +64,7 @@ mod logdir;
 mod operator;
 mod output;
 mod run;
+pub mod serve;
 mod subject;
 mod table;
 
