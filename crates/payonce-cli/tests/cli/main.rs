@@ -20,3 +20,4 @@ mod index;
 mod operator;
 mod outcomes;
 mod schemas;
+mod serve;

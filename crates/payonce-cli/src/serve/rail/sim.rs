@@ -141,7 +141,7 @@ impl Rail for SimRail {
             if roll < self.config.refuse_rate + self.config.unknown_rate {
                 return RailAnswer::Unknown {
                     error: "simulated: the transfer left but its answer was lost".to_owned(),
-                    timed_out: number % 2 == 0,
+                    timed_out: number.is_multiple_of(2),
                 };
             }
             RailAnswer::Sent { reference }
