@@ -1,9 +1,11 @@
 //! `payonce serve` end to end, through a real HTTP client: every status of
 //! the contract in docs/http.md, and a load with SIGKILLs.
 
+mod http_rail;
 mod kill;
 mod limits;
 mod operator;
+mod startup;
 mod submissions;
 
 use std::sync::Arc;
