@@ -139,4 +139,43 @@ mod tests {
         assert!(text.contains("payonce_durable_commit_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("payonce_decisions_total{kind=\"sent\"} 1\n"));
     }
+
+    // Guards against an exposition a Prometheus scraper refuses: a sample
+    // without its family's HELP and TYPE, or a value that is not a number;
+    // and against a queue gauge that does not show the oldest key's age.
+    #[test]
+    fn every_sample_is_typed_and_the_queue_shows_its_oldest_age() {
+        let metrics = Metrics::default();
+        metrics.decided("key-in-flight");
+        metrics.committed(Duration::from_millis(1));
+        let text = metrics.render(InFlightGauge {
+            keys: 2,
+            oldest_age: Duration::from_millis(90_500),
+        });
+        assert!(text.contains("payonce_keys_in_flight 2\n"), "{text}");
+        assert!(
+            text.contains("payonce_key_in_flight_oldest_age_seconds 90.5\n"),
+            "{text}"
+        );
+        assert!(text.contains("payonce_decisions_total{kind=\"key-in-flight\"} 1\n"));
+        let mut typed = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (family, kind) = rest.split_once(' ').unwrap();
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                typed.push(family.to_owned());
+            } else if !line.starts_with("# HELP ") {
+                let (sample, value) = line.rsplit_once(' ').unwrap();
+                assert!(value.parse::<f64>().is_ok(), "{line}");
+                let name = sample.split('{').next().unwrap();
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .filter(|family| typed.iter().any(|t| t == family))
+                    .unwrap_or(name);
+                assert!(typed.iter().any(|t| t == family), "untyped: {line}");
+            }
+        }
+        assert_eq!(typed.len(), 4, "{text}");
+    }
 }

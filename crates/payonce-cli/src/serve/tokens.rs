@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use subtle::{Choice, ConstantTimeEq};
+use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
 use super::scope::{ScopeError, check_name};
 
@@ -222,17 +222,35 @@ impl Tokens {
     }
 
     /// Who `token` is, if anyone. Compares with every token, each in
-    /// constant time.
+    /// constant time: every token is padded to [`TOKEN_LEN_MAX`] bytes, so
+    /// neither where a guess first differs nor how long the right token is
+    /// changes the work, and the match is picked without a branch.
     pub fn principal(&self, token: &[u8]) -> Option<Principal> {
-        let mut found: Option<&Principal> = None;
-        for (known, principal) in &self.entries {
-            let equal: Choice = known.as_slice().ct_eq(token);
-            if bool::from(equal) {
-                found = Some(principal);
-            }
+        // No token of the file is longer, so a longer one's length tells
+        // nothing about them.
+        if token.len() > TOKEN_LEN_MAX {
+            return None;
         }
-        found.cloned()
+        let (given, given_len) = (padded(token), token.len() as u64);
+        // One more than the index of the match; 0 for none.
+        let mut found = 0u64;
+        for (index, (known, _)) in self.entries.iter().enumerate() {
+            let equal: Choice = padded(known).as_slice().ct_eq(given.as_slice())
+                & (known.len() as u64).ct_eq(&given_len);
+            found.conditional_assign(&(index as u64 + 1), equal);
+        }
+        let index = usize::try_from(found).ok()?.checked_sub(1)?;
+        self.entries.get(index).map(|(_, who)| who.clone())
     }
+}
+
+/// `token` in [`TOKEN_LEN_MAX`] bytes, zeros after it (`token` is no
+/// longer).
+fn padded(token: &[u8]) -> [u8; TOKEN_LEN_MAX] {
+    let mut padded = [0; TOKEN_LEN_MAX];
+    let len = token.len().min(TOKEN_LEN_MAX);
+    padded[..len].copy_from_slice(&token[..len]);
+    padded
 }
 
 fn principal_name(principal: &Principal) -> &str {
@@ -280,7 +298,24 @@ mod tests {
             tokens.principal(b"frank-token-0123456"),
             Some(Principal::Operator("frank".into()))
         );
-        assert_eq!(tokens.principal(b"alice-token-012345"), None);
+        // A prefix, one byte more, the last byte wrong, a token padded with
+        // the zeros the comparison pads with, one past the longest.
+        for guess in [
+            &b"alice-token-012345"[..],
+            b"alice-token-01234567",
+            b"alice-token-0123457",
+            b"alice-token-0123456\0",
+            &[b'a'; TOKEN_LEN_MAX + 1],
+            b"",
+        ] {
+            assert_eq!(tokens.principal(guess), None, "{guess:?}");
+        }
+        let longest = "t".repeat(TOKEN_LEN_MAX);
+        let tokens = parse(&format!("[clients]\nbob = \"{longest}\"\n")).unwrap();
+        assert_eq!(
+            tokens.principal(longest.as_bytes()),
+            Some(Principal::Client("bob".into()))
+        );
         assert!(!format!("{tokens:?}").contains("token-0"));
         let refused = [
             ("[clients]\nalice = \"short\"\n", "token"),

@@ -6,15 +6,14 @@
 //! `PAYONCE_SERVE_KILLS` sets the number of kills (the long run: 50).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use payonce_cli::serve::rail::RailLogLine;
 use reqwest::StatusCode;
 
+use super::served::Served;
 use super::{ALICE, BOB, TOKENS};
 use crate::fixture::{arg, payonce};
 
@@ -26,51 +25,29 @@ const CLIENTS: usize = 64;
 /// A 2xx submission answer: withdrawal, client token, key, body.
 type Answer = (String, &'static str, String, String);
 
-/// The server's process, killed when dropped, so a failed check leaves
-/// nothing running.
-struct Served(Child);
-
-impl Served {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 fn start(dir: &Path, tokens: &Path, rail_log: &Path, init: bool) -> (Served, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_payonce"));
-    command.args([
-        "serve",
-        "--dir",
-        &arg(dir),
-        "--listen",
-        "127.0.0.1:0",
-        "--tokens",
-        &arg(tokens),
-    ]);
-    command.args(["--rail-log", &arg(rail_log), "--rail-latency-ms", "1"]);
-    command.args(["--rail-refuse-rate", "0.05", "--rail-unknown-rate", "0.05"]);
-    if init {
-        command.arg("--init");
+    let mut args = vec![
+        "--dir".to_owned(),
+        arg(dir),
+        "--tokens".to_owned(),
+        arg(tokens),
+    ];
+    for flag in [
+        "--rail-log",
+        &arg(rail_log),
+        "--rail-latency-ms",
+        "1",
+        "--rail-refuse-rate",
+        "0.05",
+        "--rail-unknown-rate",
+        "0.05",
+    ] {
+        args.push(flag.to_owned());
     }
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
-    assert!(addr.starts_with("127.0.0.1:"), "{line}");
-    (Served(child), format!("http://{addr}"))
+    if init {
+        args.push("--init".to_owned());
+    }
+    Served::start(&args)
 }
 
 async fn submit(

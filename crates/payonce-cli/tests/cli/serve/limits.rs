@@ -5,7 +5,7 @@ use std::time::Duration;
 use payonce_cli::serve::Limits;
 use payonce_cli::serve::rail::ScriptedSend;
 use reqwest::StatusCode;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{ALICE, TestService, problem};
 
@@ -27,6 +27,35 @@ async fn headers_past_the_limit_are_431() {
         response.status(),
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
     );
+    let mut many = service.http.get(service.url("/healthz"));
+    for field in 0..=payonce_cli::serve::server::HEADERS_COUNT_MAX {
+        many = many.header(format!("x-field-{field}"), "1");
+    }
+    assert_eq!(
+        many.send().await.unwrap().status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+}
+
+// Guards against a client that holds a connection open by never finishing
+// its headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_slow_to_send_its_headers_is_cut_off() {
+    let limits = Limits {
+        header_read_time_max: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let service = TestService::start_with(limits).await;
+    let addr = service.server.as_ref().unwrap().addr();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut answer)).await;
+    assert!(closed.is_ok(), "the connection is closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(!answer.contains("200 OK"), "{answer}");
 }
 
 // Guards against a slow request holding its client forever, and a send
@@ -101,20 +130,7 @@ async fn a_shutdown_waits_for_running_sends_and_records_them() {
     let mut service = TestService::start().await;
     let id = service.create(ALICE).await;
     service.rail.then(ScriptedSend::Hold);
-    let running = {
-        let (http, url) = (
-            service.http.clone(),
-            service.url(&format!("/v1/withdrawals/{id}/submissions")),
-        );
-        tokio::spawn(async move {
-            http.post(url)
-                .bearer_auth(ALICE)
-                .header("Idempotency-Key", "\"k-1\"")
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let running = service.submit_in_task(ALICE, &id, "k-1");
     service.rail.held().await;
     let server = service.server.take().unwrap();
     let addr = server.addr();
@@ -129,7 +145,7 @@ async fn a_shutdown_waits_for_running_sends_and_records_them() {
         "the shutdown waits for the running send"
     );
     service.rail.release();
-    assert_eq!(running.await.unwrap().status(), StatusCode::OK);
+    assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
     stopped.await.unwrap();
     assert!(service.ledger.in_flight().is_empty());
     assert!(service.ledger.outcome("alice:k-1").is_some());

@@ -5,6 +5,8 @@ mod http_rail;
 mod kill;
 mod limits;
 mod operator;
+mod served;
+mod shutdown;
 mod startup;
 mod submissions;
 
@@ -81,13 +83,25 @@ impl TestService {
     /// Submits withdrawal `id` as `token`'s client under `key` (an RFC 8941
     /// string).
     pub async fn submit(&self, token: &str, id: &str, key: &str) -> Response {
+        self.submission(token, id, key).send().await.unwrap()
+    }
+
+    /// Submits as [`TestService::submit`] does, in a task of its own, so
+    /// the test can act while the send runs.
+    pub fn submit_in_task(
+        &self,
+        token: &str,
+        id: &str,
+        key: &str,
+    ) -> tokio::task::JoinHandle<reqwest::Result<Response>> {
+        tokio::spawn(self.submission(token, id, key).send())
+    }
+
+    fn submission(&self, token: &str, id: &str, key: &str) -> reqwest::RequestBuilder {
         self.http
             .post(self.url(&format!("/v1/withdrawals/{id}/submissions")))
             .bearer_auth(token)
             .header("Idempotency-Key", format!("\"{key}\""))
-            .send()
-            .await
-            .unwrap()
     }
 }
 

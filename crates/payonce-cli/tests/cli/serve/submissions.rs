@@ -311,20 +311,7 @@ async fn a_key_in_flight_is_409_with_since_and_its_send_completes() {
     let service = TestService::start().await;
     let id = service.create(ALICE).await;
     service.rail.then(ScriptedSend::Hold);
-    let first = {
-        let (http, url) = (
-            service.http.clone(),
-            service.url(&format!("/v1/withdrawals/{id}/submissions")),
-        );
-        tokio::spawn(async move {
-            http.post(url)
-                .bearer_auth(ALICE)
-                .header("Idempotency-Key", "\"k-1\"")
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let first = service.submit_in_task(ALICE, &id, "k-1");
     assert_eq!(service.rail.held().await.as_deref(), Some("alice:k-1"));
     let retry = problem(
         service.submit(ALICE, &id, "k-1").await,
@@ -355,7 +342,7 @@ async fn a_key_in_flight_is_409_with_since_and_its_send_completes() {
     assert_eq!(queue["in_flight"][0]["key"], "k-1");
     assert!(queue["in_flight"][0]["age_seconds"].is_u64());
     service.rail.release();
-    let first = first.await.unwrap();
+    let first = first.await.unwrap().unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(service.rail.calls().len(), 1);
 }
@@ -431,4 +418,86 @@ async fn a_rail_refusal_and_an_unknown_outcome_keep_the_key_claimed() {
         metrics.contains("payonce_durable_commit_seconds_count"),
         "{metrics}"
     );
+}
+
+// Guards against a client that goes away mid-send freeing its key, or
+// cutting the send short so that its outcome is never recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_send_leaves_its_key_in_flight_until_the_send_ends() {
+    let service = TestService::start().await;
+    let id = service.create(ALICE).await;
+    service.rail.then(ScriptedSend::Hold);
+    let gone = service.submit_in_task(ALICE, &id, "k-1");
+    assert_eq!(service.rail.held().await.as_deref(), Some("alice:k-1"));
+    // Dropping the request closes its connection.
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    let key = service
+        .http
+        .get(service.url("/v1/keys/k-1"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let key = body(key).await;
+    assert_eq!(
+        (key["status"].as_str(), key["send_running"].as_bool()),
+        (Some("in_flight"), Some(true)),
+        "{key}"
+    );
+    problem(
+        service.submit(ALICE, &id, "k-2").await,
+        StatusCode::CONFLICT,
+        "withdrawal-claimed",
+    )
+    .await;
+    service.rail.release();
+    while service.ledger.outcome("alice:k-1").is_none() {
+        tokio::task::yield_now().await;
+    }
+    let replay = service.submit(ALICE, &id, "k-1").await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(body(replay).await["state"], "sent");
+    assert_eq!(service.rail.calls().len(), 1, "one send");
+}
+
+// Guards against a route, method or media type outside the contract that
+// is answered with anything but its problem, or writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_routes_methods_and_media_types_are_problems() {
+    let service = TestService::start().await;
+    let before = service.ledger.last_seq();
+    let route = service
+        .http
+        .get(service.url("/v1/nothing"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    problem(route, StatusCode::NOT_FOUND, "not-found").await;
+    let method = service
+        .http
+        .delete(service.url("/v1/withdrawals"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    problem(method, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    let form = service
+        .http
+        .post(service.url("/v1/withdrawals"))
+        .bearer_auth(ALICE)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("amount=1&currency=USDC&destination=0xabc")
+        .send()
+        .await
+        .unwrap();
+    problem(
+        form,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported-media-type",
+    )
+    .await;
+    assert_eq!(service.ledger.last_seq(), before, "nothing was written");
 }
