@@ -8,6 +8,7 @@ mod operator;
 mod served;
 mod shutdown;
 mod startup;
+mod storage;
 mod submissions;
 
 use std::sync::Arc;
@@ -43,6 +44,11 @@ impl TestService {
     pub async fn start_with(limits: Limits) -> TestService {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::init(dir.path()).unwrap();
+        TestService::start_on(ledger, dir, limits).await
+    }
+
+    /// A service on `ledger`, whose files (if any) are in `dir`.
+    pub async fn start_on(ledger: Ledger, dir: tempfile::TempDir, limits: Limits) -> TestService {
         let rail = Arc::new(ScriptedRail::default());
         let metrics = Arc::new(Metrics::default());
         let backend = Arc::new(Embedded::new(ledger.clone(), metrics.clone()));
