@@ -414,12 +414,7 @@ fn save_aside(
             ),
         })?;
     let part = format!("{aside}{TORN_PART_SUFFIX}");
-    if let Err(error) = write_whole(storage, &part, &bytes) {
-        // The torn bytes are still in the segment: a failed copy is only
-        // in the way of the next attempt.
-        let _ = storage.remove(&part);
-        return Err(error);
-    }
+    write_whole(storage, &part, &bytes)?;
     storage
         .rename(&part, &aside)
         .map_err(|error| io_error("rename", &storage.describe(&part), error))?;
@@ -429,16 +424,27 @@ fn save_aside(
     Ok(aside)
 }
 
-/// Writes `bytes` to the new file `name` and syncs it.
+/// Writes `bytes` to the new file `name` and syncs it. A file created but
+/// not written whole is removed, if it can be: the torn bytes are still in
+/// the segment, so a failed copy is only in the way of the next attempt
+/// (and a copy that cannot be removed is removed by the next open).
 fn write_whole(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<(), LogError> {
     let describe = storage.describe(name);
     let mut file = storage
         .create_new(name)
         .map_err(|error| io_error("create", &describe, error))?;
-    file.append(bytes)
-        .map_err(|error| io_error("write", &describe, error))?;
-    file.sync_data()
-        .map_err(|error| io_error("fdatasync", &describe, error))
+    let written = file
+        .append(bytes)
+        .map_err(|error| io_error("write", &describe, error))
+        .and_then(|()| {
+            file.sync_data()
+                .map_err(|error| io_error("fdatasync", &describe, error))
+        });
+    if written.is_err() {
+        drop(file);
+        let _ = storage.remove(name);
+    }
+    written
 }
 
 /// Saves the torn bytes of `name` after `valid_end`, then truncates the file

@@ -92,7 +92,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 }
 
 /// [`decode`], for a value that may borrow text from `bytes` (a
-/// [`TextView`], a [`WithdrawalView`](crate::WithdrawalView)):
+/// [`TextView`](crate::TextView), a [`WithdrawalView`](crate::WithdrawalView)):
 /// no allocation for the text it borrows.
 #[inline]
 pub fn decode_borrowed<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, CodecError> {

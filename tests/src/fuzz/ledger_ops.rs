@@ -137,7 +137,7 @@ pub enum Op {
         key: u8,
         /// Which withdrawal.
         withdrawal: u8,
-        /// Which report: see [`report`].
+        /// Which report: see `report`.
         report: u8,
     },
     /// An operator corrects a key's outcome to the rail's truth with

@@ -439,3 +439,80 @@ fn opens_that_fail_while_saving_a_torn_tail_leave_no_copy_behind() {
         assert!(saved_as.ends_with(&torn_copies()[0]), "{saved_as}");
     });
 }
+
+/// A storage that counts the removals of files that do not exist: a
+/// repair that cleans up after itself removes only what it made.
+#[derive(Debug)]
+struct CountingRemovals {
+    inner: Arc<dyn Storage>,
+    missing: std::sync::atomic::AtomicUsize,
+}
+
+impl Storage for CountingRemovals {
+    fn describe(&self, name: &str) -> String {
+        self.inner.describe(name)
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn len(&self, name: &str) -> io::Result<u64> {
+        self.inner.len(name)
+    }
+    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
+        self.inner.read(name, len_max)
+    }
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_range(name, offset, len)
+    }
+    fn create_new(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageFile>> {
+        self.inner.create_new(name)
+    }
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageFile>> {
+        self.inner.open_append(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let result = self.inner.remove(name);
+        if matches!(&result, Err(error) if error.kind() == io::ErrorKind::NotFound) {
+            self.missing
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        result
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        self.inner.sync_dir()
+    }
+    fn try_lock(&self) -> io::Result<Option<Box<dyn payonce_log::StorageLock>>> {
+        self.inner.try_lock()
+    }
+}
+
+#[test]
+fn an_open_whose_torn_copy_cannot_be_created_removes_nothing() {
+    // A removal of a copy never made fails where no fault was injected: a
+    // simulated world counted it as a storage failure of its own.
+    on_both(|env| {
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        append_payloads(&log, 2);
+        env.faults.arm(Fault::WriteShort { nth: 1, landed: 9 });
+        assert_poisoned(log.append_durable(&payload(3)), "write");
+        drop(log);
+        let counting = Arc::new(CountingRemovals {
+            inner: env.storage.clone(),
+            missing: Default::default(),
+        });
+        env.faults.arm(Fault::CreateFails { nth: 1 });
+        let error = Log::open(counting.clone(), small_config()).unwrap_err();
+        assert!(error.to_string().contains("create"), "{error}");
+        env.faults.disarm_all();
+        assert_eq!(
+            counting.missing.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "removed a file that was never made"
+        );
+        let (_, recovery) = Log::open(counting.clone(), small_config()).unwrap();
+        assert!(recovery.torn_tail.unwrap().saved_as.is_some());
+    });
+}
