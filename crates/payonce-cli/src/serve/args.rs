@@ -31,7 +31,7 @@ pub struct ServeArgs {
     /// Where to listen.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// The tokens file: TOML tables [clients] and [operators] of name = "token".
+    /// The tokens file: TOML, a table of clients and one of operators, each name = "token".
     #[arg(long, value_name = "FILE")]
     pub tokens: PathBuf,
     /// Send through an HTTP rail client at this URL instead of the simulated rail.
