@@ -4,7 +4,8 @@
 //! client's own durable records, and the run reports where the kills
 //! landed (see `payonce_tests::crash`).
 //!
-//! `PAYONCE_CRASH_KILLS=N` asks for N kills (a long run: add `--release`);
+//! `PAYONCE_CRASH_KILLS=N` asks for N kills (a long run: add `--release`),
+//! `PAYONCE_PG_CRASH_KILLS=N` as many of a PostgreSQL worker;
 //! `PAYONCE_CRASH_SEED=S` replays a run's delays and choices.
 
 use std::time::Duration;
@@ -27,21 +28,58 @@ const ROUNDS_PER_LEDGER: u64 = 20;
 #[test]
 fn a_killed_process_never_sends_twice_and_keeps_every_acknowledged_outcome() {
     // Guards against a kill anywhere in opening or submitting, with several threads sharing a flush, that sends a withdrawal twice, sends before its claim is durable, loses an acknowledged outcome or leaves a log whose replay disagrees.
+    run_kills(
+        Backend::File,
+        "PAYONCE_CRASH_KILLS",
+        KILLS,
+        Duration::from_millis(20),
+    );
+}
+
+#[test]
+fn a_killed_worker_on_postgres_never_sends_twice_and_keeps_every_acknowledged_outcome() {
+    // Guards against a kill of a worker mid-batch, mid-commit or mid-send that sends a withdrawal twice, sends before its claim is committed, loses an acknowledged outcome or leaves a log whose replay disagrees.
+    if payonce_postgres::cluster::for_tests().is_none() {
+        return;
+    }
+    run_kills(
+        Backend::Postgres,
+        "PAYONCE_PG_CRASH_KILLS",
+        PG_KILLS,
+        PG_WINDOW,
+    );
+}
+
+/// Kills on PostgreSQL in the normal run: a round costs some 250 ms in a
+/// debug build (the child connects, replays and starts; the check reopens
+/// and verifies twice), so about 40 s; `PAYONCE_PG_CRASH_KILLS` asks for
+/// more.
+const PG_KILLS: u64 = 150;
+
+/// Submitting kills on PostgreSQL land within this long after the child is
+/// ready: a batch there takes a few round trips and a commit, so a window
+/// as short as the file log's leaves the later kill points nearly empty.
+const PG_WINDOW: Duration = Duration::from_millis(150);
+
+fn run_kills(backend: Backend, kills_var: &str, default_kills: u64, window: Duration) {
     let seed = seed_from_env("PAYONCE_CRASH_SEED");
-    let kills = std::env::var("PAYONCE_CRASH_KILLS")
+    let kills = std::env::var(kills_var)
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(KILLS);
-    eprintln!("crash test: seed {seed}, {kills} kills; replay with PAYONCE_CRASH_SEED={seed}");
+        .unwrap_or(default_kills);
+    eprintln!(
+        "crash test ({}): seed {seed}, {kills} kills; replay with PAYONCE_CRASH_SEED={seed}",
+        backend.name()
+    );
     let config = CrashConfig {
-        backend: Backend::File,
+        backend,
         child: env!("CARGO_BIN_EXE_crash_child").into(),
         kills,
         seed,
         threads: THREADS,
         rounds_per_ledger: ROUNDS_PER_LEDGER,
         open_percent: 10,
-        submitting_window: Duration::from_millis(20),
+        submitting_window: window,
     };
     let root = tempfile::tempdir().unwrap();
     let report = match crash::run(&config, root.path()) {
@@ -51,7 +89,7 @@ fn a_killed_process_never_sends_twice_and_keeps_every_acknowledged_outcome() {
             panic!(
                 "crash test seed {seed} failed after kill {} of {kills}: {}\n\
                  the ledger and trails are in {}\n\
-                 replay with PAYONCE_CRASH_SEED={seed} PAYONCE_CRASH_KILLS={kills}",
+                 replay with PAYONCE_CRASH_SEED={seed} {kills_var}={kills}",
                 failure.kill,
                 failure.message,
                 failure.dir.display()
@@ -59,8 +97,9 @@ fn a_killed_process_never_sends_twice_and_keeps_every_acknowledged_outcome() {
         }
     };
     eprintln!(
-        "crash test: {} kills in {:.1} s on {} ledgers ({} threads each child); {} sends, {} \
+        "crash test ({}): {} kills in {:.1} s on {} ledgers ({} threads each child); {} sends, {} \
          acknowledged; open took at most {} ms\n{}",
+        backend.name(),
         report.table.total(),
         report.elapsed.as_secs_f64(),
         report.ledgers,

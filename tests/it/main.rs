@@ -5,4 +5,5 @@
 mod crash;
 mod fuzz_regressions;
 mod model;
+mod postgres;
 mod sim;

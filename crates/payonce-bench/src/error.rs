@@ -80,6 +80,21 @@ pub enum BenchError {
         /// What it answered.
         answer: String,
     },
+    /// PostgreSQL failed, in the plain implementation or the raw inserts.
+    Postgres {
+        /// The step that failed.
+        step: &'static str,
+        /// What the server or the connection said.
+        source: postgres::Error,
+    },
+    /// A worker process of the PostgreSQL benchmark could not be talked
+    /// to, or failed.
+    Worker {
+        /// The worker.
+        worker: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// A submitting thread panicked.
     ThreadPanicked {
         /// The thread's index.
@@ -128,6 +143,10 @@ impl fmt::Display for BenchError {
             BenchError::Unexpected { store, key, answer } => {
                 write!(f, "{store} answered request key {key} with {answer}")
             }
+            BenchError::Postgres { step, source } => {
+                write!(f, "PostgreSQL failed at {step}: {source}")
+            }
+            BenchError::Worker { worker, detail } => write!(f, "worker {worker}: {detail}"),
             BenchError::ThreadPanicked { thread } => {
                 write!(f, "submitting thread {thread} panicked")
             }
@@ -146,6 +165,7 @@ impl std::error::Error for BenchError {
             BenchError::Sqlite { source, .. } => Some(source),
             BenchError::Sled { source, .. } => Some(source),
             BenchError::Codec { source, .. } => Some(source),
+            BenchError::Postgres { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -154,6 +174,12 @@ impl std::error::Error for BenchError {
 impl From<FieldError> for BenchError {
     fn from(error: FieldError) -> Self {
         BenchError::Invalid(error)
+    }
+}
+
+impl From<LedgerError> for BenchError {
+    fn from(source: LedgerError) -> Self {
+        BenchError::ledger(None)(source)
     }
 }
 

@@ -35,6 +35,7 @@
 mod error;
 mod open;
 mod payonce_store;
+pub mod pg;
 mod report;
 mod run;
 mod sled_store;
@@ -47,7 +48,7 @@ pub use crate::open::open_store;
 pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
     BuildReport, DIR_ENTRIES_MAX, OVERWRITE_FILE_LEN, OpenReport, RunReport, Tally, build,
-    combine_rounds, disagreements, disk_bytes, fdatasync_rate, open_and_probe,
+    combine_rounds, disagreements, disk_bytes, fdatasync_rate, load_average, open_and_probe,
     overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, prepare, run, sync_files,
     timed_run,
 };

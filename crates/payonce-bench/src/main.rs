@@ -227,17 +227,6 @@ fn store_arg(store: StoreKind) -> String {
     store.name().to_ascii_lowercase()
 }
 
-fn loadavg() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
 fn cpu_model() -> String {
     fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -353,7 +342,7 @@ fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         cpu_model(),
         filesystem(work),
         work.display(),
-        loadavg()
+        payonce_bench::load_average()
     );
     let mut comparison = plan.comparison();
     let stores = comparison.stores.clone();
@@ -390,7 +379,7 @@ fn measure_sync(
     let overwrite = overwrite_fdatasync_rate(work, SYNC_WRITE_LEN, sync_duration)?;
     eprintln!(
         "raw append + fdatasync: {rate:.0}/s; overwrite + fdatasync: {overwrite:.0}/s; load average {}",
-        loadavg()
+        payonce_bench::load_average()
     );
     comparison.fdatasync_rates.push(rate);
     comparison.overwrite_fdatasync_rates.push(overwrite);
@@ -568,6 +557,6 @@ fn print_results(comparison: &Comparison, rounds: usize, spreads: &[String]) {
     }
     println!(
         "every store answered every submission alike; load average at end {}",
-        loadavg()
+        payonce_bench::load_average()
     );
 }

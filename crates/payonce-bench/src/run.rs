@@ -298,7 +298,7 @@ struct ThreadResult {
 }
 
 /// The nearest-rank percentile of sorted values (0 for none).
-fn percentile(sorted: &[u64], percent: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], percent: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -580,4 +580,17 @@ pub fn disagreements(reports: &[RunReport]) -> Option<BTreeMap<String, (u64, Tal
             })
             .collect(),
     )
+}
+
+/// The system's load averages over 1, 5 and 15 minutes, from
+/// /proc/loadavg: printed beside every run's figures.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_owned())
 }

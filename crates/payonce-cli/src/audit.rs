@@ -247,7 +247,9 @@ pub(crate) fn state(
     // With an index, a time is placed without reading: the replay then
     // stops at the first event stamped later, at the latest at `bound`.
     let bound = match point {
-        Point::Time(time) if !args.no_index => index::time_bound(&log, time, err)?,
+        Point::Time(time) if !args.no_index && !log.is_postgres() => {
+            index::time_bound(&log, time, err)?
+        }
         _ => None,
     };
     let (state, last, walked) = replay_to(&log, point, bound)?;

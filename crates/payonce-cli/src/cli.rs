@@ -55,7 +55,13 @@ impl Cli {
             CliCommand::Resolve(args) => args.json,
             CliCommand::Correct(args) => args.json,
             CliCommand::Release(args) => args.json,
-            CliCommand::Index(_) | CliCommand::Demo(_) | CliCommand::Serve(_) => false,
+            CliCommand::Index(_)
+            | CliCommand::Demo(_)
+            | CliCommand::Serve(_)
+            | CliCommand::Migrate(_)
+            | CliCommand::EndSession(_)
+            | CliCommand::Head(_)
+            | CliCommand::DemoWorker(_) => false,
         }
     }
 }
@@ -162,12 +168,78 @@ pub enum CliCommand {
     /// outcomes.
     #[command(after_help = EXIT_CODES)]
     Serve(crate::serve::ServeArgs),
+    /// Apply the payonce schema to a PostgreSQL database: tables, their
+    /// constraints, the triggers that make them append-only, and the
+    /// schema's version.
+    ///
+    /// Safe to run again: a database at this build's version is left as
+    /// it is; one of another version is refused. Run it with a role that
+    /// may create a schema; workers need only INSERT and SELECT (see
+    /// docs/postgres.md).
+    #[command(after_help = EXIT_CODES)]
+    Migrate(MigrateArgs),
+    /// End the session of a worker of a PostgreSQL ledger that is gone:
+    /// "I looked; this worker is not running". Its sends no longer count
+    /// as running, so the keys it left in flight can be resolved or
+    /// released.
+    ///
+    /// Refused while a process runs as the worker (it holds the worker's
+    /// lock), and for a worker without a live session. A worker that
+    /// restarts ends its own earlier session itself.
+    #[command(after_help = EXIT_CODES)]
+    EndSession(EndSessionArgs),
+    /// The head of a PostgreSQL ledger, `SEQ:DIGEST`: its last committed
+    /// batch's last event and chain digest, after checking the whole chain.
+    ///
+    /// Store it outside the database (a ticket, a write-once bucket, a
+    /// signed message): whoever can rewrite the database cannot rewrite
+    /// it. With `--pinned`, checks that a head stored earlier is still in
+    /// the chain: exit code 1 if the log no longer passes through it.
+    #[command(after_help = EXIT_CODES)]
+    Head(HeadArgs),
+    /// One worker process of `demo --postgres`: waits for a line on its
+    /// standard input, then submits its withdrawals.
+    #[command(hide = true)]
+    DemoWorker(DemoWorkerArgs),
+}
+
+/// `payonce migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The database: a postgres:// or postgresql:// URL.
+    pub url: String,
+}
+
+/// `payonce head`.
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    /// The ledger: a postgres:// or postgresql:// URL.
+    pub url: String,
+    /// A head printed earlier, `SEQ:DIGEST`: check the log still passes
+    /// through it.
+    #[arg(long, value_name = "SEQ:DIGEST")]
+    pub pinned: Option<String>,
+}
+
+/// `payonce end-session`.
+#[derive(Debug, Args)]
+pub struct EndSessionArgs {
+    /// The ledger: a postgres:// or postgresql:// URL.
+    pub url: String,
+    /// The worker whose session to end.
+    pub worker: String,
+    /// Why you believe it is gone: what you looked at.
+    #[arg(long)]
+    pub note: String,
+    /// Who you are (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
 }
 
 /// `payonce verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// Print the report as one JSON object.
     #[arg(long)]
@@ -178,7 +250,7 @@ pub struct VerifyArgs {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("subject").required(true).args(["key", "withdrawal"]))]
 pub struct HistoryArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// The request key whose history to show.
     #[arg(long)]
@@ -197,7 +269,7 @@ pub struct HistoryArgs {
 /// `payonce state`.
 #[derive(Debug, Args)]
 pub struct StateArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// A sequence number (`42`) or an RFC 3339 time (`2026-11-30T12:03:07Z`,
     /// `2026-11-30T13:03:07+01:00`, from 1970-01-01T00:00:00Z to
@@ -216,7 +288,7 @@ pub struct StateArgs {
 /// `payonce inflight`.
 #[derive(Debug, Args)]
 pub struct InflightArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// List only keys claimed longer ago than this (45s, 30m, 2h, 1d,
     /// 1h30m); exit 3 if there is any.
@@ -230,7 +302,7 @@ pub struct InflightArgs {
 /// `payonce export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// The first sequence number to export (default: the first event).
     #[arg(long, value_name = "SEQ")]
@@ -248,7 +320,7 @@ pub struct ExportArgs {
 /// `payonce resolve`.
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// The request key to close.
     pub key: String,
@@ -275,7 +347,7 @@ pub struct ResolveArgs {
 /// `payonce correct`.
 #[derive(Debug, Args)]
 pub struct CorrectArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// The request key whose outcome to correct.
     pub key: String,
@@ -298,7 +370,7 @@ pub struct CorrectArgs {
 /// `payonce release`.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// The request key to release.
     pub key: String,
@@ -316,7 +388,7 @@ pub struct ReleaseArgs {
 /// `payonce index`.
 #[derive(Debug, Args)]
 pub struct IndexArgs {
-    /// The ledger's directory.
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
     /// Throw the existing index away and build it again from the log.
     #[arg(long)]
@@ -328,5 +400,25 @@ pub struct IndexArgs {
 pub struct DemoArgs {
     /// Where to create the ledger: a new or empty directory (default: a new
     /// directory under the system's temporary directory).
+    #[arg(conflicts_with = "postgres")]
     pub dir: Option<PathBuf>,
+    /// Play it on a PostgreSQL database instead (the schema is applied if
+    /// missing; the database must hold no ledger yet), with worker
+    /// processes racing on the same withdrawals.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+}
+
+/// `payonce demo-worker`: one worker process of `demo --postgres`.
+#[derive(Debug, Args)]
+pub struct DemoWorkerArgs {
+    /// The ledger's URL.
+    pub url: String,
+    /// The worker's name.
+    pub worker: String,
+    /// The time its events are stamped with (nanoseconds since the Unix
+    /// epoch): the story's clock, so the log's times never go backwards.
+    pub at_unix_nanos: u64,
+    /// The withdrawals to submit, as JSON.
+    pub withdrawals: Vec<String>,
 }

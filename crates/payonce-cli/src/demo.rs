@@ -130,8 +130,13 @@ impl Rail {
 
 /// The story being told: the ledger, its clock, the rail, and what it
 /// prints.
-struct Story<'a> {
+pub(crate) struct Story<'a> {
+    /// The ledger's directory, or a PostgreSQL ledger's URL (its password
+    /// hidden).
     dir: PathBuf,
+    /// A PostgreSQL ledger's URL: the story is told by worker
+    /// [`STORY_WORKER`], and worker processes race on it too.
+    url: Option<String>,
     config: Config,
     clock: Arc<ManualClock>,
     ledger: Option<Ledger>,
@@ -140,23 +145,48 @@ struct Story<'a> {
     out: &'a mut dyn Write,
 }
 
-fn failed(step: impl Into<String>) -> CliError {
+pub(crate) fn failed(step: impl Into<String>) -> CliError {
     CliError::DemoFailed { step: step.into() }
 }
 
-impl Story<'_> {
-    fn say(&mut self, text: &str) -> Result<(), CliError> {
+impl<'a> Story<'a> {
+    fn new(
+        dir: PathBuf,
+        url: Option<String>,
+        config: Config,
+        clock: Arc<ManualClock>,
+        ledger: Ledger,
+        out: &'a mut dyn Write,
+    ) -> Story<'a> {
+        Story {
+            dir,
+            url,
+            config,
+            clock,
+            ledger: Some(ledger),
+            rail: Rail::default(),
+            refusals: Vec::new(),
+            out,
+        }
+    }
+
+    pub(crate) fn say(&mut self, text: &str) -> Result<(), CliError> {
         writeln!(self.out, "{}", Escaped(text)).map_err(CliError::output)
     }
 
     /// A blank line, then an incident's title.
-    fn heading(&mut self, text: &str) -> Result<(), CliError> {
+    pub(crate) fn heading(&mut self, text: &str) -> Result<(), CliError> {
         self.say("")?;
         self.say(text)
     }
 
+    /// The story's time.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// A line of the story, stamped with the story's clock.
-    fn step(&mut self, text: &str) -> Result<(), CliError> {
+    pub(crate) fn step(&mut self, text: &str) -> Result<(), CliError> {
         let now = self.clock.now().to_string();
         let time = now.get(11..19).unwrap_or(&now).to_owned();
         self.say(&format!("   [{time}] {text}"))
@@ -176,7 +206,7 @@ impl Story<'_> {
         self.clock.advance(Duration::from_secs(seconds));
     }
 
-    fn create(
+    pub(crate) fn create(
         &mut self,
         amount: &str,
         currency: &str,
@@ -330,13 +360,26 @@ fn shell_word(path: &Path) -> String {
 
 /// `payonce demo [DIR]`.
 pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Status, CliError> {
-    let dir = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => default_directory()?,
+    let report = match &args.postgres {
+        Some(url) => {
+            let exe = std::env::current_exe().map_err(|error| CliError::Io {
+                doing: "finding the payonce binary to run its workers".to_owned(),
+                error,
+            })?;
+            run_demo_postgres(url, &exe, out)?
+        }
+        None => {
+            let dir = match &args.dir {
+                Some(dir) => dir.clone(),
+                None => default_directory()?,
+            };
+            run_demo(&dir, out)?
+        }
     };
-    let report = run_demo(&dir, out)?;
     let each_once = report.sends.values().all(|&sends| sends == 1);
-    Ok(Status::problem_if(!each_once || !report.verify.is_clean()))
+    Ok(Status::problem_if(
+        !each_once || !report.same_after_reopen || !report.verify.is_clean(),
+    ))
 }
 
 /// Plays the demo in `dir` (new or empty), printing the story to `out`.
@@ -356,8 +399,19 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
             });
         }
     }
-    // The story spans about an hour that ends now, so ages and `--at`
-    // times read naturally; whole seconds keep the times short.
+    let (clock, config) = story_clock();
+    // The demo is the one command that creates a ledger: its directory is
+    // new or empty, checked above, and `init` checks again.
+    let ledger =
+        Ledger::init_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
+    let mut story = Story::new(dir.to_owned(), None, config, clock, ledger, out);
+    play(&mut story, None)
+}
+
+/// The story's clock, and a ledger configuration that reads it. The story
+/// spans about an hour that ends now, so ages and `--at` times read
+/// naturally; whole seconds keep the times short.
+fn story_clock() -> (Arc<ManualClock>, Config) {
     let start = SystemClock.now().minus(Duration::from_secs(3600));
     let start = Timestamp::from_unix_nanos(start.unix_nanos() / 1_000_000_000 * 1_000_000_000);
     let clock = Arc::new(ManualClock::new(start));
@@ -365,25 +419,35 @@ pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError>
         clock: clock.clone(),
         ..Config::default()
     };
-    // The demo is the one command that creates a ledger: its directory is
-    // new or empty, checked above, and `init` checks again.
-    let ledger =
-        Ledger::init_with(dir, config.clone()).map_err(|e| CliError::from_ledger(dir, e))?;
-    let mut story = Story {
-        dir: dir.to_owned(),
-        config,
-        clock,
-        ledger: Some(ledger),
-        rail: Rail::default(),
-        refusals: Vec::new(),
-        out,
-    };
-    play(&mut story)
+    (clock, config)
+}
+
+/// Plays the demo on the PostgreSQL ledger at `url`, whose database has no
+/// payonce ledger yet (the schema is applied if missing): the story's
+/// incidents told by one worker, then worker processes (`exe demo-worker`,
+/// the `payonce` binary) racing on the same withdrawals.
+pub fn run_demo_postgres(
+    url: &str,
+    exe: &Path,
+    out: &mut dyn Write,
+) -> Result<DemoReport, CliError> {
+    let shown = PathBuf::from(payonce_postgres::redacted(url));
+    let store = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
+    payonce_postgres::migrate(url).map_err(store)?;
+    let (clock, config) = story_clock();
+    drop(
+        payonce_postgres::init(url, config.clone())
+            .map_err(|e| CliError::from_ledger(&shown, e))?,
+    );
+    let ledger = crate::demo_race::open_story(url, config.clone())
+        .map_err(|e| CliError::from_ledger(&shown, e))?;
+    let mut story = Story::new(shown, Some(url.to_owned()), config, clock, ledger, out);
+    play(&mut story, Some(exe))
 }
 
 /// The whole demo: the incidents one after another, then the checks that
 /// each withdrawal left custody once.
-fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
+fn play(story: &mut Story<'_>, race: Option<&Path>) -> Result<DemoReport, CliError> {
     introduce(story)?;
     let w1 = retry_without_answer(story)?;
     let w2 = two_devices_one_withdrawal(story)?;
@@ -391,10 +455,19 @@ fn play(story: &mut Story<'_>) -> Result<DemoReport, CliError> {
     let w4 = replayed_webhook(story)?;
     let (w5, in_flight_at) = timeout_after_sending(story)?;
     let w6 = clean_rail_refusal(story)?;
-    let withdrawals = [&w1, &w2, &w3, &w4, &w5, &w6];
+    let raced = match (race, story.url.clone()) {
+        (Some(exe), Some(url)) => crate::demo_race::race(story, &url, exe)?,
+        _ => crate::demo_race::Raced::default(),
+    };
+    let mut withdrawals = vec![&w1, &w2, &w3, &w4, &w5, &w6];
+    withdrawals.extend(raced.withdrawals.iter());
     story.say("")?;
     let (events, same_after_reopen) = reopen_and_compare(story, &withdrawals)?;
-    let (sends, calls) = story.rail.counts();
+    let (mut sends, mut calls) = story.rail.counts();
+    for (id, count) in raced.sends {
+        *sends.entry(id.clone()).or_default() += count;
+        *calls.entry(id).or_default() += count;
+    }
     tell_transfers(story, &withdrawals, &sends, &calls)?;
     let verify = tell_verify(story)?;
     tell_audit_commands(story, &w5, in_flight_at)?;
@@ -414,8 +487,17 @@ fn introduce(story: &mut Story<'_>) -> Result<(), CliError> {
     story.say(
         "payonce demo: the incidents that pay a user twice, against a simulated rail that counts its sends,",
     )?;
-    story.say("on a real, durable ledger (every claim is on disk before its send).")?;
-    story.say(&format!("ledger directory: {}", story.dir.display()))?;
+    match story.url {
+        None => {
+            story.say("on a real, durable ledger (every claim is on disk before its send).")?;
+            story.say(&format!("ledger directory: {}", story.dir.display()))?;
+        }
+        Some(_) => {
+            story.say("on a PostgreSQL ledger (every claim is committed before its send),")?;
+            story.say("told by one worker; then worker processes race on the same withdrawals.")?;
+            story.say(&format!("ledger: {}", story.dir.display()))?;
+        }
+    }
     story.say("story clock: starts an hour ago and moves on with each step")
 }
 
@@ -678,13 +760,21 @@ fn reopen_and_compare(
         "erin-app-78",
         "grace-web-3",
     ];
+    // The story's worker catches up on what the racing workers decided.
+    story
+        .ledger()?
+        .refresh()
+        .map_err(|e| story.ledger_error(e))?;
     let before = story.answers(&keys, withdrawals)?;
     let events = story.ledger()?.state().last_seq();
     story.ledger = None;
     // Reopening right away is safe: the log releases its lock when dropped,
     // even while a child process being spawned holds a copy of its file.
-    let reopened =
-        Ledger::open_with(&story.dir, story.config.clone()).map_err(|e| story.ledger_error(e))?;
+    let reopened = match &story.url {
+        Some(url) => crate::demo_race::open_story(url, story.config.clone()),
+        None => Ledger::open_with(&story.dir, story.config.clone()),
+    }
+    .map_err(|e| story.ledger_error(e))?;
     story.ledger = Some(reopened);
     let after = story.answers(&keys, withdrawals)?;
     let same_after_reopen = before == after;
@@ -730,7 +820,11 @@ fn tell_transfers(
 
 /// `payonce::verify` on what the story left behind, in one line.
 fn tell_verify(story: &mut Story<'_>) -> Result<VerifyReport, CliError> {
-    let verify = payonce::verify(&story.dir).map_err(|e| story.ledger_error(e))?;
+    let verify = match &story.url {
+        Some(url) => payonce_postgres::verify(url).map(|(report, _)| report),
+        None => payonce::verify(&story.dir),
+    }
+    .map_err(|e| story.ledger_error(e))?;
     let held = if verify.held.is_empty() {
         "none".to_owned()
     } else {
@@ -741,11 +835,14 @@ fn tell_verify(story: &mut Story<'_>) -> Result<VerifyReport, CliError> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let place = match story.url {
+        None => format!(" in {} segment(s)", verify.segments),
+        Some(_) => String::new(),
+    };
     story.say("")?;
     story.say(&format!(
-        "verify: {} events in {} segment(s), {} keys, {} in flight, held: {held}, {} refusals: {}",
+        "verify: {} events{place}, {} keys, {} in flight, held: {held}, {} refusals: {}",
         verify.events,
-        verify.segments,
         verify.keys,
         verify.in_flight,
         verify.refusals,
@@ -781,6 +878,11 @@ fn tell_audit_commands(
     ))?;
     story.say(&format!("  payonce inflight {d}"))?;
     story.say(&format!("  payonce export {d}"))?;
+    if story.url.is_some() {
+        return story.say(&format!(
+            "  payonce head {d}    # pin it outside the database"
+        ));
+    }
     story.say(&format!(
         "  payonce index {d}    # then history answers from the index"
     ))

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use payonce::{Divergence, LedgerError, Refusal};
+use payonce::{Divergence, LedgerError, Refusal, StoreError};
 use payonce_log::LogError;
 use payonce_model::FieldError;
 use serde::Serialize;
@@ -402,6 +402,16 @@ impl CliError {
                 dir,
                 error: Box::new(error),
             },
+            LedgerError::Store(StoreError::Damaged { .. }) => CliError::Damaged {
+                dir,
+                error: Box::new(error),
+            },
+            LedgerError::Store(StoreError::Failed { .. } | StoreError::Unknown { .. }) => {
+                CliError::ReadFailed {
+                    dir,
+                    error: Box::new(error),
+                }
+            }
             LedgerError::Divergence(divergence) => CliError::Diverged { dir, divergence },
             LedgerError::Refused(refusal) => CliError::Refused {
                 refusal: Box::new(refusal),
@@ -423,6 +433,13 @@ impl CliError {
     /// write is told apart from the refusals and damage reading can meet.
     pub(crate) fn from_writer(dir: &Path, step: WriteStep, error: LedgerError) -> CliError {
         match error {
+            LedgerError::Store(StoreError::Failed { .. } | StoreError::Unknown { .. }) => {
+                CliError::WriteFailed {
+                    dir: dir.to_owned(),
+                    step,
+                    error: Box::new(error),
+                }
+            }
             LedgerError::Log(LogError::Io { .. } | LogError::Poisoned { .. }) => {
                 CliError::WriteFailed {
                     dir: dir.to_owned(),

@@ -92,7 +92,11 @@ pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> Strin
             epoch,
         } => opened_words(*accept_foreign_ids, *epoch),
         EventKind::Created { withdrawal } => created_words(withdrawal),
-        EventKind::Claimed { key, request } => claimed_words(key, request),
+        EventKind::Claimed {
+            key,
+            request,
+            worker,
+        } => claimed_words(key, request, worker.as_ref()),
         EventKind::Recorded { key, request } => recorded_words(key, request),
         EventKind::Completed { key, outcome } => completed_words(key, outcome),
         EventKind::SendRejected { key, reason, .. } => send_rejected_words(key, reason, withdrawal),
@@ -117,6 +121,15 @@ pub(crate) fn explain(event: &Event, withdrawal: Option<&WithdrawalId>) -> Strin
             note,
             by,
         } => corrected_words(key, old, new, note, by),
+        EventKind::Started { worker, epoch } => format!(
+            "worker {worker} started a session (minting ids w-{epoch:x}-<seq>); no send of its \
+             earlier sessions can still be running, so keys they left in flight may now be \
+             resolved or released"
+        ),
+        EventKind::SessionEnded { worker, note, by } => format!(
+            "{by} ended the session of worker {worker}, which is gone: its sends are over, so the \
+             keys it left in flight may now be resolved or released; note: {note}"
+        ),
         _ => format!("{} event", event.kind.name()),
     }
 }
@@ -151,10 +164,15 @@ fn created_words(withdrawal: &WithdrawalRequest) -> String {
 }
 
 /// A claim is what makes a send safe: it was durable before the send began.
-fn claimed_words(key: &RequestKey, request: &WithdrawalRequest) -> String {
+fn claimed_words(
+    key: &RequestKey,
+    request: &WithdrawalRequest,
+    worker: Option<&payonce_model::WorkerName>,
+) -> String {
+    let by = worker.map_or_else(String::new, |worker| format!(" in worker {worker}"));
     format!(
         "request key {key} claimed withdrawal {} ({} {} to {}) and {} {} is held; the claim was \
-         on stable storage before the send began",
+         on stable storage before the send{by} began",
         request.id(),
         request.amount(),
         request.currency(),

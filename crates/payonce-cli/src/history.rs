@@ -141,7 +141,7 @@ pub(crate) fn history(
 ) -> Result<Status, CliError> {
     let subject = subject(args)?;
     let log = open_log(&args.dir, env.progress_for(args.json))?;
-    let indexed = if args.no_index {
+    let indexed = if args.no_index || log.is_postgres() {
         None
     } else {
         from_index(&log, &subject, err)?

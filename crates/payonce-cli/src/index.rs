@@ -1082,6 +1082,12 @@ pub(crate) fn index_command(
     err: &mut dyn Write,
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress)?;
+    if log.is_postgres() {
+        return Err(CliError::Usage {
+            message: "a PostgreSQL ledger needs no audit index: its history is one query away"
+                .to_owned(),
+        });
+    }
     let path = log.dir.join(INDEX_DIR);
     let existed = path.exists();
     let mut building = Building::open(&path, existed)?;

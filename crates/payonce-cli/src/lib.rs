@@ -14,6 +14,10 @@
 //!   the log: every event it points to is read back and verified.
 //! - The demo ([`run_demo`]): the incidents that pay a user twice, on a
 //!   real ledger, each withdrawal sent once.
+//! - A PostgreSQL ledger (a `postgres://` or `postgresql://` URL wherever a
+//!   directory is taken): audit commands read one read-only snapshot;
+//!   `migrate` applies the schema, `end-session` ends a dead worker's
+//!   session.
 //!
 //! The binary is a thin shell over [`run`]: it parses a [`Cli`], gathers an
 //! [`Env`], and exits with [`Status::code`] or [`CliError::exit_code`]. It
@@ -52,6 +56,7 @@ mod attribution;
 mod audit;
 mod cli;
 mod demo;
+mod demo_race;
 mod duration;
 mod env;
 mod error;
@@ -65,15 +70,17 @@ mod operator;
 mod output;
 mod run;
 pub mod serve;
+mod shared;
 mod subject;
 mod table;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
-    Cli, CliCommand, CorrectArgs, DemoArgs, ExportArgs, HistoryArgs, IndexArgs, InflightArgs,
-    ReleaseArgs, ResolveArgs, StateArgs, VerifyArgs,
+    Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs, HeadArgs,
+    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs,
+    VerifyArgs,
 };
-pub use crate::demo::{DemoReport, run_demo};
+pub use crate::demo::{DemoReport, run_demo, run_demo_postgres};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
 pub use crate::env::{Env, Status};
 pub use crate::error::{

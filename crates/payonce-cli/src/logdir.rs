@@ -1,11 +1,14 @@
 //! Reading a ledger's directory read-only: opening it with clear errors,
 //! walking its events with a progress bar, and naming its segment files.
+//! A `postgres://` or `postgresql://` URL in place of a directory reads a
+//! PostgreSQL ledger the same way, from one read-only snapshot.
 
 use std::fs;
 use std::io::ErrorKind;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -31,14 +34,38 @@ pub(crate) struct SegmentFile {
 /// A ledger's directory opened read-only.
 #[derive(Debug)]
 pub(crate) struct LogDir {
+    /// The directory, or for PostgreSQL the URL (its password hidden).
     pub(crate) dir: PathBuf,
-    /// The log's events, decoded and verified as they are read.
-    event_log: EventLog,
-    /// The same log as opaque log records, for reading one record's bytes
-    /// (an event's payload, to know where its frame ends).
-    log_reader: LogReader,
+    source: Source,
     progress: bool,
 }
+
+/// Where the events are read from. One per command: the size of the file
+/// readers beside a snapshot costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Source {
+    Files {
+        /// The log's events, decoded and verified as they are read.
+        event_log: EventLog,
+        /// The same log as opaque log records, for reading one record's
+        /// bytes (an event's payload, to know where its frame ends).
+        log_reader: LogReader,
+    },
+    /// One read-only snapshot of a PostgreSQL ledger.
+    Postgres(RefCell<payonce_postgres::Snapshot>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Files { event_log, .. } => f.debug_tuple("Files").field(event_log).finish(),
+            Source::Postgres(_) => f.write_str("Postgres"),
+        }
+    }
+}
+
+/// What a walk calls with each event and where it is.
+type Visit<'a> = dyn FnMut(&Event, Position) -> Result<ControlFlow<()>, CliError> + 'a;
 
 /// What a walk over the events found.
 #[derive(Debug, Default)]
@@ -97,21 +124,58 @@ pub(crate) fn check_directory(dir: &Path) -> Result<(), CliError> {
 /// Opens the log in `dir` read-only: no lock, no write. A missing directory,
 /// a file in its place and a directory without a log are told apart.
 pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
+    if let Some(url) = dir.to_str().filter(|dir| payonce_postgres::is_url(dir)) {
+        let shown = PathBuf::from(payonce_postgres::redacted(url));
+        let snapshot = payonce_postgres::Snapshot::open(url)
+            .map_err(|error| CliError::from_ledger(&shown, LedgerError::Store(error)))?;
+        return Ok(LogDir {
+            dir: shown,
+            source: Source::Postgres(RefCell::new(snapshot)),
+            progress: false,
+        });
+    }
     check_directory(dir)?;
     let event_log = EventLog::open(dir).map_err(|error| CliError::from_ledger(dir, error))?;
     let log_reader = LogReader::open(Arc::new(FsStorage::new(dir)), LogConfig::default())
         .map_err(|error| CliError::from_ledger(dir, LedgerError::Log(error)))?;
     Ok(LogDir {
         dir: dir.to_owned(),
-        event_log,
-        log_reader,
+        source: Source::Files {
+            event_log,
+            log_reader,
+        },
         progress,
     })
 }
 
 impl LogDir {
+    /// Whether this is a PostgreSQL ledger, which has no segment files and
+    /// no audit index beside it.
+    pub(crate) fn is_postgres(&self) -> bool {
+        matches!(self.source, Source::Postgres(_))
+    }
+
+    /// The files' reader and event log, for what only a directory has.
+    fn files(&self) -> Result<(&EventLog, &LogReader), CliError> {
+        match &self.source {
+            Source::Files {
+                event_log,
+                log_reader,
+            } => Ok((event_log, log_reader)),
+            Source::Postgres(_) => Err(CliError::Usage {
+                message: format!(
+                    "{} is a PostgreSQL ledger: it has no segment files to read one event from",
+                    self.dir.display()
+                ),
+            }),
+        }
+    }
+
     /// The segment files in the directory, in order.
     pub(crate) fn segment_files(&self) -> Result<Vec<SegmentFile>, CliError> {
+        if self.is_postgres() {
+            return Ok(Vec::new());
+        }
         let io = |error| CliError::Io {
             doing: format!("listing {}", EchoPath(&self.dir)),
             error,
@@ -158,7 +222,8 @@ impl LogDir {
 
     /// Reads event `seq` at `position` alone, checksum-verified.
     pub(crate) fn event_at(&self, seq: u64, position: Position) -> Result<Event, CliError> {
-        self.event_log
+        self.files()?
+            .0
             .event_at(seq, position)
             .map_err(|error| CliError::from_ledger(&self.dir, error))
     }
@@ -173,7 +238,8 @@ impl LogDir {
     ) -> Result<(Event, u64), CliError> {
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
         let payload = self
-            .log_reader
+            .files()?
+            .1
             .read_at(seq, position)
             .map_err(|error| ledger_error(LedgerError::Log(error)))?;
         let event = decode_event(seq, &payload).map_err(ledger_error)?;
@@ -185,16 +251,74 @@ impl LogDir {
     /// order. No progress bar of its own: it runs inside a walk, whose bar
     /// stands still meanwhile.
     pub(crate) fn state_before(&self, seq: u64) -> Result<State, CliError> {
-        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
-        let mut events = self.event_log.events_from(1).map_err(ledger_error)?;
         let mut state = State::new();
-        while let Some((event, _)) = events.next_event().map_err(ledger_error)? {
+        let walk = |event: &Event| {
             if event.seq >= seq {
+                return ControlFlow::Break(());
+            }
+            apply(&mut state, event);
+            ControlFlow::Continue(())
+        };
+        self.walk_quietly(1, walk)?;
+        Ok(state)
+    }
+
+    /// Every event from `from` on, without a progress bar, until `visit`
+    /// breaks.
+    fn walk_quietly(
+        &self,
+        from: u64,
+        mut visit: impl FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<(), CliError> {
+        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
+        let event_log = match &self.source {
+            Source::Files { event_log, .. } => event_log,
+            Source::Postgres(_) => {
+                return self
+                    .walk_postgres(from, &mut |event, _| Ok(visit(event)))
+                    .map(|_| ());
+            }
+        };
+        let mut events = event_log.events_from(from).map_err(ledger_error)?;
+        while let Some((event, _)) = events.next_event().map_err(ledger_error)? {
+            if visit(&event).is_break() {
                 break;
             }
-            apply(&mut state, &event);
         }
-        Ok(state)
+        Ok(())
+    }
+
+    /// [`LogDir::walk`] on a PostgreSQL ledger: its snapshot, every
+    /// batch's chain checked as it is read. There is never a torn tail.
+    fn walk_postgres(&self, from: u64, visit: &mut Visit<'_>) -> Result<Walked, CliError> {
+        let Source::Postgres(snapshot) = &self.source else {
+            unreachable!("called for a PostgreSQL ledger")
+        };
+        let mut walked = Walked::default();
+        let position = Position {
+            segment: 0,
+            offset: 0,
+            chain: 0,
+        };
+        snapshot
+            .borrow_mut()
+            .walk(|seq, payload| {
+                let event = decode_event(seq, payload)
+                    .map_err(|error| CliError::from_ledger(&self.dir, error))?;
+                if seq < from {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                walked.events += 1;
+                walked.last_seq = seq;
+                visit(&event, position)
+            })
+            .map_err(|error| match error {
+                payonce_postgres::WalkError::Store(error) => {
+                    CliError::from_ledger(&self.dir, LedgerError::Store(error))
+                }
+                payonce_postgres::WalkError::Visit(error) => error,
+            })?;
+        Ok(walked)
     }
 
     /// Visits every event from `from` on, in order, verified as read, until
@@ -205,9 +329,13 @@ impl LogDir {
         from: u64,
         mut visit: impl FnMut(&Event, Position) -> Result<ControlFlow<()>, CliError>,
     ) -> Result<Walked, CliError> {
+        let event_log = match &self.source {
+            Source::Files { event_log, .. } => event_log,
+            Source::Postgres(_) => return self.walk_postgres(from, &mut visit),
+        };
         let bar = self.progress_bar()?;
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
-        let mut events = self.event_log.events_from(from).map_err(ledger_error)?;
+        let mut events = event_log.events_from(from).map_err(ledger_error)?;
         let mut walked = Walked::default();
         let outcome = loop {
             let next = match events.next_event() {

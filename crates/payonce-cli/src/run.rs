@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::cli::{Cli, CliCommand};
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::{audit, demo, history, index, operator, serve};
+use crate::{audit, demo, demo_race, history, index, operator, serve, shared};
 
 /// Runs `cli`: reports go to `out`, warnings to `err`. An `Err` is a command
 /// that could not do its job; its [`CliError::exit_code`] says how to exit.
@@ -28,6 +28,10 @@ pub fn run(
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
         CliCommand::Demo(args) => demo::demo_command(&args, out),
         CliCommand::Serve(args) => serve::serve_command(&args, out),
+        CliCommand::Migrate(args) => shared::migrate(&args, out),
+        CliCommand::EndSession(args) => shared::end_session(&args, env, out),
+        CliCommand::Head(args) => shared::head(&args, out),
+        CliCommand::DemoWorker(args) => demo_race::worker(&args, out),
     }?;
     out.flush().map_err(CliError::output)?;
     Ok(status)

@@ -29,6 +29,8 @@ pub enum Field {
     Note,
     /// The replaced references of a bumped withdrawal.
     Replaced,
+    /// [`crate::WorkerName`]: a worker of a ledger several processes share.
+    Worker,
 }
 
 impl Field {
@@ -46,6 +48,7 @@ impl Field {
             Field::Operator => "operator",
             Field::Note => "note",
             Field::Replaced => "replaced",
+            Field::Worker => "worker",
         }
     }
 }

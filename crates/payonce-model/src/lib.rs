@@ -54,7 +54,8 @@ pub use crate::error::{Field, FieldError, Rule};
 pub use crate::fingerprint::{DIFFERENCES_MAX, Difference, Fingerprint, FingerprintField};
 pub use crate::text::{
     Actor, DESTINATION_LEN_MAX, Destination, Note, REQUEST_KEY_LEN_MAX, Reason, Reference,
-    RequestKey, TEXT_LEN_MAX, TextView, ValidText, WITHDRAWAL_ID_LEN_MAX, WithdrawalId,
+    RequestKey, TEXT_LEN_MAX, TextView, ValidText, WITHDRAWAL_ID_LEN_MAX, WORKER_NAME_LEN_MAX,
+    WithdrawalId, WorkerName,
 };
 pub use crate::withdrawal::{
     InvalidTransition, OutcomeError, Progress, REPLACED_MAX, Transition, TransitionRefusal,

@@ -21,6 +21,8 @@ pub const REQUEST_KEY_LEN_MAX: usize = 255;
 pub const DESTINATION_LEN_MAX: usize = 256;
 /// Longest free text ([`Reference`], [`Reason`], [`Actor`], [`Note`]), in bytes.
 pub const TEXT_LEN_MAX: usize = 1024;
+/// Most bytes in a [`WorkerName`].
+pub const WORKER_NAME_LEN_MAX: usize = 64;
 
 /// Whether a value made only of whitespace is acceptable.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -393,6 +395,15 @@ text_newtype! {
     /// An operator's note on a resolve or a release: not blank, at most
     /// [`TEXT_LEN_MAX`] bytes, no control characters.
     Note, field: Field::Note, len_max: TEXT_LEN_MAX, blank: Blank::Refused,
+    normalise: |raw| raw
+}
+
+text_newtype! {
+    /// The name of a worker of a ledger several processes share (a host and
+    /// a slot, say `api-3`): stable across the worker's restarts, so its
+    /// next start ends the sends of its earlier ones. Not blank, at most
+    /// [`WORKER_NAME_LEN_MAX`] bytes, no control characters.
+    WorkerName, field: Field::Worker, len_max: WORKER_NAME_LEN_MAX, blank: Blank::Refused,
     normalise: |raw| raw
 }
 

@@ -2,6 +2,7 @@
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Difference, Note, Reason, RequestKey, WithdrawalRequest,
+    WorkerName,
 };
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +97,26 @@ pub enum Command {
         note: Note,
         /// The operator.
         by: Actor,
+    },
+    /// An operator's "I looked; this worker is gone": ends the session of
+    /// a worker of a shared ledger, so the sends it claimed no longer count
+    /// as running and their keys can be resolved or released.
+    EndSession {
+        /// The worker.
+        worker: WorkerName,
+        /// Why the operator believes it is gone.
+        note: Note,
+        /// The operator.
+        by: Actor,
+    },
+    /// A worker of a shared ledger started a session: the sends of its
+    /// earlier sessions cannot be running any more.
+    Start {
+        /// The worker.
+        worker: WorkerName,
+        /// The number drawn for this session, which the ids minted after it
+        /// carry.
+        epoch: u64,
     },
 }
 

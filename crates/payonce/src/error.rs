@@ -7,7 +7,7 @@ use payonce_log::LogError;
 use payonce_model::codec::CodecError;
 use payonce_model::{
     FieldError, InvalidTransition, OutcomeError, Reason, RequestKey, WithdrawalId,
-    WithdrawalRequest,
+    WithdrawalRequest, WorkerName,
 };
 
 use crate::decide::Decision;
@@ -57,6 +57,25 @@ pub enum LedgerError {
         /// saved aside) or nothing.
         found: Vec<String>,
     },
+    /// A shared log (a database) failed, or refused a batch: see
+    /// [`StoreError`].
+    Store(StoreError),
+    /// A worker of a shared ledger was configured with another policy than
+    /// the one the ledger recorded when it was created: it refuses to
+    /// start, so every worker decides under one policy.
+    PolicyMismatch {
+        /// Whether the ledger accepts ids minted elsewhere.
+        ledger: bool,
+        /// Whether the worker was configured to.
+        worker: bool,
+    },
+    /// This worker's session on a shared ledger is over (an operator ended
+    /// it, or another process started under its name): it decides nothing
+    /// more; start it again.
+    SessionOver {
+        /// The worker.
+        worker: WorkerName,
+    },
     /// `Ledger::init` found the directory holding something: a new ledger
     /// starts only in an empty or missing directory.
     NotEmpty {
@@ -71,6 +90,75 @@ pub enum LedgerError {
     /// down) before it ran: nothing was written. See `AsyncLedger`.
     Cancelled,
 }
+
+/// What went wrong with a shared log (a database). Whatever it is, the
+/// batch it stopped was not committed, or it is not known whether it was:
+/// either way no claim of it was granted, so no send ran on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached, or failed a statement; the batch
+    /// was not committed.
+    Failed {
+        /// What failed, as the store said it.
+        detail: String,
+    },
+    /// The store's own constraints refused the batch: a row of one of its
+    /// claims or keys is there already. Nothing of the batch was committed.
+    Conflict {
+        /// The constraint and the row, as the store said it.
+        detail: String,
+    },
+    /// The connection was lost while committing and the store could not be
+    /// asked whether the batch landed. Its claims were not granted; a later
+    /// start finds out, and records that their sends never ran.
+    Unknown {
+        /// What failed.
+        detail: String,
+    },
+    /// The store's log is not a payonce log this build reads, or not the
+    /// one this process read before: a schema of another version, a gap, a
+    /// broken chain, an event rewritten or taken away (a restore or a
+    /// failover that lost commits).
+    Damaged {
+        /// The sequence number where it was found; 0 for the log as a whole.
+        seq: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The store refuses to be written with this configuration (a setting
+    /// that weakens durability, a role without the rights the ledger
+    /// needs, another process running as this worker).
+    Unsafe {
+        /// What is wrong and how to fix it.
+        detail: String,
+    },
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Failed { detail } => write!(f, "the shared log failed: {detail}"),
+            StoreError::Conflict { detail } => write!(
+                f,
+                "the shared log's constraints refused a batch, and nothing of it was committed:                  {detail}"
+            ),
+            StoreError::Unknown { detail } => write!(
+                f,
+                "whether a batch was committed is unknown ({detail}); none of its claims was                  granted"
+            ),
+            StoreError::Damaged { seq: 0, detail } => write!(f, "the shared log: {detail}"),
+            StoreError::Damaged { seq, detail } => {
+                write!(f, "the shared log at event {seq}: {detail}")
+            }
+            StoreError::Unsafe { detail } => {
+                write!(f, "the shared log is not safe to write: {detail}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
 
 /// A recorded decision that replay re-derived differently.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +228,17 @@ impl fmt::Display for LedgerError {
             LedgerError::Cancelled => {
                 f.write_str("the runtime shut down before the ledger call ran; nothing was written")
             }
+            LedgerError::Store(error) => write!(f, "{error}"),
+            LedgerError::PolicyMismatch { ledger, worker } => write!(
+                f,
+                "this worker is configured to {} ids minted elsewhere, but the ledger {} them:                  every worker of a shared ledger decides under the policy recorded at its creation",
+                if *worker { "accept" } else { "refuse" },
+                if *ledger { "accepts" } else { "refuses" }
+            ),
+            LedgerError::SessionOver { worker } => write!(
+                f,
+                "the session of worker {worker} is over (ended by an operator, or another process                  started as {worker}); it decides nothing more until it is started again"
+            ),
             LedgerError::NotEmpty { dir, found, count } => write!(
                 f,
                 "{dir} is not empty ({count} names: {}{}); a new ledger starts only in an empty \
@@ -159,6 +258,7 @@ impl std::error::Error for LedgerError {
             LedgerError::Log(error) => Some(error),
             LedgerError::Encode(error) => Some(error),
             LedgerError::BadEvent { error, .. } => Some(error),
+            LedgerError::Store(error) => Some(error),
             _ => None,
         }
     }
@@ -179,6 +279,12 @@ impl From<FieldError> for LedgerError {
 impl From<LogError> for LedgerError {
     fn from(error: LogError) -> Self {
         LedgerError::Log(error)
+    }
+}
+
+impl From<StoreError> for LedgerError {
+    fn from(error: StoreError) -> Self {
+        LedgerError::Store(error)
     }
 }
 

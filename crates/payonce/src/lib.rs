@@ -77,16 +77,21 @@ mod time;
 pub use crate::async_ledger::{AsyncLedger, Submission};
 pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
 pub use crate::command::{Command, FailureCause, SendResult};
-pub use crate::decide::{Decision, decide};
+pub use crate::decide::{Decision, decide, decide_as};
 pub use crate::epoch::{CountingEpochs, Epochs, RandomEpochs};
-pub use crate::error::{BoxError, Divergence, LedgerError, SendFailure, SubmitError};
+pub use crate::error::{BoxError, Divergence, LedgerError, SendFailure, StoreError, SubmitError};
 pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
-pub use crate::ledger::{Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN, Ticket};
+pub use crate::ledger::{
+    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, READ_LEN_MAX,
+    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, Ticket,
+};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
-pub use crate::state::{HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply};
+pub use crate::state::{
+    ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply,
+};
 pub use crate::time::{
     Clock, ManualClock, SystemClock, TIMESTAMP_TEXT_MAX, Timestamp, TimestampError,
 };

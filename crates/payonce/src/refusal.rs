@@ -4,7 +4,7 @@
 use std::fmt;
 
 use payonce_model::{
-    Amount, Currency, Difference, Reference, RequestKey, WithdrawalId, WithdrawalState,
+    Amount, Currency, Difference, Reference, RequestKey, WithdrawalId, WithdrawalState, WorkerName,
 };
 use serde::{Deserialize, Serialize};
 
@@ -191,6 +191,12 @@ pub enum Refusal {
         /// The key.
         key: RequestKey,
     },
+    /// The worker has no session to end: it never started on this ledger,
+    /// or its session ended already.
+    NoSession {
+        /// The worker.
+        worker: WorkerName,
+    },
 }
 
 impl Refusal {
@@ -218,7 +224,9 @@ impl Refusal {
             | Refusal::Unsettled { key, .. }
             | Refusal::ForbiddenMove { key, .. }
             | Refusal::NoOutcome { key } => Some(key),
-            Refusal::UnknownWithdrawal { .. } | Refusal::NotAsCreated { .. } => None,
+            Refusal::UnknownWithdrawal { .. }
+            | Refusal::NotAsCreated { .. }
+            | Refusal::NoSession { .. } => None,
         }
     }
 
@@ -351,6 +359,9 @@ impl fmt::Display for Refusal {
             ),
             Refusal::NoOutcome { key } => {
                 write!(f, "request key {key} has no outcome to move on or correct")
+            }
+            Refusal::NoSession { worker } => {
+                write!(f, "worker {worker} has no session on this ledger to end")
             }
         }
     }

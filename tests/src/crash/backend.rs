@@ -1,9 +1,13 @@
 //! How the crash test opens, reopens and verifies a ledger: the one part of
 //! the harness that depends on where the ledger keeps its events.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use payonce::{Ledger, LedgerError, VerifyReport};
+use payonce::{Config, Ledger, LedgerError, VerifyReport};
+
+/// The worker every child of a PostgreSQL ledger runs as: a restarted
+/// service keeps its name, so its start ends the sends of the one killed.
+pub(super) const CHILD_WORKER: &str = "crash-child";
 
 /// Where the ledger under test keeps its events. The child takes the name
 /// as its first argument; the driver and the checks call the same methods,
@@ -13,16 +17,20 @@ use payonce::{Ledger, LedgerError, VerifyReport};
 pub enum Backend {
     /// The log's segment files in a directory on the local file system.
     File,
+    /// A database of its own on the PostgreSQL cluster the test binary
+    /// shares; its location is its URL.
+    Postgres,
 }
 
 impl Backend {
     /// Every backend, for parsing names.
-    pub const ALL: [Backend; 1] = [Backend::File];
+    pub const ALL: [Backend; 2] = [Backend::File, Backend::Postgres];
 
     /// The name the child is given.
     pub fn name(self) -> &'static str {
         match self {
             Backend::File => "file",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -31,6 +39,20 @@ impl Backend {
         Backend::ALL
             .into_iter()
             .find(|backend| backend.name() == name)
+    }
+
+    /// Where a new ledger's life keeps its ledger: a directory under `dir`,
+    /// or a new database with the schema applied.
+    ///
+    /// # Panics
+    /// When no database can be made for it.
+    pub fn new_location(self, dir: &Path) -> PathBuf {
+        match self {
+            Backend::File => dir.join("ledger"),
+            Backend::Postgres => payonce_postgres::cluster::test_database()
+                .expect("a cluster was started before the run")
+                .into(),
+        }
     }
 
     /// Opens the ledger at `location` for the child to submit on, creating
@@ -42,6 +64,16 @@ impl Backend {
                 Err(LedgerError::NoLog { .. }) => Ledger::init(location),
                 opened => opened,
             },
+            Backend::Postgres => {
+                let url = url(location);
+                match payonce_postgres::open(url, CHILD_WORKER, Config::default()) {
+                    Err(LedgerError::NoLog { .. }) => {
+                        drop(payonce_postgres::init(url, Config::default())?);
+                        payonce_postgres::open(url, CHILD_WORKER, Config::default())
+                    }
+                    opened => opened,
+                }
+            }
         }
     }
 
@@ -53,6 +85,12 @@ impl Backend {
                 Err(LedgerError::NoLog { .. }) => Ok(None),
                 opened => opened.map(Some),
             },
+            Backend::Postgres => {
+                match payonce_postgres::open(url(location), CHILD_WORKER, Config::default()) {
+                    Err(LedgerError::NoLog { .. }) => Ok(None),
+                    opened => opened.map(Some),
+                }
+            }
         }
     }
 
@@ -61,6 +99,12 @@ impl Backend {
     pub fn verify(self, location: &Path) -> Result<VerifyReport, LedgerError> {
         match self {
             Backend::File => Ledger::verify(location),
+            Backend::Postgres => payonce_postgres::verify(url(location)).map(|(report, _)| report),
         }
     }
+}
+
+/// A PostgreSQL ledger's location: its URL.
+fn url(location: &Path) -> &str {
+    location.to_str().unwrap_or_default()
 }

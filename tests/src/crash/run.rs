@@ -68,12 +68,14 @@ pub struct CrashFailure {
 /// child's stderr) and what its rounds recorded.
 struct Life {
     dir: PathBuf,
+    /// Where its ledger is: a directory, or a database's URL.
+    ledger: PathBuf,
     seen: Seen,
 }
 
 impl Life {
     fn ledger(&self) -> PathBuf {
-        self.dir.join("ledger")
+        self.ledger.clone()
     }
 }
 
@@ -110,6 +112,7 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
             let dir = root.join(format!("ledger-{}", report.ledgers));
             std::fs::create_dir_all(&dir).unwrap();
             life = Some(Life {
+                ledger: config.backend.new_location(&dir),
                 dir,
                 seen: Seen::default(),
             });

@@ -235,7 +235,7 @@ impl HoldAudit {
     pub fn apply(&mut self, event: &Event) -> Result<(), String> {
         let seq = event.seq;
         match &event.kind {
-            EventKind::Claimed { key, request } => self.place(key, request, seq),
+            EventKind::Claimed { key, request, .. } => self.place(key, request, seq),
             EventKind::Recorded { key, request } => {
                 self.place(key, request, seq)?;
                 self.settle(request, true, seq)

@@ -288,6 +288,7 @@ fn assert_claim_durable(
         EventKind::Claimed {
             key: claimed,
             request: claimed_request,
+            ..
         } if claimed.as_str() == key && claimed_request.id() == request.id() => {}
         other => panic!("{context}: event {seq} on stable storage is {other:?}, not the claim"),
     }

@@ -8,6 +8,8 @@
     unreachable_pub
 )]
 
+mod pg;
+
 use std::process::Command;
 
 use payonce_bench::{

@@ -37,7 +37,7 @@ fn key_argument(key: &str) -> Result<RequestKey, CliError> {
     })
 }
 
-fn note_argument(note: &str) -> Result<Note, CliError> {
+pub(crate) fn note_argument(note: &str) -> Result<Note, CliError> {
     Note::new(note).map_err(|error| CliError::InvalidArgument {
         argument: "--note",
         value: note.to_owned(),
@@ -46,7 +46,7 @@ fn note_argument(note: &str) -> Result<Note, CliError> {
 }
 
 /// The operator: `--by`, else `$USER`; refused if neither.
-fn operator(by: Option<&str>, env: &Env) -> Result<Actor, CliError> {
+pub(crate) fn operator(by: Option<&str>, env: &Env) -> Result<Actor, CliError> {
     let (argument, name) = match (by, env.user.as_deref()) {
         (Some(by), _) => ("--by", by),
         (None, Some(user)) => ("$USER", user),
@@ -88,6 +88,10 @@ fn read_outcome(path: &std::path::Path) -> Result<WithdrawalRequest, CliError> {
 /// Refuses early when another process holds the writer lock, before any
 /// work; `Ledger::open` checks again for real.
 fn check_unlocked(log: &LogDir) -> Result<(), CliError> {
+    // Workers share a PostgreSQL ledger: an operator writes beside them.
+    if log.is_postgres() {
+        return Ok(());
+    }
     match FsStorage::new(&log.dir).try_lock() {
         Ok(Some(lock)) => {
             drop(lock);
@@ -105,7 +109,9 @@ fn check_unlocked(log: &LogDir) -> Result<(), CliError> {
 
 /// Decides `command` as the ledger will once opened, without writing: the
 /// log replayed read-only (each decision re-derived, as opening does), then
-/// the `opened` event opening appends, then `decide`.
+/// the `opened` event opening appends (a directory's: a PostgreSQL
+/// ledger's operator appends none, and its workers' sends may run), then
+/// `decide`.
 fn preflight(
     log: &LogDir,
     command: &Command,
@@ -135,7 +141,9 @@ fn preflight(
             epoch: None,
         },
     };
-    apply(&mut state, &opened);
+    if !log.is_postgres() {
+        apply(&mut state, &opened);
+    }
     if let Some(torn) = &walked.torn_tail {
         writeln!(
             err,
@@ -154,13 +162,21 @@ fn preflight(
     Ok((state, decision))
 }
 
-fn open_ledger(log: &LogDir, accept_foreign_ids: bool) -> Result<Ledger, CliError> {
+fn open_ledger(
+    log: &LogDir,
+    given: &std::path::Path,
+    accept_foreign_ids: bool,
+) -> Result<Ledger, CliError> {
     let config = Config {
         accept_foreign_ids,
         ..Config::default()
     };
-    Ledger::open_with(&log.dir, config)
-        .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))
+    let opened = match given.to_str().filter(|url| payonce_postgres::is_url(url)) {
+        // The ledger's own policy decides; an operator claims nothing.
+        Some(url) => payonce_postgres::attach(url, config),
+        None => Ledger::open_with(&log.dir, config),
+    };
+    opened.map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))
 }
 
 /// What an operator states with an outcome file: what happened to a key
@@ -291,7 +307,7 @@ fn state_outcome(
         print_exit(&report, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
-    let ledger = open_ledger(&log, args.accept_foreign_ids)?;
+    let ledger = open_ledger(&log, args.dir, args.accept_foreign_ids)?;
     stated
         .write(stating, &ledger)
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
@@ -373,7 +389,7 @@ pub(crate) fn release(
     }
     // A release never checks ids, so the id policy does not matter here; the
     // service's own next open records its policy again.
-    let ledger = open_ledger(&log, false)?;
+    let ledger = open_ledger(&log, &args.dir, false)?;
     ledger
         .release(key.as_str(), note.as_str(), by.as_str())
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;

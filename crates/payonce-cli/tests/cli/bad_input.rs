@@ -135,6 +135,7 @@ fn a_divergence_is_reported_with_its_sequence_number_and_exits_1() {
         EventKind::Claimed {
             key: "req-x".parse().unwrap(),
             request: payonce_test_request(),
+            worker: None,
         },
         EventKind::Completed {
             key: "req-x".parse().unwrap(),

@@ -19,5 +19,6 @@ mod fixture;
 mod index;
 mod operator;
 mod outcomes;
+mod postgres;
 mod schemas;
 mod serve;

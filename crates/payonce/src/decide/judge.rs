@@ -8,7 +8,7 @@
 
 use payonce_model::{
     Difference, RequestKey, TextView, WithdrawalId, WithdrawalRequest, WithdrawalState,
-    WithdrawalView,
+    WithdrawalView, WorkerName,
 };
 
 use crate::event::SCHEMA_SETTLED_OUTCOMES;
@@ -256,6 +256,24 @@ pub(crate) fn release<'s>(
         });
     }
     Ok(CloseVerdict::Close(Some(record)))
+}
+
+/// An operator's "this worker is gone": refused unless the worker has a
+/// live session to end.
+pub(crate) fn end_session(state: &State, worker: TextView<'_, WorkerName>) -> Result<(), Refusal> {
+    match state.session(worker.as_str()) {
+        Some(_) => Ok(()),
+        None => Err(Refusal::NoSession {
+            worker: worker.to_value(),
+        }),
+    }
+}
+
+/// Whether a claim naming `worker` as the one whose send follows is one
+/// the ledger makes: by a worker with a live session, or, on a ledger one
+/// process writes, by none.
+pub(crate) fn claimant(state: &State, worker: Option<TextView<'_, WorkerName>>) -> bool {
+    worker.is_none_or(|worker| state.session(worker.as_str()).is_some())
 }
 
 /// The id the next created withdrawal gets: the sequence number its event

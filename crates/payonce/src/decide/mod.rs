@@ -19,7 +19,7 @@ use std::convert::Infallible;
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Difference, Note, Reason, RequestKey, WithdrawalId,
-    WithdrawalRequest, WithdrawalState,
+    WithdrawalRequest, WithdrawalState, WorkerName,
 };
 
 use self::judge::{ClaimVerdict, CloseVerdict, MoveVerdict};
@@ -58,6 +58,17 @@ pub(crate) enum Answer<M, N> {
     Nothing(N),
 }
 
+impl<M> Answer<M, Infallible> {
+    /// This answer, which always writes, as one of a kind that may also
+    /// write nothing.
+    pub(crate) fn map_nothing<N>(self) -> Answer<M, N> {
+        match self {
+            Answer::Append { event, meaning } => Answer::Append { event, meaning },
+            Answer::Nothing(never) => match never {},
+        }
+    }
+}
+
 /// A claim's reason to write nothing: the key already has this outcome.
 pub(crate) type Replayed = WithdrawalRequest;
 
@@ -65,9 +76,23 @@ pub(crate) type Replayed = WithdrawalRequest;
 #[derive(Debug)]
 pub(crate) struct AlreadyClosed;
 
-/// Judges `command` against `state`.
+/// Judges `command` against `state`, as a ledger one process writes
+/// decides it: a claim names no worker.
 pub fn decide(state: &State, command: &Command) -> Result<Decision, Refusal> {
     decide_in(state, command, SCHEMA_VERSION)
+}
+
+/// Judges `command` against `state` as `worker`, a worker of a shared
+/// ledger, decides it: a claim names the worker whose send follows.
+pub fn decide_as(
+    state: &State,
+    worker: &WorkerName,
+    command: &Command,
+) -> Result<Decision, Refusal> {
+    match command {
+        Command::Claim { key, request } => Ok(claim(state, key, request, Some(worker))?.into()),
+        _ => decide(state, command),
+    }
 }
 
 /// Judges `command` against `state` under the rules of `schema`: replay
@@ -88,7 +113,7 @@ pub(crate) fn decide_in(
             destination,
             requested_by,
         } => create(state, *amount, currency, destination, requested_by).into(),
-        Command::Claim { key, request } => claim(state, key, request)?.into(),
+        Command::Claim { key, request } => claim(state, key, request, None)?.into(),
         Command::Record { key, request } => record(state, key, request)?.into(),
         Command::Complete { key, result } => complete(state, key, result, schema)?.into(),
         Command::Resolve {
@@ -105,6 +130,8 @@ pub(crate) fn decide_in(
             note,
             by,
         } => correct(state, key, outcome, note, by)?.into(),
+        Command::EndSession { worker, note, by } => end_session(state, worker, note, by)?.into(),
+        Command::Start { worker, epoch } => start(worker, *epoch).into(),
     })
 }
 
@@ -156,6 +183,36 @@ pub(crate) fn open(accept_foreign_ids: bool, epoch: Option<u64>) -> Answer<(), I
     }
 }
 
+/// A worker of a shared ledger started a session, in `epoch`: never
+/// refused.
+pub(crate) fn start(worker: &WorkerName, epoch: u64) -> Answer<(), Infallible> {
+    Answer::Append {
+        event: EventKind::Started {
+            worker: worker.clone(),
+            epoch,
+        },
+        meaning: (),
+    }
+}
+
+/// An operator's "this worker is gone": ends its session.
+pub(crate) fn end_session(
+    state: &State,
+    worker: &WorkerName,
+    note: &Note,
+    by: &Actor,
+) -> Result<Answer<(), Infallible>, Refusal> {
+    judge::end_session(state, worker.view())?;
+    Ok(Answer::Append {
+        event: EventKind::SessionEnded {
+            worker: worker.clone(),
+            note: note.clone(),
+            by: by.clone(),
+        },
+        meaning: (),
+    })
+}
+
 /// A new withdrawal, with the id [`judge::minted_id`] gives it: never
 /// refused. Means the withdrawal made.
 pub(crate) fn create(
@@ -180,15 +237,18 @@ pub(crate) fn create(
     }
 }
 
-/// A claim of `key` for `request` before a send.
+/// A claim of `key` for `request` before a send: by `worker`, on a shared
+/// ledger.
 pub(crate) fn claim(
     state: &State,
     key: &RequestKey,
     request: &WithdrawalRequest,
+    worker: Option<&WorkerName>,
 ) -> Result<Answer<(), Replayed>, Refusal> {
     claiming(state, key, request, |key, request| EventKind::Claimed {
         key,
         request,
+        worker: worker.cloned(),
     })
 }
 
@@ -209,12 +269,13 @@ fn claiming(
     state: &State,
     key: &RequestKey,
     request: &WithdrawalRequest,
-    event: fn(RequestKey, WithdrawalRequest) -> EventKind,
+    event: impl FnOnce(RequestKey, WithdrawalRequest) -> EventKind,
 ) -> Result<Answer<(), Replayed>, Refusal> {
     let (key_view, request_view) = (key.view(), request.view());
     let proposal = KindView::Claimed {
         key: key_view,
         request: request_view,
+        worker: None,
     };
     let found = prefetch(state, &proposal);
     Ok(match judge::claim(state, &found, key_view, request_view)? {
@@ -544,7 +605,7 @@ impl EventKind {
                 epoch: *epoch,
             },
             EventKind::Created { withdrawal } => create_command(withdrawal),
-            EventKind::Claimed { key, request } => Command::Claim {
+            EventKind::Claimed { key, request, .. } => Command::Claim {
                 key: key.clone(),
                 request: request.clone(),
             },
@@ -587,6 +648,15 @@ impl EventKind {
             } => Command::Correct {
                 key: key.clone(),
                 outcome: new.clone(),
+                note: note.clone(),
+                by: by.clone(),
+            },
+            EventKind::Started { worker, epoch } => Command::Start {
+                worker: worker.clone(),
+                epoch: *epoch,
+            },
+            EventKind::SessionEnded { worker, note, by } => Command::EndSession {
+                worker: worker.clone(),
                 note: note.clone(),
                 by: by.clone(),
             },

@@ -1,7 +1,9 @@
-//! Events of schemas 1 and 2, as earlier builds wrote them. They decode
+//! Events of schemas 1 to 3, as earlier builds wrote them. They decode
 //! into [`Event`], with what their schema lacks `None`, and encode back to
 //! the bytes they were read from.
 //!
+//! - Schema 3 is schema 4 but for `claimed`, which names no worker, and
+//!   holds none of the kinds, commands and refusals schema 4 added.
 //! - Schema 2 is schema 3 but for `opened`, which had no epoch, and holds
 //!   none of the kinds, causes, commands and refusals schema 3 added.
 //! - Schema 1 is schema 2 without the withdrawal that key-only events and
@@ -17,15 +19,24 @@ use crate::refusal::Refusal;
 use crate::time::Timestamp;
 
 /// The schemas this module reads and writes.
-pub(super) const SCHEMAS: std::ops::RangeInclusive<u16> = 1..=2;
+pub(super) const SCHEMAS: std::ops::RangeInclusive<u16> = 1..=3;
+
+/// The number of `claimed` among the kinds.
+pub(super) const CLAIMED: u32 = 2;
 
 /// Whether a borrowed reading of an event of `schema` may take the kind
-/// numbered `variant`: any in the current schema; in an earlier one, only
-/// the claims and outcomes (created, claimed, recorded, completed), whose
-/// layout no schema changed and which can hold nothing a later schema
-/// added.
+/// numbered `variant` as the current schema lays it out: any in the
+/// current schema; in schema 3, every kind whose layout schema 4 kept and
+/// which can hold nothing schema 4 added (not a claim, a refusal or a kind
+/// schema 4 added); in earlier ones, only the outcomes (created, recorded,
+/// completed). A claim of an earlier schema is read through
+/// [`LegacyClaimed`]'s layout instead.
 pub(crate) fn borrowable(schema: u16, variant: u32) -> bool {
-    !SCHEMAS.contains(&schema) || (1..=4).contains(&variant)
+    match schema {
+        3 => matches!(variant, 0 | 1 | 3..=8 | 10 | 11),
+        1 | 2 => matches!(variant, 1 | 3 | 4),
+        _ => true,
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -83,6 +94,18 @@ enum LegacyKind {
     },
 }
 
+/// `claimed` as schemas 1 to 3 lay it out: no worker.
+#[derive(Serialize, Deserialize)]
+pub(super) struct LegacyClaimed<K, R> {
+    pub(super) schema: u16,
+    pub(super) seq: u64,
+    pub(super) at: Timestamp,
+    /// [`CLAIMED`].
+    pub(super) variant: u32,
+    pub(super) key: K,
+    pub(super) request: R,
+}
+
 /// `opened` as schemas 1 and 2 lay it out: no epoch.
 #[derive(Serialize, Deserialize)]
 struct LegacyOpened {
@@ -94,8 +117,8 @@ struct LegacyOpened {
     accept_foreign_ids: bool,
 }
 
-/// Decodes an event of schema 1 or 2. Refuses one holding what its schema
-/// cannot.
+/// Decodes an event of schema 1, 2 or 3. Refuses one holding what its
+/// schema cannot.
 pub(super) fn decode(schema: u16, bytes: &[u8]) -> Result<Event, CodecError> {
     let event = match (schema, variant(bytes)) {
         (1, _) => {
@@ -112,7 +135,20 @@ pub(super) fn decode(schema: u16, bytes: &[u8]) -> Result<Event, CodecError> {
                 kind: kind.into(),
             }
         }
-        (_, Some(0)) => {
+        (_, Some(CLAIMED)) => {
+            let claimed: LegacyClaimed<RequestKey, WithdrawalRequest> = codec::decode(bytes)?;
+            Event {
+                schema: claimed.schema,
+                seq: claimed.seq,
+                at: claimed.at,
+                kind: EventKind::Claimed {
+                    key: claimed.key,
+                    request: claimed.request,
+                    worker: None,
+                },
+            }
+        }
+        (2, Some(0)) => {
             let opened: LegacyOpened = codec::decode(bytes)?;
             Event {
                 schema: opened.schema,
@@ -126,7 +162,7 @@ pub(super) fn decode(schema: u16, bytes: &[u8]) -> Result<Event, CodecError> {
         }
         _ => codec::decode(bytes)?,
     };
-    match fits(&event.kind) {
+    match fits(schema, &event.kind) {
         true => Ok(event),
         false => Err(no_place(schema, event.kind.name())),
     }
@@ -149,8 +185,8 @@ fn variant(bytes: &[u8]) -> Option<u32> {
     ]))
 }
 
-/// Encodes an event of schema 1 or 2; refuses one holding what its schema
-/// cannot.
+/// Encodes an event of schema 1, 2 or 3; refuses one holding what its
+/// schema cannot.
 pub(super) fn encode(event: &Event) -> Result<Vec<u8>, CodecError> {
     let schema = event.schema;
     let refuse = |name: &str| CodecError::Encode {
@@ -158,7 +194,7 @@ pub(super) fn encode(event: &Event) -> Result<Vec<u8>, CodecError> {
             "a {name} event of schema {schema} holds what schema {schema} has no place for"
         ),
     };
-    if !fits(&event.kind) {
+    if !fits(schema, &event.kind) {
         return Err(refuse(event.kind.name()));
     }
     match (schema, &event.kind) {
@@ -168,8 +204,16 @@ pub(super) fn encode(event: &Event) -> Result<Vec<u8>, CodecError> {
             at: event.at,
             kind: LegacyKind::try_from(kind.clone()).map_err(refuse)?,
         }),
+        (_, EventKind::Claimed { key, request, .. }) => codec::encode(&LegacyClaimed {
+            schema,
+            seq: event.seq,
+            at: event.at,
+            variant: CLAIMED,
+            key,
+            request,
+        }),
         (
-            _,
+            2,
             EventKind::Opened {
                 accept_foreign_ids, ..
             },
@@ -184,9 +228,16 @@ pub(super) fn encode(event: &Event) -> Result<Vec<u8>, CodecError> {
     }
 }
 
-/// Whether `kind` holds only what schemas 1 and 2 could: none of the
+/// Whether `kind` holds only what `schema` could: nothing schema 4 added
+/// (sessions, a claim naming its worker) and, before schema 3, none of the
 /// kinds, causes, commands and refusals schema 3 added, and no epoch.
-fn fits(kind: &EventKind) -> bool {
+fn fits(schema: u16, kind: &EventKind) -> bool {
+    if !sessionless(kind) {
+        return false;
+    }
+    if schema >= 3 {
+        return true;
+    }
     match kind {
         EventKind::Advanced { .. } | EventKind::Corrected { .. } => false,
         EventKind::Opened { epoch, .. } => epoch.is_none(),
@@ -194,6 +245,21 @@ fn fits(kind: &EventKind) -> bool {
         EventKind::Refused {
             command, refusal, ..
         } => command_fits(command) && refusal_fits(refusal),
+        _ => true,
+    }
+}
+
+/// Whether `kind` holds nothing of the worker sessions schema 4 added.
+fn sessionless(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Started { .. } | EventKind::SessionEnded { .. } => false,
+        EventKind::Claimed { worker, .. } => worker.is_none(),
+        EventKind::Refused {
+            command, refusal, ..
+        } => {
+            !matches!(command, Command::EndSession { .. } | Command::Start { .. })
+                && !matches!(refusal, Refusal::NoSession { .. })
+        }
         _ => true,
     }
 }
@@ -225,7 +291,11 @@ impl From<LegacyKind> for EventKind {
                 epoch: None,
             },
             LegacyKind::Created { withdrawal } => EventKind::Created { withdrawal },
-            LegacyKind::Claimed { key, request } => EventKind::Claimed { key, request },
+            LegacyKind::Claimed { key, request } => EventKind::Claimed {
+                key,
+                request,
+                worker: None,
+            },
             LegacyKind::Recorded { key, request } => EventKind::Recorded { key, request },
             LegacyKind::Completed { key, outcome } => EventKind::Completed { key, outcome },
             LegacyKind::SendRejected { key, reason } => EventKind::SendRejected {
@@ -277,7 +347,11 @@ impl TryFrom<EventKind> for LegacyKind {
                 epoch: None,
             } => LegacyKind::Opened { accept_foreign_ids },
             EventKind::Created { withdrawal } => LegacyKind::Created { withdrawal },
-            EventKind::Claimed { key, request } => LegacyKind::Claimed { key, request },
+            EventKind::Claimed {
+                key,
+                request,
+                worker: None,
+            } => LegacyKind::Claimed { key, request },
             EventKind::Recorded { key, request } => LegacyKind::Recorded { key, request },
             EventKind::Completed { key, outcome } => LegacyKind::Completed { key, outcome },
             EventKind::SendRejected {

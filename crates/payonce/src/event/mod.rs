@@ -15,7 +15,7 @@ mod legacy;
 mod view;
 
 use payonce_model::codec::{self, CodecError};
-use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
+use payonce_model::{Actor, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WorkerName};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use self::view::{EventView, KindView};
@@ -35,7 +35,15 @@ use crate::time::Timestamp;
 ///   forward (`advanced`) and are corrected (`corrected`); only a settled
 ///   withdrawal is an outcome, and a send that answers with another is an
 ///   unknown outcome (`send_failed`, cause `unsettled`).
-pub const SCHEMA_VERSION: u16 = 3;
+/// - 4: workers of a ledger several processes share: a worker's start
+///   (`started`) ends only the sends of its own earlier sessions, a claim
+///   names the worker whose send follows, and an operator ends a dead
+///   worker's session (`session_ended`).
+pub const SCHEMA_VERSION: u16 = 4;
+
+/// The first schema with worker sessions: claims name their worker, and
+/// `started` and `session_ended` exist.
+pub(crate) const SCHEMA_SESSIONS: u16 = 4;
 
 /// The first schema whose key-only events and refusals name the
 /// withdrawal the key held.
@@ -97,6 +105,10 @@ pub enum EventKind {
         key: RequestKey,
         /// The request as submitted.
         request: WithdrawalRequest,
+        /// The worker of a shared ledger whose send follows (schema 4 on);
+        /// `None` on a ledger one process writes, whose next opening ends
+        /// the send.
+        worker: Option<WorkerName>,
     },
     /// A key and a withdrawal were claimed with the request as the outcome.
     Recorded {
@@ -187,6 +199,25 @@ pub enum EventKind {
         /// The operator.
         by: Actor,
     },
+    /// A worker of a shared ledger started a session (schema 4 on): the
+    /// sends of its earlier sessions are over; ids minted from now on carry
+    /// `epoch`.
+    Started {
+        /// The worker.
+        worker: WorkerName,
+        /// The number drawn for this session.
+        epoch: u64,
+    },
+    /// An operator ended the session of a worker that is gone (schema 4
+    /// on): the sends it claimed are over, and their keys can be closed.
+    SessionEnded {
+        /// The worker.
+        worker: WorkerName,
+        /// The operator's note.
+        note: Note,
+        /// The operator.
+        by: Actor,
+    },
 }
 
 impl EventKind {
@@ -205,7 +236,10 @@ impl EventKind {
             EventKind::Refused {
                 command, refusal, ..
             } => command_key(command).or(refusal.key()),
-            EventKind::Opened { .. } | EventKind::Created { .. } => None,
+            EventKind::Opened { .. }
+            | EventKind::Created { .. }
+            | EventKind::Started { .. }
+            | EventKind::SessionEnded { .. } => None,
         }
     }
 
@@ -232,7 +266,21 @@ impl EventKind {
             } => command_withdrawal(command)
                 .or(refusal.withdrawal())
                 .or(held.as_ref()),
-            EventKind::Opened { .. } => None,
+            EventKind::Opened { .. }
+            | EventKind::Started { .. }
+            | EventKind::SessionEnded { .. } => None,
+        }
+    }
+
+    /// The worker the event names: the one whose session it starts or
+    /// ends, or whose send follows a claim.
+    pub fn worker(&self) -> Option<&WorkerName> {
+        match self {
+            EventKind::Started { worker, .. } | EventKind::SessionEnded { worker, .. } => {
+                Some(worker)
+            }
+            EventKind::Claimed { worker, .. } => worker.as_ref(),
+            _ => None,
         }
     }
 
@@ -268,6 +316,8 @@ impl EventKind {
             EventKind::Refused { .. } => "refused",
             EventKind::Advanced { .. } => "advanced",
             EventKind::Corrected { .. } => "corrected",
+            EventKind::Started { .. } => "started",
+            EventKind::SessionEnded { .. } => "session_ended",
         }
     }
 }
@@ -282,7 +332,10 @@ pub fn command_key(command: &Command) -> Option<&RequestKey> {
         | Command::Release { key, .. }
         | Command::Advance { key, .. }
         | Command::Correct { key, .. } => Some(key),
-        Command::Open { .. } | Command::Create { .. } => None,
+        Command::Open { .. }
+        | Command::Create { .. }
+        | Command::EndSession { .. }
+        | Command::Start { .. } => None,
     }
 }
 
@@ -339,8 +392,8 @@ impl std::error::Error for EventDecodeError {}
 
 impl Event {
     /// The event's bytes for the log, in the schema it names: the ledger
-    /// writes only [`SCHEMA_VERSION`]; an event of schema 1 read from an
-    /// old log encodes back to the bytes it was read from.
+    /// writes only [`SCHEMA_VERSION`]; an event of an earlier schema read
+    /// from an old log encodes back to the bytes it was read from.
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
         let bytes = match self.schema {
             SCHEMA_VERSION => codec::encode(self)?,

@@ -1,9 +1,9 @@
 //! The schema's encodings: owned and borrowed decoding agree, kind by
-//! kind, in both schemas this build reads.
+//! kind, in every schema this build reads.
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Note, Reason, Reference, RequestKey, WithdrawalId,
-    WithdrawalRequest,
+    WithdrawalRequest, WorkerName,
 };
 use proptest::prelude::*;
 
@@ -31,11 +31,12 @@ fn sent(id: &str, reference: &str) -> WithdrawalRequest {
 }
 
 /// The schemas this build reads.
-pub(crate) const SCHEMAS: [u16; 3] = [1, 2, SCHEMA_VERSION];
+pub(crate) const SCHEMAS: [u16; 4] = [1, 2, 3, SCHEMA_VERSION];
 
 /// One event of every kind `schema` has: in schema 1 nothing names the
-/// withdrawal a key held, and only schema 3 has epochs, moves and
-/// corrections. Also a bumped outcome, which a view cannot borrow.
+/// withdrawal a key held, only schemas 3 on have epochs, moves and
+/// corrections, and only schema 4 sessions and claims naming a worker.
+/// Also a bumped outcome, which a view cannot borrow.
 fn every_kind(schema: u16) -> Vec<EventKind> {
     let key = || RequestKey::new("k-1").unwrap();
     let held = || (schema >= SCHEMA_NAMING_HELD).then(|| WithdrawalId::new("w-1").unwrap());
@@ -61,6 +62,7 @@ fn every_kind(schema: u16) -> Vec<EventKind> {
         EventKind::Claimed {
             key: key(),
             request: request("w-1"),
+            worker: None,
         },
         EventKind::Recorded {
             key: key(),
@@ -117,7 +119,43 @@ fn every_kind(schema: u16) -> Vec<EventKind> {
     if schema >= SCHEMA_SETTLED_OUTCOMES {
         kinds.extend(schema_3_kinds());
     }
+    if schema >= SCHEMA_SESSIONS {
+        kinds.extend(schema_4_kinds());
+    }
     kinds
+}
+
+/// The kinds, commands and refusals schema 4 added, and a claim naming
+/// its worker.
+fn schema_4_kinds() -> Vec<EventKind> {
+    let worker = || WorkerName::new("api-2").unwrap();
+    let note = Note::new("the host is gone").unwrap();
+    let by = Actor::new("ops").unwrap();
+    vec![
+        EventKind::Started {
+            worker: worker(),
+            epoch: 0x0fed_cba9_8765_4321,
+        },
+        EventKind::Claimed {
+            key: RequestKey::new("k-2").unwrap(),
+            request: request("w-2"),
+            worker: Some(worker()),
+        },
+        EventKind::SessionEnded {
+            worker: worker(),
+            note: note.clone(),
+            by: by.clone(),
+        },
+        EventKind::Refused {
+            command: Command::EndSession {
+                worker: worker(),
+                note,
+                by,
+            },
+            refusal: Refusal::NoSession { worker: worker() },
+            held: None,
+        },
+    ]
 }
 
 /// The kinds, causes, commands and refusals schema 3 added.
@@ -180,8 +218,8 @@ pub(crate) fn every_event(schema: u16) -> Vec<Event> {
 }
 
 /// Whether a borrowed reading of `event` is expected to refuse it: a
-/// bumped withdrawal, or in an earlier schema any kind but the claims and
-/// outcomes.
+/// bumped withdrawal; in schema 3 a refusal, which may hold what schema 4
+/// added; before it any kind but the claims and outcomes.
 fn view_refuses(event: &Event) -> bool {
     let bumped = match &event.kind {
         EventKind::Completed { outcome, .. } | EventKind::Advanced { outcome, .. } => {
@@ -196,7 +234,12 @@ fn view_refuses(event: &Event) -> bool {
             | EventKind::Recorded { .. }
             | EventKind::Completed { .. }
     );
-    bumped || (event.schema < SCHEMA_VERSION && !claim_or_outcome)
+    let borrowable = match event.schema {
+        SCHEMA_VERSION => true,
+        3 => !matches!(event.kind, EventKind::Refused { .. }),
+        _ => claim_or_outcome,
+    };
+    bumped || !borrowable
 }
 
 #[test]
@@ -266,15 +309,36 @@ fn an_event_holding_what_its_schema_has_no_place_for_neither_encodes_nor_decodes
         forged.encode().is_err(),
         "schema 1 names no held withdrawal"
     );
-    for kind in schema_3_kinds() {
-        let mut event = event(2, 5, kind);
+    let later = schema_3_kinds()
+        .into_iter()
+        .map(|kind| (2, kind))
+        .chain(schema_4_kinds().into_iter().map(|kind| (3, kind)));
+    for (schema, kind) in later {
+        let mut event = event(schema, 5, kind);
         assert!(event.encode().is_err(), "{}", event.kind.name());
-        // Written as schema 3, then labelled schema 2.
+        // Written in the current schema, then labelled the earlier one.
         event.schema = SCHEMA_VERSION;
         let mut bytes = event.encode().unwrap();
-        bytes[..2].copy_from_slice(&2u16.to_le_bytes());
+        bytes[..2].copy_from_slice(&schema.to_le_bytes());
         assert!(Event::decode(&bytes).is_err(), "{}", event.kind.name());
+        assert!(EventView::decode(&bytes).is_err(), "{}", event.kind.name());
     }
+}
+
+#[test]
+fn a_schema_3_claim_names_no_worker_and_reads_back_as_written() {
+    // Guards against the one layout schema 4 changed being read with the new one.
+    let mut claim = documented_event();
+    claim.schema = 3;
+    let old = claim.encode().unwrap();
+    claim.schema = SCHEMA_VERSION;
+    let new = claim.encode().unwrap();
+    // Schema 4 adds one byte at the end: the `None` of the worker.
+    assert_eq!(old[2..], new[2..new.len() - 1]);
+    assert_eq!(new.last(), Some(&0));
+    claim.schema = 3;
+    assert_eq!(Event::decode(&old).unwrap(), claim);
+    assert_eq!(EventView::decode(&old).unwrap().kind.to_value(), claim.kind);
 }
 
 #[test]
@@ -356,6 +420,7 @@ fn documented_event() -> Event {
                 Destination::new("0xabc").unwrap(),
                 Actor::new("alice").unwrap(),
             ),
+            worker: None,
         },
     }
 }
@@ -372,10 +437,10 @@ fn the_documented_event_is_the_bytes_the_document_gives() {
     assert_eq!(
         hex,
         concat!(
-            "03000300000000000000004aff75ddd0ec180200000003000000000000006b2d",
+            "04000300000000000000004aff75ddd0ec180200000003000000000000006b2d",
             "310300000000000000772d321900000000000000000000000000000000040000",
             "0000000000555344430500000000000000307861626300000000000005000000",
-            "00000000616c6963650000000000000000",
+            "00000000616c696365000000000000000000",
         )
     );
 }

@@ -10,11 +10,11 @@ use std::borrow::Cow;
 use payonce_model::codec;
 use payonce_model::{
     Actor, Note, Reason, RequestKey, TextView, ValidText, WithdrawalId, WithdrawalRequest,
-    WithdrawalView,
+    WithdrawalView, WorkerName,
 };
 use serde::Deserialize;
 
-use super::{EventDecodeError, EventKind, KIND_OFFSET, legacy, schema_of};
+use super::{EventDecodeError, EventKind, KIND_OFFSET, SCHEMA_SESSIONS, legacy, schema_of};
 use crate::command::{Command, FailureCause};
 use crate::refusal::Refusal;
 use crate::time::Timestamp;
@@ -47,6 +47,8 @@ pub(crate) enum KindView<'a> {
         key: TextView<'a, RequestKey>,
         #[serde(borrow)]
         request: WithdrawalView<'a>,
+        #[serde(borrow)]
+        worker: Option<TextView<'a, WorkerName>>,
     },
     Recorded {
         #[serde(borrow)]
@@ -121,6 +123,19 @@ pub(crate) enum KindView<'a> {
         #[serde(borrow)]
         by: TextView<'a, Actor>,
     },
+    Started {
+        #[serde(borrow)]
+        worker: TextView<'a, WorkerName>,
+        epoch: u64,
+    },
+    SessionEnded {
+        #[serde(borrow)]
+        worker: TextView<'a, WorkerName>,
+        #[serde(borrow)]
+        note: TextView<'a, Note>,
+        #[serde(borrow)]
+        by: TextView<'a, Actor>,
+    },
 }
 
 impl<'a> EventView<'a> {
@@ -133,6 +148,9 @@ impl<'a> EventView<'a> {
         let variant = bytes
             .get(KIND_OFFSET..KIND_OFFSET + 4)
             .map(|variant| u32::from_le_bytes([variant[0], variant[1], variant[2], variant[3]]));
+        if schema < SCHEMA_SESSIONS && variant == Some(legacy::CLAIMED) {
+            return decode_legacy_claim(bytes);
+        }
         if !variant.is_some_and(|variant| legacy::borrowable(schema, variant)) {
             return Err(EventDecodeError::Codec(codec::CodecError::Decode {
                 detail: format!(
@@ -148,6 +166,23 @@ impl<'a> EventView<'a> {
         );
         Ok(event)
     }
+}
+
+/// A claim of a schema before worker sessions, borrowed: it names no
+/// worker.
+fn decode_legacy_claim(bytes: &[u8]) -> Result<EventView<'_>, EventDecodeError> {
+    let claimed: legacy::LegacyClaimed<TextView<'_, RequestKey>, WithdrawalView<'_>> =
+        codec::decode_borrowed(bytes).map_err(EventDecodeError::Codec)?;
+    Ok(EventView {
+        schema: claimed.schema,
+        seq: claimed.seq,
+        at: claimed.at,
+        kind: KindView::Claimed {
+            key: claimed.key,
+            request: claimed.request,
+            worker: None,
+        },
+    })
 }
 
 /// A borrowed field's owned value: what [`KindView::to_value`] makes of
@@ -176,7 +211,7 @@ macro_rules! text_fields {
         }
     )*};
 }
-text_fields!(RequestKey, WithdrawalId, Reason, Note, Actor);
+text_fields!(RequestKey, WithdrawalId, Reason, Note, Actor, WorkerName);
 
 impl<T: ValidText> Owned for TextView<'_, T> {
     type Value = T;
@@ -264,7 +299,7 @@ macro_rules! with_every_kind {
         $then!($($args)*;
             Opened { accept_foreign_ids, epoch },
             Created { withdrawal },
-            Claimed { key, request },
+            Claimed { key, request, worker },
             Recorded { key, request },
             Completed { key, outcome },
             SendRejected { key, withdrawal, reason },
@@ -274,6 +309,8 @@ macro_rules! with_every_kind {
             Refused { command, refusal, held },
             Advanced { key, outcome },
             Corrected { key, old, new, note, by },
+            Started { worker, epoch },
+            SessionEnded { worker, note, by },
         )
     };
 }

@@ -2,6 +2,7 @@
 //! and appends, durability waits and sends happen outside it.
 
 mod config;
+mod shared;
 mod ticket;
 
 use std::any::Any;
@@ -13,15 +14,19 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use payonce_log::{FsStorage, Log, Recovery, Storage, segments_len};
-use payonce_model::{Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest};
+use payonce_model::{
+    Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WorkerName,
+};
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
 
 pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
+pub use self::shared::{Appended, BATCH_EVENTS_MAX, READ_LEN_MAX, SharedLog, SharedRecord};
+use self::shared::{Round, Shared};
 pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
 use crate::decide::{self, Answer, Returned};
-use crate::error::{LedgerError, SendFailure, SubmitError};
+use crate::error::{LedgerError, SendFailure, StoreError, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
@@ -39,13 +44,23 @@ pub struct Ledger {
 }
 
 struct Inner {
-    log: Log,
+    store: Store,
     /// What opening found and repaired.
     recovery: Recovery,
     /// Ordering decisions and appends under one lock makes log order
     /// decision order.
-    state: Mutex<State>,
+    state: Mutex<Round>,
     config: Config,
+}
+
+/// Where the ledger keeps its events. One per ledger, made once: the
+/// size of the file log beside a shared one costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    /// A log in a directory, which this process alone writes.
+    File(Log),
+    /// A log several processes share (a database).
+    Shared(Shared),
 }
 
 impl fmt::Debug for Ledger {
@@ -146,8 +161,8 @@ impl Ledger {
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
         let ledger = Ledger {
             inner: Arc::new(Inner {
-                log,
-                state: Mutex::new(state),
+                store: Store::File(log),
+                state: Mutex::new(Round::new(state)),
                 config,
                 recovery,
             }),
@@ -168,7 +183,113 @@ impl Ledger {
         &self.inner.recovery
     }
 
-    fn lock_state(&self) -> Result<MutexGuard<'_, State>, LedgerError> {
+    /// Opens a ledger several processes share, as `worker`: replays the
+    /// shared log, re-deriving every decision, and records the worker's
+    /// start, which ends the sends of its earlier sessions (and no other
+    /// worker's). A log with no ledger in it is refused
+    /// ([`LedgerError::NoLog`]), and so is a `config` whose policy on ids
+    /// minted elsewhere is not the one the ledger recorded when it was
+    /// created ([`LedgerError::PolicyMismatch`]).
+    pub fn open_shared(
+        log: Arc<dyn SharedLog>,
+        worker: WorkerName,
+        config: Config,
+    ) -> Result<Ledger, LedgerError> {
+        let span = info_span!("open", worker = %worker);
+        let _entered = span.enter();
+        let state = shared::rebuild(&*log)?;
+        if state.last_seq() == 0 {
+            return Err(LedgerError::NoLog {
+                dir: format!("{log:?}"),
+                found: Vec::new(),
+            });
+        }
+        if state.accepts_foreign_ids() != config.accept_foreign_ids {
+            return Err(LedgerError::PolicyMismatch {
+                ledger: state.accepts_foreign_ids(),
+                worker: config.accept_foreign_ids,
+            });
+        }
+        info!(
+            events = state.last_seq(),
+            keys = state.key_count(),
+            "replayed"
+        );
+        let epoch = config.epochs.draw();
+        let ledger = Ledger::on_shared(log, Some(worker.clone()), state, config);
+        let command = Command::Start {
+            worker: worker.clone(),
+            epoch,
+        };
+        ledger.execute(&command, |_| Ok(decide::start(&worker, epoch)))?;
+        ledger.lock_state()?.session = Some(epoch);
+        info!(epoch, "started");
+        Ok(ledger)
+    }
+
+    /// Creates a ledger on a shared log that holds no event yet: its first
+    /// event, `opened`, records the policy every worker decides under. A
+    /// log holding events is refused ([`LedgerError::NotEmpty`]) with
+    /// nothing written, even if another process created the ledger a
+    /// moment before. The ledger returned writes as no worker: workers
+    /// open it with [`Ledger::open_shared`].
+    pub fn init_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
+        let state = shared::rebuild(&*log)?;
+        let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
+        let ledger = Ledger::on_shared(log, None, state, config);
+        let command = Command::Open {
+            accept_foreign_ids,
+            epoch,
+        };
+        let created = ledger.execute(&command, |state| {
+            Ok(match state.last_seq() {
+                0 => decide::open(accept_foreign_ids, epoch).map_nothing(),
+                events => Answer::Nothing(events),
+            })
+        })?;
+        match created {
+            Executed::Appended { .. } => Ok(ledger),
+            Executed::Nothing(events) => Err(LedgerError::NotEmpty {
+                dir: format!("{:?}", ledger.shared().map(|shared| &shared.log)),
+                found: Vec::new(),
+                count: usize::try_from(events).unwrap_or(usize::MAX),
+            }),
+        }
+    }
+
+    /// Opens a ledger on a shared log for an operator: replays it,
+    /// re-deriving every decision, and writes as no worker, so it resolves,
+    /// corrects, releases and ends sessions, but claims nothing (a claim
+    /// needs a worker whose next start ends its send). A log with no
+    /// ledger in it is refused ([`LedgerError::NoLog`]).
+    pub fn attach_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
+        let state = shared::rebuild(&*log)?;
+        if state.last_seq() == 0 {
+            return Err(LedgerError::NoLog {
+                dir: format!("{log:?}"),
+                found: Vec::new(),
+            });
+        }
+        Ok(Ledger::on_shared(log, None, state, config))
+    }
+
+    fn on_shared(
+        log: Arc<dyn SharedLog>,
+        worker: Option<WorkerName>,
+        state: State,
+        config: Config,
+    ) -> Ledger {
+        Ledger {
+            inner: Arc::new(Inner {
+                store: Store::Shared(Shared::new(log, worker)),
+                recovery: Recovery::default(),
+                state: Mutex::new(Round::new(state)),
+                config,
+            }),
+        }
+    }
+
+    fn lock_state(&self) -> Result<MutexGuard<'_, Round>, LedgerError> {
         // Fail closed: a panic while the state was locked may have left it
         // half-applied.
         self.inner.state.lock().map_err(|_| LedgerError::Poisoned)
@@ -192,37 +313,49 @@ impl Ledger {
         decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
         wait: Wait,
     ) -> Result<Executed<M, N>, LedgerError> {
-        let mut state = self.lock_state()?;
+        let log = match &self.inner.store {
+            Store::File(log) => log,
+            // Every answer of a shared ledger waits for its batch's commit.
+            Store::Shared(shared) => return self.execute_shared(shared, command, decide),
+        };
+        let mut round = self.lock_state()?;
+        let state = &mut round.state;
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
-        self.inner.log.check()?;
-        let executed = match decide(&state) {
+        log.check()?;
+        let executed = match decide(state) {
             Ok(Answer::Append { event, meaning }) => Executed::Appended {
-                seq: self.append(&mut state, event)?,
+                seq: self.append(log, state, event)?,
                 meaning,
             },
             Ok(Answer::Nothing(reason)) => Executed::Nothing(reason),
-            Err(refusal) => return Err(self.refuse(&mut state, command, refusal)),
+            Err(refusal) => return Err(self.refuse(log, state, command, refusal)),
         };
         // A replayed outcome may have been appended a moment ago by another
         // thread that is still waiting for it to be synced: nothing is
         // acknowledged before it is durable.
         let wait_for = state.last_seq();
-        drop(state);
+        drop(round);
         if wait == Wait::Durable && wait_for > 0 {
-            self.inner.log.wait_durable(wait_for)?;
+            log.wait_durable(wait_for)?;
         }
         Ok(executed)
     }
 
     /// Records the refusal of `command` for audit, if refusals are logged,
     /// and returns it as the error.
-    fn refuse(&self, state: &mut State, command: &Command, refusal: Refusal) -> LedgerError {
+    fn refuse(
+        &self,
+        log: &Log,
+        state: &mut State,
+        command: &Command,
+        refusal: Refusal,
+    ) -> LedgerError {
         info!(%refusal, "refused");
         if self.inner.config.log_refusals {
             let kind = decide::refused(state, command, &refusal);
             // The refusal stands whether or not its audit record lands.
-            if let Err(error) = self.append(state, kind) {
+            if let Err(error) = self.append(log, state, kind) {
                 warn!(%error, %refusal, "could not record a refusal in the log");
             }
         }
@@ -232,7 +365,7 @@ impl Ledger {
     /// Appends `kind` as the next event and applies it; returns its number.
     /// Called with the state locked, so the event's number is the log's
     /// next.
-    fn append(&self, state: &mut State, kind: EventKind) -> Result<u64, LedgerError> {
+    fn append(&self, log: &Log, state: &mut State, kind: EventKind) -> Result<u64, LedgerError> {
         let event = Event {
             schema: SCHEMA_VERSION,
             seq: state.last_seq() + 1,
@@ -240,7 +373,7 @@ impl Ledger {
             kind,
         };
         let bytes = event.encode()?;
-        let seq = self.inner.log.append(&bytes)?;
+        let seq = log.append(&bytes)?;
         assert_eq!(
             seq, event.seq,
             "the log numbered an event differently from the ledger"
@@ -303,7 +436,15 @@ impl Ledger {
             key: key.clone(),
             request: request.clone(),
         };
-        match self.execute(&command, |state| decide::claim(state, &key, request))? {
+        let worker = self.worker().cloned();
+        if self.shared().is_some() && worker.is_none() {
+            return Err(LedgerError::Store(StoreError::Unsafe {
+                detail: "a ledger opened for an operator claims nothing: open it as a worker"
+                    .to_owned(),
+            }));
+        }
+        let decided = |state: &State| decide::claim(state, &key, request, worker.as_ref());
+        match self.execute(&command, decided)? {
             Executed::Appended { seq, .. } => {
                 info!(seq, "claimed");
                 Ok(Claim::Granted(Ticket {
@@ -624,7 +765,7 @@ impl Ledger {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        query(&state)
+        query(&state.state)
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
@@ -670,7 +811,34 @@ impl Ledger {
 
     /// Waits until every event appended so far is on stable storage.
     pub fn sync(&self) -> Result<(), LedgerError> {
-        self.inner.log.sync()?;
+        // A shared ledger answers only once a batch is committed.
+        if let Store::File(log) = &self.inner.store {
+            log.sync()?;
+        }
+        Ok(())
+    }
+
+    /// An operator's "I looked; this worker is gone": ends the session of
+    /// `worker` on a shared ledger, so the sends it claimed no longer count
+    /// as running and their keys can be resolved or released. Refused
+    /// ([`Refusal::NoSession`]) if it has no live session. Whether the
+    /// worker's process is really gone is for the caller to make sure of
+    /// first (`payonce-postgres` refuses while it holds its lock).
+    pub fn end_session(&self, worker: &str, note: &str, by: &str) -> Result<(), LedgerError> {
+        let worker = WorkerName::new(worker)?;
+        let (note, by) = (Note::new(note)?, Actor::operator(by)?);
+        let span = info_span!("end_session", worker = %worker);
+        let _entered = span.enter();
+        let command = Command::EndSession {
+            worker: worker.clone(),
+            note: note.clone(),
+            by: by.clone(),
+        };
+        let decided = |state: &State| decide::end_session(state, &worker, &note, &by);
+        match self.execute(&command, decided)? {
+            Executed::Appended { .. } => info!("session ended"),
+            Executed::Nothing(never) => match never {},
+        }
         Ok(())
     }
 

@@ -4,8 +4,8 @@
 //! hold (refusals, send results, operator actions, a bumped
 //! withdrawal) are kept whole. Replay alone reads this format.
 
-use payonce_model::RequestKey;
 use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
+use payonce_model::{RequestKey, WorkerName};
 
 use crate::error::LedgerError;
 use crate::event::{Event, EventView, KindView};
@@ -49,6 +49,7 @@ enum PackedKind {
     Claimed {
         key: ArenaText<RequestKey>,
         request: ArenaRequest,
+        worker: Option<ArenaText<WorkerName>>,
     },
     Recorded {
         key: ArenaText<RequestKey>,
@@ -137,9 +138,14 @@ fn pack(view: &EventView<'_>, arena: &mut TextArena) -> Option<PackedEvent> {
         KindView::Created { withdrawal } => PackedKind::Created {
             withdrawal: arena.push_request(withdrawal)?,
         },
-        KindView::Claimed { key, request } => PackedKind::Claimed {
+        KindView::Claimed {
+            key,
+            request,
+            worker,
+        } => PackedKind::Claimed {
             key: arena.push(*key),
             request: arena.push_request(request)?,
+            worker: worker.map(|worker| arena.push(worker)),
         },
         KindView::Recorded { key, request } => PackedKind::Recorded {
             key: arena.push(*key),
@@ -183,9 +189,14 @@ impl PackedEvent {
             PackedKind::Created { withdrawal } => KindView::Created {
                 withdrawal: arena.request(withdrawal),
             },
-            PackedKind::Claimed { key, request } => KindView::Claimed {
+            PackedKind::Claimed {
+                key,
+                request,
+                worker,
+            } => KindView::Claimed {
                 key: arena.get(*key),
                 request: arena.request(request),
+                worker: worker.map(|worker| arena.get(worker)),
             },
             PackedKind::Recorded { key, request } => KindView::Recorded {
                 key: arena.get(*key),
@@ -226,7 +237,7 @@ mod tests {
                 // schema; refusals, send results, operator actions, moves
                 // and a bumped outcome are kept whole.
                 let packable = match &event.kind {
-                    EventKind::Opened { .. } => schema == SCHEMA_VERSION,
+                    EventKind::Opened { .. } => schema >= 3,
                     EventKind::Completed { outcome, .. } => outcome.replaced().is_empty(),
                     EventKind::Created { .. }
                     | EventKind::Claimed { .. }

@@ -49,9 +49,21 @@ pub(crate) fn rederive_prefetched(
 fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -> bool {
     let schema = event.schema;
     match &event.kind {
-        KindView::Opened { .. } => true,
+        KindView::Opened { .. } | KindView::Started { .. } => true,
+        KindView::SessionEnded { worker, .. } => judge::end_session(state, *worker).is_ok(),
+        KindView::Claimed {
+            key,
+            request,
+            worker,
+        } => {
+            judge::claimant(state, *worker)
+                && matches!(
+                    judge::claim(state, found, *key, *request),
+                    Ok(ClaimVerdict::Grant)
+                )
+        }
         KindView::Created { withdrawal } => judge::created(state, *withdrawal),
-        KindView::Claimed { key, request } | KindView::Recorded { key, request } => matches!(
+        KindView::Recorded { key, request } => matches!(
             judge::claim(state, found, *key, *request),
             Ok(ClaimVerdict::Grant)
         ),

@@ -1,9 +1,10 @@
 //! `apply`: the only code that changes a [`State`], one event at a time.
 
-use payonce_model::{Currency, Reason, TextView, WithdrawalState, WithdrawalView};
+use payonce_model::{Currency, Reason, TextView, WithdrawalState, WithdrawalView, WorkerName};
 use rust_decimal::Decimal;
 
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
+use super::sessions::Sessions;
 use super::{Found, Prefetched, State};
 use crate::event::{Event, EventView, KindView};
 
@@ -42,9 +43,16 @@ impl State {
                 let slot = self.withdrawal_slot(*withdrawal, found.id);
                 self.withdrawals[slot].created = true;
             }
-            KindView::Claimed { key, request } => {
+            KindView::Claimed {
+                key,
+                request,
+                worker,
+            } => {
                 let slot = self.claim(key, *request, event, found);
                 self.set_send_running(slot, true);
+                if let Some(worker) = worker {
+                    self.sessions.senders.insert(slot, worker.to_value());
+                }
             }
             KindView::Recorded { key, request } => {
                 let slot = self.claim(key, *request, event, found);
@@ -71,6 +79,15 @@ impl State {
                 self.set_outcome(slot, *outcome);
             }
             KindView::Released { key, .. } => self.release(key, found),
+            KindView::Started { worker, epoch } => {
+                self.end_sends_of(*worker);
+                self.sessions.live.insert(worker.to_value(), *epoch);
+                self.epoch = Some(*epoch);
+            }
+            KindView::SessionEnded { worker, .. } => {
+                self.end_sends_of(*worker);
+                self.sessions.live.remove(worker.as_str());
+            }
             KindView::Refused { .. } => self.refusals += 1,
             KindView::Advanced {
                 key,
@@ -99,6 +116,14 @@ impl State {
             self.keys[slot].send_running = false;
         }
         self.sending = 0;
+        self.sessions = Sessions::default();
+    }
+
+    /// `worker`'s earlier session is over: none of its sends is running.
+    fn end_sends_of(&mut self, worker: TextView<'_, WorkerName>) {
+        for slot in self.sessions.sends_of(worker) {
+            self.set_send_running(slot, false);
+        }
     }
 
     /// The slot of `key`, as prefetched.
@@ -272,6 +297,9 @@ impl State {
         entry.send_running = running;
         if !running {
             self.sending -= 1;
+            if !self.sessions.senders.is_empty() {
+                self.sessions.senders.remove(&slot);
+            }
             return;
         }
         self.sending += 1;

@@ -26,20 +26,22 @@
 
 mod apply;
 mod layout;
+mod sessions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Fingerprint, Progress, Reason, Reference, RequestKey,
-    WithdrawalId, WithdrawalRequest, WithdrawalState, WithdrawalView,
+    WithdrawalId, WithdrawalRequest, WithdrawalState, WithdrawalView, WorkerName,
 };
 use rust_decimal::Decimal;
 
 pub use self::apply::apply;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
-use crate::event::{KindView, command_key};
+use self::sessions::Sessions;
+use crate::event::{EventKind, KindView, command_key};
 use crate::time::Timestamp;
 
 /// The most funds held in one currency at once: the largest decimal the
@@ -83,6 +85,9 @@ pub struct State {
     /// (some since cleared), so an open clears them without visiting every
     /// key. Pruned when it holds more than twice the running sends.
     running: Vec<u32>,
+    /// The workers of a shared ledger with a live session, and whose send
+    /// each running send is.
+    sessions: Sessions,
     refusals: u64,
 }
 
@@ -108,7 +113,7 @@ impl<'a> Names<'a> {
     pub(crate) fn texts(kind: &'a KindView<'_>) -> [Option<&'a str>; 2] {
         match kind {
             KindView::Created { withdrawal } => [None, Some(withdrawal.id().as_str())],
-            KindView::Claimed { key, request } | KindView::Recorded { key, request } => {
+            KindView::Claimed { key, request, .. } | KindView::Recorded { key, request } => {
                 [Some(key.as_str()), Some(request.id().as_str())]
             }
             KindView::Resolved { key, outcome, .. } | KindView::Advanced { key, outcome } => {
@@ -122,7 +127,9 @@ impl<'a> Names<'a> {
             KindView::Refused { command, .. } => {
                 [command_key(command).map(|key| key.as_str()), None]
             }
-            KindView::Opened { .. } => [None, None],
+            KindView::Opened { .. } | KindView::Started { .. } | KindView::SessionEnded { .. } => {
+                [None, None]
+            }
         }
     }
 }
@@ -165,6 +172,7 @@ impl fmt::Debug for State {
             .field("last_seq", &self.last_seq)
             .field("accept_foreign_ids", &self.accept_foreign_ids)
             .field("epoch", &self.epoch)
+            .field("sessions", &self.sessions.live)
             .field("records", &records)
             .field("withdrawals (holder, created, funds)", &withdrawals)
             .field("held_totals", &self.held_totals())
@@ -185,6 +193,7 @@ impl PartialEq for State {
                     && mine.entry.claimed_seq == theirs.entry.claimed_seq
                     && mine.entry.claimed_at == theirs.entry.claimed_at
                     && mine.entry.send_running == theirs.entry.send_running
+                    && mine.send_worker() == theirs.send_worker()
                     && mine.progress() == theirs.progress()
                     && mine.last_error() == theirs.last_error()
             })
@@ -202,6 +211,7 @@ impl PartialEq for State {
             && self.accept_foreign_ids == other.accept_foreign_ids
             && self.refusals == other.refusals
             && self.epoch == other.epoch
+            && self.sessions.live == other.sessions.live
             && self.held_totals() == other.held_totals()
             && self.captured_totals() == other.captured_totals()
             && self.keys.len() == other.keys.len()
@@ -241,6 +251,7 @@ impl fmt::Debug for KeyRecord<'_> {
             .field("claimed_at", &self.entry.claimed_at)
             .field("last_error", &self.last_error())
             .field("send_running", &self.entry.send_running)
+            .field("send_worker", &self.send_worker())
             .finish()
     }
 }
@@ -343,9 +354,20 @@ impl<'a> KeyRecord<'a> {
         let at = *self.state.last_errors.get(&self.slot)?;
         Some(stored(self.state.texts.get(at), Reason::new))
     }
-    /// Whether the key's send is running in this process right now.
+    /// Whether the key's send may be running: claimed by a process whose
+    /// session has not ended (on a ledger one process writes, since its
+    /// last opening), with no result recorded.
     pub fn send_running(&self) -> bool {
         self.entry.send_running
+    }
+    /// The worker of a shared ledger whose send [`KeyRecord::send_running`]
+    /// is; `None` when no send runs, or the ledger is written by one
+    /// process.
+    pub fn send_worker(&self) -> Option<WorkerName> {
+        if !self.entry.send_running {
+            return None;
+        }
+        self.state.sessions.senders.get(&self.slot).cloned()
     }
 }
 
@@ -412,6 +434,28 @@ impl<'a> Withdrawal<'a> {
     }
 }
 
+/// What an event does to the claims, for a store that keeps constraint
+/// rows of its own beside the log (a database's unique keys): the key and
+/// the withdrawal it claims, or the ones it frees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClaimChange {
+    /// `key` takes the claim of `withdrawal`.
+    Claims {
+        /// The key.
+        key: RequestKey,
+        /// The withdrawal.
+        withdrawal: WithdrawalId,
+    },
+    /// `key` and `withdrawal` are free to be claimed again.
+    Frees {
+        /// The key.
+        key: RequestKey,
+        /// The withdrawal it held.
+        withdrawal: WithdrawalId,
+    },
+}
+
 /// Funds reserved for a claimed withdrawal until its outcome is known.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Hold {
@@ -438,8 +482,11 @@ pub struct InFlight {
     pub claimed_seq: u64,
     /// The last send error or rail refusal, if any.
     pub last_error: Option<Reason>,
-    /// Whether its send is running in this process right now.
+    /// Whether its send may be running: claimed by a process whose session
+    /// has not ended, with no result recorded.
     pub send_running: bool,
+    /// The worker of a shared ledger whose send it is, while it may run.
+    pub send_worker: Option<WorkerName>,
     /// Whether funds are still held for it (a rail refusal gave them back).
     pub held: bool,
 }
@@ -534,9 +581,48 @@ impl State {
         self.withdrawal(id)?.funds_if(Funds::Captured)
     }
 
-    /// The epoch of the last opening, which the ids it mints carry.
+    /// The epoch of the last opening or start of a worker's session, which
+    /// the ids minted after it carry.
     pub fn epoch(&self) -> Option<u64> {
         self.epoch
+    }
+
+    /// The epoch of `worker`'s live session on a shared ledger: `None` if it
+    /// never started, or its session ended (by its next start, an
+    /// operator, or an opening).
+    pub fn session(&self, worker: &str) -> Option<u64> {
+        self.sessions.epoch_of(worker)
+    }
+
+    /// Every worker with a live session, with its session's epoch, by name.
+    pub fn sessions(&self) -> impl Iterator<Item = (&WorkerName, u64)> {
+        self.sessions
+            .live
+            .iter()
+            .map(|(worker, &epoch)| (worker, epoch))
+    }
+
+    /// What `kind`, the event after this state, does to the claims, as
+    /// [`apply`] applies it: a claim, a record or a resolve under a key
+    /// without a record claim; a release frees its key and withdrawal.
+    pub fn claim_change(&self, kind: &EventKind) -> Option<ClaimChange> {
+        let claims = |key: &RequestKey, request: &WithdrawalRequest| ClaimChange::Claims {
+            key: key.clone(),
+            withdrawal: request.id().clone(),
+        };
+        match kind {
+            EventKind::Claimed { key, request, .. } | EventKind::Recorded { key, request } => {
+                Some(claims(key, request))
+            }
+            EventKind::Resolved { key, outcome, .. } if self.record(key).is_none() => {
+                Some(claims(key, outcome))
+            }
+            EventKind::Released { key, .. } => self.record(key).map(|record| ClaimChange::Frees {
+                key: key.clone(),
+                withdrawal: record.withdrawal(),
+            }),
+            _ => None,
+        }
     }
 
     /// Whether `request`'s amount more can be held without passing
@@ -615,6 +701,7 @@ impl State {
                 claimed_seq: record.claimed_seq(),
                 last_error: record.last_error(),
                 send_running: record.send_running(),
+                send_worker: record.send_worker(),
                 held: record.withdrawal.held(),
             })
             .collect();

@@ -65,6 +65,7 @@ fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
     EventKind::Claimed {
         key: key(key_text),
         request: request.clone(),
+        worker: None,
     }
 }
 
@@ -362,4 +363,81 @@ fn a_bumped_outcome_comes_back_whole_after_compaction() {
     assert_eq!(record.outcome(), Some(bumped.clone()));
     assert!(record.has_outcome(&bumped));
     assert!(!record.has_outcome(&sent(&request, "ref-b")));
+}
+
+fn worker(name: &str) -> payonce_model::WorkerName {
+    payonce_model::WorkerName::new(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn claimed_by(key_text: &str, request: &WithdrawalRequest, by: &str) -> EventKind {
+    EventKind::Claimed {
+        key: key(key_text),
+        request: request.clone(),
+        worker: Some(worker(by)),
+    }
+}
+
+fn started(name: &str, epoch: u64) -> EventKind {
+    EventKind::Started {
+        worker: worker(name),
+        epoch,
+    }
+}
+
+#[test]
+fn a_workers_start_ends_its_own_earlier_sends_and_no_other_workers() {
+    // Guards against a restarted worker ending the sends another live worker is running.
+    let (mut state, w1, w2) = two_created();
+    run(
+        &mut state,
+        [
+            started("api-1", 1),
+            started("api-2", 2),
+            claimed_by("k-1", &w1, "api-1"),
+            claimed_by("k-2", &w2, "api-2"),
+        ],
+    );
+    assert!(state.is_sending("k-1") && state.is_sending("k-2"));
+    assert_eq!(
+        state.record("k-2").and_then(|r| r.send_worker()),
+        Some(worker("api-2"))
+    );
+
+    run(&mut state, [started("api-1", 3)]);
+
+    assert!(!state.is_sending("k-1"), "api-1's earlier send is over");
+    assert!(state.is_sending("k-2"), "api-2 is still running its send");
+    assert_eq!(state.session("api-1"), Some(3));
+    assert_eq!(state.epoch(), Some(3), "ids minted now carry the new epoch");
+    let sessions: Vec<_> = state.sessions().map(|(w, e)| (w.to_string(), e)).collect();
+    assert_eq!(sessions, [("api-1".to_owned(), 3), ("api-2".to_owned(), 2)]);
+}
+
+#[test]
+fn an_ended_session_ends_its_sends_and_an_opening_ends_every_session() {
+    // Guards against a dead worker's send blocking its key's release forever, and against a ledger reopened by one process keeping stale sessions.
+    let (mut state, w1, w2) = two_created();
+    run(
+        &mut state,
+        [
+            started("api-1", 1),
+            started("api-2", 2),
+            claimed_by("k-1", &w1, "api-1"),
+            claimed_by("k-2", &w2, "api-2"),
+            EventKind::SessionEnded {
+                worker: worker("api-2"),
+                note: Note::new("host gone").unwrap_or_else(|e| panic!("{e}")),
+                by: Actor::new("ops").unwrap_or_else(|e| panic!("{e}")),
+            },
+        ],
+    );
+    assert!(state.is_sending("k-1") && !state.is_sending("k-2"));
+    assert_eq!(state.session("api-2"), None);
+    let in_flight = state.in_flight();
+    assert_eq!(in_flight[0].send_worker, Some(worker("api-1")));
+    assert_eq!(in_flight[1].send_worker, None);
+
+    run(&mut state, [opened(false)]);
+    assert!(!state.is_sending("k-1"));
+    assert_eq!(state.sessions().count(), 0);
 }

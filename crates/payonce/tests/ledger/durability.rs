@@ -241,6 +241,7 @@ fn log_with_a_divergent_claim(then: Vec<EventKind>) -> (MemStorage, Config, u64)
     let mut kinds = vec![EventKind::Claimed {
         key: "req-2".parse().unwrap(),
         request: w,
+        worker: None,
     }];
     kinds.extend(then);
     let divergent = forge(&storage, kinds);
@@ -532,6 +533,7 @@ fn verify_of_a_send_failure_recorded_after_an_outcome_keeps_the_outcome_and_the_
         vec![EventKind::Claimed {
             key: "req-1".parse().unwrap(),
             request: w,
+            worker: None,
         }],
     );
     let report = verify_on(Arc::new(storage), LogConfig::default()).unwrap();

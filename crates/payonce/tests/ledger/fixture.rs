@@ -1,12 +1,13 @@
 //! A ledger on in-memory storage with a manual clock, a rail that counts
 //! sends, and helpers to reopen and compare.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use payonce::{
-    Config, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Timestamp,
+    Config, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Ticket, Timestamp,
 };
 use payonce_log::MemStorage;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
@@ -14,11 +15,55 @@ use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalR
 /// 2026-11-30T12:00:00Z.
 pub const START: Timestamp = Timestamp::from_unix_nanos(1_796_040_000_000_000_000);
 
+/// Where a fixture's ledger keeps its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The file log, on in-memory storage.
+    File,
+    /// A PostgreSQL database of its own, on the cluster the tests share,
+    /// written by one worker.
+    Postgres,
+}
+
+thread_local! {
+    static BACKEND: Cell<Backend> = const { Cell::new(Backend::File) };
+}
+
+/// Runs `body` with every fixture it makes on `backend`; on PostgreSQL,
+/// skipped (loudly) when no cluster can be started outside CI.
+pub fn on(backend: Backend, body: fn()) {
+    if backend == Backend::Postgres && payonce_postgres::cluster::for_tests().is_none() {
+        return;
+    }
+    BACKEND.with(|current| current.set(backend));
+    body();
+}
+
+/// The seed's scenarios, each a test on the file log (`file::`) and on
+/// PostgreSQL (`postgres::`), with the same body.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($(#[$meta:meta])* fn $name:ident() $body:block)*) => {
+        $($(#[$meta])* fn $name() $body)*
+        mod file {
+            $(#[test] fn $name() { $crate::on($crate::Backend::File, super::$name) })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { $crate::on($crate::Backend::Postgres, super::$name) })*
+        }
+    };
+}
+
+/// The worker a PostgreSQL fixture writes as.
+const WORKER: &str = "worker-1";
+
 pub struct Fixture {
     pub storage: MemStorage,
     pub clock: Arc<ManualClock>,
     pub config: Config,
     ledger: Option<Ledger>,
+    /// The database of a fixture on PostgreSQL.
+    url: Option<String>,
 }
 
 impl Default for Fixture {
@@ -40,13 +85,63 @@ impl Fixture {
             ..Config::default()
         };
         adjust(&mut config);
-        let ledger = Ledger::init_on(Arc::new(storage.clone()), config.clone()).unwrap();
+        let (ledger, url) = match BACKEND.with(Cell::get) {
+            Backend::File => (
+                Ledger::init_on(Arc::new(storage.clone()), config.clone()).unwrap(),
+                None,
+            ),
+            Backend::Postgres => {
+                let url = payonce_postgres::cluster::test_database().unwrap();
+                drop(payonce_postgres::init(&url, config.clone()).unwrap());
+                let ledger = payonce_postgres::open(&url, WORKER, config.clone()).unwrap();
+                (ledger, Some(url))
+            }
+        };
         Fixture {
             storage,
             clock,
             config,
             ledger: Some(ledger),
+            url,
         }
+    }
+
+    /// Whether the ledger is shared (on PostgreSQL), where the policy on
+    /// foreign ids is the ledger's, recorded at its creation.
+    pub fn is_shared(&self) -> bool {
+        self.url.is_some()
+    }
+
+    /// Opens the ledger again after it was closed.
+    fn open(&self) -> Result<Ledger, payonce::LedgerError> {
+        match &self.url {
+            None => Ledger::open_on(Arc::new(self.storage.clone()), self.config.clone()),
+            Some(url) => payonce_postgres::open(url, WORKER, self.config.clone()),
+        }
+    }
+
+    /// The process dies while `ticket`'s send runs: no completion, no drop,
+    /// nothing unsynced kept; then the ledger is opened again, as a
+    /// restarted service opens it.
+    pub fn crash(&mut self, ticket: Ticket) {
+        std::mem::forget(ticket);
+        match &self.url {
+            None => self.storage = self.storage.crash(payonce_log::CrashMode::DropUnsynced, 7),
+            Some(url) => {
+                std::mem::forget(self.ledger.take());
+                let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                admin
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                         AND backend_type = 'client backend'",
+                        &[],
+                    )
+                    .unwrap();
+            }
+        }
+        self.ledger = None;
+        self.ledger = Some(self.open().unwrap());
     }
 
     pub fn ledger(&self) -> &Ledger {
@@ -69,12 +164,18 @@ impl Fixture {
             .unwrap()
     }
 
+    /// Closes the ledger and opens it again, or says why it would not open.
+    pub fn try_reopen(&mut self) -> Result<(), payonce::LedgerError> {
+        self.ledger = None;
+        self.ledger = Some(self.open()?);
+        Ok(())
+    }
+
     /// Closes the ledger and opens it again on the same storage.
     pub fn reopen(&mut self) {
         // The open ledger holds the writer lock: close it first.
         self.ledger = None;
-        self.ledger =
-            Some(Ledger::open_on(Arc::new(self.storage.clone()), self.config.clone()).unwrap());
+        self.ledger = Some(self.open().unwrap());
     }
 
     pub fn tick(&self) {
@@ -125,6 +226,7 @@ impl Fixture {
 /// Whether a send is running is about this process, not the log.
 fn without_send_running(mut entry: InFlight) -> InFlight {
     entry.send_running = false;
+    entry.send_worker = None;
     entry
 }
 

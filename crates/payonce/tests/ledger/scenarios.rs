@@ -1,12 +1,28 @@
 //! The seed's scenarios, each as a named test, each checked again after the
-//! ledger is closed and reopened.
+//! ledger is closed and reopened; each runs on the file log and on
+//! PostgreSQL (`file::` and `postgres::`), the same body.
 
 use payonce::{HolderState, Refusal, RefusalKind, SubmitError};
 use payonce_model::{FingerprintField, WithdrawalState};
 
 use crate::{Fixture, Rail, sent};
 
-#[test]
+/// Withdrawals that did not come from the ledger under test.
+mod payonce_tests_fixture {
+    use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
+
+    pub fn foreign(id: &str) -> WithdrawalRequest {
+        WithdrawalRequest::new(
+            WithdrawalId::new(id).unwrap(),
+            Amount::parse("10").unwrap(),
+            Currency::new("EUR").unwrap(),
+            Destination::new("DE89370400440532013000").unwrap(),
+            Actor::new("client").unwrap(),
+        )
+    }
+}
+
+crate::on_both_backends! {
 fn the_first_submission_sends() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -27,7 +43,6 @@ fn the_first_submission_sends() {
     assert_eq!(f.ledger().outcome("req-1"), Some(outcome));
 }
 
-#[test]
 fn a_retry_replays_the_first_outcome() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -46,7 +61,6 @@ fn a_retry_replays_the_first_outcome() {
     assert_eq!(rail.sends(&w), 1);
 }
 
-#[test]
 fn another_key_for_another_withdrawal_sends() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -61,7 +75,6 @@ fn another_key_for_another_withdrawal_sends() {
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w1, &w2]);
 }
 
-#[test]
 fn a_key_is_recognised_through_surrounding_space() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -79,7 +92,6 @@ fn a_key_is_recognised_through_surrounding_space() {
     f.assert_same_after_reopen(&["req-1", " req-1 "], &[&w]);
 }
 
-#[test]
 fn reusing_a_key_for_another_withdrawal_is_a_conflict_naming_the_differing_field() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -114,7 +126,6 @@ fn reusing_a_key_for_another_withdrawal_is_a_conflict_naming_the_differing_field
     f.assert_same_after_reopen(&["req-1"], &[&w1, &w2]);
 }
 
-#[test]
 fn without_a_send_the_request_is_recorded_as_it_stands() {
     let mut f = Fixture::new();
     let w = f.withdrawal();
@@ -136,7 +147,6 @@ fn without_a_send_the_request_is_recorded_as_it_stands() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn a_send_that_fails_keeps_the_key_claimed() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -171,7 +181,6 @@ fn a_send_that_fails_keeps_the_key_claimed() {
     }
 }
 
-#[test]
 fn a_claimed_key_closes_once_the_truth_is_known() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -202,7 +211,6 @@ fn a_claimed_key_closes_once_the_truth_is_known() {
     );
 }
 
-#[test]
 fn resolving_with_another_outcome_is_a_conflict() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -226,7 +234,6 @@ fn resolving_with_another_outcome_is_a_conflict() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn releasing_a_claimed_key_allows_a_retry() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -248,7 +255,6 @@ fn releasing_a_claimed_key_allows_a_retry() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn a_released_withdrawal_can_be_claimed_by_another_key() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -267,7 +273,6 @@ fn a_released_withdrawal_can_be_claimed_by_another_key() {
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
 }
 
-#[test]
 fn releasing_a_key_that_produced_an_outcome_is_refused() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -288,7 +293,6 @@ fn releasing_a_key_that_produced_an_outcome_is_refused() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn releasing_an_unknown_key_is_a_no_op() {
     let mut f = Fixture::new();
     let before = f.ledger().state().last_seq();
@@ -297,7 +301,6 @@ fn releasing_an_unknown_key_is_a_no_op() {
     f.assert_same_after_reopen(&["never-seen"], &[]);
 }
 
-#[test]
 fn a_second_key_for_a_claimed_withdrawal_is_a_conflict_naming_the_holder() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -334,7 +337,6 @@ fn a_second_key_for_a_claimed_withdrawal_is_a_conflict_naming_the_holder() {
     assert_eq!(rail.sends(&w), 1);
 }
 
-#[test]
 fn a_second_key_while_the_first_is_in_flight_names_the_holder_and_since_when() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -368,7 +370,6 @@ fn a_second_key_while_the_first_is_in_flight_names_the_holder_and_since_when() {
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
 }
 
-#[test]
 fn a_callback_under_a_fresh_key_cannot_resolve_a_withdrawal_another_key_holds() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -403,7 +404,6 @@ fn a_callback_under_a_fresh_key_cannot_resolve_a_withdrawal_another_key_holds() 
     f.assert_same_after_reopen(&["req-1", "webhook-7"], &[&w]);
 }
 
-#[test]
 fn a_resolve_under_a_fresh_key_claims_an_unclaimed_withdrawal() {
     let mut f = Fixture::new();
     let w = f.withdrawal();
@@ -419,7 +419,6 @@ fn a_resolve_under_a_fresh_key_claims_an_unclaimed_withdrawal() {
     f.assert_same_after_reopen(&["ops-1"], &[&w]);
 }
 
-#[test]
 fn a_late_release_does_not_evict_a_claim_that_has_moved_to_another_key() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -439,7 +438,6 @@ fn a_late_release_does_not_evict_a_claim_that_has_moved_to_another_key() {
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
 }
 
-#[test]
 fn a_rail_refusal_releases_the_hold_and_keeps_the_key_claimed() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -482,7 +480,6 @@ fn a_rail_refusal_releases_the_hold_and_keeps_the_key_claimed() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn a_panicking_send_keeps_the_key_claimed() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -520,7 +517,6 @@ fn a_panicking_send_keeps_the_key_claimed() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn release_and_resolve_are_refused_while_the_keys_send_is_running() {
     let f = Fixture::new();
     let rail = Rail::default();
@@ -555,11 +551,10 @@ fn release_and_resolve_are_refused_while_the_keys_send_is_running() {
     assert_eq!(rail.sends(&w), 1);
 }
 
-#[test]
 fn an_id_the_ledger_did_not_mint_is_refused_by_default() {
     let mut f = Fixture::new();
     let rail = Rail::default();
-    let foreign = payonce_tests_fixture::foreign("w-from-client");
+    let foreign = crate::scenarios::payonce_tests_fixture::foreign("w-from-client");
 
     let error = f
         .ledger()
@@ -579,11 +574,10 @@ fn an_id_the_ledger_did_not_mint_is_refused_by_default() {
     f.assert_same_after_reopen(&["req-1"], &[&foreign]);
 }
 
-#[test]
 fn ids_minted_elsewhere_are_accepted_when_configured() {
     let mut f = Fixture::with(|config| config.accept_foreign_ids = true);
     let rail = Rail::default();
-    let foreign = payonce_tests_fixture::foreign("w-from-client");
+    let foreign = crate::scenarios::payonce_tests_fixture::foreign("w-from-client");
 
     f.ledger()
         .submit("req-1", foreign.clone(), rail.ok())
@@ -592,15 +586,22 @@ fn ids_minted_elsewhere_are_accepted_when_configured() {
     assert_eq!(rail.sends(&foreign), 1);
     f.assert_same_after_reopen(&["req-1"], &[&foreign]);
     // The switch is recorded in the log: a ledger reopened without it still
-    // replays the old decisions, and refuses new foreign ids.
+    // replays the old decisions, and refuses new foreign ids. A shared
+    // ledger's policy is the one recorded at its creation: a worker with
+    // another refuses to start.
+    if f.is_shared() {
+        f.config.accept_foreign_ids = false;
+        let error = f.try_reopen().unwrap_err();
+        assert!(matches!(error, payonce::LedgerError::PolicyMismatch { .. }), "{error}");
+        return;
+    }
     f.config.accept_foreign_ids = false;
     f.reopen();
     assert!(f.ledger().outcome("req-1").is_some());
-    let other = payonce_tests_fixture::foreign("w-other");
+    let other = crate::scenarios::payonce_tests_fixture::foreign("w-other");
     assert!(f.ledger().submit("req-2", other, rail.ok()).is_err());
 }
 
-#[test]
 fn a_minted_id_with_other_fields_is_refused() {
     let f = Fixture::new();
     let rail = Rail::default();
@@ -622,22 +623,6 @@ fn a_minted_id_with_other_fields_is_refused() {
     assert_eq!(rail.total(), 0);
 }
 
-/// Withdrawals that did not come from the ledger under test.
-mod payonce_tests_fixture {
-    use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
-
-    pub fn foreign(id: &str) -> WithdrawalRequest {
-        WithdrawalRequest::new(
-            WithdrawalId::new(id).unwrap(),
-            Amount::parse("10").unwrap(),
-            Currency::new("EUR").unwrap(),
-            Destination::new("DE89370400440532013000").unwrap(),
-            Actor::new("client").unwrap(),
-        )
-    }
-}
-
-#[test]
 fn a_failed_outcome_releases_the_hold_and_a_sent_one_captures_it() {
     let mut f = Fixture::new();
     let rail = Rail::default();
@@ -691,9 +676,8 @@ fn a_failed_outcome_releases_the_hold_and_a_sent_one_captures_it() {
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&failed, &captured]);
 }
 
-#[test]
 fn after_a_crash_a_key_whose_send_was_running_can_be_closed() {
-    let f = Fixture::new();
+    let mut f = Fixture::new();
     let w = f.withdrawal();
     let payonce::Claim::Granted(ticket) = f.ledger().claim("req-1", w.clone()).unwrap() else {
         panic!("a new key is granted")
@@ -708,10 +692,8 @@ fn after_a_crash_a_key_whose_send_was_running_can_be_closed() {
     ));
 
     // The process dies with the send running: no completion, no drop.
-    let crashed = f.storage.crash(payonce_log::CrashMode::DropUnsynced, 7);
-    std::mem::forget(ticket);
-    let reopened =
-        payonce::Ledger::open_on(std::sync::Arc::new(crashed), f.config.clone()).unwrap();
+    f.crash(ticket);
+    let reopened = f.ledger();
 
     let in_flight = reopened.in_flight();
     assert_eq!(in_flight.len(), 1);
@@ -722,7 +704,6 @@ fn after_a_crash_a_key_whose_send_was_running_can_be_closed() {
     assert_eq!(reopened.claimed_by(w.id()), None);
 }
 
-#[test]
 fn a_dropped_ticket_leaves_the_key_in_flight_and_says_so() {
     let mut f = Fixture::new();
     let w = f.withdrawal();
@@ -751,7 +732,6 @@ fn a_dropped_ticket_leaves_the_key_in_flight_and_says_so() {
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
-#[test]
 fn the_two_phase_api_records_what_the_send_did() {
     let f = Fixture::new();
     let w = f.withdrawal();
@@ -768,7 +748,6 @@ fn the_two_phase_api_records_what_the_send_did() {
     assert!(matches!(replay, payonce::Claim::Replayed(o) if o == outcome));
 }
 
-#[test]
 fn a_send_that_returns_another_withdrawal_is_a_conflict_and_the_key_stays_in_flight() {
     let mut f = Fixture::new();
     let (w, other) = (f.withdrawal(), f.withdrawal_of("99"));
@@ -795,7 +774,6 @@ fn a_send_that_returns_another_withdrawal_is_a_conflict_and_the_key_stays_in_fli
     f.assert_same_after_reopen(&["req-1"], &[&w, &other]);
 }
 
-#[test]
 fn held_totals_print_the_same_however_they_were_reached() {
     let f = Fixture::new();
     let rail = Rail::default();
@@ -816,7 +794,6 @@ fn held_totals_print_the_same_however_they_were_reached() {
     assert_eq!(shown, ["10 USDC"], "10 + 7.5 - 7.5 is shown as 10");
 }
 
-#[test]
 fn a_hold_that_would_pass_the_most_the_ledger_can_total_is_refused() {
     // Guards against the sum of holds overflowing inside `apply`, after the claim went to the log.
     let mut f = Fixture::new();
@@ -864,4 +841,5 @@ fn a_hold_that_would_pass_the_most_the_ledger_can_total_is_refused() {
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let withdrawals: Vec<_> = withdrawals.iter().collect();
     f.assert_same_after_reopen(&keys, &withdrawals);
+}
 }

@@ -1,0 +1,115 @@
+//! The commands only a PostgreSQL ledger has: `migrate`, which applies the
+//! schema, `end-session`, an operator's "this worker is gone", and `head`,
+//! the chain's head to pin outside the database.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use payonce::LedgerError;
+use payonce_postgres::{Head, Migrated};
+use tracing::info;
+
+use crate::cli::{EndSessionArgs, HeadArgs, MigrateArgs};
+use crate::env::{Env, Status};
+use crate::error::{CliError, WriteStep};
+use crate::escape::Echo;
+use crate::operator::{note_argument, operator};
+
+/// Refuses anything but a PostgreSQL URL, and gives it as it is shown.
+fn url_argument(url: &str) -> Result<PathBuf, CliError> {
+    match payonce_postgres::is_url(url) {
+        true => Ok(PathBuf::from(payonce_postgres::redacted(url))),
+        false => Err(CliError::Usage {
+            message: format!(
+                "{} is not a PostgreSQL URL: give postgres://... or postgresql://...",
+                Echo(url)
+            ),
+        }),
+    }
+}
+
+/// `payonce migrate URL`.
+pub(crate) fn migrate(args: &MigrateArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let migrated = payonce_postgres::migrate(&args.url)
+        .map_err(|error| CliError::from_writer(&shown, WriteStep::Recording, error.into()))?;
+    let version = payonce_postgres::SCHEMA_VERSION;
+    let words = match migrated {
+        Migrated::Created => format!("created the payonce schema, version {version}"),
+        Migrated::Current => format!("the payonce schema is at version {version}: nothing to do"),
+    };
+    info!(?migrated, version, "migrated");
+    writeln!(out, "{words} in {}", shown.display()).map_err(CliError::output)?;
+    Ok(Status::Clean)
+}
+
+/// `payonce end-session URL WORKER --note TEXT [--by NAME]`.
+pub(crate) fn end_session(
+    args: &EndSessionArgs,
+    env: &Env,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let note = note_argument(&args.note)?;
+    let by = operator(args.by.as_deref(), env)?;
+    payonce_postgres::end_session(&args.url, &args.worker, note.as_str(), by.as_str()).map_err(
+        |error| match error {
+            LedgerError::Invalid(error) => CliError::InvalidArgument {
+                argument: "WORKER",
+                value: args.worker.clone(),
+                error,
+            },
+            error => CliError::from_writer(&shown, WriteStep::Recording, error),
+        },
+    )?;
+    info!(worker = %args.worker, by = %by, "session ended by an operator");
+    writeln!(
+        out,
+        "ended the session of worker {} by {}: its sends are over, and the keys it left in \
+         flight can be resolved or released",
+        Echo(&args.worker),
+        Echo(&by)
+    )
+    .map_err(CliError::output)?;
+    Ok(Status::Clean)
+}
+
+/// `payonce head URL [--pinned SEQ:DIGEST]`.
+pub(crate) fn head(args: &HeadArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let shown = url_argument(&args.url)?;
+    let pinned = match &args.pinned {
+        Some(text) => Some(text.parse::<Head>().map_err(|_| CliError::Usage {
+            message: format!(
+                "--pinned {}: a head is SEQ:DIGEST, a sequence number and 64 lowercase hex \
+                     digits, as `payonce head` prints it",
+                Echo(text)
+            ),
+        })?),
+        None => None,
+    };
+    let read = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
+    let head = payonce_postgres::head(&args.url).map_err(read)?;
+    writeln!(out, "{head}").map_err(CliError::output)?;
+    let Some(pinned) = pinned else {
+        return Ok(Status::Clean);
+    };
+    let found = payonce_postgres::head_at(&args.url, pinned.seq).map_err(read)?;
+    let line = match found {
+        Some(found) if found == pinned => {
+            format!("the log passes through the pinned head {pinned}")
+        }
+        Some(found) => format!(
+            "PINNED HEAD NOT FOUND: the batch ending at {} has digest {}, not {}: the log was \
+             rewritten",
+            pinned.seq, found.digest, pinned.digest
+        ),
+        None => format!(
+            "PINNED HEAD NOT FOUND: no batch of the log ends at event {}: the log was rewound \
+             or rewritten",
+            pinned.seq
+        ),
+    };
+    info!(%head, %pinned, kept = found == Some(pinned), "head checked against a pin");
+    writeln!(out, "{line}").map_err(CliError::output)?;
+    Ok(Status::problem_if(found != Some(pinned)))
+}

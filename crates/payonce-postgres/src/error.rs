@@ -1,0 +1,39 @@
+//! How the database's errors become the ledger's [`StoreError`]s.
+
+use payonce::StoreError;
+use postgres::error::SqlState;
+
+/// `error` from a statement: a constraint's refusal is a conflict, a lost
+/// connection or anything else a failure.
+pub(crate) fn failed(error: postgres::Error) -> StoreError {
+    let detail = describe(&error);
+    match error.code() {
+        Some(code)
+            if *code == SqlState::UNIQUE_VIOLATION || *code == SqlState::FOREIGN_KEY_VIOLATION =>
+        {
+            StoreError::Conflict { detail }
+        }
+        _ => StoreError::Failed { detail },
+    }
+}
+
+/// The error's message, with the server's detail when it gave one.
+pub(crate) fn describe(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{}: {detail}", db.message()),
+            None => db.message().to_owned(),
+        },
+        None => error.to_string(),
+    }
+}
+
+/// A store that refuses to be written as it is.
+pub(crate) fn unsafe_store(detail: String) -> StoreError {
+    StoreError::Unsafe { detail }
+}
+
+/// The log is not what it must be.
+pub(crate) fn damaged(seq: u64, detail: String) -> StoreError {
+    StoreError::Damaged { seq, detail }
+}

@@ -1,0 +1,187 @@
+//! payonce on PostgreSQL: many workers on many hosts share one ledger, and
+//! each withdrawal has one winner.
+//!
+//! Every worker decides with payonce's own `decide` over its own replay of
+//! the one log (`payonce::Ledger::open_shared`); this crate is the
+//! [`payonce::SharedLog`] it appends through ([`PgLog`]), the schema
+//! ([`migrate`]), the audit reader ([`Snapshot`]) and a throwaway cluster
+//! for tests ([`cluster`]).
+//!
+//! - **One log.** Events are rows of one table, numbered without gaps in
+//!   commit order: a ledger-wide advisory lock serialises the batches, and
+//!   a worker catches its projection up under it before it decides. The
+//!   event bytes are the file log's, chained per batch ([`chain`]).
+//! - **One winner, enforced by the database too.** A claim's transaction
+//!   also inserts a row keyed by its withdrawal and one keyed by its key,
+//!   under primary keys: a worker whose memory is wrong cannot
+//!   double-claim.
+//! - **The claim is committed before the send runs**; a server with
+//!   `fsync` or `synchronous_commit` off is refused; a commit whose answer
+//!   was lost is looked up before anything is answered.
+//! - **Sessions.** Each worker holds an advisory lock named after it for as
+//!   long as it runs: a second process under its name is refused, and an
+//!   operator ends a worker's session ([`end_session`]) only once the lock
+//!   is free.
+//!
+//! docs/postgres.md describes deployment, grants, replication and audits.
+
+pub mod chain;
+pub mod cluster;
+mod error;
+mod follow;
+mod schema;
+mod snapshot;
+mod store;
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use payonce::{
+    Config, Ledger, LedgerError, State, StoreError, VerifyReport, apply, decode_event, rederive,
+};
+use payonce_model::WorkerName;
+
+pub use crate::chain::{Digest, Head};
+pub use crate::schema::{Migrated, SCHEMA, SCHEMA_VERSION};
+pub use crate::snapshot::{Snapshot, WalkError};
+pub use crate::store::{LOCK_CLASS, PgLog, Role, WORKER_LOCK_CLASS};
+
+/// Whether `text` names a PostgreSQL ledger rather than a directory: a
+/// `postgres://` or `postgresql://` URL.
+pub fn is_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+/// `url` with its password, if it has one, replaced by `***`, for
+/// messages.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}:***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let path = path
+        .split('&')
+        .map(|part| match part.split_once("password=") {
+            Some((before, _)) => format!("{before}password=***"),
+            None => part.to_owned(),
+        });
+    format!(
+        "{scheme}://{authority}/{}",
+        path.collect::<Vec<_>>().join("&")
+    )
+}
+
+/// Applies the schema to the database at `url` (`payonce migrate URL`): see
+/// [`Migrated`].
+pub fn migrate(url: &str) -> Result<Migrated, StoreError> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(error::failed)?;
+    schema::migrate(&mut client)
+}
+
+/// Creates the ledger in the database at `url`, whose schema is applied
+/// and whose log is empty: its first event records `config`'s policy, which
+/// every worker must share. See `payonce::Ledger::init_shared`.
+pub fn init(url: &str, config: Config) -> Result<Ledger, LedgerError> {
+    let log = PgLog::connect(url, Role::Attached)?;
+    Ledger::init_shared(Arc::new(log), config)
+}
+
+/// Opens the ledger at `url` as `worker`: a name that stays the same across
+/// the worker's restarts (`api-3`), held by one process at a time. See
+/// `payonce::Ledger::open_shared`.
+pub fn open(url: &str, worker: &str, config: Config) -> Result<Ledger, LedgerError> {
+    let worker = WorkerName::new(worker)?;
+    let log = PgLog::connect(url, Role::Worker(worker.clone()))?;
+    Ledger::open_shared(Arc::new(log), worker, config)
+}
+
+/// Opens the ledger at `url` for an operator: it resolves, corrects and
+/// releases, and claims nothing. See `payonce::Ledger::attach_shared`.
+pub fn attach(url: &str, config: Config) -> Result<Ledger, LedgerError> {
+    let log = PgLog::connect(url, Role::Attached)?;
+    Ledger::attach_shared(Arc::new(log), config)
+}
+
+/// An operator's "this worker is gone": ends `worker`'s session on the
+/// ledger at `url`, so its sends no longer count as running. Refused while
+/// a process runs as `worker` (it holds the worker's lock), and for a
+/// worker without a live session.
+pub fn end_session(url: &str, worker: &str, note: &str, by: &str) -> Result<(), LedgerError> {
+    let name = WorkerName::new(worker)?;
+    let log = PgLog::connect(url, Role::Ending(name))?;
+    let ledger = Ledger::attach_shared(Arc::new(log), Config::default())?;
+    ledger.end_session(worker, note, by)
+}
+
+/// Verifies the ledger at `url` from one read-only snapshot: every batch's
+/// chain digest, and every recorded decision re-derived from the state
+/// before it. Divergences are collected; damage stops it with its place.
+/// Returns the report and the head of the log read.
+pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
+    let mut snapshot = Snapshot::open(url)?;
+    let mut state = State::new();
+    let mut divergences = Vec::new();
+    let head = snapshot
+        .walk(|seq, payload| {
+            let event = decode_event(seq, payload)?;
+            if let Some(divergence) = rederive(&state, &event) {
+                divergences.push(divergence);
+            }
+            apply(&mut state, &event);
+            Ok::<_, LedgerError>(ControlFlow::Continue(()))
+        })
+        .map_err(|error| match error {
+            WalkError::Store(error) => LedgerError::Store(error),
+            WalkError::Visit(error) => error,
+        })?;
+    let report = VerifyReport {
+        events: state.last_seq(),
+        segments: 0,
+        keys: state.key_count(),
+        in_flight: state.in_flight().len(),
+        held: state.held_totals(),
+        refusals: state.refusal_count(),
+        divergences,
+        torn_tail: None,
+        state,
+    };
+    Ok((report, head))
+}
+
+/// The head of the batch of the ledger at `url` that ends at event `seq`,
+/// after checking the chain up to it: what a head pinned earlier is
+/// compared with. `None` if no batch ends there (the log is shorter, or
+/// `seq` is inside a batch).
+pub fn head_at(url: &str, seq: u64) -> Result<Option<Head>, StoreError> {
+    let mut snapshot = Snapshot::open(url)?;
+    let head = snapshot
+        .walk(|at, _| {
+            Ok::<_, StoreError>(match at >= seq {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            })
+        })
+        .map_err(|error| match error {
+            WalkError::Store(error) | WalkError::Visit(error) => error,
+        })?;
+    Ok((head.seq == seq).then_some(head))
+}
+
+/// The head of the ledger at `url`: the last committed batch's last
+/// sequence number and chain digest, after checking the whole chain. What
+/// `payonce head URL` prints, to pin the log outside the database.
+pub fn head(url: &str) -> Result<Head, StoreError> {
+    let mut snapshot = Snapshot::open(url)?;
+    snapshot
+        .walk(|_, _| Ok::<_, StoreError>(ControlFlow::Continue(())))
+        .map_err(|error| match error {
+            WalkError::Store(error) | WalkError::Visit(error) => error,
+        })
+}

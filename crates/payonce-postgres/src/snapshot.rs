@@ -1,0 +1,71 @@
+//! Reading a ledger's log for audits: one read-only snapshot
+//! (`REPEATABLE READ READ ONLY`), which takes no lock a writer waits for,
+//! so an audit never blocks the workers; every batch's digest is checked
+//! as it is read.
+
+use std::ops::ControlFlow;
+
+use payonce::StoreError;
+use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
+
+use crate::chain::Head;
+use crate::error::failed;
+use crate::follow::{EVENTS_AFTER, Follower, Row};
+use crate::store::connect;
+
+/// A read-only snapshot of a ledger's log.
+pub struct Snapshot {
+    client: Client,
+}
+
+/// Why a walk stopped: the store, or the visitor.
+#[derive(Debug)]
+pub enum WalkError<E> {
+    /// Reading the log failed, or found it damaged.
+    Store(StoreError),
+    /// The visitor's error.
+    Visit(E),
+}
+
+impl Snapshot {
+    /// Connects to the ledger at `url` and opens a read-only snapshot of
+    /// it. A database without a payonce schema of this build's version is
+    /// refused.
+    pub fn open(url: &str) -> Result<Snapshot, StoreError> {
+        let mut client = connect(url)?;
+        // Ended when the client goes: a read-only transaction writes
+        // nothing to keep or undo.
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .map_err(failed)?;
+        Ok(Snapshot { client })
+    }
+
+    /// Visits every event of the snapshot in order, each batch's chain
+    /// checked once it is read whole, until the end or until `visit`
+    /// breaks; returns the head of the last whole batch read.
+    pub fn walk<E>(
+        &mut self,
+        mut visit: impl FnMut(u64, &[u8]) -> Result<ControlFlow<()>, E>,
+    ) -> Result<Head, WalkError<E>> {
+        let mut follower = Follower::default();
+        let store = WalkError::Store;
+        let mut rows = self
+            .client
+            .query_raw(EVENTS_AFTER, [0i64])
+            .map_err(|error| store(failed(error)))?;
+        while let Some(row) = rows.next().map_err(|error| store(failed(error)))? {
+            let row = Row::from_row(&row).map_err(store)?;
+            follower.follow(&row).map_err(store)?;
+            if visit(row.seq, &row.payload)
+                .map_err(WalkError::Visit)?
+                .is_break()
+            {
+                return Ok(follower.head);
+            }
+        }
+        follower.check_whole().map_err(store)?;
+        Ok(follower.head)
+    }
+}

@@ -1,0 +1,543 @@
+//! The shared log on PostgreSQL: [`PgLog`], what a worker appends through.
+//!
+//! A batch is one transaction: `BEGIN`, the ledger-wide advisory lock
+//! (`pg_advisory_xact_lock`, released by the commit), the events after
+//! the last this process knows (with the batch this process read last,
+//! to find a log rewritten under it), then the batch's events, its chain
+//! digest and its constraint rows in one statement, and `COMMIT`: four
+//! round trips, over statements prepared once per connection. Sequence
+//! order is commit order is visibility order, so every snapshot is a
+//! gapless prefix of the log.
+//!
+//! A connection lost during `COMMIT` leaves the outcome unknown. Before it
+//! answers, [`PgLog`] takes the lock on a new connection, which waits for
+//! the old transaction to end, and looks for the batch's last event: the
+//! answer is what it finds.
+
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError};
+use payonce_model::WorkerName;
+use postgres::{Client, NoTls, Statement};
+use tracing::{info, warn};
+
+use crate::chain::{Head, batch_digest};
+use crate::error::{describe, failed, unsafe_store};
+use crate::follow::{EVENTS_AFTER, Follower, Row, signed, unsigned};
+use crate::schema;
+
+/// The advisory lock class of payonce's locks (`ponc`); key 0 is the
+/// ledger-wide append lock, taken for one transaction at a time.
+pub const LOCK_CLASS: i32 = 0x706f_6e63;
+
+/// The advisory lock class of workers' locks: a worker holds the lock
+/// keyed by `hashtext` of its name for as long as it runs, so two
+/// processes never run as one worker, and an operator can tell a dead
+/// worker from a live one.
+pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
+
+/// How long a worker waits at its start for its lock, which the process
+/// it replaces may hold until the server notices that process is gone.
+const LOCK_TIMEOUT: &str = "2s";
+
+/// How long a worker that lost its connection waits to take its own lock
+/// again, which its old connection may hold until the server notices it
+/// is gone.
+const RELOCK_TIMEOUT: &str = "10s";
+
+/// Who writes through a [`PgLog`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// A worker: holds its worker lock while it runs.
+    Worker(WorkerName),
+    /// An operator's tool or the ledger's creator: writes as no worker and
+    /// holds no worker's lock.
+    Attached,
+    /// An operator ending `worker`'s session: holds that worker's lock,
+    /// which is free only if no process runs as it.
+    Ending(WorkerName),
+}
+
+impl Role {
+    /// The worker whose lock this role holds.
+    fn locked(&self) -> Option<&WorkerName> {
+        match self {
+            Role::Worker(worker) | Role::Ending(worker) => Some(worker),
+            Role::Attached => None,
+        }
+    }
+}
+
+/// The shared log of a ledger in a PostgreSQL database.
+pub struct PgLog {
+    url: String,
+    role: Role,
+    connection: Mutex<Connection>,
+}
+
+struct Connection {
+    /// `None` after the connection was lost: made again on the next use.
+    client: Option<Client>,
+    /// The statements a batch runs, prepared on `client` when it was made:
+    /// a batch then costs one round trip per statement, and the server
+    /// plans each once.
+    statements: Option<Statements>,
+    follower: Follower,
+    /// Whether a batch's transaction is open.
+    in_batch: bool,
+}
+
+/// The statements of a batch, prepared on one connection.
+struct Statements {
+    /// The batch this process read last, and the events after it.
+    catch_up: Statement,
+    insert_batch: Statement,
+    insert_release: Statement,
+}
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Statements, StoreError> {
+        Ok(Statements {
+            catch_up: client.prepare(CATCH_UP).map_err(failed)?,
+            insert_batch: client.prepare(INSERT_BATCH).map_err(failed)?,
+            insert_release: client.prepare(INSERT_RELEASE).map_err(failed)?,
+        })
+    }
+}
+
+impl fmt::Debug for PgLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PostgreSQL ledger {}", crate::redacted(&self.url))
+    }
+}
+
+/// Connects to `url` and checks the server is safe to write: `fsync` and
+/// `synchronous_commit` on, the schema of this build's version.
+pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
+    let mut client = Client::connect(url, NoTls).map_err(failed)?;
+    schema::check_durability(&mut client)?;
+    schema::check(&mut client)?;
+    Ok(client)
+}
+
+/// Takes `worker`'s lock on `client`, waiting at most `wait` (a
+/// PostgreSQL interval) for a connection that holds it to go: the server
+/// lets the lock of a killed process go once it notices, a moment later.
+fn lock_worker(client: &mut Client, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
+    client
+        .batch_execute(&format!("SET lock_timeout = '{wait}'"))
+        .map_err(failed)?;
+    let locked = client.execute(
+        "SELECT pg_advisory_lock($1, hashtext($2))",
+        &[&WORKER_LOCK_CLASS, &worker.as_str()],
+    );
+    client.batch_execute("RESET lock_timeout").map_err(failed)?;
+    match locked {
+        Ok(_) => Ok(()),
+        Err(error) if error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            Err(unsafe_store(format!(
+                "another process runs as worker {worker} (it holds the worker's lock): give each \
+                 process its own worker name, or stop the other one first"
+            )))
+        }
+        Err(error) => Err(failed(error)),
+    }
+}
+
+impl PgLog {
+    /// Connects to the ledger at `url` as `role`, refusing a server that
+    /// may lose an acknowledged commit, a schema of another version, and a
+    /// worker some other process runs as.
+    pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
+        let mut client = connect(url)?;
+        if let Some(worker) = role.locked() {
+            lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
+        }
+        let statements = Statements::prepare(&mut client)?;
+        Ok(PgLog {
+            url: url.to_owned(),
+            role,
+            connection: Mutex::new(Connection {
+                client: Some(client),
+                statements: Some(statements),
+                follower: Follower::default(),
+                in_batch: false,
+            }),
+        })
+    }
+
+    /// The worker this log writes as, if it is a worker's.
+    pub fn worker(&self) -> Option<&WorkerName> {
+        match &self.role {
+            Role::Worker(worker) => Some(worker),
+            _ => None,
+        }
+    }
+
+    /// The head of the last batch this process read or committed.
+    pub fn head(&self) -> Result<Head, StoreError> {
+        Ok(self.lock()?.follower.head)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.connection.lock().map_err(|_| StoreError::Failed {
+            detail: "a panic while the connection was in use".to_owned(),
+        })
+    }
+
+    /// The connection, made again (and the worker's lock taken again) if
+    /// it was lost.
+    fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Client, StoreError> {
+        if connection.client.as_ref().is_none_or(Client::is_closed) {
+            connection.client = None;
+            let mut client = connect(&self.url)?;
+            if let Some(worker) = self.role.locked() {
+                lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
+            }
+            info!(log = ?self, "connected again");
+            connection.statements = Some(Statements::prepare(&mut client)?);
+            connection.client = Some(client);
+        }
+        connection
+            .client
+            .as_mut()
+            .ok_or_else(|| StoreError::Failed {
+                detail: "no connection".to_owned(),
+            })
+    }
+
+    /// Ends the open transaction without writing, after a failure; drops a
+    /// connection that cannot.
+    fn abandon(connection: &mut Connection) {
+        connection.in_batch = false;
+        if let Some(client) = connection.client.as_mut()
+            && client.batch_execute("ROLLBACK").is_err()
+        {
+            connection.client = None;
+        }
+    }
+
+    fn begin_locked(
+        &self,
+        connection: &mut Connection,
+        after: u64,
+    ) -> Result<Vec<SharedRecord>, StoreError> {
+        if after != connection.follower.position() {
+            return Err(StoreError::Failed {
+                detail: format!(
+                    "a batch begun after event {after}, where this process has read to {}",
+                    connection.follower.position()
+                ),
+            });
+        }
+        let head_seq = signed(connection.follower.head.seq);
+        self.client(connection)?;
+        connection.in_batch = true;
+        let (client, statements) = live(connection)?;
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)"
+            ))
+            .map_err(failed)?;
+        let rows = client
+            .query(&statements.catch_up, &[&head_seq])
+            .map_err(failed)?;
+        // Every row carries the head's batch; one row without an event
+        // says there is none after it.
+        let head = rows.first().and_then(|row| {
+            let last_seq = row.get::<_, Option<i64>>(5)?;
+            Some((unsigned(last_seq), row.get::<_, Option<Vec<u8>>>(6)?))
+        });
+        let rows = rows
+            .iter()
+            .filter(|row| row.get::<_, Option<i64>>(0).is_some())
+            .map(Row::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        connection.follower.check_head(head)?;
+        follow_all(&mut connection.follower, rows)
+            .and_then(|records| connection.follower.check_whole().map(|()| records))
+    }
+
+    fn commit_locked(
+        &self,
+        connection: &mut Connection,
+        batch: &[Appended],
+    ) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            connection.in_batch = false;
+            return live(connection)?.0.batch_execute("COMMIT").map_err(failed);
+        };
+        let head = connection.follower.head;
+        assert_eq!(first.seq, head.seq + 1, "a batch follows the head it read");
+        let digest = batch_digest(
+            &head.digest,
+            first.seq,
+            batch.iter().map(|event| event.payload.as_slice()),
+        );
+        let worker = self.worker().map(WorkerName::as_str);
+        let (client, statements) = live(connection)?;
+        insert_batch(client, statements, batch, digest.0.as_slice(), worker)?;
+        insert_releases(client, statements, batch)?;
+        let committed = client.batch_execute("COMMIT");
+        connection.in_batch = false;
+        let committed = match committed {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                connection.client = None;
+                self.landed(last, &describe(&error))
+            }
+        };
+        if committed.is_ok() {
+            connection.follower.committed(Head {
+                seq: last.seq,
+                digest,
+            });
+        }
+        committed
+    }
+
+    /// Whether the batch ending with `last`, whose `COMMIT` failed with
+    /// `error`, was committed all the same: asked on a new connection,
+    /// under the lock, so the old transaction has ended either way.
+    fn landed(&self, last: &Appended, error: &str) -> Result<(), StoreError> {
+        let unknown = |why: StoreError| StoreError::Unknown {
+            detail: format!(
+                "the commit failed ({error}), and asking whether it landed failed: {why}"
+            ),
+        };
+        let mut client = connect(&self.url).map_err(unknown)?;
+        let found = (|| {
+            let mut transaction = client.transaction()?;
+            transaction.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])?;
+            let row = transaction.query_opt(
+                "SELECT payload FROM payonce.events WHERE seq = $1",
+                &[&signed(last.seq)],
+            )?;
+            transaction.commit()?;
+            Ok::<_, postgres::Error>(row.map(|row| row.get::<_, Vec<u8>>(0)))
+        })()
+        .map_err(|error| unknown(failed(error)))?;
+        match found {
+            Some(payload) if payload == last.payload => {
+                warn!(
+                    seq = last.seq,
+                    error, "the commit's answer was lost, but it landed"
+                );
+                Ok(())
+            }
+            _ => Err(StoreError::Failed {
+                detail: format!("the commit failed ({error}) and did not land"),
+            }),
+        }
+    }
+}
+
+impl Drop for PgLog {
+    /// Lets the worker's lock go before the connection closes: the server
+    /// would let it go only once it notices the connection is gone, and a
+    /// restart at once would find it held.
+    fn drop(&mut self) {
+        let Some(worker) = self.role.locked() else {
+            return;
+        };
+        if let Ok(mut connection) = self.connection.lock()
+            && let Some(client) = connection.client.as_mut()
+        {
+            let _ = client.execute(
+                "SELECT pg_advisory_unlock($1, hashtext($2))",
+                &[&WORKER_LOCK_CLASS, &worker.as_str()],
+            );
+        }
+    }
+}
+
+/// The connection of a batch under way: never made again in the middle of
+/// one, whose transaction a lost connection ended.
+fn live(connection: &mut Connection) -> Result<(&mut Client, &Statements), StoreError> {
+    match (connection.client.as_mut(), connection.statements.as_ref()) {
+        (Some(client), Some(statements)) if !client.is_closed() => Ok((client, statements)),
+        _ => Err(StoreError::Failed {
+            detail: "the connection was lost during a batch, which was not committed".to_owned(),
+        }),
+    }
+}
+
+/// What a batch reads under the lock, in one round trip: the events after
+/// `$1` (the last this process read) as [`EVENTS_AFTER`] gives them, each
+/// with the batch ending at `$1` beside it (`last_seq`, `digest`: null if
+/// the log no longer has it); a single row of nulls but those when there
+/// are no events after it.
+const CATCH_UP: &str = "
+SELECT e.seq, e.payload, b.first_seq, b.last_seq, b.digest, h.last_seq, h.digest
+FROM (SELECT 1) AS one
+LEFT JOIN payonce.batches h ON h.last_seq = $1
+LEFT JOIN (payonce.events e LEFT JOIN payonce.batches b ON b.first_seq = e.batch) ON e.seq > $1
+ORDER BY e.seq";
+
+/// Follows `rows` along the chain, handing back their records.
+fn follow_all(follower: &mut Follower, rows: Vec<Row>) -> Result<Vec<SharedRecord>, StoreError> {
+    let mut records = Vec::with_capacity(rows.len());
+    for row in rows {
+        follower.follow(&row)?;
+        records.push(SharedRecord {
+            seq: row.seq,
+            payload: row.payload,
+        });
+    }
+    Ok(records)
+}
+
+/// The batch's row, its events and the rows of its claims, in one
+/// statement. A claim takes the next round of its withdrawal and of its
+/// key: the releases of each before it, in the database and in the batch.
+const INSERT_BATCH: &str = "
+WITH batch AS (
+    INSERT INTO payonce.batches (first_seq, last_seq, digest, worker) VALUES ($1, $2, $3, $4)
+), events AS (
+    INSERT INTO payonce.events (seq, batch, payload)
+    SELECT e.seq, $1, e.payload FROM unnest($5::bigint[], $6::bytea[]) AS e(seq, payload)
+), claims AS (
+    SELECT * FROM unnest($7::bigint[], $8::text[], $9::text[]) AS c(seq, key, withdrawal)
+), freed AS (
+    SELECT * FROM unnest($10::bigint[], $11::text[], $12::text[]) AS r(seq, key, withdrawal)
+), withdrawal_rows AS (
+    INSERT INTO payonce.withdrawal_claims (withdrawal, round, key, seq)
+    SELECT c.withdrawal,
+        (SELECT count(*) FROM payonce.releases r WHERE r.withdrawal = c.withdrawal)
+        + (SELECT count(*) FROM freed r WHERE r.withdrawal = c.withdrawal AND r.seq < c.seq),
+        c.key, c.seq
+    FROM claims c
+)
+INSERT INTO payonce.key_claims (key, round, withdrawal, seq)
+SELECT c.key,
+    (SELECT count(*) FROM payonce.releases r WHERE r.key = c.key)
+    + (SELECT count(*) FROM freed r WHERE r.key = c.key AND r.seq < c.seq),
+    c.withdrawal, c.seq
+FROM claims c";
+
+/// A release ends the current round of its key and of its withdrawal,
+/// which must be a claim of that key: the foreign keys refuse anything
+/// else.
+const INSERT_RELEASE: &str = "
+INSERT INTO payonce.releases (seq, key, key_round, withdrawal, round)
+VALUES ($1, $2, (SELECT count(*) FROM payonce.releases WHERE key = $2),
+        $3, (SELECT count(*) FROM payonce.releases WHERE withdrawal = $3))";
+
+fn insert_batch(
+    client: &mut Client,
+    statements: &Statements,
+    batch: &[Appended],
+    digest: &[u8],
+    worker: Option<&str>,
+) -> Result<(), StoreError> {
+    let seqs: Vec<i64> = batch.iter().map(|event| signed(event.seq)).collect();
+    let payloads: Vec<&[u8]> = batch.iter().map(|event| event.payload.as_slice()).collect();
+    let rows = |claims: bool| {
+        let mut columns: (Vec<i64>, Vec<&str>, Vec<&str>) = Default::default();
+        for event in batch {
+            let (key, withdrawal) = match (&event.claim, claims) {
+                (Some(ClaimChange::Claims { key, withdrawal }), true)
+                | (Some(ClaimChange::Frees { key, withdrawal }), false) => (key, withdrawal),
+                _ => continue,
+            };
+            columns.0.push(signed(event.seq));
+            columns.1.push(key.as_str());
+            columns.2.push(withdrawal.as_str());
+        }
+        columns
+    };
+    let (claim_seqs, claim_keys, claim_withdrawals) = rows(true);
+    let (free_seqs, free_keys, free_withdrawals) = rows(false);
+    let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
+    client
+        .execute(
+            &statements.insert_batch,
+            &[
+                &first,
+                &last,
+                &digest,
+                &worker,
+                &seqs,
+                &payloads,
+                &claim_seqs,
+                &claim_keys,
+                &claim_withdrawals,
+                &free_seqs,
+                &free_keys,
+                &free_withdrawals,
+            ],
+        )
+        .map_err(failed)?;
+    Ok(())
+}
+
+fn insert_releases(
+    client: &mut Client,
+    statements: &Statements,
+    batch: &[Appended],
+) -> Result<(), StoreError> {
+    for event in batch {
+        if let Some(ClaimChange::Frees { key, withdrawal }) = &event.claim {
+            client
+                .execute(
+                    &statements.insert_release,
+                    &[&signed(event.seq), &key.as_str(), &withdrawal.as_str()],
+                )
+                .map_err(failed)?;
+        }
+    }
+    Ok(())
+}
+
+impl SharedLog for PgLog {
+    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
+        let mut connection = self.lock()?;
+        if after == 0 {
+            connection.follower = Follower::default();
+        }
+        if after != connection.follower.position() {
+            return Err(StoreError::Failed {
+                detail: format!(
+                    "a read after event {after}, where this process has read to {}",
+                    connection.follower.position()
+                ),
+            });
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client(&mut connection)?;
+        let rows = client
+            .query(
+                &format!("{EVENTS_AFTER} LIMIT $2"),
+                &[&signed(after), &limit],
+            )
+            .map_err(failed)?;
+        let rows = rows
+            .iter()
+            .map(Row::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let records = follow_all(&mut connection.follower, rows)?;
+        if records.is_empty() {
+            connection.follower.check_whole()?;
+        }
+        Ok(records)
+    }
+
+    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
+        let mut connection = self.lock()?;
+        let begun = self.begin_locked(&mut connection, after);
+        if begun.is_err() && connection.in_batch {
+            PgLog::abandon(&mut connection);
+        }
+        begun
+    }
+
+    fn commit(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        let mut connection = self.lock()?;
+        let committed = self.commit_locked(&mut connection, batch);
+        if committed.is_err() && connection.in_batch {
+            PgLog::abandon(&mut connection);
+        }
+        committed
+    }
+}

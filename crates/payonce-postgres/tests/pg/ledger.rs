@@ -1,0 +1,294 @@
+//! Workers sharing one ledger: sessions, policy, minted ids, and the
+//! database refusing a second winner whatever a worker's memory says.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use payonce::{
+    Appended, Claim, ClaimChange, Event, EventKind, LedgerError, Refusal, SCHEMA_VERSION,
+    SharedLog, StoreError,
+};
+use payonce_postgres::{PgLog, Role};
+
+use crate::{START, config, database, new_withdrawal, sent};
+
+#[test]
+fn a_ledger_is_created_once_and_a_worker_with_another_policy_refuses_to_start() {
+    // Guards against two creations, and against workers deciding under different id policies.
+    let url = database!();
+    assert!(matches!(
+        payonce_postgres::open(&url, "api-1", config()),
+        Err(LedgerError::NoLog { .. })
+    ));
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    assert!(matches!(
+        payonce_postgres::init(&url, config()),
+        Err(LedgerError::NotEmpty { .. })
+    ));
+    let mut foreign = config();
+    foreign.accept_foreign_ids = true;
+    let error = payonce_postgres::open(&url, "api-1", foreign).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LedgerError::PolicyMismatch {
+                ledger: false,
+                worker: true
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn two_processes_never_run_as_one_worker() {
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let first = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let error = payonce_postgres::open(&url, "api-1", config()).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("another process runs as worker api-1"),
+        "{error}"
+    );
+    drop(first);
+    drop(payonce_postgres::open(&url, "api-1", config()).unwrap());
+}
+
+#[test]
+fn a_restart_ends_only_the_workers_own_sends_and_an_operator_ends_a_dead_workers() {
+    // Guards against one worker's start letting an operator release a key another live worker is sending.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let a = payonce_postgres::open(&url, "api-a", config()).unwrap();
+    let b = payonce_postgres::open(&url, "api-b", config()).unwrap();
+    let (wa, wb) = (
+        a.create(new_withdrawal("10")).unwrap(),
+        b.create(new_withdrawal("20")).unwrap(),
+    );
+    let Claim::Granted(ticket_a) = a.claim("key-a", &wa).unwrap() else {
+        panic!()
+    };
+    let Claim::Granted(ticket_b) = b.claim("key-b", &wb).unwrap() else {
+        panic!()
+    };
+    // Both die with their sends running: no completion, no drop, their
+    // connections gone.
+    std::mem::forget((ticket_a, ticket_b, a, b));
+    crate::kill_connections(&url);
+
+    let a = payonce_postgres::open(&url, "api-a", config()).unwrap();
+    let operator = payonce_postgres::attach(&url, config()).unwrap();
+    operator
+        .release("key-a", "api-a restarted; the rail shows nothing", "ops")
+        .unwrap();
+    let refused = operator.release("key-b", "looks stuck", "ops").unwrap_err();
+    assert!(
+        matches!(
+            refused.refusal(),
+            Some(Refusal::InFlight {
+                send_running: true,
+                ..
+            })
+        ),
+        "{refused}"
+    );
+    let record = operator.state();
+    let record = record.record("key-b").unwrap();
+    assert_eq!(record.send_worker().unwrap().as_str(), "api-b");
+
+    payonce_postgres::end_session(&url, "api-b", "host api-b is gone", "ops").unwrap();
+    operator
+        .release("key-b", "api-b is gone; the rail shows nothing", "ops")
+        .unwrap();
+    let refused = payonce_postgres::end_session(&url, "api-b", "again", "ops").unwrap_err();
+    assert!(
+        matches!(refused.refusal(), Some(Refusal::NoSession { .. })),
+        "{refused}"
+    );
+    // Its next decision catches api-a up on the operator's releases.
+    let outcome = a.submit("key-c", &wb, |r| Ok(sent(r, "0xc"))).unwrap();
+    assert_eq!(a.outcome("key-c"), Some(outcome));
+}
+
+#[test]
+fn an_operator_cannot_end_the_session_of_a_worker_that_runs() {
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let error = payonce_postgres::end_session(&url, "api-1", "looks dead", "ops").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("another process runs as worker api-1"),
+        "{error}"
+    );
+    assert!(worker.state().session("api-1").is_some());
+}
+
+#[test]
+fn a_worker_whose_session_was_ended_decides_nothing_more() {
+    // Guards against a worker thought dead claiming after an operator released its keys.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    // As if its lock were lost: the operator's tool writes the end directly.
+    let operator = payonce_postgres::attach(&url, config()).unwrap();
+    operator
+        .end_session("api-1", "partitioned away", "ops")
+        .unwrap();
+    let error = worker.create(new_withdrawal("1")).unwrap_err();
+    assert!(matches!(error, LedgerError::SessionOver { .. }), "{error}");
+}
+
+#[test]
+fn workers_mint_ids_unique_across_the_ledger_and_see_each_others_claims() {
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let workers: Vec<_> = (0..3)
+        .map(|n| payonce_postgres::open(&url, &format!("api-{n}"), config()).unwrap())
+        .collect();
+    let ids: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = workers
+            .iter()
+            .flat_map(|worker| (0..4).map(move |_| worker))
+            .map(|worker| {
+                scope.spawn(move || {
+                    (0..10)
+                        .map(|_| worker.create(new_withdrawal("5")).unwrap().id().to_string())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 120);
+    let w = workers[0].create(new_withdrawal("7")).unwrap();
+    workers[0]
+        .submit("k-1", &w, |r| Ok(sent(r, "0x1")))
+        .unwrap();
+    let refused = workers[2]
+        .submit("k-2", &w, |_| unreachable!())
+        .unwrap_err();
+    assert_eq!(
+        refused
+            .refusal()
+            .and_then(Refusal::holder)
+            .unwrap()
+            .as_str(),
+        "k-1"
+    );
+    let (report, head) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    assert_eq!(head.seq, report.events);
+}
+
+#[test]
+fn a_worker_reads_another_workers_claims_once_it_refreshes() {
+    // Guards against a refresh that leaves a worker's reads behind the log, or applies an event twice.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let (a, b) = (
+        payonce_postgres::open(&url, "api-a", config()).unwrap(),
+        payonce_postgres::open(&url, "api-b", config()).unwrap(),
+    );
+    let w = b.create(new_withdrawal("3")).unwrap();
+    b.submit("k-b", &w, |r| Ok(sent(r, "0xb"))).unwrap();
+    assert_eq!(
+        a.claimed_by(w.id().as_str()),
+        None,
+        "reads are as of a's last batch"
+    );
+    a.refresh().unwrap();
+    assert_eq!(a.claimed_by(w.id().as_str()).unwrap().as_str(), "k-b");
+    assert_eq!(a.outcome("k-b"), b.outcome("k-b"));
+    assert_eq!(a.state(), b.state());
+    a.refresh().unwrap();
+    assert_eq!(
+        a.last_seq(),
+        b.last_seq(),
+        "a second refresh reads nothing more"
+    );
+}
+
+#[test]
+fn the_database_refuses_a_second_claim_whatever_a_workers_memory_says() {
+    // Guards against one worker's wrong projection granting a withdrawal another key holds.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let w = worker.create(new_withdrawal("10")).unwrap();
+    worker.submit("k-1", &w, |r| Ok(sent(r, "0x1"))).unwrap();
+    drop(worker);
+
+    // A writer whose memory missed k-1's claim appends a claim for k-2.
+    let log = PgLog::connect(&url, Role::Attached).unwrap();
+    let mut last = 0;
+    loop {
+        let records = log.read(last, 100).unwrap();
+        let Some(record) = records.last() else { break };
+        last = record.seq;
+    }
+    let claimed = Event {
+        schema: SCHEMA_VERSION,
+        seq: last + 1,
+        at: START,
+        kind: EventKind::Claimed {
+            key: "k-2".parse().unwrap(),
+            request: w.clone(),
+            worker: None,
+        },
+    };
+    assert!(log.begin(last).unwrap().is_empty());
+    let error = log
+        .commit(&[Appended {
+            seq: claimed.seq,
+            payload: claimed.encode().unwrap(),
+            claim: Some(ClaimChange::Claims {
+                key: "k-2".parse().unwrap(),
+                withdrawal: w.id().clone(),
+            }),
+        }])
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Conflict { .. }), "{error}");
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert_eq!(report.events, last, "nothing of the batch was committed");
+    drop(Arc::new(log));
+}
+
+#[test]
+fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
+    // Guards against an audit that takes a lock the workers wait on, or reads a log still moving.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let w = worker.create(new_withdrawal("10")).unwrap();
+    worker.submit("k-1", &w, |r| Ok(sent(r, "0x1"))).unwrap();
+    let before = worker.last_seq();
+
+    let mut snapshot = payonce_postgres::Snapshot::open(&url).unwrap();
+    let mut seen = Vec::new();
+    // Half-way through the audit's walk, the worker decides and commits.
+    let head = snapshot
+        .walk(|seq, _| {
+            seen.push(seq);
+            if seq == 1 {
+                let more = worker.create(new_withdrawal("20")).unwrap();
+                worker.submit("k-2", &more, |r| Ok(sent(r, "0x2"))).unwrap();
+            }
+            Ok::<_, ()>(std::ops::ControlFlow::Continue(()))
+        })
+        .unwrap();
+    assert!(worker.last_seq() > before, "the worker was not blocked");
+    assert_eq!(
+        seen,
+        (1..=before).collect::<Vec<_>>(),
+        "the snapshot's prefix, whole"
+    );
+    assert_eq!(head.seq, before);
+    assert_eq!(payonce_postgres::head(&url).unwrap().seq, worker.last_seq());
+}

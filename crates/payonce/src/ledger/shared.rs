@@ -1,0 +1,461 @@
+//! A ledger several processes share, through a [`SharedLog`] (a database;
+//! `payonce-postgres` is one): the same `decide` and `apply`, with appends
+//! serialised by the store's ledger-wide lock and committed in batches.
+//!
+//! A batch is one transaction. The first thread to decide when no batch is
+//! open begins one: the store takes its lock and hands over the events
+//! other workers appended since, which are re-derived and applied. Then it
+//! and every thread that arrived meanwhile decide into the batch, each on
+//! the state the one before it left; the first commits once no thread is
+//! about to decide, and every thread's answer is given only once the batch
+//! is committed. A claim is therefore committed before its send runs, and
+//! a batch that fails gives nobody an answer from it: its claims are not
+//! granted, and the state, which applied them, is rebuilt from the store
+//! before anything more is decided.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use payonce_model::{Reason, RequestKey, WorkerName};
+use tracing::{info, warn};
+
+use super::{Executed, Ledger};
+use crate::command::{Command, FailureCause};
+use crate::decide::{self, Answer};
+use crate::error::{LedgerError, StoreError};
+use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::refusal::Refusal;
+use crate::replay::{Batch, Refuse, apply_batch};
+use crate::state::{ClaimChange, State, apply};
+
+/// Events read from a shared log at a time while a state is rebuilt.
+pub const READ_LEN_MAX: usize = 2048;
+
+/// Events a batch takes before it commits without waiting for more.
+pub const BATCH_EVENTS_MAX: usize = 256;
+
+/// One event of a shared log: its sequence number and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRecord {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+}
+
+/// One event of a batch, as a shared log writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Its sequence number: the one after the event before it.
+    pub seq: u64,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+    /// What it does to the claims, for the store's own constraint rows.
+    pub claim: Option<ClaimChange>,
+}
+
+/// Where a ledger several processes share keeps its events: one totally
+/// ordered, gapless log, appended to under a ledger-wide lock in
+/// transactions. Every method may block on the store.
+pub trait SharedLog: Send + Sync + fmt::Debug {
+    /// Up to `limit` events after `after`, in order, without taking the
+    /// lock: what a worker replays before it starts, and after a batch
+    /// failed. Calls follow each other in order from `after` 0.
+    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError>;
+
+    /// Begins a batch: takes the ledger-wide lock for one transaction, then
+    /// returns every event after `after` (the last one this process
+    /// knows), in order. Every `begin` that returns `Ok` is followed by a
+    /// [`SharedLog::commit`], which ends the transaction.
+    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError>;
+
+    /// Writes `batch` (which follows the last event `begin` returned; it
+    /// may be empty) with its constraint rows, and commits. `Ok` only once
+    /// the commit is durable. A commit whose outcome is unknown (the
+    /// connection lost during it) is looked up before answering; if that
+    /// fails too, the answer is [`StoreError::Unknown`].
+    fn commit(&self, batch: &[Appended]) -> Result<(), StoreError>;
+}
+
+/// The shared log of a ledger, and who writes it.
+pub(super) struct Shared {
+    pub(super) log: Arc<dyn SharedLog>,
+    /// The worker this process is; `None` for the process that creates
+    /// the ledger.
+    pub(super) worker: Option<WorkerName>,
+    /// Signalled when a batch commits and when a thread has decided.
+    turn: Condvar,
+    /// Threads that asked to decide and have not decided yet.
+    arriving: AtomicUsize,
+}
+
+/// The state of a shared ledger, and its batches.
+#[derive(Default)]
+pub(super) struct Round {
+    pub(super) state: State,
+    /// The batch being decided into.
+    open: Option<OpenBatch>,
+    /// Whether a batch is being committed: the next opens after it.
+    committing: bool,
+    /// Whether `state` may hold events the log does not (a failed batch):
+    /// it is rebuilt before the next decision.
+    stale: bool,
+    /// The epoch of this worker's session, once its start is committed.
+    pub(super) session: Option<u64>,
+    /// Claims of failed batches, which may have been committed all the
+    /// same: once the state is rebuilt, those that were are recorded as
+    /// sends that never ran.
+    unsent: Vec<(RequestKey, u64)>,
+}
+
+struct OpenBatch {
+    events: Vec<Appended>,
+    outcome: Arc<Mutex<Option<Result<(), StoreError>>>>,
+}
+
+/// Counts a thread as arriving until it has decided.
+struct Arrival<'a>(&'a Shared);
+
+impl Round {
+    /// A round starting from `state`, with no batch open.
+    pub(super) fn new(state: State) -> Self {
+        Round {
+            state,
+            ..Round::default()
+        }
+    }
+}
+
+impl<'a> Arrival<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.arriving.fetch_add(1, Ordering::SeqCst);
+        Arrival(shared)
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.0.arriving.fetch_sub(1, Ordering::SeqCst);
+        self.0.turn.notify_all();
+    }
+}
+
+impl Shared {
+    pub(super) fn new(log: Arc<dyn SharedLog>, worker: Option<WorkerName>) -> Self {
+        Shared {
+            log,
+            worker,
+            turn: Condvar::new(),
+            arriving: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait<'a>(&self, round: MutexGuard<'a, Round>) -> Result<MutexGuard<'a, Round>, LedgerError> {
+        self.turn.wait(round).map_err(|_| LedgerError::Poisoned)
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("log", &self.log)
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replays the whole shared log into a fresh state, re-deriving every
+/// decision, without taking its lock.
+pub(super) fn rebuild(log: &dyn SharedLog) -> Result<State, LedgerError> {
+    let mut state = State::new();
+    loop {
+        let records = log.read(state.last_seq(), READ_LEN_MAX)?;
+        if records.is_empty() {
+            return Ok(state);
+        }
+        catch_up(&mut state, &records)?;
+    }
+}
+
+/// Re-derives and applies `records`, the events after `state`.
+fn catch_up(state: &mut State, records: &[SharedRecord]) -> Result<(), LedgerError> {
+    let mut batch = Batch::new();
+    let first = state.last_seq() + 1;
+    for (offset, record) in records.iter().enumerate() {
+        let expected = first + offset as u64;
+        if record.seq != expected {
+            return Err(StoreError::Damaged {
+                seq: expected,
+                detail: format!("event {} follows where {expected} belongs", record.seq),
+            }
+            .into());
+        }
+        batch.push(record.seq, &record.payload)?;
+        if batch.is_full() {
+            apply_batch(state, &batch, &mut Refuse)?;
+            batch.clear();
+        }
+    }
+    apply_batch(state, &batch, &mut Refuse)
+}
+
+impl Ledger {
+    pub(super) fn shared(&self) -> Option<&Shared> {
+        match &self.inner.store {
+            super::Store::Shared(shared) => Some(shared),
+            super::Store::File(_) => None,
+        }
+    }
+
+    /// The worker this process is, on a shared ledger.
+    pub fn worker(&self) -> Option<&WorkerName> {
+        self.shared().and_then(|shared| shared.worker.as_ref())
+    }
+
+    /// Catches this worker's projection up on the events other workers
+    /// committed since its last batch, so that what it reads
+    /// ([`Ledger::outcome`], [`Ledger::claimed_by`], [`Ledger::state`] and
+    /// the rest) includes them; a worker's reads are otherwise as of its
+    /// last batch. Every event read is re-derived before it is applied. It
+    /// waits for a batch of this worker being decided or committed. On a
+    /// file ledger, whose one writer is this process, it does nothing.
+    pub fn refresh(&self) -> Result<(), LedgerError> {
+        let Some(shared) = self.shared() else {
+            return Ok(());
+        };
+        let mut round = self.lock_state()?;
+        while round.open.is_some() || round.committing {
+            round = shared.wait(round)?;
+        }
+        if round.stale {
+            round.state = rebuild(&*shared.log)?;
+            round.stale = false;
+            return Ok(());
+        }
+        loop {
+            let records = shared.log.read(round.state.last_seq(), READ_LEN_MAX)?;
+            if records.is_empty() {
+                return Ok(());
+            }
+            if let Err(error) = catch_up(&mut round.state, &records) {
+                round.stale = true;
+                return Err(error);
+            }
+        }
+    }
+
+    /// Decides with `decide` in a batch of the shared log, and answers once
+    /// the batch is committed: [`Ledger::execute_then`] for a shared
+    /// ledger.
+    pub(super) fn execute_shared<M, N>(
+        &self,
+        shared: &Shared,
+        command: &Command,
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+    ) -> Result<Executed<M, N>, LedgerError> {
+        let arrival = Arrival::new(shared);
+        let mut round = self.lock_state()?;
+        while round.committing {
+            round = shared.wait(round)?;
+        }
+        let opener = round.open.is_none();
+        if opener {
+            self.open_batch(shared, &mut round)?;
+        }
+        let decided = self.decide_into(&mut round, command, decide);
+        let Some(open) = &round.open else {
+            unreachable!("a batch is open while threads decide into it")
+        };
+        let outcome = Arc::clone(&open.outcome);
+        drop(arrival);
+        let committed = match opener {
+            true => self.commit_batch(shared, round)?,
+            false => wait_outcome(shared, round, &outcome)?,
+        };
+        committed?;
+        decided
+    }
+
+    /// Begins a batch: rebuilds the state if a batch failed, catches it up
+    /// under the store's lock, and checks this worker's session still
+    /// stands.
+    fn open_batch(&self, shared: &Shared, round: &mut Round) -> Result<(), LedgerError> {
+        if round.stale {
+            round.state = rebuild(&*shared.log)?;
+            round.stale = false;
+        }
+        let records = shared.log.begin(round.state.last_seq())?;
+        round.open = Some(OpenBatch {
+            events: Vec::new(),
+            outcome: Arc::new(Mutex::new(None)),
+        });
+        let checked = catch_up(&mut round.state, &records).and_then(|()| self.check_session(round));
+        if let Err(error) = checked {
+            // The transaction holds the lock: end it, writing nothing.
+            round.open = None;
+            round.stale = true;
+            if let Err(ended) = shared.log.commit(&[]) {
+                warn!(%ended, "could not end a batch that stopped");
+            }
+            return Err(error);
+        }
+        self.record_unsent(round);
+        Ok(())
+    }
+
+    /// Refuses to decide once this worker's session is over: an operator
+    /// ended it, or another process started under its name.
+    fn check_session(&self, round: &Round) -> Result<(), LedgerError> {
+        let (Some(worker), Some(epoch)) = (self.worker(), round.session) else {
+            return Ok(());
+        };
+        match round.state.session(worker) == Some(epoch) {
+            true => Ok(()),
+            false => Err(LedgerError::SessionOver {
+                worker: worker.clone(),
+            }),
+        }
+    }
+
+    /// Records, for each claim of a failed batch that was committed all
+    /// the same, that its send never ran: no ticket was handed out for it.
+    fn record_unsent(&self, round: &mut Round) {
+        for (key, seq) in std::mem::take(&mut round.unsent) {
+            let unsent = round.state.record(&key).is_some_and(|record| {
+                record.claimed_seq() == seq
+                    && record.send_running()
+                    && record.send_worker().as_ref() == self.worker()
+            });
+            if !unsent {
+                continue;
+            }
+            let error = Reason::lossy(
+                "the claim's commit was lost on the way back; it was not granted and no send ran",
+            );
+            let decided =
+                decide::complete_failed(&round.state, &key, &error, &FailureCause::Abandoned);
+            if let Ok(Answer::Append { event, .. }) = decided
+                && let Err(failure) = self.append_shared(round, event)
+            {
+                warn!(key = %key, %failure, "could not record that a claim's send never ran");
+            }
+        }
+    }
+
+    /// [`Ledger::execute_then`]'s decision, into the open batch.
+    fn decide_into<M, N>(
+        &self,
+        round: &mut Round,
+        command: &Command,
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+    ) -> Result<Executed<M, N>, LedgerError> {
+        match decide(&round.state) {
+            Ok(Answer::Append { event, meaning }) => Ok(Executed::Appended {
+                seq: self.append_shared(round, event)?,
+                meaning,
+            }),
+            Ok(Answer::Nothing(reason)) => Ok(Executed::Nothing(reason)),
+            Err(refusal) => {
+                info!(%refusal, "refused");
+                if self.inner.config.log_refusals {
+                    let kind = decide::refused(&round.state, command, &refusal);
+                    if let Err(error) = self.append_shared(round, kind) {
+                        warn!(%error, %refusal, "could not record a refusal in the log");
+                    }
+                }
+                Err(LedgerError::Refused(refusal))
+            }
+        }
+    }
+
+    /// Appends `kind` to the open batch as the next event and applies it.
+    pub(super) fn append_shared(
+        &self,
+        round: &mut Round,
+        kind: EventKind,
+    ) -> Result<u64, LedgerError> {
+        let event = Event {
+            schema: SCHEMA_VERSION,
+            seq: round.state.last_seq() + 1,
+            at: self.inner.config.clock.now(),
+            kind,
+        };
+        let payload = event.encode()?;
+        let claim = round.state.claim_change(&event.kind);
+        let Some(open) = round.open.as_mut() else {
+            unreachable!("events are appended to an open batch")
+        };
+        open.events.push(Appended {
+            seq: event.seq,
+            payload,
+            claim,
+        });
+        apply(&mut round.state, &event);
+        Ok(event.seq)
+    }
+
+    /// Waits until no thread is about to decide into the open batch (or it
+    /// is full), then commits it and tells everyone in it.
+    fn commit_batch(
+        &self,
+        shared: &Shared,
+        mut round: MutexGuard<'_, Round>,
+    ) -> Result<Result<(), StoreError>, LedgerError> {
+        let full = |round: &Round| {
+            round
+                .open
+                .as_ref()
+                .is_some_and(|open| open.events.len() >= BATCH_EVENTS_MAX)
+        };
+        while shared.arriving.load(Ordering::SeqCst) > 0 && !full(&round) {
+            round = shared.wait(round)?;
+        }
+        let Some(open) = round.open.take() else {
+            unreachable!("the opener commits the batch it opened")
+        };
+        round.committing = true;
+        drop(round);
+        let committed = shared.log.commit(&open.events);
+        let mut round = self.lock_state()?;
+        round.committing = false;
+        if let Err(error) = &committed {
+            warn!(%error, events = open.events.len(), "a batch was not committed");
+            round.stale = true;
+            round
+                .unsent
+                .extend(open.events.iter().filter_map(|appended| {
+                    match (&appended.claim, self.worker()) {
+                        (Some(ClaimChange::Claims { key, .. }), Some(_)) => {
+                            Some((key.clone(), appended.seq))
+                        }
+                        _ => None,
+                    }
+                }));
+        }
+        *lock_outcome(&open.outcome)? = Some(committed.clone());
+        drop(round);
+        shared.turn.notify_all();
+        Ok(committed)
+    }
+}
+
+fn lock_outcome(
+    outcome: &Mutex<Option<Result<(), StoreError>>>,
+) -> Result<MutexGuard<'_, Option<Result<(), StoreError>>>, LedgerError> {
+    outcome.lock().map_err(|_| LedgerError::Poisoned)
+}
+
+/// Waits until the batch whose `outcome` this is was committed or failed.
+fn wait_outcome(
+    shared: &Shared,
+    mut round: MutexGuard<'_, Round>,
+    outcome: &Mutex<Option<Result<(), StoreError>>>,
+) -> Result<Result<(), StoreError>, LedgerError> {
+    loop {
+        if let Some(result) = lock_outcome(outcome)?.clone() {
+            return Ok(result);
+        }
+        round = shared.wait(round)?;
+    }
+}
