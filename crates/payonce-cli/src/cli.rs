@@ -163,7 +163,8 @@ pub enum CliCommand {
     /// Run the ledger as an HTTP service: withdrawals, submissions under an
     /// Idempotency-Key, operator exits, health and metrics (docs/http.md).
     ///
-    /// Runs on the embedded file ledger in --dir (--init creates it).
+    /// Runs on the embedded file ledger in --dir (--init creates it), or as
+    /// --worker of the PostgreSQL ledger at --postgres.
     /// SIGTERM stops accepting, waits for running sends and records their
     /// outcomes.
     #[command(after_help = EXIT_CODES)]

@@ -166,6 +166,12 @@ impl AsyncLedger {
             .await
     }
 
+    /// [`Ledger::refresh`]: on a shared ledger, catches up on the events
+    /// other workers committed.
+    pub async fn refresh(&self) -> Result<(), LedgerError> {
+        self.blocking(Ledger::refresh).await
+    }
+
     /// [`Ledger::sync`].
     pub async fn sync(&self) -> Result<(), LedgerError> {
         self.blocking(Ledger::sync).await

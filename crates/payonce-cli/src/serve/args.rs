@@ -21,13 +21,19 @@ pub struct ServeArgs {
         conflicts_with = "postgres"
     )]
     pub dir: Option<PathBuf>,
-    /// Create a new ledger in --dir, which must be empty or missing. Without
-    /// it, --dir must hold a ledger: a lost log is never taken for a new one.
-    #[arg(long, requires = "dir")]
+    /// Create a new ledger: in --dir, which must be empty or missing, or in
+    /// --postgres's database, whose schema is applied (`payonce migrate`) and
+    /// which holds no ledger yet. Without it, the ledger must exist: a lost
+    /// log is never taken for a new one.
+    #[arg(long)]
     pub init: bool,
-    /// Run as one worker of a PostgreSQL ledger (not built yet: refused).
-    #[arg(long, value_name = "URL")]
+    /// Run as one worker of the PostgreSQL ledger at this URL, beside others.
+    #[arg(long, value_name = "URL", requires = "worker")]
     pub postgres: Option<String>,
+    /// With --postgres: this worker's name, the same across its restarts
+    /// (api-3); one process at a time runs under it.
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    pub worker: Option<String>,
     /// Where to listen.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,

@@ -96,7 +96,9 @@ pub trait Backend: Send + Sync + 'static {
     fn sync(&self) -> BoxFuture<'_, Result<(), LedgerError>>;
 }
 
-/// The embedded file ledger, through [`AsyncLedger`].
+/// The payonce library in the service's process, through [`AsyncLedger`]:
+/// on a file log, or as one worker of a shared (PostgreSQL) ledger, whose
+/// reads first catch up on what the other workers decided.
 #[derive(Debug, Clone)]
 pub struct Embedded {
     ledger: AsyncLedger,
@@ -110,6 +112,16 @@ impl Embedded {
         Embedded {
             ledger: AsyncLedger::new(ledger),
             metrics,
+        }
+    }
+
+    /// On a shared ledger, catches this worker's projection up on the
+    /// other workers' decisions (on the blocking pool), so a read sees what
+    /// any worker answered; nothing on a file ledger.
+    async fn caught_up(&self) -> Result<(), LedgerError> {
+        match self.ledger.ledger().worker() {
+            Some(_) => self.ledger.refresh().await,
+            None => Ok(()),
         }
     }
 
@@ -199,22 +211,28 @@ impl Backend for Embedded {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>> {
-        // Memory only: answered on the caller's thread.
-        let facts = self
-            .ledger
-            .ledger()
-            .read(|state| withdrawal_facts(state, id));
-        Box::pin(async move { Ok(facts) })
+        // From memory, once caught up.
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self
+                .ledger
+                .ledger()
+                .read(|state| withdrawal_facts(state, id)))
+        })
     }
 
     fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>> {
-        let facts = self.ledger.ledger().read(|state| key_facts(state, key));
-        Box::pin(async move { Ok(facts) })
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self.ledger.ledger().read(|state| key_facts(state, key)))
+        })
     }
 
     fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>> {
-        let in_flight = self.ledger.ledger().in_flight();
-        Box::pin(async move { Ok(in_flight) })
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self.ledger.ledger().in_flight())
+        })
     }
 
     fn resolve<'a>(

@@ -43,9 +43,6 @@ use crate::error::CliError;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// `--postgres` was given, and this build has no PostgreSQL backend
-    /// yet: the service runs on the embedded file ledger (`--dir`).
-    PostgresNotBuilt,
     /// The tokens file was refused.
     Tokens(tokens::TokensError),
     /// The rail could not be set up (the rail log could not be opened, the
@@ -63,10 +60,6 @@ pub enum ServeError {
 impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServeError::PostgresNotBuilt => f.write_str(
-                "--postgres: the PostgreSQL backend is not built yet; run on the embedded file \
-                 ledger with --dir DIR",
-            ),
             ServeError::Tokens(error) => write!(f, "{error}"),
             ServeError::Rail(message) => write!(f, "{}", crate::escape::Escaped(message)),
             ServeError::Io { doing, error } => write!(f, "{doing}: {error}"),
@@ -109,10 +102,11 @@ pub fn start(
     Server::start(listener, api::router(state), limits, sends)
 }
 
-/// Opens (or with `--init` creates) the ledger in `--dir`.
+/// Opens (or with `--init` creates) the ledger: in `--dir`, or as
+/// `--worker` of the PostgreSQL ledger at `--postgres`.
 fn open_ledger(args: &ServeArgs) -> Result<Ledger, CliError> {
     let Some(dir) = &args.dir else {
-        return Err(ServeError::PostgresNotBuilt.into());
+        return open_worker(args);
     };
     let opened = if args.init {
         Ledger::init_with(dir, Config::default())
@@ -122,11 +116,25 @@ fn open_ledger(args: &ServeArgs) -> Result<Ledger, CliError> {
     opened.map_err(|error| CliError::from_ledger(dir, error))
 }
 
+/// Opens the PostgreSQL ledger of `--postgres` as `--worker`, creating it
+/// first with `--init`.
+fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
+    let (Some(url), Some(worker)) = (&args.postgres, &args.worker) else {
+        return Err(CliError::Usage {
+            message: "give --dir DIR, or --postgres URL with --worker NAME".to_owned(),
+        });
+    };
+    let shown = std::path::PathBuf::from(payonce_postgres::redacted(url));
+    if args.init {
+        let created = payonce_postgres::init(url, Config::default());
+        drop(created.map_err(|error| CliError::from_ledger(&shown, error))?);
+    }
+    payonce_postgres::open(url, worker, Config::default())
+        .map_err(|error| CliError::from_ledger(&shown, error))
+}
+
 /// `payonce serve`.
 pub(crate) fn serve_command(args: &ServeArgs, out: &mut dyn Write) -> Result<Status, CliError> {
-    if args.postgres.is_some() {
-        return Err(ServeError::PostgresNotBuilt.into());
-    }
     let tokens = Tokens::read(&args.tokens).map_err(ServeError::Tokens)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

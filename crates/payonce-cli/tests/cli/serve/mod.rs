@@ -3,6 +3,7 @@
 
 mod http_rail;
 mod kill;
+mod kill_postgres;
 mod limits;
 mod operator;
 mod served;

@@ -8,10 +8,11 @@ fn refused(run: &Run, text: &str) {
     assert!(run.stderr.contains(text), "{}", run.stderr);
 }
 
-// Guards against a service that takes --postgres for working, starts on
-// a directory without a ledger, or on a tokens file it cannot trust.
+// Guards against a PostgreSQL worker without a name, a service that
+// starts on a directory without a ledger, or on a tokens file it cannot
+// trust.
 #[test]
-fn serve_refuses_postgres_a_missing_ledger_and_a_bad_tokens_file() {
+fn serve_refuses_a_nameless_worker_a_missing_ledger_and_a_bad_tokens_file() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.toml");
     std::fs::write(&tokens, super::TOKENS).unwrap();
@@ -22,7 +23,7 @@ fn serve_refuses_postgres_a_missing_ledger_and_a_bad_tokens_file() {
         "--tokens",
         &arg(&tokens),
     ]);
-    refused(&postgres, "not built yet");
+    refused(&postgres, "--worker");
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let no_ledger = payonce(&["serve", "--dir", &arg(&empty), "--tokens", &arg(&tokens)]);
