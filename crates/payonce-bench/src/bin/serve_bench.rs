@@ -6,7 +6,12 @@
 //! ```sh
 //! cargo run --release -p payonce-bench --bin serve_bench            # the full run
 //! cargo run --release -p payonce-bench --bin serve_bench -- --quick # seconds
+//! cargo run --release -p payonce-bench --bin serve_bench -- --postgres # and 4 workers on PostgreSQL
 //! ```
+//!
+//! With `--postgres` it also runs both sides on a throwaway PostgreSQL
+//! cluster: 4 worker ledgers in this process sharing one database, the 64
+//! callers spread over them (over HTTP, 4 servers, one per worker).
 //!
 //! The rail is the simulated one with no latency and no rail log, so the
 //! figures are the ledger's and the service's own. Both sides share the
@@ -20,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Parser;
-use payonce::{AsyncLedger, Ledger, NewWithdrawal};
+use payonce::{AsyncLedger, Config, Ledger, NewWithdrawal};
 use payonce_cli::serve::rail::{Rail, RailSend, SimRail, SimRailConfig};
 use payonce_cli::serve::{self, Embedded, Limits, Metrics, Tokens};
 use payonce_model::WithdrawalRequest;
@@ -46,7 +51,14 @@ struct Args {
     /// Rounds per side, alternating (default 3; quick 1).
     #[arg(long)]
     rounds: Option<usize>,
+    /// Also run on 4 workers sharing a PostgreSQL ledger, on a throwaway
+    /// cluster.
+    #[arg(long)]
+    postgres: bool,
 }
+
+/// Workers sharing the PostgreSQL ledger.
+const WORKERS: usize = 4;
 
 /// One round's figures.
 #[derive(Debug, Clone, Copy)]
@@ -75,12 +87,46 @@ fn new_withdrawal() -> anyhow::Result<NewWithdrawal> {
     })
 }
 
-type Prepared = (tempfile::TempDir, AsyncLedger, Vec<WithdrawalRequest>);
+/// Where a round runs: a file ledger in a directory, or a new database
+/// of a PostgreSQL cluster.
+#[derive(Clone, Copy)]
+enum Where<'a> {
+    File(&'a Path),
+    Postgres(&'a payonce_postgres::cluster::Cluster),
+}
 
-/// A new ledger in `base` with `count` withdrawals, created 64 at a time.
-async fn ledger_with(base: &Path, count: usize) -> anyhow::Result<Prepared> {
-    let dir = tempfile::tempdir_in(base)?;
-    let ledger = AsyncLedger::new(Ledger::init(dir.path())?);
+/// A round's ledgers (one, or one per worker) and its withdrawals.
+struct Prepared {
+    _dir: Option<tempfile::TempDir>,
+    ledgers: Vec<AsyncLedger>,
+    withdrawals: Vec<WithdrawalRequest>,
+}
+
+/// A new ledger with `count` withdrawals, created 64 at a time. Opened,
+/// and to be dropped, outside the runtime: PostgreSQL's client runs a
+/// runtime of its own.
+fn ledger_with(
+    runtime: &tokio::runtime::Runtime,
+    at: Where<'_>,
+    count: usize,
+) -> anyhow::Result<Prepared> {
+    let (dir, ledgers) = match at {
+        Where::File(base) => {
+            let dir = tempfile::tempdir_in(base)?;
+            let ledger = AsyncLedger::new(Ledger::init(dir.path())?);
+            (Some(dir), vec![ledger])
+        }
+        Where::Postgres(cluster) => (None, workers(cluster)?),
+    };
+    let withdrawals = runtime.block_on(create(ledgers[0].clone(), count))?;
+    Ok(Prepared {
+        _dir: dir,
+        ledgers,
+        withdrawals,
+    })
+}
+
+async fn create(ledger: AsyncLedger, count: usize) -> anyhow::Result<Vec<WithdrawalRequest>> {
     let mut created = Vec::with_capacity(count);
     while created.len() < count {
         let batch = CONCURRENCY.min(count - created.len());
@@ -96,7 +142,20 @@ async fn ledger_with(base: &Path, count: usize) -> anyhow::Result<Prepared> {
             created.push(task.await??);
         }
     }
-    Ok((dir, ledger, created))
+    Ok(created)
+}
+
+/// [`WORKERS`] workers of a new ledger in a new database of `cluster`.
+fn workers(cluster: &payonce_postgres::cluster::Cluster) -> anyhow::Result<Vec<AsyncLedger>> {
+    let url = cluster.database()?;
+    payonce_postgres::migrate(&url)?;
+    drop(payonce_postgres::init(&url, Config::default())?);
+    (0..WORKERS)
+        .map(|n| {
+            let ledger = payonce_postgres::open(&url, &format!("api-{n}"), Config::default())?;
+            Ok(AsyncLedger::new(ledger))
+        })
+        .collect()
 }
 
 /// Runs `call(i)` for every i below `count`, 64 at a time; the latencies
@@ -137,12 +196,14 @@ fn rail() -> anyhow::Result<Arc<SimRail>> {
 }
 
 /// The library called directly: `AsyncLedger::submit` with the rail.
-async fn library_round(base: &Path, count: usize) -> anyhow::Result<Round> {
-    let (_dir, ledger, withdrawals) = ledger_with(base, count).await?;
-    let (withdrawals, rail) = (Arc::new(withdrawals), rail()?);
+async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> {
+    let ledgers = Arc::new(prepared.ledgers.clone());
+    let withdrawals = Arc::new(prepared.withdrawals.clone());
+    let rail = rail()?;
     let (latencies, elapsed) = drive(count, move |i| {
-        let (ledger, withdrawals, rail) = (ledger.clone(), withdrawals.clone(), rail.clone());
+        let (ledgers, withdrawals, rail) = (ledgers.clone(), withdrawals.clone(), rail.clone());
         async move {
+            let ledger = &ledgers[i % CONCURRENCY % ledgers.len()];
             let key = format!("bench:k-{i}");
             let request = withdrawals[i].clone();
             let send = RailSend {
@@ -162,10 +223,8 @@ async fn library_round(base: &Path, count: usize) -> anyhow::Result<Round> {
     Ok(round_of(latencies, elapsed))
 }
 
-/// The same submissions through `payonce serve`, one keep-alive
-/// connection per caller.
-async fn http_round(base: &Path, count: usize) -> anyhow::Result<Round> {
-    let (_dir, ledger, withdrawals) = ledger_with(base, count).await?;
+/// `payonce serve` on `ledger`.
+async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
     let metrics = Arc::new(Metrics::default());
     let backend = Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone()));
     let tokens = Tokens::parse(
@@ -173,24 +232,46 @@ async fn http_round(base: &Path, count: usize) -> anyhow::Result<Round> {
         Path::new("tokens"),
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = serve::start(
+    let rail = rail()?;
+    Ok(serve::start(
         listener,
         backend,
-        rail()?,
+        rail,
         tokens,
         metrics,
         Limits::default(),
-    )?;
-    let url = Arc::new(format!("http://{}/v1/withdrawals", server.addr()));
-    let ids: Arc<Vec<String>> = Arc::new(withdrawals.iter().map(|w| w.id().to_string()).collect());
+    )?)
+}
+
+/// The same submissions through `payonce serve` (one server per ledger),
+/// one keep-alive connection per caller.
+async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> {
+    let mut servers = Vec::new();
+    for ledger in &prepared.ledgers {
+        servers.push(server_on(ledger).await?);
+    }
+    let urls: Arc<Vec<String>> = Arc::new(
+        servers
+            .iter()
+            .map(|server| format!("http://{}/v1/withdrawals", server.addr()))
+            .collect(),
+    );
+    let ids: Arc<Vec<String>> = Arc::new(
+        prepared
+            .withdrawals
+            .iter()
+            .map(|w| w.id().to_string())
+            .collect(),
+    );
     let clients: Arc<Vec<reqwest::Client>> = Arc::new(
         (0..CONCURRENCY)
             .map(|_| reqwest::Client::builder().pool_max_idle_per_host(1).build())
             .collect::<Result<_, _>>()?,
     );
     let (latencies, elapsed) = drive(count, move |i| {
-        let (url, ids, clients) = (url.clone(), ids.clone(), clients.clone());
+        let (urls, ids, clients) = (urls.clone(), ids.clone(), clients.clone());
         async move {
+            let url = &urls[i % CONCURRENCY % urls.len()];
             let response = clients[i % CONCURRENCY]
                 .post(format!("{url}/{}/submissions", ids[i]))
                 .bearer_auth(TOKEN)
@@ -207,7 +288,9 @@ async fn http_round(base: &Path, count: usize) -> anyhow::Result<Round> {
         }
     })
     .await?;
-    server.shut_down().await;
+    for server in servers {
+        server.shut_down().await;
+    }
     Ok(round_of(latencies, elapsed))
 }
 
@@ -217,7 +300,7 @@ fn median(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> f64 {
     values[values.len() / 2]
 }
 
-fn print_table(library: &[Round], http: &[Round], count: usize) {
+fn print_rows(ledger: &str, library: &[Round], http: &[Round]) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let figures = |rounds: &[Round]| {
         (
@@ -228,25 +311,45 @@ fn print_table(library: &[Round], http: &[Round], count: usize) {
     };
     let (lib, web) = (figures(library), figures(http));
     println!(
-        "{count} submissions per round, {} rounds each, {CONCURRENCY} concurrent callers (medians)\n",
-        library.len()
-    );
-    println!("| path | submissions/s | p50 ms | p99 ms |");
-    println!("| --- | ---: | ---: | ---: |");
-    println!(
-        "| library (`AsyncLedger::submit`) | {:.0} | {:.2} | {:.2} |",
+        "| {ledger} | library (`AsyncLedger::submit`) | {:.0} | {:.2} | {:.2} |",
         lib.0, lib.1, lib.2
     );
     println!(
-        "| `payonce serve` over HTTP | {:.0} | {:.2} | {:.2} |",
+        "| {ledger} | `payonce serve` over HTTP | {:.0} | {:.2} | {:.2} |",
         web.0, web.1, web.2
     );
     println!(
-        "| HTTP / library | {:.2} | {:.2} | {:.2} |",
+        "| {ledger} | HTTP / library | {:.2} | {:.2} | {:.2} |",
         web.0 / lib.0,
         web.1 / lib.1,
         web.2 / lib.2
     );
+}
+
+/// `rounds` rounds of each side on `at`, alternating.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    at: Where<'_>,
+    count: usize,
+    rounds: usize,
+    kept: &mut Vec<Prepared>,
+) -> anyhow::Result<(Vec<Round>, Vec<Round>)> {
+    let (mut library, mut http) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let prepared = ledger_with(runtime, at, count)?;
+        library.push(runtime.block_on(library_round(&prepared, count))?);
+        kept.push(prepared);
+        let prepared = ledger_with(runtime, at, count)?;
+        http.push(runtime.block_on(http_round(&prepared, count))?);
+        kept.push(prepared);
+        eprintln!(
+            "round {} of {rounds}: library {:?}, http {:?}",
+            round + 1,
+            library[round],
+            http[round]
+        );
+    }
+    Ok((library, http))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -261,17 +364,29 @@ fn main() -> anyhow::Result<()> {
     );
     let base = args.dir.unwrap_or_else(std::env::temp_dir);
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let (mut library, mut http) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        library.push(runtime.block_on(library_round(&base, count))?);
-        http.push(runtime.block_on(http_round(&base, count))?);
-        eprintln!(
-            "round {} of {rounds}: library {:?}, http {:?}",
-            round + 1,
-            library[round],
-            http[round]
-        );
+    // Every round's ledgers, dropped only once the runtime is.
+    let mut kept = Vec::new();
+    let file = measure(&runtime, Where::File(&base), count, rounds, &mut kept)?;
+    let postgres = match args.postgres {
+        true => {
+            let cluster = payonce_postgres::cluster::Cluster::start()
+                .map_err(|error| anyhow::anyhow!("starting PostgreSQL: {error}"))?;
+            let at = Where::Postgres(&cluster);
+            let measured = measure(&runtime, at, count, rounds, &mut kept)?;
+            drop(runtime);
+            drop(kept);
+            Some(measured)
+        }
+        false => None,
+    };
+    println!(
+        "{count} submissions per round, {rounds} rounds each, {CONCURRENCY} concurrent callers (medians)\n"
+    );
+    println!("| ledger | path | submissions/s | p50 ms | p99 ms |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    print_rows("file", &file.0, &file.1);
+    if let Some((library, http)) = &postgres {
+        print_rows("PostgreSQL, 4 workers", library, http);
     }
-    print_table(&library, &http, count);
     Ok(())
 }
