@@ -93,7 +93,7 @@ const APPEND_ONLY: [&str; 6] = [
     "releases",
 ];
 
-/// What [`migrate`] did.
+/// What [`migrate`](crate::migrate) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Migrated {
     /// The schema was created at [`SCHEMA_VERSION`].

@@ -592,10 +592,6 @@ impl EventKind {
     /// for a send failure listing another withdrawal, the completion with
     /// the withdrawal the send returned.
     pub fn command(&self) -> Command {
-        let complete = |key: &RequestKey, result| Command::Complete {
-            key: key.clone(),
-            result,
-        };
         match self {
             EventKind::Opened {
                 accept_foreign_ids,
@@ -614,14 +610,14 @@ impl EventKind {
                 request: request.clone(),
             },
             EventKind::Completed { key, outcome } => {
-                complete(key, SendResult::Sent(outcome.clone()))
+                complete_command(key, SendResult::Sent(outcome.clone()))
             }
             EventKind::SendRejected { key, reason, .. } => {
-                complete(key, SendResult::Rejected(reason.clone()))
+                complete_command(key, SendResult::Rejected(reason.clone()))
             }
             EventKind::SendFailed {
                 key, error, cause, ..
-            } => complete(key, failed_result(error, cause)),
+            } => complete_command(key, failed_result(error, cause)),
             EventKind::Resolved {
                 key,
                 outcome,
@@ -661,6 +657,14 @@ impl EventKind {
                 by: by.clone(),
             },
         }
+    }
+}
+
+/// The command that completes `key`'s send with `result`.
+fn complete_command(key: &RequestKey, result: SendResult) -> Command {
+    Command::Complete {
+        key: key.clone(),
+        result,
     }
 }
 

@@ -5,14 +5,13 @@
 //! The recorded event is judged itself, by the judge functions that judge
 //! a caller's proposal, so every field the judgement reads is checked
 //! against the state, and what an event derives from the state (a minted
-//! id, the withdrawal a key holds) is compared with what the judgement
-//! derives now (a correction's old outcome) with what the judgement
-//! derives now. Only refusals, and send failures whose send returned
-//! another withdrawal or an unsettled one, have their proposal rebuilt,
-//! since their event is not the proposal itself. Each event is judged
-//! under the rules of the schema it was written in.
+//! id, the withdrawal a key holds, a correction's old outcome) is compared
+//! with what the judgement derives now. Only refusals, and send failures
+//! whose send returned another withdrawal or an unsettled one, have their
+//! proposal rebuilt, since their event is not the proposal itself. Each
+//! event is judged under the rules of the schema it was written in.
 
-use payonce_model::{TextView, WithdrawalId};
+use payonce_model::{RequestKey, TextView, WithdrawalId, WithdrawalView};
 
 use crate::command::FailureCause;
 use crate::decide::judge::{self, ClaimVerdict, CloseVerdict, MoveVerdict};
@@ -55,18 +54,9 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
             key,
             request,
             worker,
-        } => {
-            judge::claimant(state, *worker)
-                && matches!(
-                    judge::claim(state, found, *key, *request),
-                    Ok(ClaimVerdict::Grant)
-                )
-        }
+        } => judge::claimant(state, *worker) && grants(state, found, *key, *request),
         KindView::Created { withdrawal } => judge::created(state, *withdrawal),
-        KindView::Recorded { key, request } => matches!(
-            judge::claim(state, found, *key, *request),
-            Ok(ClaimVerdict::Grant)
-        ),
+        KindView::Recorded { key, request } => grants(state, found, *key, *request),
         KindView::Completed { key, outcome } => {
             judge::completion(state, found, *key, Some(*outcome), schema)
                 .is_ok_and(|verdict| verdict.differences.is_empty() && verdict.unsettled.is_none())
@@ -77,11 +67,7 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
                 FailureCause::OutcomeMismatch { .. } | FailureCause::Unsettled { .. }
             ) =>
         {
-            let recorded = event.kind.to_value();
-            match decide_in(state, &recorded.command(), schema) {
-                Ok(Decision::Append(rebuilt)) => rebuilt.in_schema(schema) == recorded,
-                _ => false,
-            }
+            rebuilds_the_same(state, event)
         }
         KindView::SendRejected {
             key, withdrawal, ..
@@ -118,6 +104,29 @@ fn decides_again(state: &State, event: &EventView<'_>, found: &Prefetched<'_>) -
             decide_in(state, command, schema).as_ref() == Err(&**refusal)
                 && derived(schema, *held, judge::held(state, found))
         }
+    }
+}
+
+/// Whether `key` claiming `request` is granted in `state`.
+fn grants(
+    state: &State,
+    found: &Prefetched<'_>,
+    key: TextView<'_, RequestKey>,
+    request: WithdrawalView<'_>,
+) -> bool {
+    matches!(
+        judge::claim(state, found, key, request),
+        Ok(ClaimVerdict::Grant)
+    )
+}
+
+/// Whether `decide`, asked again the command `event` records, proposes
+/// exactly `event`: for the events that carry what the state derived.
+fn rebuilds_the_same(state: &State, event: &EventView<'_>) -> bool {
+    let recorded = event.kind.to_value();
+    match decide_in(state, &recorded.command(), event.schema) {
+        Ok(Decision::Append(rebuilt)) => rebuilt.in_schema(event.schema) == recorded,
+        _ => false,
     }
 }
 

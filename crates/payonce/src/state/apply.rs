@@ -47,13 +47,7 @@ impl State {
                 key,
                 request,
                 worker,
-            } => {
-                let slot = self.claim(key, *request, event, found);
-                self.set_send_running(slot, true);
-                if let Some(worker) = worker {
-                    self.sessions.senders.insert(slot, worker.to_value());
-                }
-            }
+            } => self.claimed(key, *request, *worker, event, found),
             KindView::Recorded { key, request } => {
                 let slot = self.claim(key, *request, event, found);
                 self.set_outcome(slot, *request);
@@ -79,15 +73,8 @@ impl State {
                 self.set_outcome(slot, *outcome);
             }
             KindView::Released { key, .. } => self.release(key, found),
-            KindView::Started { worker, epoch } => {
-                self.end_sends_of(*worker);
-                self.sessions.live.insert(worker.to_value(), *epoch);
-                self.epoch = Some(*epoch);
-            }
-            KindView::SessionEnded { worker, .. } => {
-                self.end_sends_of(*worker);
-                self.sessions.live.remove(worker.as_str());
-            }
+            KindView::Started { worker, epoch } => self.start_session(*worker, *epoch),
+            KindView::SessionEnded { worker, .. } => self.end_session(*worker),
             KindView::Refused { .. } => self.refusals += 1,
             KindView::Advanced {
                 key,
@@ -124,6 +111,36 @@ impl State {
         for slot in self.sessions.sends_of(worker) {
             self.set_send_running(slot, false);
         }
+    }
+
+    /// `key` claims `request`'s withdrawal and its send starts, in
+    /// `worker`'s session when a worker claimed it.
+    fn claimed(
+        &mut self,
+        key: &str,
+        request: WithdrawalView<'_>,
+        worker: Option<TextView<'_, WorkerName>>,
+        event: &EventView<'_>,
+        found: &Prefetched<'_>,
+    ) {
+        let slot = self.claim(key, request, event, found);
+        self.set_send_running(slot, true);
+        if let Some(worker) = worker {
+            self.sessions.senders.insert(slot, worker.to_value());
+        }
+    }
+
+    /// `worker` starts a session in `epoch`, which ends its earlier one.
+    fn start_session(&mut self, worker: TextView<'_, WorkerName>, epoch: u64) {
+        self.end_sends_of(worker);
+        self.sessions.live.insert(worker.to_value(), epoch);
+        self.epoch = Some(epoch);
+    }
+
+    /// `worker`'s session ends.
+    fn end_session(&mut self, worker: TextView<'_, WorkerName>) {
+        self.end_sends_of(worker);
+        self.sessions.live.remove(worker.as_str());
     }
 
     /// The slot of `key`, as prefetched.
