@@ -59,6 +59,7 @@ impl Cli {
             CliCommand::Release(args) => args.json,
             CliCommand::Index(_)
             | CliCommand::Demo(_)
+            | CliCommand::Serve(_)
             | CliCommand::Migrate(_)
             | CliCommand::EndSession(_)
             | CliCommand::DemoWorker(_) => false,
@@ -177,6 +178,15 @@ pub enum CliCommand {
     /// audit it.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
+    /// Run the ledger as an HTTP service: withdrawals, submissions under an
+    /// Idempotency-Key, operator exits, health and metrics (docs/http.md).
+    ///
+    /// Runs on the embedded file ledger in --dir (--init creates it), or as
+    /// --worker of the PostgreSQL ledger at --postgres.
+    /// SIGTERM stops accepting, waits for running sends and records their
+    /// outcomes.
+    #[command(after_help = EXIT_CODES)]
+    Serve(crate::serve::ServeArgs),
     /// Apply the payonce schema to a PostgreSQL database: tables, their
     /// constraints, the triggers that make them append-only, and the
     /// schema's version.

@@ -70,6 +70,7 @@ mod logdir;
 mod operator;
 mod output;
 mod run;
+pub mod serve;
 mod shared;
 mod subject;
 mod table;

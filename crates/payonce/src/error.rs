@@ -86,6 +86,9 @@ pub enum LedgerError {
         /// How many names it holds.
         count: usize,
     },
+    /// An async call's blocking task was dropped by its runtime (shutting
+    /// down) before it ran: nothing was written. See `AsyncLedger`.
+    Cancelled,
 }
 
 /// What went wrong with a shared log (a database). Whatever it is, the
@@ -222,6 +225,9 @@ impl fmt::Display for LedgerError {
                  nothing was opened or written",
                 found.join(", ")
             ),
+            LedgerError::Cancelled => {
+                f.write_str("the runtime shut down before the ledger call ran; nothing was written")
+            }
             LedgerError::Store(error) => write!(f, "{error}"),
             LedgerError::PolicyMismatch { ledger, worker } => write!(
                 f,

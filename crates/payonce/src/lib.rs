@@ -19,9 +19,9 @@
 //! random number drawn at each opening, so no two ledgers, and no copy
 //! restored from a backup, mint the same id.
 //!
-//! For use from async code, see `examples/tokio.rs`: claim, await the
-//! rail, complete, with the parts that wait for the disk kept off the
-//! executor's threads.
+//! For use from async code, the `tokio` feature adds [`AsyncLedger`]
+//! (claim, await the rail, complete, with the parts that wait for the disk
+//! on tokio's blocking pool); `examples/tokio.rs` does the same by hand.
 //!
 //! - The logic is pure: [`decide`] judges a [`Command`] against the
 //!   [`State`]; [`apply`] is the only code that changes it.
@@ -59,6 +59,8 @@
 //! assert_eq!(refused.refusal().and_then(|r| r.holder()).map(|k| k.as_str()), Some("req-1"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#[cfg(feature = "tokio")]
+mod async_ledger;
 mod audit;
 mod command;
 mod decide;
@@ -71,6 +73,8 @@ mod replay;
 mod state;
 mod time;
 
+#[cfg(feature = "tokio")]
+pub use crate::async_ledger::{AsyncLedger, Submission};
 pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide, decide_as};

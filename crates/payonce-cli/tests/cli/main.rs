@@ -22,3 +22,4 @@ mod operator;
 mod outcomes;
 mod postgres;
 mod schemas;
+mod serve;

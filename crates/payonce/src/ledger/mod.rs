@@ -760,8 +760,10 @@ impl Ledger {
         Ok(())
     }
 
-    /// Reads the state under the lock.
-    fn read<T>(&self, query: impl FnOnce(&State) -> T) -> T {
+    /// Answers `query` from the state under the lock: for the questions the
+    /// ledger has no method for. Every decision waits while it runs, so
+    /// keep it short.
+    pub fn read<T>(&self, query: impl FnOnce(&State) -> T) -> T {
         // A query must answer even if a panic poisoned the lock: reading
         // cannot make a half-applied state worse, and writes are refused.
         let state = self

@@ -1,0 +1,392 @@
+//! `serve_bench`: submissions per second and p99 latency at 64 concurrent
+//! callers, for the library called directly (`AsyncLedger::submit`) and
+//! for `payonce serve` over HTTP on the same kind of ledger, side by side
+//! in one run, rounds alternating. Their difference is the HTTP cost.
+//!
+//! ```sh
+//! cargo run --release -p payonce-bench --bin serve_bench            # the full run
+//! cargo run --release -p payonce-bench --bin serve_bench -- --quick # seconds
+//! cargo run --release -p payonce-bench --bin serve_bench -- --postgres # and 4 workers on PostgreSQL
+//! ```
+//!
+//! With `--postgres` it also runs both sides on a throwaway PostgreSQL
+//! cluster: 4 worker ledgers in this process sharing one database, the 64
+//! callers spread over them (over HTTP, 4 servers, one per worker).
+//!
+//! The rail is the simulated one with no latency and no rail log, so the
+//! figures are the ledger's and the service's own. Both sides share the
+//! machine's cores with their load generator (64 tokio tasks; over HTTP,
+//! each on its own keep-alive connection).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use clap::Parser;
+use payonce::{AsyncLedger, Config, Ledger, NewWithdrawal};
+use payonce_cli::serve::rail::{Rail, RailSend, SimRail, SimRailConfig};
+use payonce_cli::serve::{self, Embedded, Limits, Metrics, Tokens};
+use payonce_model::WithdrawalRequest;
+
+const TOKEN: &str = "bench-client-token-0123";
+const CONCURRENCY: usize = 64;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "serve_bench",
+    about = "payonce serve beside the library, 64 callers"
+)]
+struct Args {
+    /// Few submissions: checks that the harness works.
+    #[arg(long)]
+    quick: bool,
+    /// Where the ledgers live (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Submissions per round (default 20000; quick 640).
+    #[arg(long)]
+    submissions: Option<usize>,
+    /// Rounds per side, alternating (default 3; quick 1).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Also run on 4 workers sharing a PostgreSQL ledger, on a throwaway
+    /// cluster.
+    #[arg(long)]
+    postgres: bool,
+}
+
+/// Workers sharing the PostgreSQL ledger.
+const WORKERS: usize = 4;
+
+/// One round's figures.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn round_of(mut latencies: Vec<Duration>, elapsed: Duration) -> Round {
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    Round {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+fn new_withdrawal() -> anyhow::Result<NewWithdrawal> {
+    Ok(NewWithdrawal {
+        amount: "25.00".parse()?,
+        currency: "USDC".parse()?,
+        destination: "0xabc".parse()?,
+        requested_by: "bench".parse()?,
+    })
+}
+
+/// Where a round runs: a file ledger in a directory, or a new database
+/// of a PostgreSQL cluster.
+#[derive(Clone, Copy)]
+enum Where<'a> {
+    File(&'a Path),
+    Postgres(&'a payonce_postgres::cluster::Cluster),
+}
+
+/// A round's ledgers (one, or one per worker) and its withdrawals.
+struct Prepared {
+    _dir: Option<tempfile::TempDir>,
+    ledgers: Vec<AsyncLedger>,
+    withdrawals: Vec<WithdrawalRequest>,
+}
+
+/// A new ledger with `count` withdrawals, created 64 at a time. Opened,
+/// and to be dropped, outside the runtime: PostgreSQL's client runs a
+/// runtime of its own.
+fn ledger_with(
+    runtime: &tokio::runtime::Runtime,
+    at: Where<'_>,
+    count: usize,
+) -> anyhow::Result<Prepared> {
+    let (dir, ledgers) = match at {
+        Where::File(base) => {
+            let dir = tempfile::tempdir_in(base)?;
+            let ledger = AsyncLedger::new(Ledger::init(dir.path())?);
+            (Some(dir), vec![ledger])
+        }
+        Where::Postgres(cluster) => (None, workers(cluster)?),
+    };
+    let withdrawals = runtime.block_on(create(ledgers[0].clone(), count))?;
+    Ok(Prepared {
+        _dir: dir,
+        ledgers,
+        withdrawals,
+    })
+}
+
+async fn create(ledger: AsyncLedger, count: usize) -> anyhow::Result<Vec<WithdrawalRequest>> {
+    let mut created = Vec::with_capacity(count);
+    while created.len() < count {
+        let batch = CONCURRENCY.min(count - created.len());
+        let tasks: Vec<_> = (0..batch)
+            .map(|_| {
+                let ledger = ledger.clone();
+                tokio::spawn(async move {
+                    Ok::<_, anyhow::Error>(ledger.create(new_withdrawal()?).await?)
+                })
+            })
+            .collect();
+        for task in tasks {
+            created.push(task.await??);
+        }
+    }
+    Ok(created)
+}
+
+/// [`WORKERS`] workers of a new ledger in a new database of `cluster`.
+fn workers(cluster: &payonce_postgres::cluster::Cluster) -> anyhow::Result<Vec<AsyncLedger>> {
+    let url = cluster.database()?;
+    payonce_postgres::migrate(&url)?;
+    drop(payonce_postgres::init(&url, Config::default())?);
+    (0..WORKERS)
+        .map(|n| {
+            let ledger = payonce_postgres::open(&url, &format!("api-{n}"), Config::default())?;
+            Ok(AsyncLedger::new(ledger))
+        })
+        .collect()
+}
+
+/// Runs `call(i)` for every i below `count`, 64 at a time; the latencies
+/// and the time it all took.
+async fn drive<F, Fut>(count: usize, call: F) -> anyhow::Result<(Vec<Duration>, Duration)>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (next, call) = (next.clone(), call.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return Ok::<_, anyhow::Error>(latencies);
+                    }
+                    let start = Instant::now();
+                    call(i).await?;
+                    latencies.push(start.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(count);
+    for worker in workers {
+        latencies.extend(worker.await??);
+    }
+    Ok((latencies, started.elapsed()))
+}
+
+fn rail() -> anyhow::Result<Arc<SimRail>> {
+    Ok(Arc::new(SimRail::new(SimRailConfig::default())?))
+}
+
+/// The library called directly: `AsyncLedger::submit` with the rail.
+async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> {
+    let ledgers = Arc::new(prepared.ledgers.clone());
+    let withdrawals = Arc::new(prepared.withdrawals.clone());
+    let rail = rail()?;
+    let (latencies, elapsed) = drive(count, move |i| {
+        let (ledgers, withdrawals, rail) = (ledgers.clone(), withdrawals.clone(), rail.clone());
+        async move {
+            let ledger = &ledgers[i % CONCURRENCY % ledgers.len()];
+            let key = format!("bench:k-{i}");
+            let request = withdrawals[i].clone();
+            let send = RailSend {
+                withdrawal: request.clone(),
+                key: key.clone(),
+            };
+            let submitted = ledger
+                .submit(&key, request, |r| async move {
+                    rail.send(&send).await.into_result(&r)
+                })
+                .await?;
+            ensure!(!submitted.replayed, "a new key replayed");
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(round_of(latencies, elapsed))
+}
+
+/// `payonce serve` on `ledger`.
+async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
+    let metrics = Arc::new(Metrics::default());
+    let backend = Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone()));
+    let tokens = Tokens::parse(
+        &format!("[clients]\nbench = \"{TOKEN}\"\n"),
+        Path::new("tokens"),
+    )?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let rail = rail()?;
+    Ok(serve::start(
+        listener,
+        backend,
+        rail,
+        tokens,
+        metrics,
+        Limits::default(),
+    )?)
+}
+
+/// The same submissions through `payonce serve` (one server per ledger),
+/// one keep-alive connection per caller.
+async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> {
+    let mut servers = Vec::new();
+    for ledger in &prepared.ledgers {
+        servers.push(server_on(ledger).await?);
+    }
+    let urls: Arc<Vec<String>> = Arc::new(
+        servers
+            .iter()
+            .map(|server| format!("http://{}/v1/withdrawals", server.addr()))
+            .collect(),
+    );
+    let ids: Arc<Vec<String>> = Arc::new(
+        prepared
+            .withdrawals
+            .iter()
+            .map(|w| w.id().to_string())
+            .collect(),
+    );
+    let clients: Arc<Vec<reqwest::Client>> = Arc::new(
+        (0..CONCURRENCY)
+            .map(|_| reqwest::Client::builder().pool_max_idle_per_host(1).build())
+            .collect::<Result<_, _>>()?,
+    );
+    let (latencies, elapsed) = drive(count, move |i| {
+        let (urls, ids, clients) = (urls.clone(), ids.clone(), clients.clone());
+        async move {
+            let url = &urls[i % CONCURRENCY % urls.len()];
+            let response = clients[i % CONCURRENCY]
+                .post(format!("{url}/{}/submissions", ids[i]))
+                .bearer_auth(TOKEN)
+                .header("Idempotency-Key", format!("\"k-{i}\""))
+                .send()
+                .await?;
+            ensure!(
+                response.status() == 200,
+                "submission {i}: {}",
+                response.status()
+            );
+            response.bytes().await?;
+            Ok(())
+        }
+    })
+    .await?;
+    for server in servers {
+        server.shut_down().await;
+    }
+    Ok(round_of(latencies, elapsed))
+}
+
+fn median(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> f64 {
+    let mut values: Vec<f64> = rounds.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn print_rows(ledger: &str, library: &[Round], http: &[Round]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let figures = |rounds: &[Round]| {
+        (
+            median(rounds, |r| r.per_second),
+            median(rounds, |r| ms(r.p50)),
+            median(rounds, |r| ms(r.p99)),
+        )
+    };
+    let (lib, web) = (figures(library), figures(http));
+    println!(
+        "| {ledger} | library (`AsyncLedger::submit`) | {:.0} | {:.2} | {:.2} |",
+        lib.0, lib.1, lib.2
+    );
+    println!(
+        "| {ledger} | `payonce serve` over HTTP | {:.0} | {:.2} | {:.2} |",
+        web.0, web.1, web.2
+    );
+    println!(
+        "| {ledger} | HTTP / library | {:.2} | {:.2} | {:.2} |",
+        web.0 / lib.0,
+        web.1 / lib.1,
+        web.2 / lib.2
+    );
+}
+
+/// `rounds` rounds of each side on `at`, alternating.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    at: Where<'_>,
+    count: usize,
+    rounds: usize,
+    kept: &mut Vec<Prepared>,
+) -> anyhow::Result<(Vec<Round>, Vec<Round>)> {
+    let (mut library, mut http) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let prepared = ledger_with(runtime, at, count)?;
+        library.push(runtime.block_on(library_round(&prepared, count))?);
+        kept.push(prepared);
+        let prepared = ledger_with(runtime, at, count)?;
+        http.push(runtime.block_on(http_round(&prepared, count))?);
+        kept.push(prepared);
+        eprintln!(
+            "round {} of {rounds}: library {:?}, http {:?}",
+            round + 1,
+            library[round],
+            http[round]
+        );
+    }
+    Ok((library, http))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let count = args
+        .submissions
+        .unwrap_or(if args.quick { 640 } else { 20_000 });
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+    ensure!(
+        count > 0 && rounds > 0,
+        "--submissions and --rounds must be at least 1"
+    );
+    let base = args.dir.unwrap_or_else(std::env::temp_dir);
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    // Every round's ledgers, dropped only once the runtime is.
+    let mut kept = Vec::new();
+    let file = measure(&runtime, Where::File(&base), count, rounds, &mut kept)?;
+    let postgres = match args.postgres {
+        true => {
+            let cluster = payonce_postgres::cluster::Cluster::start()
+                .map_err(|error| anyhow::anyhow!("starting PostgreSQL: {error}"))?;
+            let at = Where::Postgres(&cluster);
+            let measured = measure(&runtime, at, count, rounds, &mut kept)?;
+            drop(runtime);
+            drop(kept);
+            Some(measured)
+        }
+        false => None,
+    };
+    println!(
+        "{count} submissions per round, {rounds} rounds each, {CONCURRENCY} concurrent callers (medians)\n"
+    );
+    println!("| ledger | path | submissions/s | p50 ms | p99 ms |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    print_rows("file", &file.0, &file.1);
+    if let Some((library, http)) = &postgres {
+        print_rows("PostgreSQL, 4 workers", library, http);
+    }
+    Ok(())
+}

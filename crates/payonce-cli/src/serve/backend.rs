@@ -1,0 +1,270 @@
+//! The seam between the HTTP service and the ledger it runs on.
+//!
+//! The service asks a [`Backend`] for decisions and facts and never
+//! touches a ledger itself, so a ledger on another store (PostgreSQL,
+//! shared by many workers) plugs in as another implementation. The
+//! embedded file ledger is [`Embedded`]. Every answer is the library's own
+//! type (`WithdrawalRequest`, `Refusal` inside `LedgerError` and
+//! `SubmitError`), so the service maps refusals to HTTP the same way
+//! whatever the backend.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use payonce::{
+    AsyncLedger, Claim, InFlight, Ledger, LedgerError, NewWithdrawal, State, Submission,
+    SubmitError, Timestamp,
+};
+use payonce_model::{Fingerprint, Reason, WithdrawalId, WithdrawalRequest};
+
+use super::metrics::Metrics;
+use super::rail::{BoxFuture, Rail, RailSend};
+
+/// What the ledger holds for one request key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFacts {
+    /// The ledger's request key.
+    pub key: String,
+    /// The withdrawal it holds.
+    pub withdrawal: WithdrawalId,
+    /// When it was claimed.
+    pub claimed_at: Timestamp,
+    /// Its outcome; `None` while in flight.
+    pub outcome: Option<WithdrawalRequest>,
+    /// The last send error or rail refusal, if any.
+    pub last_error: Option<Reason>,
+    /// Whether its send is running in this process.
+    pub send_running: bool,
+    /// Whether funds are held for it.
+    pub held: bool,
+}
+
+/// What the ledger holds for one withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithdrawalFacts {
+    /// Its id, amount, currency and destination, as created.
+    pub fingerprint: Fingerprint,
+    /// The key that holds its claim, if any.
+    pub holder: Option<KeyFacts>,
+}
+
+/// A ledger the service runs on.
+pub trait Backend: Send + Sync + 'static {
+    /// Creates a withdrawal.
+    fn create(&self, new: NewWithdrawal) -> BoxFuture<'_, Result<WithdrawalRequest, LedgerError>>;
+    /// Claims `key` for `request`, sends through `rail`, records the
+    /// outcome; replays a recorded one without sending.
+    fn submit<'a>(
+        &'a self,
+        key: &'a str,
+        request: WithdrawalRequest,
+        rail: &'a dyn Rail,
+    ) -> BoxFuture<'a, Result<Submission, SubmitError>>;
+    /// The withdrawal `id`, if the ledger created it.
+    fn withdrawal<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>>;
+    /// The ledger key `key`, if it has a record.
+    fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>>;
+    /// Every key in flight, oldest first.
+    fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>>;
+    /// An operator's resolve.
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: WithdrawalRequest,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>>;
+    /// An operator's release.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>>;
+    /// An operator's correct.
+    fn correct<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: WithdrawalRequest,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>>;
+    /// Waits until everything decided is on stable storage.
+    fn sync(&self) -> BoxFuture<'_, Result<(), LedgerError>>;
+}
+
+/// The payonce library in the service's process, through [`AsyncLedger`]:
+/// on a file log, or as one worker of a shared (PostgreSQL) ledger, whose
+/// reads first catch up on what the other workers decided.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    ledger: AsyncLedger,
+    metrics: Arc<Metrics>,
+}
+
+impl Embedded {
+    /// The service's backend on `ledger`; durable commits are timed into
+    /// `metrics`.
+    pub fn new(ledger: Ledger, metrics: Arc<Metrics>) -> Embedded {
+        Embedded {
+            ledger: AsyncLedger::new(ledger),
+            metrics,
+        }
+    }
+
+    /// On a shared ledger, catches this worker's projection up on the
+    /// other workers' decisions (on the blocking pool), so a read sees what
+    /// any worker answered; nothing on a file ledger.
+    async fn caught_up(&self) -> Result<(), LedgerError> {
+        match self.ledger.ledger().worker() {
+            Some(_) => self.ledger.refresh().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Times `elapsed` since `start` as one durable commit.
+    fn timed(&self, start: Instant) {
+        self.metrics.committed(start.elapsed());
+    }
+
+    async fn submit_embedded(
+        &self,
+        key: &str,
+        request: WithdrawalRequest,
+        rail: &dyn Rail,
+    ) -> Result<Submission, SubmitError> {
+        let start = Instant::now();
+        let claimed = self.ledger.claim(key, request).await;
+        self.timed(start);
+        let ticket = match claimed? {
+            Claim::Replayed(outcome) => {
+                return Ok(Submission {
+                    outcome,
+                    replayed: true,
+                });
+            }
+            Claim::Granted(ticket) => ticket,
+        };
+        let send = RailSend {
+            withdrawal: ticket.request().clone(),
+            key: ticket.key().to_string(),
+        };
+        let result = rail.send(&send).await.into_result(&send.withdrawal);
+        let start = Instant::now();
+        let completed = self.ledger.complete(ticket, result).await;
+        self.timed(start);
+        Ok(Submission {
+            outcome: completed?,
+            replayed: false,
+        })
+    }
+}
+
+fn key_facts(state: &State, key: &str) -> Option<KeyFacts> {
+    let record = state.record(key)?;
+    let withdrawal = record.withdrawal();
+    Some(KeyFacts {
+        key: record.key().to_string(),
+        claimed_at: record.claimed_at(),
+        outcome: record.outcome(),
+        last_error: record.last_error(),
+        send_running: record.send_running(),
+        held: state.held(&withdrawal).is_some(),
+        withdrawal,
+    })
+}
+
+fn withdrawal_facts(state: &State, id: &str) -> Option<WithdrawalFacts> {
+    let fingerprint = state.fingerprint(id)?;
+    let holder = state
+        .claimed_by(id)
+        .and_then(|holder| key_facts(state, &holder));
+    Some(WithdrawalFacts {
+        fingerprint,
+        holder,
+    })
+}
+
+impl Backend for Embedded {
+    fn create(&self, new: NewWithdrawal) -> BoxFuture<'_, Result<WithdrawalRequest, LedgerError>> {
+        Box::pin(async move {
+            let start = Instant::now();
+            let created = self.ledger.create(new).await;
+            self.timed(start);
+            created
+        })
+    }
+
+    fn submit<'a>(
+        &'a self,
+        key: &'a str,
+        request: WithdrawalRequest,
+        rail: &'a dyn Rail,
+    ) -> BoxFuture<'a, Result<Submission, SubmitError>> {
+        Box::pin(self.submit_embedded(key, request, rail))
+    }
+
+    fn withdrawal<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>> {
+        // From memory, once caught up.
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self
+                .ledger
+                .ledger()
+                .read(|state| withdrawal_facts(state, id)))
+        })
+    }
+
+    fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>> {
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self.ledger.ledger().read(|state| key_facts(state, key)))
+        })
+    }
+
+    fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>> {
+        Box::pin(async move {
+            self.caught_up().await?;
+            Ok(self.ledger.ledger().in_flight())
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: WithdrawalRequest,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>> {
+        Box::pin(self.ledger.resolve(key, outcome, note, by))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>> {
+        Box::pin(self.ledger.release(key, note, by))
+    }
+
+    fn correct<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: WithdrawalRequest,
+        note: &'a str,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<(), LedgerError>> {
+        Box::pin(self.ledger.correct(key, outcome, note, by))
+    }
+
+    fn sync(&self) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(self.ledger.sync())
+    }
+}
