@@ -187,6 +187,17 @@ pub enum HeadSource {
     Pinned,
 }
 
+impl HeadSource {
+    /// The head it gave, named for a sentence: "its checkpoint's head".
+    fn head(self) -> &'static str {
+        match self {
+            HeadSource::Checkpoint => "its checkpoint's head",
+            HeadSource::Witness => "its witness's head",
+            HeadSource::Pinned => "the expected head",
+        }
+    }
+}
+
 impl fmt::Display for HeadSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -262,8 +273,9 @@ impl fmt::Display for LogError {
             } => {
                 write!(
                     f,
-                    "log {dir} ends at head {head}, before {from}'s head {expected}: \
-                     records that were there are gone"
+                    "log {dir} ends at head {head}, before {} {expected}: \
+                     records that were there are gone",
+                    from.head()
                 )?;
                 if let Some(torn) = torn {
                     write!(
@@ -283,16 +295,18 @@ impl fmt::Display for LogError {
                 if found.seq == expected.seq {
                     write!(
                         f,
-                        "log {dir} does not hold {from}'s head {expected}: the batch ending at \
-                         seq {} hashes to {}, so a record up to it was changed",
-                        found.seq, found.digest
+                        "log {dir} does not hold {} {expected}: the batch ending at seq {} \
+                         hashes to {}, so a record up to it was changed",
+                        from.head(),
+                        found.seq,
+                        found.digest
                     )
                 } else {
                     write!(
                         f,
-                        "log {dir} does not hold {from}'s head {expected}: no batch ends at \
-                         seq {}, the one holding it ends at {found}, so a record up to it \
-                         was changed",
+                        "log {dir} does not hold {} {expected}: no batch ends at seq {}, the \
+                         one holding it ends at {found}, so a record up to it was changed",
+                        from.head(),
                         expected.seq
                     )
                 }
