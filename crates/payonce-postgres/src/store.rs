@@ -175,11 +175,6 @@ impl PgLog {
         }
     }
 
-    /// The head of the last batch this process read or committed.
-    pub fn head(&self) -> Result<Head, StoreError> {
-        Ok(self.lock()?.follower.head)
-    }
-
     fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
         self.connection.lock().map_err(|_| StoreError::Failed {
             detail: "a panic while the connection was in use".to_owned(),
@@ -542,6 +537,6 @@ impl SharedLog for PgLog {
     }
 
     fn head(&self) -> Result<Head, StoreError> {
-        PgLog::head(self)
+        Ok(self.lock()?.follower.head)
     }
 }

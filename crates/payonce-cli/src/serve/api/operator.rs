@@ -98,15 +98,7 @@ pub(super) async fn resolve(
     Segments((client, key)): Segments<(String, String)>,
     JsonBody(body): JsonBody<OutcomeBody>,
 ) -> Result<Response, Problem> {
-    let key = path_key(&client, &key)?;
-    let viewer = Principal::Operator(operator.clone());
-    state
-        .backend
-        .resolve(&key, body.outcome, &body.note, &operator)
-        .await
-        .map_err(|error| problem::ledger(&error, &viewer))?;
-    state.metrics.decided("resolved");
-    key_after(&state, &key, &viewer).await
+    record_outcome(&state, operator, &client, &key, body, Recorded::Resolved).await
 }
 
 pub(super) async fn correct(
@@ -115,15 +107,48 @@ pub(super) async fn correct(
     Segments((client, key)): Segments<(String, String)>,
     JsonBody(body): JsonBody<OutcomeBody>,
 ) -> Result<Response, Problem> {
-    let key = path_key(&client, &key)?;
+    record_outcome(&state, operator, &client, &key, body, Recorded::Corrected).await
+}
+
+/// Which operator decision records an outcome under a key.
+#[derive(Debug, Clone, Copy)]
+enum Recorded {
+    /// `resolve`: what happened to a send whose outcome was unknown.
+    Resolved,
+    /// `correct`: a recorded outcome replaced.
+    Corrected,
+}
+
+/// `resolve` or `correct` of `client`'s `key` with `body`, by `operator`:
+/// the key's state after it.
+async fn record_outcome(
+    state: &AppState,
+    operator: String,
+    client: &str,
+    key: &str,
+    body: OutcomeBody,
+    recorded: Recorded,
+) -> Result<Response, Problem> {
+    let key = path_key(client, key)?;
     let viewer = Principal::Operator(operator.clone());
-    state
-        .backend
-        .correct(&key, body.outcome, &body.note, &operator)
-        .await
-        .map_err(|error| problem::ledger(&error, &viewer))?;
-    state.metrics.decided("corrected");
-    key_after(&state, &key, &viewer).await
+    let backend = &state.backend;
+    let (decided, label) = match recorded {
+        Recorded::Resolved => (
+            backend
+                .resolve(&key, body.outcome, &body.note, &operator)
+                .await,
+            "resolved",
+        ),
+        Recorded::Corrected => (
+            backend
+                .correct(&key, body.outcome, &body.note, &operator)
+                .await,
+            "corrected",
+        ),
+    };
+    decided.map_err(|error| problem::ledger(&error, &viewer))?;
+    state.metrics.decided(label);
+    key_after(state, &key, &viewer).await
 }
 
 pub(super) async fn release(

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::extract::{Caller, ClientCaller, JsonBody, Segments};
 use super::{AppState, REPLAYED_HEADER, views};
+use crate::serve::backend::WithdrawalFacts;
 use crate::serve::problem::{self, Problem};
 use crate::serve::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
 use crate::serve::tokens::Principal;
@@ -83,12 +84,7 @@ pub(super) async fn submit(
     JsonBody(SubmitBody {}): JsonBody<SubmitBody>,
 ) -> Result<Response, Problem> {
     let key = ledger_key(&client, &idempotency_key(&headers)?);
-    let facts = state
-        .backend
-        .withdrawal(&id)
-        .await
-        .map_err(|error| Problem::unavailable(&error))?
-        .ok_or_else(|| problem::unknown_withdrawal(&id))?;
+    let facts = known_withdrawal(&state, &id).await?;
     let fingerprint = facts.fingerprint;
     let requested_by = Actor::new(&client).map_err(|error| Problem::field(&error))?;
     let request = WithdrawalRequest::new(
@@ -142,17 +138,23 @@ fn submitted(
     }
 }
 
+/// What the ledger knows of withdrawal `id`, caught up; 404 for an id it
+/// has never minted.
+async fn known_withdrawal(state: &AppState, id: &str) -> Result<WithdrawalFacts, Problem> {
+    state
+        .backend
+        .withdrawal(id)
+        .await
+        .map_err(|error| Problem::unavailable(&error))?
+        .ok_or_else(|| problem::unknown_withdrawal(id))
+}
+
 pub(super) async fn show(
     State(state): State<AppState>,
     Caller(viewer): Caller,
     Segments(id): Segments<String>,
 ) -> Result<Response, Problem> {
-    let facts = state
-        .backend
-        .withdrawal(&id)
-        .await
-        .map_err(|error| Problem::unavailable(&error))?
-        .ok_or_else(|| problem::unknown_withdrawal(&id))?;
+    let facts = known_withdrawal(&state, &id).await?;
     Ok(json_response(
         StatusCode::OK,
         views::withdrawal_status(&facts, &viewer),
