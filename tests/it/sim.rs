@@ -27,7 +27,7 @@ fn report(stats: &SimStats, seconds: f64) {
          {} refusals; operator: {} resolves, {} releases, {} corrections ({} recorded); power \
          losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
          bytes, {} by page; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
-         restarts; {} clean reopens",
+         restarts; {} clean reopens, {} snapshot restores refused",
         stats.seeds,
         stats.events,
         w.steps,
@@ -58,6 +58,7 @@ fn report(stats: &SimStats, seconds: f64) {
         w.failed_opens,
         stats.restarts,
         w.reopens,
+        w.rollbacks_refused,
     );
 }
 

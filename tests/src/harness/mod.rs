@@ -20,6 +20,11 @@
 //!   and the rail's truth never contradicts the ledger;
 //! - the live state equals an incremental replay of the log, and a reopen
 //!   and `payonce::verify_on` give the same state;
+//! - the ledger publishes to its witness (kept off the disk, so power
+//!   losses do not roll it back) only heads that survive any power loss,
+//!   in order: every open after a power loss succeeds against it; and a
+//!   disk restored from the snapshot of the previous clean reopen, once
+//!   behind the witness, is refused naming the witness's head;
 //! - the projections' invariants, and an account of holds kept from the
 //!   events alone that matches the ledger's.
 
@@ -27,6 +32,7 @@ mod checks;
 mod disk;
 mod model;
 mod rail;
+mod witness;
 mod world;
 
 pub use self::checks::{
@@ -37,6 +43,7 @@ pub use self::model::{Answer, Completion, Model, ModelRecord};
 pub use self::rail::{
     Later, Movement, Rail, RailAnswer, SendKind, impostor, later, reference, sent,
 };
+pub use self::witness::{SimWitness, WitnessStore, assert_rollback_refused};
 pub use self::world::{START, SlotId, Stats, World, WorldConfig};
 
 use std::cell::Cell;

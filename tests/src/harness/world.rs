@@ -17,6 +17,7 @@ use super::checks::{Projection, Shadow, assert_crash_prefix, assert_invariants, 
 use super::disk::{CrashPlan, Disk};
 use super::model::{Answer, Completion, Model};
 use super::rail::{Rail, RailAnswer, SendKind, impostor, reference, sent, unsettled};
+use super::witness::{WitnessStore, assert_rollback_refused};
 use super::{catching_rail_client_panic, rail_client_panics};
 
 /// Most bytes of one event in the simulated log: small, so segments roll
@@ -26,6 +27,10 @@ const RECORD_MAX: u32 = 1024;
 /// Most bytes of one simulated segment: a roll every dozen events or so,
 /// so faults and power losses land inside rolls too.
 const SEGMENT_LEN_MAX: u64 = 2048;
+
+/// Records between checkpoints, each published to the witness: a few
+/// per segment.
+const CHECKPOINT_RECORDS: u64 = 5;
 
 /// Most attempts at opening after a failure before the harness gives up.
 const OPEN_ATTEMPTS_MAX: u32 = 4;
@@ -52,9 +57,11 @@ impl WorldConfig {
             record_max: RECORD_MAX,
             segment_len_max: SEGMENT_LEN_MAX,
             durability: Durability::Always,
-            // Checkpoints by count, at rolls and at close only: a thread on
+            // Checkpoints by count (every few events, so power losses and
+            // faults land inside them), at rolls and at close: a thread on
             // a timer would make runs depend on time.
             checkpoint_interval: None,
+            checkpoint_records: CHECKPOINT_RECORDS,
             ..LogConfig::default()
         }
     }
@@ -90,6 +97,8 @@ pub struct Stats {
     pub crashes_mid_operation: u64,
     /// Clean closes and reopens.
     pub reopens: u64,
+    /// Disks restored from a snapshot behind the witness, and refused.
+    pub rollbacks_refused: u64,
     /// Faults armed on the storage.
     pub faults_armed: u64,
     /// Faults the storage injected.
@@ -127,6 +136,7 @@ impl Stats {
         self.crashes_paging += other.crashes_paging;
         self.crashes_mid_operation += other.crashes_mid_operation;
         self.reopens += other.reopens;
+        self.rollbacks_refused += other.rollbacks_refused;
         self.faults_armed += other.faults_armed;
         self.faults_fired += other.faults_fired;
         self.failed_opens += other.failed_opens;
@@ -164,6 +174,11 @@ pub struct World {
     clock: Arc<ManualClock>,
     epochs: Arc<CountingEpochs>,
     disk: Disk,
+    /// The newest head the ledger published, kept off its disk.
+    witness: WitnessStore,
+    /// The disk as the last clean reopen left it: what a snapshot restore
+    /// would bring back.
+    snapshot: Option<MemStorage>,
     ledger: Option<Ledger>,
     model: Model,
     rail: Rail,
@@ -316,6 +331,8 @@ impl World {
             clock: Arc::new(ManualClock::new(START)),
             epochs: Arc::new(CountingEpochs::new(1)),
             disk: Disk::new(MemStorage::new()),
+            witness: WitnessStore::default(),
+            snapshot: None,
             ledger: None,
             model: Model::new(config.accept_foreign_ids),
             rail: Rail::default(),
@@ -339,7 +356,7 @@ impl World {
     fn ledger_config(&self) -> Config {
         Config {
             log: WorldConfig::log(),
-            witness: None,
+            witness: Some(Arc::new(self.witness.witness(&self.disk))),
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),
@@ -1033,7 +1050,25 @@ impl World {
                     world.context
                 );
             }
+            world.restore_snapshot();
         });
+    }
+
+    /// Restores the disk from the snapshot the last clean reopen took,
+    /// beside the live one: behind the witness, it must be refused. Then
+    /// takes the next snapshot.
+    fn restore_snapshot(&mut self) {
+        if let Some(snapshot) = self.snapshot.take()
+            && assert_rollback_refused(
+                &snapshot,
+                self.witness.head(),
+                self.ledger_config(),
+                &self.context,
+            )
+        {
+            self.stats.rollbacks_refused += 1;
+        }
+        self.snapshot = Some(self.disk.mem().crash(CrashMode::DropUnsynced, 0));
     }
 
     fn count_crash(&mut self) {
@@ -1144,6 +1179,16 @@ impl World {
             report.state, state,
             "{context}: verify's replay differs from the opened ledger"
         );
+        let head = self
+            .ledger()
+            .head()
+            .unwrap_or_else(|error| panic!("{context}: the opened ledger has no head: {error}"));
+        if let Some(witnessed) = self.witness.head() {
+            assert!(
+                head.seq >= witnessed.seq,
+                "{context}: the ledger opened at head {head}, behind its witness's {witnessed}"
+            );
+        }
         let mut shadow = Shadow::default();
         shadow.catch_up(self.disk.mem(), &WorldConfig::log(), &context);
         assert_eq!(

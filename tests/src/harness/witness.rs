@@ -1,0 +1,131 @@
+//! The witness of a simulated ledger, and the rollback it exists to catch.
+//!
+//! [`WitnessStore`] keeps the newest head the log published off the
+//! simulated disk, as an embedder keeps it in its own database: no power
+//! loss rolls it back. [`assert_rollback_refused`] restores a disk from an
+//! older snapshot, as a VM or disk snapshot restore does, and checks that
+//! opening it against the witness is refused.
+
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use payonce::{Config, Ledger, LedgerError};
+use payonce_log::chain::Head;
+use payonce_log::{HeadSource, LogError, LogReader, MemStorage, Witness};
+
+use super::disk::Disk;
+use super::world::WorldConfig;
+
+/// Where the witness keeps its head, off the simulated disk: clones
+/// share it, and no power loss rolls it back.
+#[derive(Debug, Clone, Default)]
+pub struct WitnessStore(Arc<Mutex<Option<Head>>>);
+
+impl WitnessStore {
+    /// A store that already holds `head`.
+    pub fn holding(head: Option<Head>) -> WitnessStore {
+        WitnessStore(Arc::new(Mutex::new(head)))
+    }
+
+    /// The last head published, if any.
+    pub fn head(&self) -> Option<Head> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The witness a ledger writing to `disk` publishes through.
+    pub fn witness(&self, disk: &Disk) -> SimWitness {
+        SimWitness {
+            store: self.clone(),
+            disk: Some(disk.clone()),
+        }
+    }
+}
+
+/// A ledger's way to its [`WitnessStore`]. Once its disk has lost power,
+/// the process is gone: what it publishes then never arrives (the
+/// simulated process runs on until the harness drops it).
+#[derive(Debug)]
+pub struct SimWitness {
+    store: WitnessStore,
+    disk: Option<Disk>,
+}
+
+impl Witness for SimWitness {
+    /// Keeps `head`, checking that the log publishes heads in order: a
+    /// head behind the last would let a rollback to it pass.
+    fn publish(&self, head: Head) -> io::Result<()> {
+        if self.disk.as_ref().is_some_and(Disk::dead) {
+            return Ok(());
+        }
+        let mut last = self.store.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(before) = *last {
+            assert!(
+                head.seq > before.seq || head == before,
+                "the log published head {head} after {before}"
+            );
+        }
+        *last = Some(head);
+        Ok(())
+    }
+
+    fn last(&self) -> io::Result<Option<Head>> {
+        Ok(self.store.head())
+    }
+}
+
+/// The last sequence number of the log on `mem`, read as a reader does.
+fn last_seq(mem: &MemStorage, context: &str) -> u64 {
+    let reader = LogReader::open(Arc::new(mem.clone()), WorldConfig::log())
+        .unwrap_or_else(|error| panic!("{context}: the snapshot holds no log: {error}"));
+    let mut last = 0;
+    let scanned = reader.scan(|record| {
+        last = record.seq;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    if let Err(error) = scanned {
+        panic!("{context}: the snapshot does not read: {error}");
+    }
+    last
+}
+
+/// Restores the disk from `snapshot`, taken when the log ended earlier,
+/// and opens it with a witness holding `witness`, the newest head the
+/// ledger published since: when the snapshot ends before that head, the
+/// open must be refused, naming the witness and its head. `config` is the
+/// ledger's own. Returns whether the snapshot was behind (and refused).
+///
+/// # Panics
+/// When a snapshot behind the witness opens, or is refused for another
+/// reason.
+pub fn assert_rollback_refused(
+    snapshot: &MemStorage,
+    witness: Option<Head>,
+    config: Config,
+    context: &str,
+) -> bool {
+    let Some(head) = witness else {
+        return false;
+    };
+    if last_seq(snapshot, context) >= head.seq {
+        return false;
+    }
+    // A copy: a restore wrongly accepted must not write to the snapshot
+    // kept, nor publish to the world's witness.
+    let restored = Arc::new(snapshot.crash(payonce_log::CrashMode::DropUnsynced, 0));
+    let config = Config {
+        witness: Some(Arc::new(SimWitness {
+            store: WitnessStore::holding(Some(head)),
+            disk: None,
+        })),
+        ..config
+    };
+    match Ledger::open_on(restored, config) {
+        Ok(_) => panic!("{context}: a disk restored from before head {head} opens"),
+        Err(LedgerError::Log(LogError::MissingHead { from, expected, .. }))
+            if from == HeadSource::Witness && expected == head => {}
+        Err(other) => panic!(
+            "{context}: a disk restored from before head {head} is refused for another reason: {other}"
+        ),
+    }
+    true
+}
