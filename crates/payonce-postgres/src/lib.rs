@@ -29,7 +29,6 @@ pub mod cluster;
 mod error;
 mod follow;
 mod schema;
-mod session;
 mod snapshot;
 mod store;
 
