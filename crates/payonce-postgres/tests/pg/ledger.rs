@@ -292,3 +292,76 @@ fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
     assert_eq!(head.seq, before);
     assert_eq!(payonce_postgres::head(&url).unwrap().seq, worker.last_seq());
 }
+
+#[test]
+fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch_commits() {
+    // Guards against a batch taken as committed when a statement sent
+    // before its COMMIT failed: the server ends such a transaction with a
+    // rollback and answers the COMMIT without an error.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let w = worker.create(new_withdrawal("10")).unwrap();
+    let last = worker.last_seq();
+    drop(worker);
+
+    let log = PgLog::connect(&url, Role::Attached).unwrap();
+    let mut read = 0;
+    while let Some(record) = log.read(read, 100).unwrap().last() {
+        read = record.seq;
+    }
+    assert_eq!(read, last);
+    let claimed = Event {
+        schema: SCHEMA_VERSION,
+        seq: last + 1,
+        at: START,
+        kind: EventKind::Claimed {
+            key: "k-1".parse().unwrap(),
+            request: w.clone(),
+            worker: None,
+        },
+    };
+    let claim = Appended {
+        seq: claimed.seq,
+        payload: claimed.encode().unwrap(),
+        claim: Some(ClaimChange::Claims {
+            key: "k-1".parse().unwrap(),
+            withdrawal: w.id().clone(),
+        }),
+    };
+    // The claim's rows go in; the release after it names a key that holds
+    // no claim, which the foreign keys refuse.
+    let release = Appended {
+        seq: last + 2,
+        payload: claim.payload.clone(),
+        claim: Some(ClaimChange::Frees {
+            key: "k-9".parse().unwrap(),
+            withdrawal: w.id().clone(),
+        }),
+    };
+    assert!(log.begin(last).unwrap().is_empty());
+    let error = log.commit(&[claim.clone(), release]).unwrap_err();
+    assert!(matches!(error, StoreError::Conflict { .. }), "{error}");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let count = |admin: &mut postgres::Client, table: &str| {
+        admin
+            .query_one(&format!("SELECT count(*) FROM payonce.{table}"), &[])
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    assert_eq!(count(&mut admin, "events"), i64::try_from(last).unwrap());
+    assert_eq!(count(&mut admin, "withdrawal_claims"), 0);
+    assert_eq!(log.head().unwrap().seq, last, "the head did not move");
+
+    // The same connection goes on: the claim alone commits.
+    assert!(log.begin(last).unwrap().is_empty());
+    log.commit(&[claim]).unwrap();
+    assert_eq!(
+        count(&mut admin, "events"),
+        i64::try_from(last + 1).unwrap()
+    );
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    assert_eq!(report.state.claimed_by(w.id()).unwrap().as_str(), "k-1");
+    drop(Arc::new(log));
+}
