@@ -80,12 +80,13 @@ pub(crate) fn head(args: &HeadArgs, out: &mut dyn Write) -> Result<Status, CliEr
     let shown = url_argument(url)?;
     let pinned = args.pinned;
     let read = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
-    let head = payonce_postgres::head(url).map_err(read)?;
-    writeln!(out, "{head}").map_err(CliError::output)?;
     let Some(pinned) = pinned else {
+        let head = payonce_postgres::head(url).map_err(read)?;
+        writeln!(out, "{head}").map_err(CliError::output)?;
         return Ok(Status::Clean);
     };
-    let found = payonce_postgres::head_at(url, pinned.seq).map_err(read)?;
+    let (head, found) = payonce_postgres::head_through(url, pinned.seq).map_err(read)?;
+    writeln!(out, "{head}").map_err(CliError::output)?;
     let line = match found {
         Some(found) if found == pinned => {
             format!("the log passes through the pinned head {pinned}")

@@ -156,23 +156,12 @@ pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
     Ok((report, head))
 }
 
-/// The head of the batch of the ledger at `url` that ends at event `seq`,
-/// after checking the chain up to it: what a head pinned earlier is
-/// compared with. `None` if no batch ends there (the log is shorter, or
-/// `seq` is inside a batch).
-pub fn head_at(url: &str, seq: u64) -> Result<Option<Head>, StoreError> {
-    let mut snapshot = Snapshot::open(url)?;
-    let head = snapshot
-        .walk(|at, _| {
-            Ok::<_, StoreError>(match at >= seq {
-                true => ControlFlow::Break(()),
-                false => ControlFlow::Continue(()),
-            })
-        })
-        .map_err(|error| match error {
-            WalkError::Store(error) | WalkError::Visit(error) => error,
-        })?;
-    Ok((head.seq == seq).then_some(head))
+/// The head of the ledger at `url`, and the head of its batch that ends
+/// at event `seq` (`None` if none does), from one read-only snapshot with
+/// every batch's chain checked: what `payonce head URL --pinned` compares
+/// a head pinned earlier with.
+pub fn head_through(url: &str, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
+    Snapshot::open(url)?.head_through(seq)
 }
 
 /// The head of the ledger at `url`: the last committed batch's last

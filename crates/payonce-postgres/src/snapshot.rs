@@ -49,6 +49,34 @@ impl Snapshot {
         &mut self,
         mut visit: impl FnMut(u64, &[u8]) -> Result<ControlFlow<()>, E>,
     ) -> Result<Head, WalkError<E>> {
+        self.follow(|row, _| visit(row.seq, &row.payload))
+    }
+
+    /// The head of the whole log, every batch's chain checked, and on the
+    /// way the head of the batch that ends at event `seq`: `None` if no
+    /// batch ends there (the log is shorter, or `seq` is inside a batch).
+    /// What a head pinned earlier is compared with, in one read.
+    pub fn head_through(&mut self, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
+        let mut through = None;
+        let head = self
+            .follow(|row, head| {
+                if row.seq == seq && head.seq == seq {
+                    through = Some(*head);
+                }
+                Ok::<_, StoreError>(ControlFlow::Continue(()))
+            })
+            .map_err(|error| match error {
+                WalkError::Store(error) | WalkError::Visit(error) => error,
+            })?;
+        Ok((head, through))
+    }
+
+    /// [`Snapshot::walk`], handing `visit` each row with the head of the
+    /// last whole batch read, this row's included.
+    fn follow<E>(
+        &mut self,
+        mut visit: impl FnMut(&Row, &Head) -> Result<ControlFlow<()>, E>,
+    ) -> Result<Head, WalkError<E>> {
         let mut follower = Follower::default();
         let store = WalkError::Store;
         let mut rows = self
@@ -58,7 +86,7 @@ impl Snapshot {
         while let Some(row) = rows.next().map_err(|error| store(failed(error)))? {
             let row = Row::from_row(&row).map_err(store)?;
             follower.follow(&row).map_err(store)?;
-            if visit(row.seq, &row.payload)
+            if visit(&row, &follower.head)
                 .map_err(WalkError::Visit)?
                 .is_break()
             {
