@@ -49,3 +49,25 @@ fn the_reports_seed_advances_and_corrects_outcomes() {
     assert!(stats.advances >= 2, "{stats:?}");
     assert!(stats.corrections >= 1, "{stats:?}");
 }
+
+/// The `log_open` property over random inputs of its layout, on the stable
+/// toolchain: `PAYONCE_LOG_OPEN_INPUTS` of them (default 300) from the seed
+/// `PAYONCE_LOG_OPEN_SEED` (default: the clock), printed to replay a failure.
+#[test]
+fn log_open_holds_over_random_inputs() {
+    let seed = payonce_tests::rng::seed_from_env("PAYONCE_LOG_OPEN_SEED");
+    let count: u64 = std::env::var("PAYONCE_LOG_OPEN_INPUTS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(300);
+    println!("PAYONCE_LOG_OPEN_SEED={seed}");
+    let mut rng = payonce_tests::rng::Rng::new(seed);
+    for index in 0..count {
+        let input = payonce_tests::fuzz::log_open::random_input(&mut rng);
+        let outcome = std::panic::catch_unwind(|| payonce_tests::fuzz::log_open(&input));
+        assert!(
+            outcome.is_ok(),
+            "PAYONCE_LOG_OPEN_SEED={seed}: input {index} breaks the property: {input:?}"
+        );
+    }
+}

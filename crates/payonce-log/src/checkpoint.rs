@@ -175,11 +175,34 @@ impl Checkpointer {
         if head.seq <= self.last.slot.head.seq {
             return Ok(false);
         }
+        let newest = self.last.index;
+        match self.last.slot.generation.checked_add(1) {
+            Some(generation) => self.put(storage, 1 - newest, generation, head)?,
+            None => {
+                // Only an edit reaches the last generation. Generations
+                // start again: the older slot at 0, which loses to the
+                // newest until that one holds 1, so a crash in between
+                // leaves a whole slot of one head or the other.
+                self.put(storage, 1 - newest, 0, head)?;
+                self.put(storage, newest, 1, head)?;
+            }
+        }
+        self.written += 1;
+        Ok(true)
+    }
+
+    /// Writes slot `index` at `generation` holding `head`, and syncs it.
+    fn put(
+        &mut self,
+        storage: &dyn Storage,
+        index: u32,
+        generation: u64,
+        head: Head,
+    ) -> Result<(), LogError> {
         let describe = || storage.describe(CHECKPOINT_FILE);
-        let index = 1 - self.last.index;
         let slot = Slot {
             log_id: self.log_id,
-            generation: self.last.slot.generation + 1,
+            generation,
             head,
         };
         let offset = u64::from(index) * CHECKPOINT_SLOT_STRIDE as u64;
@@ -192,7 +215,6 @@ impl Checkpointer {
                 .map_err(|error| io_error("fdatasync", &describe(), error))?;
         }
         self.last = Found { slot, index };
-        self.written += 1;
-        Ok(true)
+        Ok(())
     }
 }

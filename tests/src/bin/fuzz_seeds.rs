@@ -457,6 +457,65 @@ fn log_open_seeds(dir: &Path) {
     );
     // Grown past the segment limit.
     write(dir, "log_open", "segment-too-long", &with(4, &[&[5, 0]]));
+    log_open_v2_seeds(dir);
+}
+
+/// Seeds of format 2: bit 7 of the log id byte, then after the records the
+/// batch sizes (one byte each, 1 + byte % 5 records) and the checkpoint
+/// (flags, which heads its slots hold, the older slot's generation).
+fn log_open_v2_seeds(dir: &Path) {
+    let with = |count: u8, checkpoint: &[u8], mutations: &[&[u8]]| {
+        let mut bytes = vec![1, 0x80 | 0x42, count];
+        for index in 0..count {
+            let len = 20 + index;
+            bytes.push(len);
+            bytes.extend((0..len).map(|byte| byte ^ index));
+        }
+        // Batches of 2, 3, 1 and 2 records.
+        bytes.extend_from_slice(&[1, 2, 0, 1]);
+        bytes.extend_from_slice(checkpoint);
+        bytes.push(u8::try_from(mutations.len()).unwrap());
+        for mutation in mutations {
+            bytes.extend_from_slice(mutation);
+        }
+        bytes
+    };
+    // The checkpoint at the newest head, in slot 1; slot 0 one head behind.
+    let at_newest: &[u8] = &[1, 0, 1, 7];
+    // The checkpoint two heads behind the newest, so a cut may pass it.
+    let behind: &[u8] = &[0, 2, 0, 7];
+    write(dir, "log_open", "v2-batches", &with(8, at_newest, &[]));
+    write(dir, "log_open", "v2-no-checkpoint", &with(8, &[0xff], &[]));
+    // Cut the newest segment, before and after the checkpoint's head.
+    let cut: &[u8] = &[1, 5, 90, 0];
+    write(
+        dir,
+        "log_open",
+        "v2-cut-before-head",
+        &with(8, at_newest, &[cut]),
+    );
+    write(
+        dir,
+        "log_open",
+        "v2-cut-after-head",
+        &with(8, behind, &[cut]),
+    );
+    // One bit flipped in the newest slot of the checkpoint (the last file).
+    let flip: &[u8] = &[0, 255, 0x10, 0x10, 2];
+    write(
+        dir,
+        "log_open",
+        "v2-checkpoint-flip",
+        &with(8, at_newest, &[flip]),
+    );
+    // A checkpoint slot rewritten whole with a head past the log's.
+    let past: &[u8] = &[8, 0, 0, 4, 1, 200];
+    write(
+        dir,
+        "log_open",
+        "v2-checkpoint-past",
+        &with(8, behind, &[past]),
+    );
 }
 
 fn main() {

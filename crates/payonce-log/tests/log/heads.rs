@@ -7,12 +7,14 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use payonce_log::{
-    Head, HeadSource, Log, LogConfig, LogError, LogReader, OpenError, Witness, batch_digest,
+    CHECKPOINT_FILE, Head, HeadSource, Log, LogConfig, LogError, LogReader, OpenError, Witness,
+    batch_digest,
 };
 
 use crate::support::{
-    Env, append_batch, append_payloads, batches, checkpoint_at, expected, frames, layouts, on_both,
-    open_collect, payload, payloads, read_payloads, records_end, small_config,
+    Env, append_batch, append_payloads, batches, checkpoint_at, checkpoint_at_generation, expected,
+    frames, layouts, on_both, open_collect, payload, payloads, read_payloads, records_end,
+    small_config,
 };
 
 /// A log of `count` records, a batch each, closed cleanly; its head.
@@ -121,6 +123,49 @@ fn every_cut_of_a_cleanly_closed_log_is_refused() {
         }
         assert!(cuts > 40, "{cuts} cuts");
     }
+}
+
+#[test]
+fn a_checkpoint_at_the_last_generation_starts_the_generations_again() {
+    // Guards against a checkpoint slot no writer writes (an edit, its crc
+    // recomputed) at the last generation panicking the writer's next
+    // checkpoint on overflow, or wrapping it to a generation that loses to
+    // the stale slot, so that the checkpoint would never move again.
+    on_both(|env| {
+        let head = closed_log(env, &small_config(), 3);
+        checkpoint_at_generation(env, head, u64::MAX - 1);
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        let mut last = head;
+        for _ in 0..3 {
+            append_payloads(&log, 1);
+            last = log.checkpoint().unwrap();
+        }
+        drop(log);
+        let bytes = env.disk.bytes(CHECKPOINT_FILE);
+        let generation =
+            |at: usize| u64::from_le_bytes(bytes[at + 24..at + 32].try_into().unwrap());
+        assert_eq!(
+            (generation(0), generation(4096)),
+            (1, 2),
+            "the generations started again from 0"
+        );
+        let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
+        drop(log);
+        let cut = |env: &Env| {
+            let last_segment = env.disk.segments().last().unwrap().clone();
+            let bytes = env.disk.bytes(&last_segment);
+            let end = *batches(&bytes).last().unwrap();
+            env.disk.put(&last_segment, &bytes[..end]);
+        };
+        cut(env);
+        let error = Log::open(env.storage.clone(), small_config())
+            .map(|_| ())
+            .unwrap_err();
+        let LogError::MissingHead { expected, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(*expected, last, "the checkpoint moved on to the last head");
+    });
 }
 
 #[test]

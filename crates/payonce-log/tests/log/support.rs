@@ -172,6 +172,12 @@ pub(crate) fn small_config() -> LogConfig {
 /// Rewrites the checkpoint of the log in `env` to hold `head`, as a log
 /// whose checkpoint had not caught up when it crashed holds an older one.
 pub(crate) fn checkpoint_at(env: &Env, head: Head) {
+    checkpoint_at_generation(env, head, 1);
+}
+
+/// Rewrites the checkpoint of the log in `env` to hold `head` in both
+/// slots, slot 1 the newer at `generation` (at least 1).
+pub(crate) fn checkpoint_at_generation(env: &Env, head: Head, generation: u64) {
     let first = env.disk.bytes(&env.disk.segments()[0]);
     let log_id = u64::from_le_bytes(first[16..24].try_into().unwrap());
     let slot = |index: u32, generation: u64| {
@@ -188,9 +194,9 @@ pub(crate) fn checkpoint_at(env: &Env, head: Head) {
         bytes.extend_from_slice(&[0; 4]);
         bytes
     };
-    let mut file = slot(0, 0);
+    let mut file = slot(0, generation - 1);
     file.resize(CHECKPOINT_SLOT_STRIDE, 0);
-    file.extend(slot(1, 1));
+    file.extend(slot(1, generation));
     env.disk.put(CHECKPOINT_FILE, &file);
 }
 
