@@ -1164,10 +1164,10 @@ impl World {
         self.after_open();
     }
 
-    fn after_open(&mut self) {
-        let context = self.context.clone();
-        self.assert_storage_failed_only_where_armed();
-        let state = self.ledger().state();
+    /// Checks the opened ledger's `state` against `verify_on` and a replay
+    /// of its own (returned), and its head against the witness.
+    fn assert_replays_agree(&self, state: &payonce::State) -> Shadow {
+        let context = &self.context;
         let report = verify_on(Arc::new(self.disk.mem().clone()), WorldConfig::log())
             .unwrap_or_else(|error| panic!("{context}: verify refuses the log: {error}"));
         assert!(
@@ -1176,7 +1176,7 @@ impl World {
             report.divergences
         );
         assert_eq!(
-            report.state, state,
+            report.state, *state,
             "{context}: verify's replay differs from the opened ledger"
         );
         let head = self
@@ -1190,12 +1190,20 @@ impl World {
             );
         }
         let mut shadow = Shadow::default();
-        shadow.catch_up(self.disk.mem(), &WorldConfig::log(), &context);
+        shadow.catch_up(self.disk.mem(), &WorldConfig::log(), context);
         assert_eq!(
-            shadow.state, state,
+            shadow.state, *state,
             "{context}: a replay differs from the opened ledger"
         );
-        shadow.audit.assert_matches(&state, &context);
+        shadow.audit.assert_matches(state, context);
+        shadow
+    }
+
+    fn after_open(&mut self) {
+        let context = self.context.clone();
+        self.assert_storage_failed_only_where_armed();
+        let state = self.ledger().state();
+        let shadow = self.assert_replays_agree(&state);
         assert_invariants(&state, &context);
 
         self.assert_acknowledged_outcomes_present(&state);
