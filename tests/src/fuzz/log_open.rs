@@ -3,7 +3,7 @@
 //!
 //! The input first describes a valid log (small limits, so records roll
 //! across several segments), which this module writes with its own encoder
-//! of docs/log-format.md ([`encode`], written from the document, not by the
+//! of docs/log-format.md (`encode`, written from the document, not by the
 //! log's writer): format version 1 (a version the log still reads, and
 //! upgrades when it opens one for writing), or version 2, with the records
 //! grouped into batches the input cuts (each behind its batch header, its
@@ -17,7 +17,7 @@
 //! checkpoint slot rewritten whole with another head, generation or log
 //! id. How much is known about the result depends on the damage, and the
 //! checks say so (see [`log_open`]); every record returned is checked
-//! against this module's own reading of the format ([`verify`]).
+//! against this module's own reading of the format (`verify`).
 
 mod encode;
 mod verify;
@@ -261,13 +261,13 @@ fn build(input: &mut Input<'_>, config: &LogConfig, zero_tail: u64) -> Built {
 /// Builds a log from the input, damages it as the input says, then checks:
 /// - reading never panics, never asks storage for more than a segment, and
 ///   every record it returns verifies by this module's own reading of the
-///   format ([`verify`]): in sequence from 1, chained, in whole batches
+///   format (`verify`): in sequence from 1, chained, in whole batches
 ///   that hash to their digests, reaching the checkpoint's head when the
 ///   scan ends cleanly;
 /// - reading twice gives the same; reading from any record gives the rest;
 ///   `read_at` gives each record again;
 /// - the records against what was written, per kind of damage
-///   ([`check_against_built`]);
+///   (`check_against_built`);
 /// - opening for writing visits the records reading returns, and succeeds
 ///   exactly when reading does (but for a batch whose records do not hash
 ///   to its digest, which only a read recomputes); afterwards a record
