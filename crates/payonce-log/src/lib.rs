@@ -96,5 +96,5 @@ pub use crate::storage::{
     FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,
     sync_rate,
 };
-pub use crate::witness::Witness;
+pub use crate::witness::{MemWitness, Witness};
 pub use crate::writer::{Log, LogStats, PENDING_LEN_MAX};

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::chain::Head;
 
@@ -24,4 +25,51 @@ pub trait Witness: Send + Sync + fmt::Debug {
     /// The last head published, `None` if none ever was. An error refuses
     /// the open: a log whose witness cannot be read is not checked.
     fn last(&self) -> io::Result<Option<Head>>;
+}
+
+/// A witness in memory, for tests and simulations, as [`crate::MemStorage`]
+/// is a disk in memory: clones share it. It keeps every head published, in
+/// the order they came.
+#[derive(Debug, Clone, Default)]
+pub struct MemWitness {
+    heads: Arc<Mutex<Vec<Head>>>,
+}
+
+impl MemWitness {
+    /// A witness that was never published to.
+    pub fn new() -> MemWitness {
+        MemWitness::default()
+    }
+
+    /// A witness whose last head is `head`, as one kept from earlier.
+    pub fn holding(head: Head) -> MemWitness {
+        MemWitness {
+            heads: Arc::new(Mutex::new(vec![head])),
+        }
+    }
+
+    /// The last head published, if any.
+    pub fn head(&self) -> Option<Head> {
+        self.lock().last().copied()
+    }
+
+    /// Every head published, oldest first.
+    pub fn published(&self) -> Vec<Head> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Head>> {
+        self.heads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Witness for MemWitness {
+    fn publish(&self, head: Head) -> io::Result<()> {
+        self.lock().push(head);
+        Ok(())
+    }
+
+    fn last(&self) -> io::Result<Option<Head>> {
+        Ok(self.head())
+    }
 }

@@ -43,7 +43,7 @@ pub use self::model::{Answer, Completion, Model, ModelRecord};
 pub use self::rail::{
     Later, Movement, Rail, RailAnswer, SendKind, impostor, later, reference, sent,
 };
-pub use self::witness::{SimWitness, WitnessStore, assert_rollback_refused};
+pub use self::witness::{SimWitness, assert_rollback_refused};
 pub use self::world::{START, SlotId, Stats, World, WorldConfig};
 
 use std::cell::Cell;

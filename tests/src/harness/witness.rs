@@ -1,75 +1,59 @@
 //! The witness of a simulated ledger, and the rollback it exists to catch.
 //!
-//! [`WitnessStore`] keeps the newest head the log published off the
-//! simulated disk, as an embedder keeps it in its own database: no power
-//! loss rolls it back. [`assert_rollback_refused`] restores a disk from an
+//! A [`MemWitness`] keeps the heads the log published off the simulated
+//! disk, as an embedder keeps them in its own database: no power loss
+//! rolls it back; [`SimWitness`] is a ledger's way to it. [`assert_rollback_refused`] restores a disk from an
 //! older snapshot, as a VM or disk snapshot restore does, and checks that
 //! opening it against the witness is refused.
 
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use payonce::{Config, Ledger, LedgerError};
 use payonce_log::chain::Head;
-use payonce_log::{HeadSource, LogError, LogReader, MemStorage, Witness};
+use payonce_log::{HeadSource, LogError, LogReader, MemStorage, MemWitness, Witness};
 
 use super::disk::Disk;
 use super::world::WorldConfig;
 
-/// Where the witness keeps its head, off the simulated disk: clones
-/// share it, and no power loss rolls it back.
-#[derive(Debug, Clone, Default)]
-pub struct WitnessStore(Arc<Mutex<Option<Head>>>);
-
-impl WitnessStore {
-    /// A store that already holds `head`.
-    pub fn holding(head: Option<Head>) -> WitnessStore {
-        WitnessStore(Arc::new(Mutex::new(head)))
-    }
-
-    /// The last head published, if any.
-    pub fn head(&self) -> Option<Head> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The witness a ledger writing to `disk` publishes through.
-    pub fn witness(&self, disk: &Disk) -> SimWitness {
-        SimWitness {
-            store: self.clone(),
-            disk: Some(disk.clone()),
-        }
-    }
-}
-
-/// A ledger's way to its [`WitnessStore`]. Once its disk has lost power,
-/// the process is gone: what it publishes then never arrives (the
-/// simulated process runs on until the harness drops it).
+/// A ledger's way to the witness, a [`MemWitness`] kept off the simulated
+/// disk. Once its disk has lost power, the process is gone: what it
+/// publishes then never arrives (the simulated process runs on until the
+/// harness drops it).
 #[derive(Debug)]
 pub struct SimWitness {
-    store: WitnessStore,
-    disk: Option<Disk>,
+    store: MemWitness,
+    disk: Disk,
+}
+
+impl SimWitness {
+    /// The witness a ledger writing to `disk` publishes to `store` through.
+    pub fn on(store: &MemWitness, disk: &Disk) -> SimWitness {
+        SimWitness {
+            store: store.clone(),
+            disk: disk.clone(),
+        }
+    }
 }
 
 impl Witness for SimWitness {
     /// Keeps `head`, checking that the log publishes heads in order: a
     /// head behind the last would let a rollback to it pass.
     fn publish(&self, head: Head) -> io::Result<()> {
-        if self.disk.as_ref().is_some_and(Disk::dead) {
+        if self.disk.dead() {
             return Ok(());
         }
-        let mut last = self.store.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(before) = *last {
+        if let Some(before) = self.store.head() {
             assert!(
                 head.seq > before.seq || head == before,
                 "the log published head {head} after {before}"
             );
         }
-        *last = Some(head);
-        Ok(())
+        self.store.publish(head)
     }
 
     fn last(&self) -> io::Result<Option<Head>> {
-        Ok(self.store.head())
+        self.store.last()
     }
 }
 
@@ -113,10 +97,7 @@ pub fn assert_rollback_refused(
     // kept, nor publish to the world's witness.
     let restored = Arc::new(snapshot.crash(payonce_log::CrashMode::DropUnsynced, 0));
     let config = Config {
-        witness: Some(Arc::new(SimWitness {
-            store: WitnessStore::holding(Some(head)),
-            disk: None,
-        })),
+        witness: Some(Arc::new(MemWitness::holding(head))),
         ..config
     };
     match Ledger::open_on(restored, config) {

@@ -8,7 +8,7 @@ use payonce::{
     Claim, Config, CountingEpochs, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal,
     Refusal, SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
 };
-use payonce_log::{CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage};
+use payonce_log::{CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage, MemWitness};
 use payonce_model::{
     Actor, Amount, Currency, Destination, Reason, WithdrawalId, WithdrawalRequest,
 };
@@ -17,7 +17,7 @@ use super::checks::{Projection, Shadow, assert_crash_prefix, assert_invariants, 
 use super::disk::{CrashPlan, Disk};
 use super::model::{Answer, Completion, Model};
 use super::rail::{Rail, RailAnswer, SendKind, impostor, reference, sent, unsettled};
-use super::witness::{WitnessStore, assert_rollback_refused};
+use super::witness::{SimWitness, assert_rollback_refused};
 use super::{catching_rail_client_panic, rail_client_panics};
 
 /// Most bytes of one event in the simulated log: small, so segments roll
@@ -175,7 +175,7 @@ pub struct World {
     epochs: Arc<CountingEpochs>,
     disk: Disk,
     /// The newest head the ledger published, kept off its disk.
-    witness: WitnessStore,
+    witness: MemWitness,
     /// The disk as the last clean reopen left it: what a snapshot restore
     /// would bring back.
     snapshot: Option<MemStorage>,
@@ -331,7 +331,7 @@ impl World {
             clock: Arc::new(ManualClock::new(START)),
             epochs: Arc::new(CountingEpochs::new(1)),
             disk: Disk::new(MemStorage::new()),
-            witness: WitnessStore::default(),
+            witness: MemWitness::new(),
             snapshot: None,
             ledger: None,
             model: Model::new(config.accept_foreign_ids),
@@ -356,7 +356,7 @@ impl World {
     fn ledger_config(&self) -> Config {
         Config {
             log: WorldConfig::log(),
-            witness: Some(Arc::new(self.witness.witness(&self.disk))),
+            witness: Some(Arc::new(SimWitness::on(&self.witness, &self.disk))),
             accept_foreign_ids: self.config.accept_foreign_ids,
             log_refusals: self.config.log_refusals,
             clock: self.clock.clone(),

@@ -4,11 +4,11 @@
 //! recomputed) is refused as a mismatch.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use payonce_log::{
-    CHECKPOINT_FILE, Head, HeadSource, Log, LogConfig, LogError, LogReader, OpenError, Witness,
-    batch_digest,
+    CHECKPOINT_FILE, Head, HeadSource, Log, LogConfig, LogError, LogReader, MemWitness, OpenError,
+    Witness, batch_digest,
 };
 
 use crate::support::{
@@ -354,34 +354,24 @@ fn a_pinned_head_the_log_has_not_reached_is_refused() {
     });
 }
 
-/// A witness in memory: the newest head published, and whether reading it
-/// fails.
-#[derive(Debug, Default)]
-struct MemWitness {
-    head: Mutex<Option<Head>>,
-    published: Mutex<Vec<Head>>,
-    unreadable: bool,
-}
+/// A witness whose database is down: it cannot be read.
+#[derive(Debug)]
+struct Unreadable;
 
-impl Witness for MemWitness {
-    fn publish(&self, head: Head) -> io::Result<()> {
-        *self.head.lock().unwrap() = Some(head);
-        self.published.lock().unwrap().push(head);
+impl Witness for Unreadable {
+    fn publish(&self, _: Head) -> io::Result<()> {
         Ok(())
     }
 
     fn last(&self) -> io::Result<Option<Head>> {
-        if self.unreadable {
-            return Err(io::Error::other("the witness's database is down"));
-        }
-        Ok(*self.head.lock().unwrap())
+        Err(io::Error::other("the witness's database is down"))
     }
 }
 
 /// Opens `env` for writing with `witness`.
-fn open_witnessed(env: &Env, witness: &Arc<MemWitness>) -> Result<Log, LogError> {
+fn open_witnessed(env: &Env, witness: Arc<dyn Witness>) -> Result<Log, LogError> {
     let mut opening = Log::scan_to_open(env.storage.clone(), small_config())?;
-    opening.witness(witness.clone())?;
+    opening.witness(witness)?;
     while opening.next_record()?.is_some() {}
     Ok(opening.plan()?.execute()?.0)
 }
@@ -390,8 +380,8 @@ fn open_witnessed(env: &Env, witness: &Arc<MemWitness>) -> Result<Log, LogError>
 fn a_log_behind_its_witness_is_refused() {
     // Guards against a restored disk snapshot silently forgetting every claim since it was taken.
     on_both(|env| {
-        let witness = Arc::new(MemWitness::default());
-        let log = open_witnessed(env, &witness).unwrap();
+        let witness = MemWitness::new();
+        let log = open_witnessed(env, Arc::new(witness.clone())).unwrap();
         append_payloads(&log, 8);
         log.checkpoint().unwrap();
         // The snapshot: log and checkpoint together, as a disk restore has them.
@@ -399,19 +389,17 @@ fn a_log_behind_its_witness_is_refused() {
         append_payloads(&log, 6);
         let head = log.head();
         drop(log);
-        assert_eq!(
-            *witness.head.lock().unwrap(),
-            Some(head),
-            "a clean close publishes"
-        );
-        let published = witness.published.lock().unwrap().clone();
+        assert_eq!(witness.head(), Some(head), "a clean close publishes");
+        let published = witness.published();
         assert!(published.windows(2).all(|pair| pair[0].seq < pair[1].seq));
         // Restored, the log is consistent with its own checkpoint ...
         let restored = Env::with_files(env.kind, &snapshot);
         assert!(Log::open(restored.storage.clone(), small_config()).is_ok());
         // ... and refused by the witness, which names both heads.
         let restored = Env::with_files(env.kind, &snapshot);
-        let error = open_witnessed(&restored, &witness).map(|_| ()).unwrap_err();
+        let error = open_witnessed(&restored, Arc::new(witness.clone()))
+            .map(|_| ())
+            .unwrap_err();
         let LogError::MissingHead {
             from: HeadSource::Witness,
             expected,
@@ -424,7 +412,7 @@ fn a_log_behind_its_witness_is_refused() {
         assert_eq!((*expected, ended.seq), (head, 8));
         assert!(error.to_string().contains("its witness"), "{error}");
         // The log that is not behind opens with it.
-        let log = open_witnessed(env, &witness).unwrap();
+        let log = open_witnessed(env, Arc::new(witness.clone())).unwrap();
         assert_eq!(log.head(), head);
     });
 }
@@ -434,12 +422,8 @@ fn a_witness_that_cannot_be_read_refuses_the_open() {
     // Guards against a log opening unchecked because its witness was down.
     on_both(|env| {
         closed_log(env, &small_config(), 3);
-        let witness = Arc::new(MemWitness {
-            unreadable: true,
-            ..MemWitness::default()
-        });
         assert!(matches!(
-            open_witnessed(env, &witness).map(|_| ()),
+            open_witnessed(env, Arc::new(Unreadable)).map(|_| ()),
             Err(LogError::Witness { .. })
         ));
     });

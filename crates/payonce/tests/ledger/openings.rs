@@ -176,27 +176,13 @@ fn a_dropped_ticket_does_not_wait_for_the_disk() {
     assert_eq!(ledger.in_flight().len(), 1, "the key stays in flight");
 }
 
-/// A witness kept in memory, as an embedder keeps one in its own database.
-#[derive(Debug, Default)]
-struct MemWitness(std::sync::Mutex<Option<payonce::Head>>);
-
-impl payonce::Witness for MemWitness {
-    fn publish(&self, head: payonce::Head) -> std::io::Result<()> {
-        *self.0.lock().unwrap() = Some(head);
-        Ok(())
-    }
-
-    fn last(&self) -> std::io::Result<Option<payonce::Head>> {
-        Ok(*self.0.lock().unwrap())
-    }
-}
-
 #[test]
 fn a_ledger_restored_from_a_snapshot_behind_its_witness_is_refused() {
     // Guards against a restored disk snapshot forgetting every claim made since, and a second send.
-    let witness = Arc::new(MemWitness::default());
+    // Kept in memory, as an embedder keeps it in its own database.
+    let witness = payonce_log::MemWitness::new();
     let config = || Config {
-        witness: Some(witness.clone()),
+        witness: Some(Arc::new(witness.clone())),
         ..Config::default()
     };
     let dir = tempfile::tempdir().unwrap();
@@ -214,11 +200,7 @@ fn a_ledger_restored_from_a_snapshot_behind_its_witness_is_refused() {
         .unwrap();
     let head = ledger.head().unwrap();
     drop(ledger);
-    assert_eq!(
-        *witness.0.lock().unwrap(),
-        Some(head),
-        "a clean close publishes"
-    );
+    assert_eq!(witness.head(), Some(head), "a clean close publishes");
     // The snapshot is consistent with itself: without the witness it opens.
     let copy = tempfile::tempdir().unwrap();
     for name in names(snapshot.path()) {
