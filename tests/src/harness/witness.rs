@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use payonce::{Config, Ledger, LedgerError};
 use payonce_log::chain::Head;
-use payonce_log::{HeadSource, LogError, LogReader, MemStorage, MemWitness, Witness};
+use payonce_log::{HeadSource, LogError, MemStorage, MemWitness, Witness};
 
+use super::checks::records;
 use super::disk::Disk;
 use super::world::WorldConfig;
 
@@ -57,21 +58,6 @@ impl Witness for SimWitness {
     }
 }
 
-/// The last sequence number of the log on `mem`, read as a reader does.
-fn last_seq(mem: &MemStorage, context: &str) -> u64 {
-    let reader = LogReader::open(Arc::new(mem.clone()), WorldConfig::log())
-        .unwrap_or_else(|error| panic!("{context}: the snapshot holds no log: {error}"));
-    let mut last = 0;
-    let scanned = reader.scan(|record| {
-        last = record.seq;
-        Ok::<(), std::convert::Infallible>(())
-    });
-    if let Err(error) = scanned {
-        panic!("{context}: the snapshot does not read: {error}");
-    }
-    last
-}
-
 /// Restores the disk from `snapshot`, taken when the log ended earlier,
 /// and opens it with a witness holding `witness`, the newest head the
 /// ledger published since: when the snapshot ends before that head, the
@@ -90,7 +76,8 @@ pub fn assert_rollback_refused(
     let Some(head) = witness else {
         return false;
     };
-    if last_seq(snapshot, context) >= head.seq {
+    // Records are numbered from 1: the snapshot ends at the count it holds.
+    if records(snapshot, &WorldConfig::log(), context).len() as u64 >= head.seq {
         return false;
     }
     // A copy: a restore wrongly accepted must not write to the snapshot
