@@ -29,6 +29,7 @@ pub mod cluster;
 mod error;
 mod follow;
 mod schema;
+mod session;
 mod snapshot;
 mod store;
 

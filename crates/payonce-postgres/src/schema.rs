@@ -150,9 +150,29 @@ pub(crate) fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
     Ok(migrated)
 }
 
+/// What the checks ask of a connection: the synchronous client, a
+/// transaction on it, or a [`PgLog`](crate::PgLog)'s pipelining session.
+pub(crate) trait Queries {
+    fn query_one(
+        &mut self,
+        query: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error>;
+}
+
+impl<C: postgres::GenericClient> Queries for C {
+    fn query_one(
+        &mut self,
+        query: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        postgres::GenericClient::query_one(self, query, params)
+    }
+}
+
 /// The schema version the database holds; `None` if it holds no payonce
 /// schema.
-fn version_in(client: &mut impl postgres::GenericClient) -> Result<Option<i32>, StoreError> {
+fn version_in(client: &mut impl Queries) -> Result<Option<i32>, StoreError> {
     let exists = client
         .query_one(
             "SELECT to_regclass('payonce.schema_version') IS NOT NULL",
@@ -184,7 +204,7 @@ fn check_version(version: i32) -> Result<(), StoreError> {
 
 /// Refuses a database whose payonce schema is missing or of another
 /// version than this build's.
-pub(crate) fn check(client: &mut Client) -> Result<(), StoreError> {
+pub(crate) fn check(client: &mut impl Queries) -> Result<(), StoreError> {
     match version_in(client)? {
         Some(version) => check_version(version),
         None => Err(unsafe_store(
@@ -195,7 +215,7 @@ pub(crate) fn check(client: &mut Client) -> Result<(), StoreError> {
 
 /// Refuses a server that may lose a commit it acknowledged: `fsync` or
 /// `synchronous_commit` off.
-pub(crate) fn check_durability(client: &mut Client) -> Result<(), StoreError> {
+pub(crate) fn check_durability(client: &mut impl Queries) -> Result<(), StoreError> {
     for setting in ["fsync", "synchronous_commit"] {
         let row = client
             .query_one("SELECT current_setting($1)", &[&setting])

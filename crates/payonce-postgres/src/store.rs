@@ -5,27 +5,34 @@
 //! commit), the events after the last this process knows (with the batch
 //! this process read last, to find a log rewritten under it), then the
 //! batch's events, its chain digest and its constraint rows in one
-//! statement, and `COMMIT`: four round trips, over statements prepared
-//! once per connection. Sequence
-//! order is commit order is visibility order, so every snapshot is a
-//! gapless prefix of the log.
+//! statement, and `COMMIT`. The statements are prepared once per
+//! connection and pipelined over tokio-postgres (the `session` module):
+//! `BEGIN`, the plan settings, the lock and the catch-up are sent
+//! together, and so are the inserts and `COMMIT`, so a batch costs two
+//! round trips. Sequence order is commit order is visibility order, so
+//! every snapshot is a gapless prefix of the log.
 //!
-//! A connection lost during `COMMIT` leaves the outcome unknown. Before it
-//! answers, [`PgLog`] takes the lock on a new connection, which waits for
-//! the old transaction to end, and looks for the batch's last event: the
-//! answer is what it finds.
+//! An insert the server refuses aborts the transaction, and the `COMMIT`
+//! sent after it then answers with a rollback, not an error: the batch is
+//! committed only if every insert and the `COMMIT` succeeded. A connection
+//! lost before every answer came, or a failed `COMMIT`, leaves the outcome
+//! unknown. Before it answers, [`PgLog`] takes the lock on a new
+//! connection, which waits for the old transaction to end, and looks for
+//! the batch's last event: the answer is what it finds.
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
 use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError};
 use payonce_model::WorkerName;
+use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 use tracing::{info, warn};
 
 use crate::error::{describe, failed, unsafe_store};
 use crate::follow::{EVENTS_AFTER, Follower, Row, signed, unsigned};
 use crate::schema;
+use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
 
 /// The advisory lock class of payonce's locks (`ponc`); key 0 is the
@@ -79,10 +86,10 @@ pub struct PgLog {
 
 struct Connection {
     /// `None` after the connection was lost: made again on the next use.
-    client: Option<Client>,
+    client: Option<Session>,
     /// The statements a batch runs, prepared on `client` when it was made:
-    /// a batch then costs one round trip per statement, and the server
-    /// plans each once.
+    /// a batch then sends no statement's text, and the server plans each
+    /// once.
     statements: Option<Statements>,
     follower: Follower,
     /// Whether a batch's transaction is open.
@@ -98,7 +105,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn prepare(client: &mut Client) -> Result<Statements, StoreError> {
+    fn prepare(client: &mut Session) -> Result<Statements, StoreError> {
         Ok(Statements {
             catch_up: client.prepare(CATCH_UP).map_err(failed)?,
             insert_batch: client.prepare(INSERT_BATCH).map_err(failed)?,
@@ -125,7 +132,7 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
 /// Takes `worker`'s lock on `client`, waiting at most `wait` (a
 /// PostgreSQL interval) for a connection that holds it to go: the server
 /// lets the lock of a killed process go once it notices, a moment later.
-fn lock_worker(client: &mut Client, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
+fn lock_worker(client: &mut Session, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
     client
         .batch_execute(&format!("SET lock_timeout = '{wait}'"))
         .map_err(failed)?;
@@ -151,7 +158,7 @@ impl PgLog {
     /// may lose an acknowledged commit, a schema of another version, and a
     /// worker some other process runs as.
     pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
-        let mut client = connect(url)?;
+        let mut client = Session::connect(url)?;
         if let Some(worker) = role.locked() {
             lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
         }
@@ -184,10 +191,10 @@ impl PgLog {
 
     /// The connection, made again (and the worker's lock taken again) if
     /// it was lost.
-    fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Client, StoreError> {
-        if connection.client.as_ref().is_none_or(Client::is_closed) {
+    fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Session, StoreError> {
+        if connection.client.as_ref().is_none_or(Session::is_closed) {
             connection.client = None;
-            let mut client = connect(&self.url)?;
+            let mut client = Session::connect(&self.url)?;
             if let Some(worker) = self.role.locked() {
                 lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
             }
@@ -231,9 +238,9 @@ impl PgLog {
         self.client(connection)?;
         connection.in_batch = true;
         let (client, statements) = live(connection)?;
-        client.batch_execute(&begin_batch()).map_err(failed)?;
+        // One round trip: the catch-up runs once the lock is taken.
         let rows = client
-            .query(&statements.catch_up, &[&head_seq])
+            .then_query(&begin_batch(), &statements.catch_up, &[&head_seq])
             .map_err(failed)?;
         // Every row carries the head's batch; one row without an event
         // says there is none after it.
@@ -268,14 +275,23 @@ impl PgLog {
             batch.iter().map(|event| event.payload.as_slice()),
         );
         let worker = self.worker().map(WorkerName::as_str);
-        let (client, statements) = live(connection)?;
-        insert_batch(client, statements, batch, digest.0.as_slice(), worker)?;
-        insert_releases(client, statements, batch)?;
-        let committed = client.batch_execute("COMMIT");
+        let (session, statements) = live(connection)?;
+        let session: &Session = session;
+        // One round trip: the inserts and the COMMIT are sent together.
+        let mut requests = vec![insert_batch(session, statements, batch, &digest.0, worker)];
+        requests.extend(insert_releases(session, statements, batch));
+        let pipelined = session.commit_after(requests);
+        if let Pipelined::Unsent(error) = pipelined {
+            // Nothing was sent after the statement that could not be: the
+            // transaction is open, and abandoned.
+            return Err(failed(error));
+        }
         connection.in_batch = false;
-        let committed = match committed {
-            Ok(()) => Ok(()),
-            Err(error) => {
+        let committed = match pipelined {
+            Pipelined::Committed => Ok(()),
+            // The COMMIT after it rolled the transaction back.
+            Pipelined::Refused(error) | Pipelined::Unsent(error) => Err(failed(error)),
+            Pipelined::Unknown(error) => {
                 connection.client = None;
                 self.landed(last, &describe(&error))
             }
@@ -346,7 +362,7 @@ impl Drop for PgLog {
 
 /// The connection of a batch under way: never made again in the middle of
 /// one, whose transaction a lost connection ended.
-fn live(connection: &mut Connection) -> Result<(&mut Client, &Statements), StoreError> {
+fn live(connection: &mut Connection) -> Result<(&mut Session, &Statements), StoreError> {
     match (connection.client.as_mut(), connection.statements.as_ref()) {
         (Some(client), Some(statements)) if !client.is_closed() => Ok((client, statements)),
         _ => Err(StoreError::Failed {
@@ -442,13 +458,14 @@ INSERT INTO payonce.releases (seq, key, key_round, withdrawal, round)
 VALUES ($1, $2, (SELECT count(*) FROM payonce.releases WHERE key = $2),
         $3, (SELECT count(*) FROM payonce.releases WHERE withdrawal = $3))";
 
-fn insert_batch(
-    client: &mut Client,
-    statements: &Statements,
-    batch: &[Appended],
-    digest: &[u8],
-    worker: Option<&str>,
-) -> Result<(), StoreError> {
+/// The batch's [`INSERT_BATCH`], to be sent in the batch's pipeline.
+fn insert_batch<'a>(
+    session: &'a Session,
+    statements: &'a Statements,
+    batch: &'a [Appended],
+    digest: &'a [u8],
+    worker: Option<&'a str>,
+) -> Request<'a> {
     let seqs: Vec<i64> = batch.iter().map(|event| signed(event.seq)).collect();
     let payloads: Vec<&[u8]> = batch.iter().map(|event| event.payload.as_slice()).collect();
     let rows = |claims: bool| {
@@ -467,45 +484,50 @@ fn insert_batch(
     };
     let (claim_seqs, claim_keys, claim_withdrawals) = rows(true);
     let (free_seqs, free_keys, free_withdrawals) = rows(false);
-    let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
-    client
-        .execute(
-            &statements.insert_batch,
-            &[
-                &first,
-                &last,
-                &digest,
-                &worker,
-                &seqs,
-                &payloads,
-                &claim_seqs,
-                &claim_keys,
-                &claim_withdrawals,
-                &free_seqs,
-                &free_keys,
-                &free_withdrawals,
-            ],
-        )
-        .map_err(failed)?;
-    Ok(())
+    let first = seqs.first().copied().unwrap_or(0);
+    let last = seqs.last().copied().unwrap_or(0);
+    Box::pin(async move {
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &first,
+            &last,
+            &digest,
+            &worker,
+            &seqs,
+            &payloads,
+            &claim_seqs,
+            &claim_keys,
+            &claim_withdrawals,
+            &free_seqs,
+            &free_keys,
+            &free_withdrawals,
+        ];
+        session
+            .client()
+            .execute(&statements.insert_batch, &params)
+            .await
+    })
 }
 
-fn insert_releases(
-    client: &mut Client,
-    statements: &Statements,
-    batch: &[Appended],
-) -> Result<(), StoreError> {
-    for event in batch {
-        if let Some(ClaimChange::Frees { key, withdrawal }) = &event.claim {
-            client
-                .execute(
-                    &statements.insert_release,
-                    &[&signed(event.seq), &key.as_str(), &withdrawal.as_str()],
-                )
-                .map_err(failed)?;
-        }
-    }
-    Ok(())
+/// An [`INSERT_RELEASE`] for each release of the batch, in its order, to
+/// be sent in the batch's pipeline after [`insert_batch`].
+fn insert_releases<'a>(
+    session: &'a Session,
+    statements: &'a Statements,
+    batch: &'a [Appended],
+) -> impl Iterator<Item = Request<'a>> {
+    batch.iter().filter_map(move |event| {
+        let Some(ClaimChange::Frees { key, withdrawal }) = &event.claim else {
+            return None;
+        };
+        let (seq, key, withdrawal) = (signed(event.seq), key.as_str(), withdrawal.as_str());
+        let request: Request<'a> = Box::pin(async move {
+            session
+                .client()
+                .execute(&statements.insert_release, &[&seq, &key, &withdrawal])
+                .await
+        });
+        Some(request)
+    })
 }
 
 impl SharedLog for PgLog {
