@@ -148,8 +148,11 @@ impl Session {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, Error> {
         let client = &self.client;
+        // `biased`: polled in the order written, so `first` is queued, and
+        // sent, before `statement` (a query queues its message when first
+        // polled).
         let (first, rows) = self.runtime.block_on(async {
-            tokio::join!(client.batch_execute(first), client.query(statement, params))
+            tokio::join!(biased; client.batch_execute(first), client.query(statement, params))
         });
         first?;
         rows
@@ -212,7 +215,7 @@ async fn pipeline(client: &Client, mut requests: Vec<Request<'_>>) -> Pipelined 
             Poll::Ready(())
         }
     });
-    let ((), committed) = tokio::join!(answered, client.batch_execute("COMMIT"));
+    let ((), committed) = tokio::join!(biased; answered, client.batch_execute("COMMIT"));
     outcome(answers, committed)
 }
 

@@ -282,8 +282,9 @@ impl PgLog {
         requests.extend(insert_releases(session, statements, batch));
         let pipelined = session.commit_after(requests);
         if let Pipelined::Unsent(error) = pipelined {
-            // Nothing was sent after the statement that could not be: the
-            // transaction is open, and abandoned.
+            // The COMMIT was not sent (statements before the one that could
+            // not be may have been): the transaction is open, and
+            // abandoned, which rolls it back.
             return Err(failed(error));
         }
         connection.in_batch = false;
