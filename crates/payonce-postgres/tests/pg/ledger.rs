@@ -8,6 +8,7 @@ use payonce::{
     Appended, Claim, ClaimChange, Event, EventKind, LedgerError, Refusal, SCHEMA_VERSION,
     SharedLog, StoreError,
 };
+use payonce_model::WithdrawalRequest;
 use payonce_postgres::{PgLog, Role};
 
 use crate::{START, config, database, new_withdrawal, sent};
@@ -227,33 +228,9 @@ fn the_database_refuses_a_second_claim_whatever_a_workers_memory_says() {
 
     // A writer whose memory missed k-1's claim appends a claim for k-2.
     let log = PgLog::connect(&url, Role::Attached).unwrap();
-    let mut last = 0;
-    loop {
-        let records = log.read(last, 100).unwrap();
-        let Some(record) = records.last() else { break };
-        last = record.seq;
-    }
-    let claimed = Event {
-        schema: SCHEMA_VERSION,
-        seq: last + 1,
-        at: START,
-        kind: EventKind::Claimed {
-            key: "k-2".parse().unwrap(),
-            request: w.clone(),
-            worker: None,
-        },
-    };
+    let last = read_to_end(&log);
     assert!(log.begin(last).unwrap().is_empty());
-    let error = log
-        .commit(&[Appended {
-            seq: claimed.seq,
-            payload: claimed.encode().unwrap(),
-            claim: Some(ClaimChange::Claims {
-                key: "k-2".parse().unwrap(),
-                withdrawal: w.id().clone(),
-            }),
-        }])
-        .unwrap_err();
+    let error = log.commit(&[claim_at(last + 1, "k-2", &w)]).unwrap_err();
     assert!(matches!(error, StoreError::Conflict { .. }), "{error}");
     let (report, _) = payonce_postgres::verify(&url).unwrap();
     assert_eq!(report.events, last, "nothing of the batch was committed");
@@ -306,29 +283,8 @@ fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch
     drop(worker);
 
     let log = PgLog::connect(&url, Role::Attached).unwrap();
-    let mut read = 0;
-    while let Some(record) = log.read(read, 100).unwrap().last() {
-        read = record.seq;
-    }
-    assert_eq!(read, last);
-    let claimed = Event {
-        schema: SCHEMA_VERSION,
-        seq: last + 1,
-        at: START,
-        kind: EventKind::Claimed {
-            key: "k-1".parse().unwrap(),
-            request: w.clone(),
-            worker: None,
-        },
-    };
-    let claim = Appended {
-        seq: claimed.seq,
-        payload: claimed.encode().unwrap(),
-        claim: Some(ClaimChange::Claims {
-            key: "k-1".parse().unwrap(),
-            withdrawal: w.id().clone(),
-        }),
-    };
+    assert_eq!(read_to_end(&log), last);
+    let claim = claim_at(last + 1, "k-1", &w);
     // The claim's rows go in; the release after it names a key that holds
     // no claim, which the foreign keys refuse.
     let release = Appended {
@@ -364,4 +320,37 @@ fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch
     assert!(report.is_clean(), "{:?}", report.divergences);
     assert_eq!(report.state.claimed_by(w.id()).unwrap().as_str(), "k-1");
     drop(Arc::new(log));
+}
+
+/// Reads `log` to its end, as a worker does before its first batch, and
+/// returns the last sequence number.
+fn read_to_end(log: &PgLog) -> u64 {
+    let mut last = 0;
+    while let Some(record) = log.read(last, 100).unwrap().last() {
+        last = record.seq;
+    }
+    last
+}
+
+/// `key`'s claim of `request` as the event at `seq`, appended the way a
+/// worker appends it, with its constraint rows.
+fn claim_at(seq: u64, key: &str, request: &WithdrawalRequest) -> Appended {
+    let claimed = Event {
+        schema: SCHEMA_VERSION,
+        seq,
+        at: START,
+        kind: EventKind::Claimed {
+            key: key.parse().unwrap(),
+            request: request.clone(),
+            worker: None,
+        },
+    };
+    Appended {
+        seq,
+        payload: claimed.encode().unwrap(),
+        claim: Some(ClaimChange::Claims {
+            key: key.parse().unwrap(),
+            withdrawal: request.id().clone(),
+        }),
+    }
 }
