@@ -69,13 +69,8 @@ impl SledStore {
         sync: SledSync,
     ) -> Result<SledStore, BenchError> {
         let error = |step| BenchError::sled(step, None);
-        // No background flusher: every step that must be durable flushes
-        // itself, and sled 0.34's flusher holds the directory's lock until
-        // its thread ends, after the `Db` is dropped, so reopening the
-        // store at once could find it still locked.
         let db = sled::Config::new()
             .path(dir)
-            .flush_every_ms(None)
             .open()
             .map_err(error("open"))?;
         let withdrawals = db

@@ -293,12 +293,8 @@ struct Trees {
 impl Trees {
     fn open(path: &Path) -> Result<Trees, String> {
         guarded(|| {
-            // No background flusher: the index flushes after each update,
-            // and sled 0.34's flusher holds the directory's lock until its
-            // thread ends, after the `Db` is dropped.
             let db = sled::Config::new()
                 .path(path)
-                .flush_every_ms(None)
                 .cache_capacity(CACHE_BYTES)
                 .mode(sled::Mode::HighThroughput)
                 .open()

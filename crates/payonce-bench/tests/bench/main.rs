@@ -13,7 +13,8 @@ mod pg;
 use std::process::Command;
 
 use payonce_bench::{
-    Mix, RunReport, StoreKind, Tally, WorkloadSpec, build, disagreements, open_and_probe, timed_run,
+    BuildReport, Mix, OpenReport, RunReport, StoreKind, Tally, WorkloadSpec, disagreements,
+    timed_run,
 };
 
 /// Every store, variants included.
@@ -107,18 +108,29 @@ fn the_agreement_check_reports_stores_that_answer_differently() {
 #[test]
 fn a_built_state_answers_the_same_after_reopening() {
     // Guards against an open figure that times an empty or different store:
-    // the reopened store must give the outcome it recorded.
+    // the reopened store must give the outcome it recorded. The build and
+    // the reopening each run in a process of their own, as the benchmark
+    // runs them: sled 0.34 lets its directory's lock go only once its
+    // threads end, after the `Db` is dropped, so a reopening in the same
+    // process could find the directory still locked.
     let seed = seed();
-    let spec = WorkloadSpec {
-        seed,
-        threads: 1,
-        submissions_per_thread: 300,
-        mix: Mix::STANDARD,
-    };
     let mut tallies = Vec::new();
     for store in STORES {
         let dir = tempfile::tempdir().unwrap();
-        let built = build(store, dir.path(), spec).unwrap();
+        let name = store.name().to_ascii_lowercase();
+        let dir_arg = dir.path().display().to_string();
+        let seed_arg = seed.to_string();
+        let built: BuildReport = in_child(&[
+            "build",
+            "--store",
+            &name,
+            "--dir",
+            &dir_arg,
+            "--seed",
+            &seed_arg,
+            "--submissions",
+            "300",
+        ]);
         assert_eq!(built.submissions, 300);
         assert!(built.disk_bytes > 0, "{store} wrote nothing");
         assert!(
@@ -126,7 +138,15 @@ fn a_built_state_answers_the_same_after_reopening() {
             "{store}: the probe key has no outcome; {}",
             replay_hint(seed)
         );
-        let opened = open_and_probe(store, dir.path(), &built.probe_key).unwrap();
+        let opened: OpenReport = in_child(&[
+            "open",
+            "--store",
+            &name,
+            "--dir",
+            &dir_arg,
+            "--probe-key",
+            &built.probe_key,
+        ]);
         assert_eq!(
             opened.probe_reference.as_deref(),
             Some(built.probe_reference.as_str()),
@@ -140,6 +160,21 @@ fn a_built_state_answers_the_same_after_reopening() {
         "the stores answered the build differently: {tallies:?}; {}",
         replay_hint(seed)
     );
+}
+
+/// Runs the benchmark binary's hidden child command `args` and parses the
+/// JSON report it prints.
+fn in_child<T: serde::de::DeserializeOwned>(args: &[&str]) -> T {
+    let output = Command::new(env!("CARGO_BIN_EXE_payonce-bench"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 #[test]
