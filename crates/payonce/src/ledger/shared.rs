@@ -89,8 +89,12 @@ pub(super) struct Shared {
     /// The worker this process is; `None` for the process that creates
     /// the ledger.
     pub(super) worker: Option<WorkerName>,
-    /// Signalled when a batch commits and when a thread has decided.
+    /// Signalled when a batch commits: its threads wait for their answer
+    /// here, and the threads of the next batch for it to open.
     turn: Condvar,
+    /// Signalled when a thread has decided: only a batch's opener waits
+    /// here, so a decision wakes no thread but the one it may concern.
+    decided: Condvar,
     /// Threads that asked to decide and have not decided yet.
     arriving: AtomicUsize,
 }
@@ -142,7 +146,7 @@ impl<'a> Arrival<'a> {
 impl Drop for Arrival<'_> {
     fn drop(&mut self) {
         self.0.arriving.fetch_sub(1, Ordering::SeqCst);
-        self.0.turn.notify_all();
+        self.0.decided.notify_all();
     }
 }
 
@@ -152,12 +156,21 @@ impl Shared {
             log,
             worker,
             turn: Condvar::new(),
+            decided: Condvar::new(),
             arriving: AtomicUsize::new(0),
         }
     }
 
     fn wait<'a>(&self, round: MutexGuard<'a, Round>) -> Result<MutexGuard<'a, Round>, LedgerError> {
         self.turn.wait(round).map_err(|_| LedgerError::Poisoned)
+    }
+
+    /// Waits, as a batch's opener, for a thread to decide.
+    fn wait_decided<'a>(
+        &self,
+        round: MutexGuard<'a, Round>,
+    ) -> Result<MutexGuard<'a, Round>, LedgerError> {
+        self.decided.wait(round).map_err(|_| LedgerError::Poisoned)
     }
 }
 
@@ -414,7 +427,7 @@ impl Ledger {
                 .is_some_and(|open| open.events.len() >= BATCH_EVENTS_MAX)
         };
         while shared.arriving.load(Ordering::SeqCst) > 0 && !full(&round) {
-            round = shared.wait(round)?;
+            round = shared.wait_decided(round)?;
         }
         let Some(open) = round.open.take() else {
             unreachable!("the opener commits the batch it opened")
