@@ -2,6 +2,7 @@
 //! and appends, durability waits and sends happen outside it.
 
 mod config;
+mod queue;
 mod shared;
 mod ticket;
 
@@ -177,7 +178,9 @@ impl Ledger {
             accept_foreign_ids,
             epoch,
         };
-        ledger.execute(&command, |_| Ok(decide::open(accept_foreign_ids, epoch)))?;
+        ledger.execute(&command, move |_| {
+            Ok(decide::open(accept_foreign_ids, epoch))
+        })?;
         Ok(ledger)
     }
 
@@ -227,7 +230,8 @@ impl Ledger {
             worker: worker.clone(),
             epoch,
         };
-        ledger.execute(&command, |_| Ok(decide::start(&worker, epoch)))?;
+        let started = worker.clone();
+        ledger.execute(&command, move |_| Ok(decide::start(&started, epoch)))?;
         ledger.lock_state()?.session = Some(epoch);
         info!(epoch, "started");
         Ok(ledger)
@@ -247,7 +251,7 @@ impl Ledger {
             accept_foreign_ids,
             epoch,
         };
-        let created = ledger.execute(&command, |state| {
+        let created = ledger.execute(&command, move |state| {
             Ok(match state.last_seq() {
                 0 => decide::open(accept_foreign_ids, epoch).map_nothing(),
                 events => Answer::Nothing(events),
@@ -307,8 +311,12 @@ impl Ledger {
     fn execute<M, N>(
         &self,
         command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
-    ) -> Result<Executed<M, N>, LedgerError> {
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+    ) -> Result<Executed<M, N>, LedgerError>
+    where
+        M: Send + 'static,
+        N: Send + 'static,
+    {
         self.execute_then(command, decide, Wait::Durable)
     }
 
@@ -316,9 +324,13 @@ impl Ledger {
     fn execute_then<M, N>(
         &self,
         command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
         wait: Wait,
-    ) -> Result<Executed<M, N>, LedgerError> {
+    ) -> Result<Executed<M, N>, LedgerError>
+    where
+        M: Send + 'static,
+        N: Send + 'static,
+    {
         let log = match &self.inner.store {
             Store::File(log) => log,
             // Every answer of a shared ledger waits for its batch's commit.
@@ -403,7 +415,7 @@ impl Ledger {
             destination: destination.clone(),
             requested_by: requested_by.clone(),
         };
-        let decided = |state: &State| {
+        let decided = move |state: &State| {
             Ok(decide::create(
                 state,
                 amount,
@@ -449,7 +461,10 @@ impl Ledger {
                     .to_owned(),
             }));
         }
-        let decided = |state: &State| decide::claim(state, &key, request, worker.as_ref());
+        let decided = {
+            let (key, request) = (key.clone(), request.clone());
+            move |state: &State| decide::claim(state, &key, &request, worker.as_ref())
+        };
         match self.execute(&command, decided)? {
             Executed::Appended { seq, .. } => {
                 info!(seq, "claimed");
@@ -497,8 +512,11 @@ impl Ledger {
                     key: key.clone(),
                     result,
                 };
-                let decided = |state: &State| {
-                    decide::complete_failed(state, &key, &text, &FailureCause::Error)
+                let decided = {
+                    let (key, text) = (key.clone(), text.clone());
+                    move |state: &State| {
+                        decide::complete_failed(state, &key, &text, &FailureCause::Error)
+                    }
                 };
                 match self.execute(&command, decided) {
                     Ok(_) => warn!(
@@ -526,7 +544,10 @@ impl Ledger {
             key: key.clone(),
             result: SendResult::Sent(outcome.clone()),
         };
-        let decided = |state: &State| decide::complete_sent(state, &key, &outcome, SCHEMA_VERSION);
+        let decided = {
+            let (key, outcome) = (key.clone(), outcome.clone());
+            move |state: &State| decide::complete_sent(state, &key, &outcome, SCHEMA_VERSION)
+        };
         let refusal = match self.execute(&command, decided) {
             Ok(Executed::Appended {
                 meaning: Returned::Outcome,
@@ -581,7 +602,10 @@ impl Ledger {
             key: key.clone(),
             result: SendResult::Rejected(reason.clone()),
         };
-        let decided = |state: &State| decide::complete_rejected(state, &key, &reason);
+        let decided = {
+            let (key, reason) = (key.clone(), reason.clone());
+            move |state: &State| decide::complete_rejected(state, &key, &reason)
+        };
         if let Err(cause) = self.execute(&command, decided) {
             // `Rejected` promises a released hold; the release never
             // reached the disk, so the caller hears of the failure.
@@ -653,7 +677,11 @@ impl Ledger {
             key: key.clone(),
             request: request.clone(),
         };
-        let outcome = match self.execute(&command, |state| decide::record(state, &key, &request))? {
+        let decided = {
+            let (key, request) = (key, request.clone());
+            move |state: &State| decide::record(state, &key, &request)
+        };
+        let outcome = match self.execute(&command, decided)? {
             Executed::Appended { .. } => request,
             Executed::Nothing(outcome) => outcome,
         };
@@ -682,7 +710,7 @@ impl Ledger {
             by: by.clone(),
         };
         let decided =
-            |state: &State| decide::resolve(state, &key, &outcome, &note, &by, SCHEMA_VERSION);
+            move |state: &State| decide::resolve(state, &key, &outcome, &note, &by, SCHEMA_VERSION);
         match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!("resolved"),
             Executed::Nothing(_) => info!("already resolved with this outcome"),
@@ -703,7 +731,8 @@ impl Ledger {
             note: note.clone(),
             by: by.clone(),
         };
-        match self.execute(&command, |state| decide::release(state, &key, &note, &by))? {
+        let decided = move |state: &State| decide::release(state, &key, &note, &by);
+        match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!("released"),
             Executed::Nothing(_) => info!("unknown key; nothing to release"),
         }
@@ -724,7 +753,11 @@ impl Ledger {
             key: key.clone(),
             outcome: outcome.clone(),
         };
-        match self.execute(&command, |state| decide::advance(state, &key, outcome))? {
+        let decided = {
+            let moved = outcome.clone();
+            move |state: &State| decide::advance(state, &key, &moved)
+        };
+        match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!(state = %outcome.state(), "outcome moved on"),
             Executed::Nothing(_) => info!("the outcome is this already"),
         }
@@ -752,7 +785,10 @@ impl Ledger {
             note: note.clone(),
             by: by.clone(),
         };
-        let decided = |state: &State| decide::correct(state, &key, outcome, &note, &by);
+        let decided = {
+            let corrected = outcome.clone();
+            move |state: &State| decide::correct(state, &key, &corrected, &note, &by)
+        };
         match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!(state = %outcome.state(), "outcome corrected"),
             Executed::Nothing(_) => info!("the outcome is this already"),
@@ -853,7 +889,7 @@ impl Ledger {
             note: note.clone(),
             by: by.clone(),
         };
-        let decided = |state: &State| decide::end_session(state, &worker, &note, &by);
+        let decided = move |state: &State| decide::end_session(state, &worker, &note, &by);
         match self.execute(&command, decided)? {
             Executed::Appended { .. } => info!("session ended"),
             Executed::Nothing(never) => match never {},

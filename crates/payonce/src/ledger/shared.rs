@@ -2,25 +2,25 @@
 //! `payonce-postgres` is one): the same `decide` and `apply`, with appends
 //! serialised by the store's ledger-wide lock and committed in batches.
 //!
-//! A batch is one transaction. The first thread to decide when no batch is
-//! open begins one: the store takes its lock and hands over the events
-//! other workers appended since, which are re-derived and applied. Then it
-//! and every thread that arrived meanwhile decide into the batch, each on
-//! the state the one before it left; the first commits once no thread is
-//! about to decide, and every thread's answer is given only once the batch
-//! is committed. A claim is therefore committed before its send runs, and
+//! A batch is one transaction. A thread's decision is queued (the `queue`
+//! module); the first thread to find no batch running runs one: the store
+//! takes its lock and hands over the events other workers appended since,
+//! which are re-derived and applied. Then that thread makes every decision
+//! queued, its own and those that came while it waited, each on the state
+//! the one before it left, and commits once none is left, and every
+//! thread's answer is given only once the batch is committed. A claim is therefore committed before its send runs, and
 //! a batch that fails gives nobody an answer from it: its claims are not
 //! granted, and the state, which applied them, is rebuilt from the store
 //! before anything more is decided.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, MutexGuard};
 
 use payonce_log::Head;
 use payonce_model::{Reason, RequestKey, WorkerName};
-use tracing::{info, warn};
+use tracing::{Span, info, warn};
 
+use super::queue::{Queue, Slot, Turn, take};
 use super::{Executed, Ledger};
 use crate::command::{Command, FailureCause};
 use crate::decide::{self, Answer};
@@ -89,14 +89,10 @@ pub(super) struct Shared {
     /// The worker this process is; `None` for the process that creates
     /// the ledger.
     pub(super) worker: Option<WorkerName>,
-    /// Signalled when a batch commits: its threads wait for their answer
-    /// here, and the threads of the next batch for it to open.
+    /// Signalled when a batch has been committed or has failed.
     turn: Condvar,
-    /// Signalled when a thread has decided: only a batch's opener waits
-    /// here, so a decision wakes no thread but the one it may concern.
-    decided: Condvar,
-    /// Threads that asked to decide and have not decided yet.
-    arriving: AtomicUsize,
+    /// The decisions waiting for a batch.
+    queue: Queue<Decide>,
 }
 
 /// The state of a shared ledger, and its batches.
@@ -120,11 +116,13 @@ pub(super) struct Round {
 
 struct OpenBatch {
     events: Vec<Appended>,
-    outcome: Arc<Mutex<Option<Result<(), StoreError>>>>,
 }
 
-/// Counts a thread as arriving until it has decided.
-struct Arrival<'a>(&'a Shared);
+/// A thread's decision, made into the batch by the thread running it.
+type Decide = Box<dyn FnOnce(&Ledger, &mut Round) -> Reply + Send>;
+
+/// What a decision hands its thread once its batch's commit is known.
+type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 impl Round {
     /// A round starting from `state`, with no batch open.
@@ -136,41 +134,18 @@ impl Round {
     }
 }
 
-impl<'a> Arrival<'a> {
-    fn new(shared: &'a Shared) -> Self {
-        shared.arriving.fetch_add(1, Ordering::SeqCst);
-        Arrival(shared)
-    }
-}
-
-impl Drop for Arrival<'_> {
-    fn drop(&mut self) {
-        self.0.arriving.fetch_sub(1, Ordering::SeqCst);
-        self.0.decided.notify_all();
-    }
-}
-
 impl Shared {
     pub(super) fn new(log: Arc<dyn SharedLog>, worker: Option<WorkerName>) -> Self {
         Shared {
             log,
             worker,
             turn: Condvar::new(),
-            decided: Condvar::new(),
-            arriving: AtomicUsize::new(0),
+            queue: Queue::default(),
         }
     }
 
     fn wait<'a>(&self, round: MutexGuard<'a, Round>) -> Result<MutexGuard<'a, Round>, LedgerError> {
         self.turn.wait(round).map_err(|_| LedgerError::Poisoned)
-    }
-
-    /// Waits, as a batch's opener, for a thread to decide.
-    fn wait_decided<'a>(
-        &self,
-        round: MutexGuard<'a, Round>,
-    ) -> Result<MutexGuard<'a, Round>, LedgerError> {
-        self.decided.wait(round).map_err(|_| LedgerError::Poisoned)
     }
 }
 
@@ -265,34 +240,53 @@ impl Ledger {
 
     /// Decides with `decide` in a batch of the shared log, and answers once
     /// the batch is committed: [`Ledger::execute_then`] for a shared
-    /// ledger.
+    /// ledger. The decision is queued, and made by whichever thread runs
+    /// the batch that takes it: this one, if no other runs a batch.
     pub(super) fn execute_shared<M, N>(
         &self,
         shared: &Shared,
         command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
-    ) -> Result<Executed<M, N>, LedgerError> {
-        let arrival = Arrival::new(shared);
+        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+    ) -> Result<Executed<M, N>, LedgerError>
+    where
+        M: Send + 'static,
+        N: Send + 'static,
+    {
+        let slot: Slot<Executed<M, N>> = Slot::default();
+        let id = shared
+            .queue
+            .push(decision(command.clone(), decide, Arc::clone(&slot)));
+        loop {
+            let running = match shared.queue.wait(&slot)? {
+                Turn::Answered(answer) => return answer,
+                Turn::Run(running) => running,
+            };
+            if let Err(error) = self.run_batch(shared) {
+                drop(running);
+                shared.queue.withdraw(id);
+                return take(&slot)?.unwrap_or(Err(error));
+            }
+        }
+    }
+
+    /// Runs one batch: opens it, makes the decisions queued, in the order
+    /// they came, until none is left or it is full, commits it, and hands
+    /// each decision's thread its answer.
+    fn run_batch(&self, shared: &Shared) -> Result<(), LedgerError> {
         let mut round = self.lock_state()?;
-        while round.committing {
-            round = shared.wait(round)?;
+        self.open_batch(shared, &mut round)?;
+        let mut replies = Vec::new();
+        while !round.open.as_ref().is_some_and(is_full) {
+            let Some(decide) = shared.queue.next() else {
+                break;
+            };
+            replies.push(decide(self, &mut round));
         }
-        let opener = round.open.is_none();
-        if opener {
-            self.open_batch(shared, &mut round)?;
+        let committed = self.commit_batch(shared, round)?;
+        for reply in replies {
+            reply(committed.clone());
         }
-        let decided = self.decide_into(&mut round, command, decide);
-        let Some(open) = &round.open else {
-            unreachable!("a batch is open while threads decide into it")
-        };
-        let outcome = Arc::clone(&open.outcome);
-        drop(arrival);
-        let committed = match opener {
-            true => self.commit_batch(shared, round)?,
-            false => wait_outcome(shared, round, &outcome)?,
-        };
-        committed?;
-        decided
+        Ok(())
     }
 
     /// Begins a batch: rebuilds the state if a batch failed, catches it up
@@ -304,10 +298,7 @@ impl Ledger {
             round.stale = false;
         }
         let records = shared.log.begin(round.state.last_seq())?;
-        round.open = Some(OpenBatch {
-            events: Vec::new(),
-            outcome: Arc::new(Mutex::new(None)),
-        });
+        round.open = Some(OpenBatch { events: Vec::new() });
         let checked = catch_up(&mut round.state, &records).and_then(|()| self.check_session(round));
         if let Err(error) = checked {
             // The transaction holds the lock: end it, writing nothing.
@@ -413,24 +404,15 @@ impl Ledger {
         Ok(event.seq)
     }
 
-    /// Waits until no thread is about to decide into the open batch (or it
-    /// is full), then commits it and tells everyone in it.
+    /// Commits the open batch, with `round` let go meanwhile, and says
+    /// whether it was committed.
     fn commit_batch(
         &self,
         shared: &Shared,
         mut round: MutexGuard<'_, Round>,
     ) -> Result<Result<(), StoreError>, LedgerError> {
-        let full = |round: &Round| {
-            round
-                .open
-                .as_ref()
-                .is_some_and(|open| open.events.len() >= BATCH_EVENTS_MAX)
-        };
-        while shared.arriving.load(Ordering::SeqCst) > 0 && !full(&round) {
-            round = shared.wait_decided(round)?;
-        }
         let Some(open) = round.open.take() else {
-            unreachable!("the opener commits the batch it opened")
+            unreachable!("the batch run commits the batch it opened")
         };
         round.committing = true;
         drop(round);
@@ -451,29 +433,37 @@ impl Ledger {
                     }
                 }));
         }
-        *lock_outcome(&open.outcome)? = Some(committed.clone());
         drop(round);
         shared.turn.notify_all();
         Ok(committed)
     }
 }
 
-fn lock_outcome(
-    outcome: &Mutex<Option<Result<(), StoreError>>>,
-) -> Result<MutexGuard<'_, Option<Result<(), StoreError>>>, LedgerError> {
-    outcome.lock().map_err(|_| LedgerError::Poisoned)
+/// Whether `open` takes no more events before it commits.
+fn is_full(open: &OpenBatch) -> bool {
+    open.events.len() >= BATCH_EVENTS_MAX
 }
 
-/// Waits until the batch whose `outcome` this is was committed or failed.
-fn wait_outcome(
-    shared: &Shared,
-    mut round: MutexGuard<'_, Round>,
-    outcome: &Mutex<Option<Result<(), StoreError>>>,
-) -> Result<Result<(), StoreError>, LedgerError> {
-    loop {
-        if let Some(result) = lock_outcome(outcome)?.clone() {
-            return Ok(result);
-        }
-        round = shared.wait(round)?;
-    }
+/// `command`'s decision with `decide`, for the queue: it hands its answer
+/// over in `slot` once its batch's commit is known, and is made within
+/// the span of the thread that asked for it, whichever thread makes it.
+fn decision<M, N>(
+    command: Command,
+    decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+    slot: Slot<Executed<M, N>>,
+) -> Decide
+where
+    M: Send + 'static,
+    N: Send + 'static,
+{
+    let span = Span::current();
+    Box::new(move |ledger: &Ledger, round: &mut Round| -> Reply {
+        let decided = span.in_scope(|| ledger.decide_into(round, &command, decide));
+        Box::new(move |committed: Result<(), StoreError>| {
+            let answer = committed.map_err(LedgerError::from).and(decided);
+            if let Ok(mut slot) = slot.lock() {
+                *slot = Some(answer);
+            }
+        })
+    })
 }

@@ -69,9 +69,9 @@ impl Ticket {
             key: self.key.clone(),
             result: result.clone(),
         };
-        let key = &self.key;
+        let key = self.key.clone();
         let decided =
-            |state: &_| decide::complete(state, key, &result, crate::event::SCHEMA_VERSION);
+            move |state: &_| decide::complete(state, &key, &result, crate::event::SCHEMA_VERSION);
         if let Err(failure) = self.ledger.execute_then(&command, decided, wait) {
             warn!(key = %self.key, %failure, "could not record the unknown outcome; the claim stands");
         }
