@@ -262,8 +262,10 @@ impl Ledger {
                 Turn::Run(running) => running,
             };
             if let Err(error) = self.run_batch(shared) {
-                drop(running);
+                // Taken back while no other thread can run a batch, which
+                // would make the decision after this thread answered.
                 shared.queue.withdraw(id);
+                drop(running);
                 return take(&slot)?.unwrap_or(Err(error));
             }
         }
