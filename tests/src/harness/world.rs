@@ -844,10 +844,16 @@ impl World {
     /// provider reports.
     pub fn webhook(&mut self, key: &str, request: &WithdrawalRequest, confirmed: bool) {
         let outcome = match self.rail.moved.get(request.id().as_str()) {
-            Some(movement) if confirmed => movement
-                .outcome
-                .confirm()
-                .unwrap_or_else(|_| movement.outcome.clone()),
+            Some(movement) if confirmed => match movement.outcome.confirm() {
+                // The provider says the rail confirmed it: that is the
+                // rail's truth from now on, which no later report can fail.
+                Ok(confirmation) => {
+                    self.rail
+                        .moves_on(request.id().as_str(), confirmation.clone());
+                    confirmation
+                }
+                Err(_) => movement.outcome.clone(),
+            },
             Some(movement) => movement.outcome.clone(),
             None if confirmed => request
                 .reject(fixture::<Reason>("the provider declined it"))
