@@ -8,10 +8,11 @@
 //! which are re-derived and applied. Then that thread makes every decision
 //! queued, its own and those that came while it waited, each on the state
 //! the one before it left, and commits once none is left, and every
-//! thread's answer is given only once the batch is committed. A claim is therefore committed before its send runs, and
-//! a batch that fails gives nobody an answer from it: its claims are not
-//! granted, and the state, which applied them, is rebuilt from the store
-//! before anything more is decided.
+//! thread's answer is given only once the batch is committed. A claim is
+//! therefore committed before its send runs, and a batch that fails gives
+//! nobody an answer from it: its claims are not granted, and the state,
+//! which applied them, is rebuilt from the store before anything more is
+//! decided.
 
 use std::fmt;
 use std::sync::{Arc, Condvar, MutexGuard};
