@@ -28,7 +28,7 @@ pub use self::batch::decode_event;
 pub use self::rederive::rederive;
 use self::rederive::rederive_prefetched;
 use crate::error::{Divergence, LedgerError};
-use crate::state::State;
+use crate::state::{Names, State};
 
 /// Batches read ahead of the applying thread. The scanning thread reads a
 /// whole segment (64 MiB) before it decodes the first record in it, about
@@ -44,6 +44,12 @@ const BATCHES_AHEAD_MAX: usize = 32;
 /// allocations, the allocator served them from its heap, and kept their
 /// memory resident after the replay.
 const BATCHES: usize = BATCHES_AHEAD_MAX + 2;
+
+/// Events whose names are looked up together, ahead of judging and
+/// applying any of them ([`State::read_ahead`]): with millions of names the
+/// tables are far larger than the caches, and the lookups of a group miss
+/// them at once rather than one after another.
+const READ_AHEAD_GROUP: usize = 8;
 
 /// What a replay does with a recorded decision the code would not make
 /// again.
@@ -76,13 +82,25 @@ pub(crate) fn apply_batch(
     batch: &Batch,
     on_divergence: &mut impl OnDivergence,
 ) -> Result<(), LedgerError> {
-    for event in &batch.events {
-        let view = event.view(&batch.text);
-        let found = state.prefetch(&state.names(&view.kind));
-        if let Some(divergence) = rederive_prefetched(state, &view, &found) {
-            on_divergence.diverged(divergence)?;
+    let mut views = Vec::with_capacity(READ_AHEAD_GROUP);
+    for group in batch.events.chunks(READ_AHEAD_GROUP) {
+        views.clear();
+        views.extend(group.iter().map(|event| event.view(&batch.text)));
+        let mut names = [Names::default(); READ_AHEAD_GROUP];
+        for (names, view) in names.iter_mut().zip(&views) {
+            *names = state.names(&view.kind);
         }
-        state.apply_prefetched(&view, &found);
+        // Nothing else between the reads, so that they all wait at once.
+        for names in &names[..views.len()] {
+            state.read_ahead(names);
+        }
+        for (view, names) in views.iter().zip(&names) {
+            let found = state.prefetch(names);
+            if let Some(divergence) = rederive_prefetched(state, view, &found) {
+                on_divergence.diverged(divergence)?;
+            }
+            state.apply_prefetched(view, &found);
+        }
     }
     Ok(())
 }

@@ -185,6 +185,17 @@ impl<T: NamedEntry> Slots<T> {
             .copied()
     }
 
+    /// Reads the buckets, and the kept hashes of the entries there, that
+    /// [`Slots::find`] of a name hashing to `hash` reads, and finds nothing.
+    pub(super) fn read_ahead(&self, hash: u32) {
+        let hashes = &self.hashes;
+        let found = self.table.find(table_hash(hash), |&slot| {
+            std::hint::black_box(hashes[slot as usize]);
+            false
+        });
+        std::hint::black_box(found);
+    }
+
     /// Puts `entry`, whose name's hash is `hash`, in a free slot, or a new
     /// one, and returns its number. Its name must not be in use.
     pub(super) fn insert(&mut self, hash: u32, entry: T) -> u32 {
