@@ -162,7 +162,7 @@ proptest! {
 
     #[test]
     fn free_text_rules_are_those_of_the_reference_check(text in any::<String>(), ascii in "[ -~]{0,40}", near_ascii in "[\\x00-\\x7f\\u{80}-\\u{ff} -~]{0,40}", printable in "[ -~]{8,40}", at in any::<prop::sample::Index>(), odd in prop_oneof![Just('\x7f'), prop::char::range('\x00', '\x1f'), prop::char::range('\u{80}', '\u{ff}')]) {
-        // Guards the printable-ASCII shortcut, which reads eight bytes at a time: it must refuse and accept exactly as the plain rules do.
+        // Guards the printable-ASCII shortcut, which checks every byte without stopping early: it must refuse and accept exactly as the plain rules do.
         // One control character, DEL or Latin-1 letter among printable ones, at any place of any word.
         let mut one_odd: Vec<char> = printable.chars().collect();
         let place = at.index(one_odd.len());
