@@ -425,7 +425,7 @@ impl State {
         let named = self.keys[slot].withdrawal;
         self.set_send_running(slot, false);
         self.free_key_texts(slot);
-        self.keys.unlist(slot);
+        self.keys.unlist(slot, self.hasher.hash(key));
         self.keys.free.push(slot);
         // A late release never evicts a claim that moved to another key.
         // Only the slot the key names can be held by it.
@@ -434,7 +434,8 @@ impl State {
             self.withdrawals[named].holder = NO_HOLDER;
             if !self.withdrawals[named].created {
                 // Nothing else refers to a foreign withdrawal nobody holds.
-                self.withdrawals.unlist(named);
+                let id = self.texts.get(self.withdrawals[named].id);
+                self.withdrawals.unlist(named, self.hasher.hash(id));
                 self.withdrawals[named].listed = false;
             }
         }

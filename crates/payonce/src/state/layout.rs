@@ -7,18 +7,18 @@
 //!   offset and length ([`TextRef`]). An owned string per field would cost
 //!   an allocation header and a pointer each.
 //! - [`Slots`]: fixed-size entries of one kind, numbered and reused once
-//!   freed, and a hash table of the numbers in use that finds an entry by
-//!   the text it is named by. A map of owned keys would cost a wide entry
-//!   per slot of spare capacity.
+//!   freed, and an index of the numbers in use (`super::index`) that finds
+//!   an entry by the text it is named by. A map of owned keys would cost a
+//!   wide entry per slot of spare capacity.
 //! - [`KeySlot`] and [`WithdrawalSlot`]: the two kinds of entries.
 //! - [`NameHasher`]: how names are hashed.
 
 use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroU16;
 
-use hashbrown::HashTable;
 use payonce_model::{Amount, FieldError, WithdrawalState};
 
+use super::index::NameIndex;
 use crate::time::Timestamp;
 
 /// Most keys, and most withdrawals, the state can hold at once: slots are
@@ -135,41 +135,30 @@ impl NameHasher {
     }
 }
 
-/// The table's hash of a kept 32-bit hash. The table places an entry by the
-/// low bits of its hash and tells entries of one group apart by the top 7;
-/// with the 32 bits in both halves, the two are independent up to 2^25
-/// buckets, and beyond that only tell apart less well.
-fn table_hash(hash: u32) -> u64 {
-    u64::from(hash) << 32 | u64::from(hash)
-}
-
 /// An entry named by a piece of text: a key by the key, a withdrawal by
 /// its id.
 pub(super) trait NamedEntry {
     fn name(&self) -> TextRef;
 }
 
-/// Entries of one kind, numbered, reused once freed, and a hash table of
-/// the numbers in use that finds an entry by the text it is named by.
+/// Entries of one kind, numbered, reused once freed, and an index of the
+/// numbers in use that finds an entry by the text it is named by. The
+/// index keeps 32 bits of each name's hash beside its number: growing it
+/// moves every entry by its hash, and hashing every name again (text
+/// spread over the whole buffer) cost a sixth of a replay.
 #[derive(Clone)]
 pub(super) struct Slots<T> {
     pub(super) entries: Vec<T>,
-    /// The hash of each entry's name, beside it: growing the table moves
-    /// every entry by its hash, and hashing every name again (text spread
-    /// over the whole buffer) cost a sixth of a replay. 32 bits of it, 4
-    /// bytes an entry.
-    hashes: Vec<u32>,
     pub(super) free: Vec<u32>,
-    table: HashTable<u32>,
+    index: NameIndex,
 }
 
 impl<T> Default for Slots<T> {
     fn default() -> Self {
         Slots {
             entries: Vec::new(),
-            hashes: Vec::new(),
             free: Vec::new(),
-            table: HashTable::new(),
+            index: NameIndex::default(),
         }
     }
 }
@@ -177,23 +166,16 @@ impl<T> Default for Slots<T> {
 impl<T: NamedEntry> Slots<T> {
     /// The entry named `name`, whose [`NameHasher::hash`] is `hash`.
     pub(super) fn find(&self, texts: &Texts, hash: u32, name: &str) -> Option<u32> {
-        let (entries, hashes) = (&self.entries, &self.hashes);
-        self.table
-            .find(table_hash(hash), |&slot| {
-                hashes[slot as usize] == hash && texts.get(entries[slot as usize].name()) == name
-            })
-            .copied()
+        let entries = &self.entries;
+        self.index.find(hash, |slot| {
+            texts.get(entries[slot as usize].name()) == name
+        })
     }
 
-    /// Reads the buckets, and the kept hashes of the entries there, that
-    /// [`Slots::find`] of a name hashing to `hash` reads, and finds nothing.
+    /// Reads the part of the index that [`Slots::find`] of a name hashing
+    /// to `hash`, or the insert after it, reads first, and finds nothing.
     pub(super) fn read_ahead(&self, hash: u32) {
-        let hashes = &self.hashes;
-        let found = self.table.find(table_hash(hash), |&slot| {
-            std::hint::black_box(hashes[slot as usize]);
-            false
-        });
-        std::hint::black_box(found);
+        self.index.read_ahead(hash);
     }
 
     /// Puts `entry`, whose name's hash is `hash`, in a free slot, or a new
@@ -202,7 +184,6 @@ impl<T: NamedEntry> Slots<T> {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.entries[slot as usize] = entry;
-                self.hashes[slot as usize] = hash;
                 slot
             }
             None => {
@@ -211,40 +192,34 @@ impl<T: NamedEntry> Slots<T> {
                     "the state holds {SLOTS_MAX} slots already"
                 );
                 self.entries.push(entry);
-                self.hashes.push(hash);
                 (self.entries.len() - 1) as u32
             }
         };
-        let hashes = &self.hashes;
-        self.table.insert_unique(table_hash(hash), slot, |&slot| {
-            table_hash(hashes[slot as usize])
-        });
+        self.index.insert(hash, slot);
         slot
     }
 
-    /// Takes slot `slot` out of the table: its name no longer finds it.
-    /// The caller frees it (pushes it on `free`) once nothing names it.
-    pub(super) fn unlist(&mut self, slot: u32) {
-        let hash = table_hash(self.hashes[slot as usize]);
-        if let Ok(found) = self.table.find_entry(hash, |&found| found == slot) {
-            found.remove();
-        }
+    /// Takes slot `slot`, whose name hashes to `hash`, out of the index:
+    /// its name no longer finds it. The caller frees it (pushes it on
+    /// `free`) once nothing names it.
+    pub(super) fn unlist(&mut self, slot: u32, hash: u32) {
+        self.index.remove(hash, slot);
     }
 
     /// The numbers of the slots in use, in no particular order.
     pub(super) fn in_use(&self) -> impl Iterator<Item = u32> + '_ {
-        self.table.iter().copied()
+        self.index.slots()
     }
 
     /// Calls `change` on every entry in use.
     pub(super) fn change_in_use(&mut self, mut change: impl FnMut(&mut T)) {
-        for &slot in self.table.iter() {
+        for slot in self.index.slots() {
             change(&mut self.entries[slot as usize]);
         }
     }
 
     pub(super) fn len(&self) -> usize {
-        self.table.len()
+        self.index.len()
     }
 }
 

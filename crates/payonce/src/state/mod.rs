@@ -25,6 +25,7 @@
 //! claimed by a key whose record names another withdrawal.
 
 mod apply;
+mod index;
 mod layout;
 mod sessions;
 
@@ -515,7 +516,7 @@ impl State {
     }
 
     /// Phase one of applying an event: finds the slots of the names it
-    /// looks up, so judging and applying it probe no table again.
+    /// looks up, so judging and applying it probe no index again.
     pub(crate) fn prefetch<'a>(&self, names: &Names<'a>) -> Prefetched<'a> {
         let found = |name: Option<Name<'a>>, find: &dyn Fn(Name<'a>) -> Option<u32>| {
             let name = name?;
@@ -534,7 +535,7 @@ impl State {
         }
     }
 
-    /// Reads what looking up `names` will read first (the table's group of
+    /// Reads what looking up `names` will read first (the index's group of
     /// buckets where each name would be), and changes nothing: a hint that
     /// lets the cache misses of several events' lookups overlap.
     pub(crate) fn read_ahead(&self, names: &Names<'_>) {
