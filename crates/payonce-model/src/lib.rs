@@ -13,7 +13,8 @@
 //! - [`handover`]: many views' text copied into one buffer, to hand them
 //!   to another thread without checking them again.
 //! - [`Fingerprint`]: what makes two requests the same withdrawal.
-//! - [`codec`]: the one pair of functions that turns values into bytes.
+//! - [`codec`]: the one pair of functions that turns values into bytes,
+//!   and a reader of the same bytes field by field for replay's hot path.
 //!
 //! This crate does no I/O, reads no clock and stores nothing: deciding
 //! whether a withdrawal may be sent is the `payonce` crate's job.

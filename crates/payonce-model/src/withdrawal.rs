@@ -44,6 +44,18 @@ pub enum WithdrawalState {
 }
 
 impl WithdrawalState {
+    /// Every state, in the order of their numbers in an encoding (the
+    /// order of the declaration: docs/event-format.md).
+    pub(crate) const ALL: [WithdrawalState; 7] = [
+        WithdrawalState::Requested,
+        WithdrawalState::Approved,
+        WithdrawalState::Sending,
+        WithdrawalState::Sent,
+        WithdrawalState::Confirmed,
+        WithdrawalState::Rejected,
+        WithdrawalState::Failed,
+    ];
+
     /// Whether no transition leaves this state.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -416,30 +428,31 @@ pub struct WithdrawalView<'a> {
 
 /// The unchecked shape of a [`WithdrawalView`]: [`WithdrawalFields`],
 /// borrowed, field for field.
+/// Also what [`crate::codec::Fields::withdrawal`] reads, without serde.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WithdrawalFieldsView<'a> {
+pub(crate) struct WithdrawalFieldsView<'a> {
     #[serde(borrow)]
-    id: TextView<'a, WithdrawalId>,
-    amount: Amount,
+    pub(crate) id: TextView<'a, WithdrawalId>,
+    pub(crate) amount: Amount,
     #[serde(borrow)]
-    currency: TextView<'a, Currency>,
+    pub(crate) currency: TextView<'a, Currency>,
     #[serde(borrow)]
-    destination: TextView<'a, Destination>,
-    state: WithdrawalState,
+    pub(crate) destination: TextView<'a, Destination>,
+    pub(crate) state: WithdrawalState,
     #[serde(default, borrow)]
-    reference: Option<TextView<'a, Reference>>,
+    pub(crate) reference: Option<TextView<'a, Reference>>,
     #[serde(default, borrow)]
-    reason: Option<TextView<'a, Reason>>,
+    pub(crate) reason: Option<TextView<'a, Reason>>,
     #[serde(borrow)]
-    requested_by: TextView<'a, Actor>,
+    pub(crate) requested_by: TextView<'a, Actor>,
     #[serde(default)]
-    replaced: NoReplaced,
+    pub(crate) replaced: NoReplaced,
 }
 
 /// An empty list of replaced references; a view refuses any other.
 #[derive(Default)]
-struct NoReplaced;
+pub(crate) struct NoReplaced;
 
 impl<'de> Deserialize<'de> for NoReplaced {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -472,7 +485,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for WithdrawalView<'a> {
 
 impl<'a> WithdrawalFieldsView<'a> {
     /// The view, if the fields are as its state requires.
-    fn checked(self) -> Result<WithdrawalView<'a>, FieldError> {
+    pub(crate) fn checked(self) -> Result<WithdrawalView<'a>, FieldError> {
         let WithdrawalFieldsView {
             id,
             amount,

@@ -45,7 +45,9 @@ pub fn encode(payloads: &[Vec<u8>]) -> Vec<u8> {
 
 /// Decodes every record of the input as an event. Checks that decoding
 /// never panics (nor allocates past the codec's limit: the fuzz scripts run
-/// it under a malloc limit); that whatever decodes re-encodes, within the
+/// it under a malloc limit); that replay's borrowed reading (the most
+/// common kinds without serde) reads only what the owned decoding reads,
+/// and reads it alike; that whatever decodes re-encodes, within the
 /// limit, to bytes that decode to the same event, and survives a JSON round
 /// trip; and that replaying the events that decode (renumbered in order),
 /// as `verify_on` does, never panics: re-deriving each decision, applying it
@@ -59,7 +61,15 @@ pub fn event_decode(data: &[u8]) {
     let mut audit = HoldAudit::default();
     let mut diverged = false;
     for record in records(data) {
-        let Ok(mut event) = Event::decode(record) else {
+        let decoded = Event::decode(record);
+        if let Some(replayed) = Event::decode_as_replay(record) {
+            assert_eq!(
+                decoded.as_ref().ok(),
+                Some(&replayed),
+                "replay's reading differs from the owned decoding"
+            );
+        }
+        let Ok(mut event) = decoded else {
             continue;
         };
         let encoded = event.encode().unwrap_or_else(|error| {

@@ -144,6 +144,9 @@ impl<'a> EventView<'a> {
     /// a view cannot borrow: the caller decodes those with
     /// [`Event::decode`], which says why it refuses, if it does.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
+        if let Some(event) = super::common::decode(bytes) {
+            return Ok(event);
+        }
         let schema = schema_of(bytes)?;
         let variant = bytes
             .get(KIND_OFFSET..KIND_OFFSET + 4)

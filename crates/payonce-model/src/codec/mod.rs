@@ -4,6 +4,13 @@
 //! binary format can change in one place, under a new [`CODEC_VERSION`].
 //! Integers are fixed-width little-endian; decoding refuses more than
 //! [`ENCODED_LEN_MAX`] bytes of claimed allocations and any trailing bytes.
+//!
+//! [`Fields`] reads the same bytes field by field without serde, for
+//! replay's most common events; where it cannot read something exactly
+//! as [`decode_borrowed`] would, it answers `None` and leaves the bytes to
+//! it.
+
+mod fields;
 
 use std::fmt;
 
@@ -19,6 +26,8 @@ pub const CODEC_VERSION: u16 = 1;
 /// Most bytes one encoded value may have, and the most a decoder will agree
 /// to allocate for one, whatever lengths the input claims.
 pub const ENCODED_LEN_MAX: usize = 256 * 1024;
+
+pub use self::fields::Fields;
 
 type Config = Configuration<LittleEndian, Fixint, Limit<ENCODED_LEN_MAX>>;
 
