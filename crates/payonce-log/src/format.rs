@@ -341,8 +341,9 @@ impl BatchHeader {
     /// verifies for `log_id`; `None` otherwise. Its fields are the caller's
     /// to check against the log.
     pub(crate) fn decode(bytes: &[u8], log_id: u64) -> Option<BatchHeader> {
-        assert!(bytes.len() >= BATCH_HEADER_LEN);
-        let bytes = &bytes[..BATCH_HEADER_LEN];
+        let Some(bytes) = bytes.first_chunk::<BATCH_HEADER_LEN>() else {
+            panic!("a batch header read from {} bytes", bytes.len());
+        };
         if read_u32(bytes, 4) != BATCH_MARKER
             || read_u32(bytes, 0) != chained_crc(first_chain(log_id), &bytes[4..])
             || read_u32(bytes, 28) != 0
@@ -358,8 +359,11 @@ impl BatchHeader {
             chain: read_u32(bytes, 24),
             digest: Digest(digest),
         };
-        // Every byte read back, but the checksum just verified.
-        assert_eq!(header.fields()[4..], bytes[4..]);
+        // Every byte read back, but the checksum just verified; compared as
+        // whole arrays, which the compiler does inline.
+        let mut fields = header.fields();
+        fields[0..4].copy_from_slice(&bytes[0..4]);
+        assert!(&fields == bytes, "a batch header's fields do not read back");
         Some(header)
     }
 }
