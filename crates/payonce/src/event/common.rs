@@ -5,8 +5,16 @@
 //! of [`EventKind`](super::EventKind); anything else, and any bytes serde
 //! would refuse, is left to [`EventView::decode`]'s serde path, which says
 //! why it refuses, if it does.
+//!
+//! What a reading makes of the kind is its caller's: a [`KindView`] for
+//! [`EventView::decode`], or, for replay's batches, the kind packed
+//! straight into a batch ([`Build`]), so that no whole view is made and
+//! moved only to be copied again.
+//!
+//! [`codec::Fields`]: payonce_model::codec::Fields
 
 use payonce_model::codec::Fields;
+use payonce_model::{RequestKey, TextView, WithdrawalView, WorkerName};
 
 use super::{EventView, KindView, SCHEMA_VERSION};
 use crate::time::Timestamp;
@@ -18,9 +26,44 @@ const CLAIMED: u32 = 2;
 const RECORDED: u32 = 3;
 const COMPLETED: u32 = 4;
 
+/// What a reading makes of each kind it reads, once every field of the
+/// event has been read and checked.
+pub(crate) trait Build<'a> {
+    /// What a kind becomes.
+    type Kind;
+    fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> Self::Kind;
+    fn created(&mut self, withdrawal: WithdrawalView<'a>) -> Self::Kind;
+    fn claimed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+        worker: Option<TextView<'a, WorkerName>>,
+    ) -> Self::Kind;
+    fn recorded(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+    ) -> Self::Kind;
+    fn completed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        outcome: WithdrawalView<'a>,
+    ) -> Self::Kind;
+}
+
+/// An event read here: its schema, sequence number and time, and what
+/// [`Build`] made of its kind.
+pub(crate) struct Common<K> {
+    pub(crate) schema: u16,
+    pub(crate) seq: u64,
+    pub(crate) at: Timestamp,
+    pub(crate) kind: K,
+}
+
 /// The event `bytes` encode, if it is one of the kinds read here, in the
-/// current schema, and serde would read it alike.
-pub(super) fn decode(bytes: &[u8]) -> Option<EventView<'_>> {
+/// current schema, and serde would read it alike; its kind made by
+/// `build`, which is called only then.
+pub(crate) fn read<'a, B: Build<'a>>(bytes: &'a [u8], build: &mut B) -> Option<Common<B::Kind>> {
     let mut fields = Fields::new(bytes)?;
     let schema = fields.u16()?;
     if schema != SCHEMA_VERSION {
@@ -29,29 +72,93 @@ pub(super) fn decode(bytes: &[u8]) -> Option<EventView<'_>> {
     let seq = fields.u64()?;
     let at = Timestamp::from_unix_nanos(fields.u64()?);
     let kind = match fields.u32()? {
-        OPENED => KindView::Opened {
-            accept_foreign_ids: fields.bool()?,
-            epoch: fields.option(Fields::u64)?,
-        },
-        CREATED => KindView::Created {
-            withdrawal: fields.withdrawal()?,
-        },
-        CLAIMED => KindView::Claimed {
-            key: fields.text()?,
-            request: fields.withdrawal()?,
-            worker: fields.option(Fields::text)?,
-        },
-        RECORDED => KindView::Recorded {
-            key: fields.text()?,
-            request: fields.withdrawal()?,
-        },
-        COMPLETED => KindView::Completed {
-            key: fields.text()?,
-            outcome: fields.withdrawal()?,
-        },
+        OPENED => {
+            let (accept_foreign_ids, epoch) = (fields.bool()?, fields.option(Fields::u64)?);
+            fields.finish()?;
+            build.opened(accept_foreign_ids, epoch)
+        }
+        CREATED => {
+            let withdrawal = fields.withdrawal()?;
+            fields.finish()?;
+            build.created(withdrawal)
+        }
+        CLAIMED => {
+            let (key, request) = (fields.text()?, fields.withdrawal()?);
+            let worker = fields.option(Fields::text)?;
+            fields.finish()?;
+            build.claimed(key, request, worker)
+        }
+        RECORDED => {
+            let (key, request) = (fields.text()?, fields.withdrawal()?);
+            fields.finish()?;
+            build.recorded(key, request)
+        }
+        COMPLETED => {
+            let (key, outcome) = (fields.text()?, fields.withdrawal()?);
+            fields.finish()?;
+            build.completed(key, outcome)
+        }
         _ => return None,
     };
-    fields.finish()?;
+    Some(Common {
+        schema,
+        seq,
+        at,
+        kind,
+    })
+}
+
+/// Makes views: what [`EventView::decode`] reads.
+struct Views;
+
+impl<'a> Build<'a> for Views {
+    type Kind = KindView<'a>;
+    fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> KindView<'a> {
+        KindView::Opened {
+            accept_foreign_ids,
+            epoch,
+        }
+    }
+    fn created(&mut self, withdrawal: WithdrawalView<'a>) -> KindView<'a> {
+        KindView::Created { withdrawal }
+    }
+    fn claimed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+        worker: Option<TextView<'a, WorkerName>>,
+    ) -> KindView<'a> {
+        KindView::Claimed {
+            key,
+            request,
+            worker,
+        }
+    }
+    fn recorded(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+    ) -> KindView<'a> {
+        KindView::Recorded { key, request }
+    }
+    fn completed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        outcome: WithdrawalView<'a>,
+    ) -> KindView<'a> {
+        KindView::Completed { key, outcome }
+    }
+}
+
+/// The event `bytes` encode, as a view, if it is one of the kinds read
+/// here and serde would read it alike.
+pub(super) fn decode(bytes: &[u8]) -> Option<EventView<'_>> {
+    let Common {
+        schema,
+        seq,
+        at,
+        kind,
+    } = read(bytes, &mut Views)?;
     Some(EventView {
         schema,
         seq,

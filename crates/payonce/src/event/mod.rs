@@ -11,7 +11,7 @@
 //!
 //! docs/event-format.md gives every kind's bytes, field by field.
 
-mod common;
+pub(crate) mod common;
 mod legacy;
 mod view;
 

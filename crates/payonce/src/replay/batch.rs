@@ -5,10 +5,10 @@
 //! withdrawal) are kept whole. Replay alone reads this format.
 
 use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
-use payonce_model::{RequestKey, WorkerName};
+use payonce_model::{RequestKey, TextView, WithdrawalView, WorkerName};
 
 use crate::error::LedgerError;
-use crate::event::{Event, EventView, KindView};
+use crate::event::{Event, EventView, KindView, common};
 use crate::time::Timestamp;
 
 /// Records in one batch: large enough that handing a batch to another
@@ -93,6 +93,20 @@ impl Batch {
     /// can be, else whole (which also reports why a record does not
     /// decode).
     pub(crate) fn push(&mut self, seq: u64, payload: &[u8]) -> Result<(), LedgerError> {
+        // The common kinds straight into the arena, the rest through a view.
+        if let Some(event) = common::read(payload, &mut Packer(&mut self.text))
+            && let Some(kind) = event.kind
+        {
+            check_seq(seq, event.seq)?;
+            self.events.push(PackedEvent {
+                schema: event.schema,
+                seq: event.seq,
+                at: event.at,
+                kind,
+            });
+            self.bytes += payload.len();
+            return Ok(());
+        }
         let event = match EventView::decode(payload) {
             Ok(event) => {
                 check_seq(seq, event.seq)?;
@@ -107,6 +121,57 @@ impl Batch {
         self.events.push(event);
         self.bytes += payload.len();
         Ok(())
+    }
+}
+
+/// Packs the kinds `common` reads straight into a batch's arena; `None`
+/// for a request the arena does not hold (`common` reads none).
+struct Packer<'t>(&'t mut TextArena);
+
+impl<'a> common::Build<'a> for Packer<'_> {
+    type Kind = Option<PackedKind>;
+    fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> Self::Kind {
+        Some(PackedKind::Opened {
+            accept_foreign_ids,
+            epoch,
+        })
+    }
+    fn created(&mut self, withdrawal: WithdrawalView<'a>) -> Self::Kind {
+        Some(PackedKind::Created {
+            withdrawal: self.0.push_request(&withdrawal)?,
+        })
+    }
+    fn claimed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+        worker: Option<TextView<'a, WorkerName>>,
+    ) -> Self::Kind {
+        Some(PackedKind::Claimed {
+            key: self.0.push(key),
+            request: self.0.push_request(&request)?,
+            worker: worker.map(|worker| self.0.push(worker)),
+        })
+    }
+    fn recorded(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+    ) -> Self::Kind {
+        Some(PackedKind::Recorded {
+            key: self.0.push(key),
+            request: self.0.push_request(&request)?,
+        })
+    }
+    fn completed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        outcome: WithdrawalView<'a>,
+    ) -> Self::Kind {
+        Some(PackedKind::Completed {
+            key: self.0.push(key),
+            outcome: self.0.push_request(&outcome)?,
+        })
     }
 }
 
