@@ -45,7 +45,11 @@ pub struct LogStats {
     pub waiting: u64,
     /// Checkpoints written since the log was opened.
     pub checkpoints: u64,
-    /// The sequence number of the head the checkpoint holds.
+    /// The sequence number of the head the checkpoint holds. While a
+    /// batch rolls to a new segment, the checkpoint takes the old
+    /// segment's last record, synced before the roll, before the batch is
+    /// published as durable: for that moment it may be above
+    /// `durable_seq`.
     pub checkpoint_seq: u64,
     /// Heads a witness refused since the log was opened.
     pub witness_failures: u64,
