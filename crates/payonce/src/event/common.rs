@@ -3,20 +3,19 @@
 //! recorded and completed, which are every event but a few of a ledger's
 //! log. Their layout is docs/event-format.md's, the variant numbers those
 //! of [`EventKind`](super::EventKind); anything else, and any bytes serde
-//! would refuse, is left to [`EventView::decode`]'s serde path, which says
-//! why it refuses, if it does.
+//! would refuse, is left to serde, which says why it refuses, if it does.
 //!
-//! What a reading makes of the kind is its caller's: a [`KindView`] for
-//! [`EventView::decode`], or, for replay's batches, the kind packed
-//! straight into a batch ([`Build`]), so that no whole view is made and
-//! moved only to be copied again.
+//! What a reading makes of the kind is its caller's ([`Build`]): a view
+//! for `EventView::decode`, or, for replay's batches, the kind packed
+//! straight into a batch, so that no whole view is made and moved only to
+//! be copied again.
 //!
 //! [`codec::Fields`]: payonce_model::codec::Fields
 
 use payonce_model::codec::Fields;
 use payonce_model::{RequestKey, TextView, WithdrawalView, WorkerName};
 
-use super::{EventView, KindView, SCHEMA_VERSION};
+use super::SCHEMA_VERSION;
 use crate::time::Timestamp;
 
 /// The variant numbers of the kinds read here.
@@ -101,65 +100,6 @@ pub(crate) fn read<'a, B: Build<'a>>(bytes: &'a [u8], build: &mut B) -> Option<C
         _ => return None,
     };
     Some(Common {
-        schema,
-        seq,
-        at,
-        kind,
-    })
-}
-
-/// Makes views: what [`EventView::decode`] reads.
-struct Views;
-
-impl<'a> Build<'a> for Views {
-    type Kind = KindView<'a>;
-    fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> KindView<'a> {
-        KindView::Opened {
-            accept_foreign_ids,
-            epoch,
-        }
-    }
-    fn created(&mut self, withdrawal: WithdrawalView<'a>) -> KindView<'a> {
-        KindView::Created { withdrawal }
-    }
-    fn claimed(
-        &mut self,
-        key: TextView<'a, RequestKey>,
-        request: WithdrawalView<'a>,
-        worker: Option<TextView<'a, WorkerName>>,
-    ) -> KindView<'a> {
-        KindView::Claimed {
-            key,
-            request,
-            worker,
-        }
-    }
-    fn recorded(
-        &mut self,
-        key: TextView<'a, RequestKey>,
-        request: WithdrawalView<'a>,
-    ) -> KindView<'a> {
-        KindView::Recorded { key, request }
-    }
-    fn completed(
-        &mut self,
-        key: TextView<'a, RequestKey>,
-        outcome: WithdrawalView<'a>,
-    ) -> KindView<'a> {
-        KindView::Completed { key, outcome }
-    }
-}
-
-/// The event `bytes` encode, as a view, if it is one of the kinds read
-/// here and serde would read it alike.
-pub(super) fn decode(bytes: &[u8]) -> Option<EventView<'_>> {
-    let Common {
-        schema,
-        seq,
-        at,
-        kind,
-    } = read(bytes, &mut Views)?;
-    Some(EventView {
         schema,
         seq,
         at,

@@ -465,7 +465,7 @@ fn the_common_kinds_are_read_without_serde_as_serde_reads_them() {
     for schema in SCHEMAS {
         for event in every_event(schema) {
             let bytes = event.encode().unwrap();
-            let read = common::decode(&bytes);
+            let read = view::decode_common(&bytes);
             assert_eq!(read.is_some(), read_without_serde(&event), "{event:?}");
             if let Some(read) = read {
                 let by_serde: EventView<'_> = codec::decode_borrowed(&bytes).unwrap();
@@ -499,7 +499,7 @@ proptest! {
             bytes.truncate(cut.index(bytes.len() + 1));
         }
         bytes.extend(extra);
-        if let Some(read) = common::decode(&bytes) {
+        if let Some(read) = view::decode_common(&bytes) {
             let by_serde = codec::decode_borrowed::<EventView<'_>>(&bytes);
             prop_assert!(by_serde.is_ok(), "read what serde refuses: {:?}", by_serde.err());
             let by_serde = by_serde.unwrap();

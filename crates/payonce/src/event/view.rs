@@ -14,7 +14,7 @@ use payonce_model::{
 };
 use serde::Deserialize;
 
-use super::{EventDecodeError, EventKind, KIND_OFFSET, SCHEMA_SESSIONS, legacy, schema_of};
+use super::{EventDecodeError, EventKind, KIND_OFFSET, SCHEMA_SESSIONS, common, legacy, schema_of};
 use crate::command::{Command, FailureCause};
 use crate::refusal::Refusal;
 use crate::time::Timestamp;
@@ -144,7 +144,7 @@ impl<'a> EventView<'a> {
     /// a view cannot borrow: the caller decodes those with
     /// [`Event::decode`], which says why it refuses, if it does.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<EventView<'a>, EventDecodeError> {
-        if let Some(event) = super::common::decode(bytes) {
+        if let Some(event) = decode_common(bytes) {
             return Ok(event);
         }
         let schema = schema_of(bytes)?;
@@ -169,6 +169,65 @@ impl<'a> EventView<'a> {
         );
         Ok(event)
     }
+}
+
+/// Makes views of the kinds `common` reads without serde.
+struct Views;
+
+impl<'a> common::Build<'a> for Views {
+    type Kind = KindView<'a>;
+    fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> KindView<'a> {
+        KindView::Opened {
+            accept_foreign_ids,
+            epoch,
+        }
+    }
+    fn created(&mut self, withdrawal: WithdrawalView<'a>) -> KindView<'a> {
+        KindView::Created { withdrawal }
+    }
+    fn claimed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+        worker: Option<TextView<'a, WorkerName>>,
+    ) -> KindView<'a> {
+        KindView::Claimed {
+            key,
+            request,
+            worker,
+        }
+    }
+    fn recorded(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        request: WithdrawalView<'a>,
+    ) -> KindView<'a> {
+        KindView::Recorded { key, request }
+    }
+    fn completed(
+        &mut self,
+        key: TextView<'a, RequestKey>,
+        outcome: WithdrawalView<'a>,
+    ) -> KindView<'a> {
+        KindView::Completed { key, outcome }
+    }
+}
+
+/// The event `bytes` encode, as a view, if it is one of the kinds
+/// `common` reads and serde would read it alike.
+pub(super) fn decode_common(bytes: &[u8]) -> Option<EventView<'_>> {
+    let common::Common {
+        schema,
+        seq,
+        at,
+        kind,
+    } = common::read(bytes, &mut Views)?;
+    Some(EventView {
+        schema,
+        seq,
+        at,
+        kind,
+    })
 }
 
 /// A claim of a schema before worker sessions, borrowed: it names no
