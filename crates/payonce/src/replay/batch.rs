@@ -8,7 +8,8 @@ use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
 use payonce_model::{RequestKey, TextView, WithdrawalView, WorkerName};
 
 use crate::error::LedgerError;
-use crate::event::{Event, EventView, KindView, common};
+use crate::event::common::{self, Build};
+use crate::event::{Event, EventView, KindView};
 use crate::time::Timestamp;
 
 /// Records in one batch: large enough that handing a batch to another
@@ -94,28 +95,25 @@ impl Batch {
     /// decode).
     pub(crate) fn push(&mut self, seq: u64, payload: &[u8]) -> Result<(), LedgerError> {
         // The common kinds straight into the arena, the rest through a view.
-        if let Some(event) = common::read(payload, &mut Packer(&mut self.text))
-            && let Some(kind) = event.kind
-        {
-            check_seq(seq, event.seq)?;
-            self.events.push(PackedEvent {
+        let common = common::read(payload, &mut Packer(&mut self.text)).and_then(|event| {
+            Some(PackedEvent {
                 schema: event.schema,
                 seq: event.seq,
                 at: event.at,
-                kind,
-            });
-            self.bytes += payload.len();
-            return Ok(());
-        }
-        let event = match EventView::decode(payload) {
-            Ok(event) => {
-                check_seq(seq, event.seq)?;
-                pack(&event, &mut self.text)
-            }
-            Err(_) => None,
+                kind: event.kind?,
+            })
+        });
+        let packed = match common {
+            Some(event) => Some(event),
+            None => EventView::decode(payload)
+                .ok()
+                .and_then(|event| pack(&event, &mut self.text)),
         };
-        let event = match event {
-            Some(event) => event,
+        let event = match packed {
+            Some(event) => {
+                check_seq(seq, event.seq)?;
+                event
+            }
             None => PackedEvent::whole(decode_event(seq, payload)?),
         };
         self.events.push(event);
@@ -128,7 +126,7 @@ impl Batch {
 /// for a request the arena does not hold (`common` reads none).
 struct Packer<'t>(&'t mut TextArena);
 
-impl<'a> common::Build<'a> for Packer<'_> {
+impl<'a> Build<'a> for Packer<'_> {
     type Kind = Option<PackedKind>;
     fn opened(&mut self, accept_foreign_ids: bool, epoch: Option<u64>) -> Self::Kind {
         Some(PackedKind::Opened {
@@ -189,39 +187,26 @@ fn check_seq(seq: u64, found: u64) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Copies `view`'s text into `arena`. `None` for the kinds an arena does
-/// not hold: the caller keeps the whole event.
+/// Copies `view`'s text into `arena`, as [`Packer`] packs what `common`
+/// reads. `None` for the kinds an arena does not hold: the caller keeps
+/// the whole event.
 fn pack(view: &EventView<'_>, arena: &mut TextArena) -> Option<PackedEvent> {
-    let kind = match &view.kind {
-        &KindView::Opened {
+    let packer = &mut Packer(arena);
+    let kind = match view.kind {
+        KindView::Opened {
             accept_foreign_ids,
             epoch,
-        } => PackedKind::Opened {
-            accept_foreign_ids,
-            epoch,
-        },
-        KindView::Created { withdrawal } => PackedKind::Created {
-            withdrawal: arena.push_request(withdrawal)?,
-        },
+        } => packer.opened(accept_foreign_ids, epoch),
+        KindView::Created { withdrawal } => packer.created(withdrawal),
         KindView::Claimed {
             key,
             request,
             worker,
-        } => PackedKind::Claimed {
-            key: arena.push(*key),
-            request: arena.push_request(request)?,
-            worker: worker.map(|worker| arena.push(worker)),
-        },
-        KindView::Recorded { key, request } => PackedKind::Recorded {
-            key: arena.push(*key),
-            request: arena.push_request(request)?,
-        },
-        KindView::Completed { key, outcome } => PackedKind::Completed {
-            key: arena.push(*key),
-            outcome: arena.push_request(outcome)?,
-        },
-        _ => return None,
-    };
+        } => packer.claimed(key, request, worker),
+        KindView::Recorded { key, request } => packer.recorded(key, request),
+        KindView::Completed { key, outcome } => packer.completed(key, outcome),
+        _ => None,
+    }?;
     Some(PackedEvent {
         schema: view.schema,
         seq: view.seq,
