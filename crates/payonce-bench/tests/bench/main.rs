@@ -210,7 +210,9 @@ fn the_quick_comparison_runs_every_store_in_a_child_and_prints_the_table() {
         "| peak resident memory, 4 threads run (MiB) |",
         "| open after 300 submissions (ms) |",
         "| disk bytes per submission |",
-        "target: payonce at least 10x SQLite at 4 threads",
+        "target: payonce at least 1.3x SQLite at 1 thread: ",
+        "target: payonce at least 20x SQLite at 4 threads: ",
+        "target: payonce at least 3x sled at 4 threads: ",
         "every store answered every submission alike",
         "submits/s of each round (the table shows the median):",
     ] {
