@@ -47,8 +47,8 @@ pub use crate::error::BenchError;
 pub use crate::open::open_store;
 pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
-    BuildReport, DIR_ENTRIES_MAX, OVERWRITE_FILE_LEN, OpenReport, RunReport, Tally, build,
-    combine_rounds, disagreements, disk_bytes, fdatasync_rate, load_average, open_and_probe,
+    BuildReport, DIR_ENTRIES_MAX, OpenReport, RunReport, Tally, build, combine_rounds,
+    disagreements, disk_bytes, fdatasync_rate, load_average, open_and_probe,
     overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, prepare, run, sync_files,
     timed_run,
 };

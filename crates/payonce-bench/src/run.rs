@@ -2,7 +2,7 @@
 //! answers, disk, memory; and the raw fdatasync rate beside them.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -436,53 +436,16 @@ pub fn fdatasync_rate(dir: &Path, len: usize, duration: Duration) -> Result<f64,
         .map_err(BenchError::io(dir.join(payonce_log::SYNC_PROBE_FILE)))
 }
 
-/// Bytes of the file [`overwrite_fdatasync_rate`] writes inside: room for
-/// over a hundred thousand 144-byte writes before it wraps.
-pub const OVERWRITE_FILE_LEN: u64 = 16 << 20;
-
 /// Like [`fdatasync_rate`], but each write overwrites bytes inside a file
-/// already allocated and synced (sequentially, wrapping), so `fdatasync`
-/// has no file size to commit: what a store that reuses its space pays.
+/// already written and synced, so `fdatasync` has no file size to commit:
+/// what a store that reuses its space pays.
 pub fn overwrite_fdatasync_rate(
     dir: &Path,
     len: usize,
     duration: Duration,
 ) -> Result<f64, BenchError> {
-    use std::os::unix::fs::FileExt;
-    let path = dir.join("raw-overwrite-fdatasync");
-    let file = OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(BenchError::io(&path))?;
-    // Written, not just sized, so every block is allocated before the loop.
-    let zeros = vec![0u8; 1 << 20];
-    let mut offset = 0;
-    while offset < OVERWRITE_FILE_LEN {
-        file.write_all_at(&zeros, offset)
-            .map_err(BenchError::io(&path))?;
-        offset += zeros.len() as u64;
-    }
-    file.sync_all().map_err(BenchError::io(&path))?;
-    let block = vec![0xA5u8; len];
-    let started = Instant::now();
-    let mut count = 0u64;
-    let mut offset = 0u64;
-    while started.elapsed() < duration {
-        if offset + len as u64 > OVERWRITE_FILE_LEN {
-            offset = 0;
-        }
-        file.write_all_at(&block, offset)
-            .map_err(BenchError::io(&path))?;
-        file.sync_data().map_err(BenchError::io(&path))?;
-        offset += len as u64;
-        count += 1;
-    }
-    let rate = count as f64 / started.elapsed().as_secs_f64();
-    drop(file);
-    fs::remove_file(&path).map_err(BenchError::io(&path))?;
-    Ok(rate)
+    payonce_log::overwrite_sync_rate(&FsStorage::new(dir), len, duration)
+        .map_err(BenchError::io(dir.join(payonce_log::SYNC_PROBE_FILE)))
 }
 
 /// Visits every file under `dir` (at most [`DIR_ENTRIES_MAX`] entries).

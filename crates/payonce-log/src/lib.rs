@@ -20,7 +20,8 @@
 //! - [`Storage`]: the small file-system trait behind it all, with
 //!   [`FsStorage`] for real directories and [`MemStorage`] for tests, which
 //!   injects [`Fault`]s and simulates power loss ([`MemStorage::crash`]).
-//!   [`sync_rate`] measures a storage's own limit: synced appends per second.
+//!   [`sync_rate`] measures a storage's own limit: synced appends per second;
+//!   [`overwrite_sync_rate`], synced writes over bytes already written.
 //!
 //! On disk (docs/log-format.md has every byte): segment files named by their
 //! first sequence number, each a checksummed header then frames whose crc32
@@ -93,8 +94,8 @@ pub use crate::recovery::Repair;
 pub use crate::repair::RecoveryPlan;
 pub use crate::scan::segments_len;
 pub use crate::storage::{
-    FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, Storage, StorageFile, StorageLock,
-    sync_rate,
+    FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, SYNC_PROBE_OVERWRITE_LEN, Storage,
+    StorageFile, StorageLock, overwrite_sync_rate, sync_rate,
 };
 pub use crate::witness::{MemWitness, Witness};
 pub use crate::writer::{Log, LogStats, PENDING_LEN_MAX};

@@ -12,11 +12,17 @@ use std::time::{Duration, Instant};
 /// The name of the file whose lock marks the one writer of a directory.
 pub const LOCK_FILE: &str = "LOCK";
 
-/// The name of the file [`sync_rate`] writes, then removes.
+/// The name of the file [`sync_rate`] and [`overwrite_sync_rate`] write,
+/// then remove.
 pub const SYNC_PROBE_FILE: &str = "sync-rate.probe";
 
-/// The largest block [`sync_rate`] writes: a record's default limit.
+/// The largest block [`sync_rate`] and [`overwrite_sync_rate`] write: a
+/// record's default limit.
 pub const SYNC_PROBE_BLOCK_MAX: usize = 1 << 20;
+
+/// Bytes [`overwrite_sync_rate`] writes and syncs before it measures, then
+/// writes inside, wrapping: room for over 80,000 blocks of 200 bytes.
+pub const SYNC_PROBE_OVERWRITE_LEN: u64 = 16 << 20;
 
 /// Appends `block_len`-byte blocks to a new file in `storage`, each followed
 /// by `sync_data`, for `duration`, and returns the blocks per second: the
@@ -24,6 +30,53 @@ pub const SYNC_PROBE_BLOCK_MAX: usize = 1 << 20;
 /// log's group commit is measured against. The file ([`SYNC_PROBE_FILE`])
 /// is removed afterwards; one already there is an error, never overwritten.
 pub fn sync_rate(storage: &dyn Storage, block_len: usize, duration: Duration) -> io::Result<f64> {
+    probe_syncs(
+        storage,
+        block_len,
+        duration,
+        |_| Ok(()),
+        |file, block, _| file.append(block),
+    )
+}
+
+/// The same as [`sync_rate`], but each block is written over bytes already
+/// written and synced ([`SYNC_PROBE_OVERWRITE_LEN`] of them, one block
+/// after another, wrapping), so `sync_data` has no new file length to make
+/// durable: the limit of a log writing over zeros written ahead
+/// ([`crate::LogConfig::preallocate_len`], the default).
+pub fn overwrite_sync_rate(
+    storage: &dyn Storage,
+    block_len: usize,
+    duration: Duration,
+) -> io::Result<f64> {
+    let zeros = vec![0u8; 1 << 20];
+    let blocks = SYNC_PROBE_OVERWRITE_LEN / block_len.max(1) as u64;
+    probe_syncs(
+        storage,
+        block_len,
+        duration,
+        |file| {
+            let mut offset = 0;
+            while offset < SYNC_PROBE_OVERWRITE_LEN {
+                file.write_at(offset, &zeros)?;
+                offset += zeros.len() as u64;
+            }
+            file.sync_data()
+        },
+        |file, block, count| file.write_at(count % blocks * block.len() as u64, block),
+    )
+}
+
+/// Runs `prepare` on a new probe file, then `write` (given the block and
+/// the blocks written so far) and `sync_data` in a loop for `duration`;
+/// the blocks per second. The probe file goes even when a write failed.
+fn probe_syncs(
+    storage: &dyn Storage,
+    block_len: usize,
+    duration: Duration,
+    prepare: impl FnOnce(&mut dyn StorageFile) -> io::Result<()>,
+    mut write: impl FnMut(&mut dyn StorageFile, &[u8], u64) -> io::Result<()>,
+) -> io::Result<f64> {
     if block_len == 0 || block_len > SYNC_PROBE_BLOCK_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -32,20 +85,18 @@ pub fn sync_rate(storage: &dyn Storage, block_len: usize, duration: Duration) ->
     }
     let mut file = storage.create_new(SYNC_PROBE_FILE)?;
     let block = vec![0x5A; block_len];
-    let started = Instant::now();
     let mut count = 0u64;
-    let written = loop {
-        if started.elapsed() >= duration {
-            break Ok(());
+    let mut started = Instant::now();
+    let written = prepare(file.as_mut()).and_then(|()| {
+        started = Instant::now();
+        while started.elapsed() < duration {
+            write(file.as_mut(), &block, count).and_then(|()| file.sync_data())?;
+            count += 1;
         }
-        if let Err(error) = file.append(&block).and_then(|()| file.sync_data()) {
-            break Err(error);
-        }
-        count += 1;
-    };
+        Ok(())
+    });
     let rate = count as f64 / started.elapsed().as_secs_f64();
     drop(file);
-    // The probe file goes even when a write failed.
     let removed = storage.remove(SYNC_PROBE_FILE);
     written.and(removed).map(|()| rate)
 }

@@ -2,9 +2,10 @@
 //! `cargo bench -p payonce --bench ledger`.
 //!
 //! - Durable submits (claim and outcome both synced) with 1, 8 and 64
-//!   threads, with the log appending (the default) and writing over zeros
-//!   written ahead (`preallocate_len`), beside the raw write + fdatasync
-//!   rate of the same disk, measured in the same run.
+//!   threads, with the log appending and writing over zeros written ahead
+//!   (`preallocate_len`, the default), beside the raw write + fdatasync
+//!   rate of the same disk, appending and overwriting, measured in the
+//!   same run.
 //! - Opening (replaying and re-deriving) logs of 1M, 3M and 10M events:
 //!   time and peak memory, each open in a fresh child process, three opens
 //!   per log (the first right after the log was written and synced, and
@@ -29,7 +30,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use payonce::{Config, Ledger, NewWithdrawal, SendFailure};
-use payonce_log::{Durability, FsStorage, LogConfig, PREALLOCATE_LEN, sync_rate};
+use payonce_log::{
+    Durability, FsStorage, LogConfig, PREALLOCATE_LEN, overwrite_sync_rate, sync_rate,
+};
 use payonce_model::{Reference, WithdrawalRequest};
 
 /// A claim or outcome event is about this big on disk; the raw loop writes
@@ -73,12 +76,19 @@ fn main() {
         thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    let raw = sync_rate(&FsStorage::new(dir.path()), EVENT_LEN, duration).unwrap();
+    let storage = FsStorage::new(dir.path());
+    let raw = sync_rate(&storage, EVENT_LEN, duration).unwrap();
+    let overwrite = overwrite_sync_rate(&storage, EVENT_LEN, duration).unwrap();
     let limit = raw / 2.0;
     println!("| measurement | log layout | submits/s | vs half the raw fdatasync rate |");
     println!("| --- | --- | ---: | ---: |");
     println!(
         "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | appended | {limit:.0} | 100% |"
+    );
+    println!(
+        "| half the raw overwrite + fdatasync rate ({overwrite:.0}/s) | zeros ahead | {:.0} | {:.0}% |",
+        overwrite / 2.0,
+        overwrite / 2.0 / limit * 100.0
     );
     for threads in thread_counts {
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use payonce_log::{
     BATCH_HEADER_LEN, CrashMode, Fault, Log, LogError, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE,
-    Storage, sync_rate,
+    Storage, overwrite_sync_rate, sync_rate,
 };
 
 use crate::support::{
@@ -386,23 +386,26 @@ fn the_sync_probe_syncs_every_block_and_leaves_no_file_behind() {
                 .contains(&SYNC_PROBE_FILE.to_owned())
         };
 
-        let rate = sync_rate(storage, 128, Duration::from_millis(20)).unwrap();
-        assert!(rate > 0.0, "{rate}");
-        assert!(!probe_left());
-
-        // A failing sync ends the probe at once, with the failure.
-        env.faults.arm(Fault::SyncFails { nth: 1 });
-        assert!(sync_rate(storage, 128, Duration::from_secs(5)).is_err());
-        assert!(!probe_left());
-
-        for block_len in [0, SYNC_PROBE_BLOCK_MAX + 1] {
-            let error = sync_rate(storage, block_len, Duration::from_millis(1)).unwrap_err();
-            assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
-            assert!(
-                error.to_string().contains(&block_len.to_string()),
-                "{error}"
-            );
+        type Probe = fn(&dyn Storage, usize, Duration) -> io::Result<f64>;
+        for probe in [sync_rate as Probe, overwrite_sync_rate] {
+            let rate = probe(storage, 128, Duration::from_millis(20)).unwrap();
+            assert!(rate > 0.0, "{rate}");
             assert!(!probe_left());
+
+            // A failing sync ends the probe at once, with the failure.
+            env.faults.arm(Fault::SyncFails { nth: 1 });
+            assert!(probe(storage, 128, Duration::from_secs(5)).is_err());
+            assert!(!probe_left());
+
+            for block_len in [0, SYNC_PROBE_BLOCK_MAX + 1] {
+                let error = probe(storage, block_len, Duration::from_millis(1)).unwrap_err();
+                assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+                assert!(
+                    error.to_string().contains(&block_len.to_string()),
+                    "{error}"
+                );
+                assert!(!probe_left());
+            }
         }
     });
 }
