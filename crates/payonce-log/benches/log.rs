@@ -2,9 +2,10 @@
 //! `cargo bench -p payonce-log`.
 //!
 //! - Durable appends (128-byte records, append + wait_durable in a loop) with
-//!   1, 4, 16 and 64 threads, each appending (the default) and writing over
-//!   zeros written ahead (`preallocate_len`), beside the raw rate of write +
-//!   fdatasync on a file in the same directory, measured in the same run.
+//!   1, 4, 16 and 64 threads, each appending and writing over zeros
+//!   written ahead (`preallocate_len`, the default), beside the raw rates
+//!   of a write and an fdatasync on a file in the same directory,
+//!   appending and overwriting, measured in the same run.
 //! - The checkpoint's cost at 64 threads: the default (a checkpoint every
 //!   second and every `CHECKPOINT_RECORDS` records, by a thread of the
 //!   log's own) beside
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use payonce_log::{
     CHECKPOINT_RECORDS, Digest, Durability, FsStorage, Log, LogConfig, LogReader, PREALLOCATE_LEN,
-    batch_digest, sync_rate,
+    batch_digest, overwrite_sync_rate, sync_rate,
 };
 
 const RECORD_LEN: usize = 128;
@@ -63,10 +64,16 @@ fn main() {
     );
     println!();
 
-    let raw = sync_rate(&FsStorage::new(dir.path()), FRAME_LEN, duration).unwrap();
+    let storage = FsStorage::new(dir.path());
+    let raw = sync_rate(&storage, FRAME_LEN, duration).unwrap();
+    let overwrite = overwrite_sync_rate(&storage, FRAME_LEN, duration).unwrap();
     println!("| measurement | layout | records/s | records per fdatasync | vs raw fdatasync |");
     println!("| --- | --- | ---: | ---: | ---: |");
     println!("| raw write + fdatasync, {FRAME_LEN} bytes | appended | {raw:.0} | 1 | 100% |");
+    println!(
+        "| raw overwrite + fdatasync, {FRAME_LEN} bytes | zeros ahead | {overwrite:.0} | 1 | {:.0}% |",
+        overwrite / raw * 100.0
+    );
     for threads in [1, 4, 16, 64] {
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
             let config = LogConfig {
