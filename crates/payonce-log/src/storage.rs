@@ -49,13 +49,12 @@ pub fn overwrite_sync_rate(
     block_len: usize,
     duration: Duration,
 ) -> io::Result<f64> {
-    let zeros = vec![0u8; 1 << 20];
-    let blocks = SYNC_PROBE_OVERWRITE_LEN / block_len.max(1) as u64;
     probe_syncs(
         storage,
         block_len,
         duration,
         |file| {
+            let zeros = vec![0u8; 1 << 20];
             let mut offset = 0;
             while offset < SYNC_PROBE_OVERWRITE_LEN {
                 file.write_at(offset, &zeros)?;
@@ -63,7 +62,10 @@ pub fn overwrite_sync_rate(
             }
             file.sync_data()
         },
-        |file, block, count| file.write_at(count % blocks * block.len() as u64, block),
+        |file, block, count| {
+            let blocks = SYNC_PROBE_OVERWRITE_LEN / block.len() as u64;
+            file.write_at(count % blocks * block.len() as u64, block)
+        },
     )
 }
 
