@@ -5,7 +5,8 @@
 //!   threads, with the log appending and writing over zeros written ahead
 //!   (`preallocate_len`, the default), beside the raw write + fdatasync
 //!   rate of the same disk, appending and overwriting, measured in the
-//!   same run.
+//!   same run; with each submit's CPU time and context switches, counted by
+//!   its thread from `/proc/thread-self`.
 //! - Opening (replaying and re-deriving) logs of 1M, 3M and 10M events:
 //!   time and peak memory, each open in a fresh child process, three opens
 //!   per log (the first right after the log was written and synced, and
@@ -41,6 +42,11 @@ const EVENT_LEN: usize = 200;
 
 /// Opens of each replay log, each in a fresh process.
 const OPENS: usize = 3;
+
+/// The most submits a second prepared for, whatever the disk: a directory
+/// on tmpfs (`PAYONCE_BENCH_DIR=/dev/shm`), whose syncs cost nothing, is
+/// bound by the CPU alone.
+const SUBMITS_PER_SEC_MAX: f64 = 500_000.0;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -80,23 +86,33 @@ fn main() {
     let raw = sync_rate(&storage, EVENT_LEN, duration).unwrap();
     let overwrite = overwrite_sync_rate(&storage, EVENT_LEN, duration).unwrap();
     let limit = raw / 2.0;
-    println!("| measurement | log layout | submits/s | vs half the raw fdatasync rate |");
-    println!("| --- | --- | ---: | ---: |");
     println!(
-        "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | appended | {limit:.0} | 100% |"
+        "| measurement | log layout | submits/s | vs half the raw fdatasync rate | CPU µs per submit | context switches per submit |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| half the raw write + fdatasync rate ({EVENT_LEN} bytes: {raw:.0}/s) | appended | {limit:.0} | 100% | | |"
     );
     println!(
-        "| half the raw overwrite + fdatasync rate ({overwrite:.0}/s) | zeros ahead | {:.0} | {:.0}% |",
+        "| half the raw overwrite + fdatasync rate ({overwrite:.0}/s) | zeros ahead | {:.0} | {:.0}% | | |",
         overwrite / 2.0,
         overwrite / 2.0 / limit * 100.0
     );
+    // A sync covers at most one record of each thread, and a submit makes
+    // two: prepared for four times that, as the disk's rate varies by the
+    // second.
+    let sync_max = raw.max(overwrite);
     for threads in thread_counts {
+        let rate_max = (2.0 * sync_max * threads as f64).min(SUBMITS_PER_SEC_MAX);
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
-            let rate = durable_submits(dir.path(), threads, preallocate_len, duration);
+            let run = durable_submits(dir.path(), threads, preallocate_len, duration, rate_max);
             println!(
-                "| durable submit, {threads} thread{} | {layout} | {rate:.0} | {:.0}% |",
+                "| durable submit, {threads} thread{} | {layout} | {:.0} | {:.0}% | {:.1} | {:.2} |",
                 plural(threads),
-                rate / limit * 100.0
+                run.rate,
+                run.rate / limit * 100.0,
+                run.cost.cpu_ns as f64 / 1000.0 / run.submits as f64,
+                run.cost.switches as f64 / run.submits as f64,
             );
         }
     }
@@ -170,12 +186,73 @@ fn rail(request: &WithdrawalRequest) -> Result<WithdrawalRequest, SendFailure> {
         .unwrap())
 }
 
+/// What a thread spent: CPU time and context switches (voluntary or not),
+/// as `/proc/thread-self` counts them.
+#[derive(Debug, Clone, Copy, Default)]
+struct ThreadCost {
+    cpu_ns: u64,
+    switches: u64,
+}
+
+impl ThreadCost {
+    /// The calling thread's totals so far.
+    fn now() -> ThreadCost {
+        let schedstat = fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        let cpu_ns = schedstat
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let status = fs::read_to_string("/proc/thread-self/status").unwrap();
+        let switches = status
+            .lines()
+            .filter(|line| line.contains("ctxt_switches:"))
+            .map(|line| {
+                line.split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        ThreadCost { cpu_ns, switches }
+    }
+
+    fn since(self, start: ThreadCost) -> ThreadCost {
+        ThreadCost {
+            cpu_ns: self.cpu_ns - start.cpu_ns,
+            switches: self.switches - start.switches,
+        }
+    }
+
+    fn add(self, other: ThreadCost) -> ThreadCost {
+        ThreadCost {
+            cpu_ns: self.cpu_ns + other.cpu_ns,
+            switches: self.switches + other.switches,
+        }
+    }
+}
+
+/// A durable submit run: its rate, and what its threads spent.
+struct DurableRun {
+    rate: f64,
+    submits: usize,
+    cost: ThreadCost,
+}
+
 /// `threads` threads each submitting new withdrawals for `duration`, with
 /// the durable defaults but for the log writing `preallocate_len` zeros
-/// ahead. Withdrawals are created before the clock starts, on the log opened
-/// without syncs and then synced and reopened: creating is not what is
-/// measured.
-fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: Duration) -> f64 {
+/// ahead. Withdrawals are created before the clock starts (enough for
+/// `rate_max` submits a second), on the log opened without syncs and then
+/// synced and reopened: creating is not what is measured.
+fn durable_submits(
+    dir: &Path,
+    threads: usize,
+    preallocate_len: u64,
+    duration: Duration,
+    rate_max: f64,
+) -> DurableRun {
     let ledger_dir = dir.join(format!("submit-{threads}-{preallocate_len}"));
     let log = LogConfig {
         preallocate_len,
@@ -189,8 +266,7 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
         ..Config::default()
     };
     let ledger = Ledger::init_with(&ledger_dir, creating).unwrap();
-    // Enough for any thread at several times the expected rate.
-    let per_thread = (duration.as_secs() as usize * 150_000 / threads).max(2_000);
+    let per_thread = ((duration.as_secs_f64() * rate_max) as usize / threads).max(2_000);
     let prepared: Vec<Vec<WithdrawalRequest>> = (0..threads)
         .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
         .collect();
@@ -203,13 +279,14 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
     let ledger = Ledger::open_with(&ledger_dir, config).unwrap();
     let start = Instant::now();
     let deadline = start + duration;
-    let submitted: usize = thread::scope(|scope| {
+    let (submits, cost) = thread::scope(|scope| {
         let workers: Vec<_> = prepared
             .iter()
             .enumerate()
             .map(|(thread, withdrawals)| {
                 let ledger = &ledger;
                 scope.spawn(move || {
+                    let start = ThreadCost::now();
                     let mut count = 0;
                     for (index, request) in withdrawals.iter().enumerate() {
                         if Instant::now() >= deadline {
@@ -224,18 +301,25 @@ fn durable_submits(dir: &Path, threads: usize, preallocate_len: u64, duration: D
                         Instant::now() >= deadline,
                         "ran out of prepared withdrawals"
                     );
-                    count
+                    (count, ThreadCost::now().since(start))
                 })
             })
             .collect();
         workers
             .into_iter()
             .map(|worker| worker.join().unwrap())
-            .sum()
+            .fold(
+                (0, ThreadCost::default()),
+                |(submits, cost), (count, spent)| (submits + count, cost.add(spent)),
+            )
     });
-    let rate = submitted as f64 / start.elapsed().as_secs_f64();
+    let rate = submits as f64 / start.elapsed().as_secs_f64();
     drop(ledger);
-    rate
+    DurableRun {
+        rate,
+        submits,
+        cost,
+    }
 }
 
 /// Syncs every file in `dir`, and `dir` itself.
