@@ -82,7 +82,15 @@ fn main() {
         thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    let storage = FsStorage::new(dir.path());
+    durable_table(dir.path(), thread_counts, duration);
+    println!();
+    replay_table(dir.path(), sizes);
+}
+
+/// The durable submits' table: the disk's raw rates, then every thread
+/// count in both layouts.
+fn durable_table(dir: &Path, thread_counts: Vec<usize>, duration: Duration) {
+    let storage = FsStorage::new(dir);
     let raw = sync_rate(&storage, EVENT_LEN, duration).unwrap();
     let overwrite = overwrite_sync_rate(&storage, EVENT_LEN, duration).unwrap();
     let limit = raw / 2.0;
@@ -105,7 +113,7 @@ fn main() {
     for threads in thread_counts {
         let rate_max = (2.0 * sync_max * threads as f64).min(SUBMITS_PER_SEC_MAX);
         for (layout, preallocate_len) in [("appended", 0), ("zeros ahead", PREALLOCATE_LEN)] {
-            let run = durable_submits(dir.path(), threads, preallocate_len, duration, rate_max);
+            let run = durable_submits(dir, threads, preallocate_len, duration, rate_max);
             println!(
                 "| durable submit, {threads} thread{} | {layout} | {:.0} | {:.0}% | {:.1} | {:.2} |",
                 plural(threads),
@@ -116,15 +124,17 @@ fn main() {
             );
         }
     }
-    println!();
+}
 
+/// The replay table: a log of each size built, then opened in children.
+fn replay_table(dir: &Path, sizes: Vec<u64>) {
     println!(
         "| log | withdrawals | first open | events/s | best of {OPENS} opens | events/s | peak memory | resident bytes per claimed withdrawal, beyond key and id text |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (index, events) in sizes.into_iter().enumerate() {
         // Numbered too, so a size given twice builds a second log.
-        let ledger_dir = dir.path().join(format!("replay-{index}-{events}"));
+        let ledger_dir = dir.join(format!("replay-{index}-{events}"));
         let (withdrawals, text_bytes) = build_log(&ledger_dir, events);
         // The first open follows the build at once; the later ones read a
         // log at rest.
@@ -285,24 +295,7 @@ fn durable_submits(
             .enumerate()
             .map(|(thread, withdrawals)| {
                 let ledger = &ledger;
-                scope.spawn(move || {
-                    let start = ThreadCost::now();
-                    let mut count = 0;
-                    for (index, request) in withdrawals.iter().enumerate() {
-                        if Instant::now() >= deadline {
-                            break;
-                        }
-                        ledger
-                            .submit(&format!("t{thread}-{index}"), request.clone(), rail)
-                            .unwrap();
-                        count += 1;
-                    }
-                    assert!(
-                        Instant::now() >= deadline,
-                        "ran out of prepared withdrawals"
-                    );
-                    (count, ThreadCost::now().since(start))
-                })
+                scope.spawn(move || submit_until(ledger, thread, withdrawals, deadline))
             })
             .collect();
         workers
@@ -320,6 +313,32 @@ fn durable_submits(
         submits,
         cost,
     }
+}
+
+/// One thread of [`durable_submits`]: submits `withdrawals` under keys of
+/// its own until `deadline`; how many, and what the thread spent.
+fn submit_until(
+    ledger: &Ledger,
+    thread: usize,
+    withdrawals: &[WithdrawalRequest],
+    deadline: Instant,
+) -> (usize, ThreadCost) {
+    let start = ThreadCost::now();
+    let mut count = 0;
+    for (index, request) in withdrawals.iter().enumerate() {
+        if Instant::now() >= deadline {
+            break;
+        }
+        ledger
+            .submit(&format!("t{thread}-{index}"), request.clone(), rail)
+            .unwrap();
+        count += 1;
+    }
+    assert!(
+        Instant::now() >= deadline,
+        "ran out of prepared withdrawals"
+    );
+    (count, ThreadCost::now().since(start))
 }
 
 /// Syncs every file in `dir`, and `dir` itself.
