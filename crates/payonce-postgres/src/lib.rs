@@ -41,9 +41,9 @@ use payonce::{
 };
 use payonce_model::WorkerName;
 
-pub use crate::schema::{Migrated, SCHEMA, SCHEMA_VERSION};
+pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 pub use crate::snapshot::{Snapshot, WalkError};
-pub use crate::store::{LOCK_CLASS, PgLog, Role, WORKER_LOCK_CLASS};
+pub use crate::store::{PgLog, Role};
 /// The chain digest, shared with the file log (docs/log-format.md, "The
 /// chain digest").
 pub use payonce_log::chain::{Digest, Head};

@@ -27,6 +27,16 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// The database schema (namespace) the ledger's tables live in.
 pub const SCHEMA: &str = "payonce";
 
+/// The advisory lock class of payonce's locks (`ponc`); key 0 is the
+/// ledger-wide append lock, taken for one transaction at a time.
+pub const LOCK_CLASS: i32 = 0x706f_6e63;
+
+/// The advisory lock class of workers' locks: a worker holds the lock
+/// keyed by `hashtext` of its name for as long as it runs, so two
+/// processes never run as one worker, and an operator can tell a dead
+/// worker from a live one.
+pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
+
 /// The statements that create schema version 1.
 const VERSION_1: &str = r#"
 CREATE SCHEMA payonce;
@@ -109,10 +119,7 @@ pub(crate) fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
     let mut transaction = client.transaction().map_err(failed)?;
     // One migration at a time, whoever runs it.
     transaction
-        .execute(
-            "SELECT pg_advisory_xact_lock($1, 0)",
-            &[&crate::store::LOCK_CLASS],
-        )
+        .execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])
         .map_err(failed)?;
     let migrated = match version_in(&mut transaction)? {
         Some(version) if version < SCHEMA_VERSION => {

@@ -31,19 +31,9 @@ use tracing::{info, warn};
 
 use crate::error::{describe, failed, unsafe_store};
 use crate::follow::{EVENTS_AFTER, Follower, Row, signed, unsigned};
-use crate::schema;
+use crate::schema::{self, LOCK_CLASS, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
-
-/// The advisory lock class of payonce's locks (`ponc`); key 0 is the
-/// ledger-wide append lock, taken for one transaction at a time.
-pub const LOCK_CLASS: i32 = 0x706f_6e63;
-
-/// The advisory lock class of workers' locks: a worker holds the lock
-/// keyed by `hashtext` of its name for as long as it runs, so two
-/// processes never run as one worker, and an operator can tell a dead
-/// worker from a live one.
-pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
 
 /// How long a worker waits at its start for its lock, which the process
 /// it replaces may hold until the server notices that process is gone.
