@@ -185,6 +185,9 @@ pub enum HeadSource {
     Witness,
     /// The caller, such as `payonce verify --expect-head`.
     Pinned,
+    /// A snapshot of what the records mean, which a reader of the log
+    /// keeps beside it and which names the head it was taken at.
+    Snapshot,
 }
 
 impl HeadSource {
@@ -194,6 +197,7 @@ impl HeadSource {
             HeadSource::Checkpoint => "its checkpoint's head",
             HeadSource::Witness => "its witness's head",
             HeadSource::Pinned => "the expected head",
+            HeadSource::Snapshot => "its snapshot's head",
         }
     }
 }
@@ -204,6 +208,7 @@ impl fmt::Display for HeadSource {
             HeadSource::Checkpoint => "its checkpoint",
             HeadSource::Witness => "its witness",
             HeadSource::Pinned => "the expected head",
+            HeadSource::Snapshot => "its snapshot",
         })
     }
 }

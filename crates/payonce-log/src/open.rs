@@ -156,6 +156,47 @@ impl Opening {
         }
     }
 
+    /// Hands out only the records after `seq`, and lets the walk start at
+    /// a later segment than the first: the one holding the lowest sequence
+    /// number it must check (`seq + 1`, the checkpoint's head, a witness's
+    /// or a required head), and never past the second-newest segment. The
+    /// headers of the segments passed over are checked; their records are
+    /// not read. For a reader that holds what the records up to `seq`
+    /// mean already, and has required a head at or after `seq` that
+    /// vouches for them ([`Opening::require`], [`Opening::head_at`]). Only
+    /// before the first record is read, and after every head is required.
+    pub fn start_after(&mut self, seq: u64) {
+        if let Some(cursor) = &mut self.cursor {
+            cursor.start_late(seq.saturating_add(1));
+        }
+    }
+
+    /// The head of the batch that ends at `seq`, read from the log: `None`
+    /// if no whole batch of the log ends there (the log ends before it, or
+    /// a batch goes on past it). Reads the segment holding `seq` alone,
+    /// verifying its records' checksums up to `seq`, without changing
+    /// where the walk of this opening is.
+    pub fn head_at(&self, seq: u64) -> Result<Option<Head>, LogError> {
+        if seq == 0 {
+            return Ok(Some(Head::GENESIS));
+        }
+        let segments = list_segments(&*self.storage)?;
+        if segments.is_empty() {
+            return Ok(None);
+        }
+        let cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
+        cursor.head_ending_at(seq)
+    }
+
+    /// The log's identity: the id in its first segment's header; `None`
+    /// for a directory without segments.
+    pub fn log_id(&self) -> Result<Option<u64>, LogError> {
+        match &self.cursor {
+            Some(cursor) => cursor.first_log_id().map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The next verified record; `None` after the last. Damage that is not
     /// a torn tail is an error ([`LogError::Corrupt`]), after which the scan
     /// hands out nothing more and the opening is only to be dropped.

@@ -95,6 +95,26 @@ impl LogReader {
         })
     }
 
+    /// The head of the batch that ends at `seq`, read from the segment
+    /// holding it (its records' checksums verified up to `seq`): `None` if
+    /// no whole batch ends there. What a snapshot of the records' meaning
+    /// is checked against before it is believed.
+    pub fn head_at(&self, seq: u64) -> Result<Option<Head>, LogError> {
+        if seq == 0 {
+            return Ok(Some(Head::GENESIS));
+        }
+        let segments = list_segments(&*self.storage)?;
+        let cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
+        cursor.head_ending_at(seq)
+    }
+
+    /// The log's identity: the id in its first segment's header.
+    pub fn log_id(&self) -> Result<u64, LogError> {
+        let segments = list_segments(&*self.storage)?;
+        let cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, 1)?;
+        cursor.first_log_id()
+    }
+
     /// Reads and verifies the one record `seq` at `position`, as a scan
     /// reported it, without scanning: its sequence number must match and its
     /// checksum must verify chained from `position.chain`.

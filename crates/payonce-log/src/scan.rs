@@ -210,6 +210,11 @@ pub(crate) struct Cursor {
     chain: u32,
     /// Records below this are verified but not handed out.
     from: u64,
+    /// The walk may start at a later segment than the first: at the one
+    /// holding the lowest sequence number it must check ([`Cursor::start_late`]).
+    late: bool,
+    /// The head of the last whole batch the walk passed, in any mode.
+    pub(crate) last_head: Option<Head>,
     pub(crate) log_id: Option<u64>,
     pub(crate) records: u64,
     pub(crate) segments_verified: u64,
@@ -266,6 +271,8 @@ impl Cursor {
             seq: 1,
             chain: 0,
             from: 0,
+            late: false,
+            last_head: None,
             log_id: None,
             records: 0,
             segments_verified: 0,
@@ -325,6 +332,77 @@ impl Cursor {
             head,
             met: false,
         });
+        Ok(())
+    }
+
+    /// Hands out records from `from` on, and lets a walk from the log's
+    /// first record start at a later segment: the one holding the lowest
+    /// sequence number it must check, which is `from` or a required head
+    /// (the checkpoint's among them), and never past the second-newest
+    /// segment, whose seal the open checks. The headers of the segments
+    /// passed over are read and checked (their log, their names); their
+    /// records are not. A walk through segments of format version 1, whose
+    /// digests are computed rather than read, starts at the first. Only
+    /// before the walk starts.
+    pub(crate) fn start_late(&mut self, from: u64) {
+        assert!(
+            self.chained && !self.loaded && self.records == 0,
+            "a walk starts late only from the log's first record, before it starts"
+        );
+        self.from = from;
+        self.late = true;
+    }
+
+    /// Moves the walk's start to the segment [`Cursor::start_late`] says,
+    /// once the required heads are all known.
+    fn skip_to_late_start(&mut self) -> Result<(), LogError> {
+        let lowest = self
+            .required
+            .iter()
+            .map(|required| required.head.seq)
+            .filter(|&seq| seq >= 1)
+            .fold(self.from, u64::min);
+        let holding = self
+            .segments
+            .partition_point(|&first| first <= lowest)
+            .saturating_sub(1);
+        let index = holding.min(self.segments.len().saturating_sub(2));
+        if index == 0 {
+            return Ok(());
+        }
+        let log_id = self.read_header(self.segments[0])?.log_id;
+        let mut version = FORMAT_VERSION_V1;
+        for &first_seq in &self.segments[1..=index] {
+            let header = self.read_header(first_seq)?;
+            let name = segment_name(first_seq);
+            if header.first_seq != first_seq {
+                return Err(self.corrupt_in(
+                    &name,
+                    24,
+                    first_seq,
+                    Damage::Name,
+                    format!("first seq {first_seq}, as the file name says"),
+                    format!("first seq {}", header.first_seq),
+                ));
+            }
+            if header.log_id != log_id {
+                return Err(self.corrupt_in(
+                    &name,
+                    16,
+                    first_seq,
+                    Damage::LogId,
+                    format!("log id {log_id:#018x}"),
+                    format!("log id {:#018x}", header.log_id),
+                ));
+            }
+            version = header.version;
+        }
+        if version == FORMAT_VERSION_V1 {
+            return Ok(());
+        }
+        self.log_id = Some(log_id);
+        self.index = index;
+        self.continuing = false;
         Ok(())
     }
 
@@ -408,6 +486,27 @@ impl Cursor {
     }
 
     fn read_log_id(&self, first_seq: u64) -> Result<u64, LogError> {
+        Ok(self.read_header(first_seq)?.log_id)
+    }
+
+    /// Walks to record `seq` and answers the head of the batch that ends
+    /// there, if one does.
+    pub(crate) fn head_ending_at(mut self, seq: u64) -> Result<Option<Head>, LogError> {
+        while let Some(record) = self.next_record()? {
+            if record.seq >= seq {
+                break;
+            }
+        }
+        Ok(self.last_head.filter(|head| head.seq == seq))
+    }
+
+    /// The log id in the first segment's header.
+    pub(crate) fn first_log_id(&self) -> Result<u64, LogError> {
+        self.read_log_id(self.segments[0])
+    }
+
+    /// The checked header of segment `first_seq`, read alone.
+    fn read_header(&self, first_seq: u64) -> Result<Header, LogError> {
         let name = segment_name(first_seq);
         let bytes = self
             .storage
@@ -423,12 +522,10 @@ impl Cursor {
                 format!("{} bytes", bytes.len()),
             ));
         }
-        Header::decode(&bytes)
-            .map(|header| header.log_id)
-            .map_err(|fault| {
-                let (expected, found) = fault.expected_found();
-                self.corrupt_in(&name, 0, first_seq, Damage::Header, expected, found)
-            })
+        Header::decode(&bytes).map_err(|fault| {
+            let (expected, found) = fault.expected_found();
+            self.corrupt_in(&name, 0, first_seq, Damage::Header, expected, found)
+        })
     }
 
     fn corrupt_in(
@@ -847,6 +944,7 @@ impl Cursor {
             seq: self.seq - 1,
             digest: header.digest,
         };
+        self.last_head = Some(head);
         if self.chained {
             self.reach(header.first_seq, head)?;
         }
@@ -931,10 +1029,8 @@ impl Cursor {
 
     /// Reads `segments[index]` and checks its header.
     fn load_segment(&mut self) -> Result<(), LogError> {
-        let first_seq = self.segments[self.index];
-        self.name = segment_name(first_seq);
-        self.first_seq = first_seq;
-        if self.index == 0 && self.chained {
+        let first_load = self.segments_verified == 0;
+        if first_load && self.chained {
             // Before any segment is read: what the checkpoint names was
             // written before it, so this walk sees it. Required at once, so
             // a log whose first segment is torn or empty is refused too.
@@ -942,7 +1038,13 @@ impl Cursor {
             if let Some(found) = self.checkpoint {
                 self.require(HeadSource::Checkpoint, found.slot.head)?;
             }
+            if self.late {
+                self.skip_to_late_start()?;
+            }
         }
+        let first_seq = self.segments[self.index];
+        self.name = segment_name(first_seq);
+        self.first_seq = first_seq;
         self.read_segment()?;
         self.check_continues(first_seq)?;
         if self.buf.len() < SEGMENT_HEADER_LEN {
@@ -964,7 +1066,8 @@ impl Cursor {
                 format!("format version {}", header.version),
             ));
         }
-        if self.index == 0
+        if first_load
+            && self.chained
             && let Some(found) = self.checkpoint
         {
             checkpoint::check_log(&*self.storage, &found, header.log_id)?;

@@ -147,8 +147,9 @@ const MANTISSA_MAX: u128 = 9_999_999_999_999_999_999_999_999_999;
 
 impl Amount {
     /// The amount with `mantissa` × 10^-`scale`, if it is positive,
-    /// canonical (no trailing zero after the point) and within the limits.
-    pub(crate) fn from_parts(mantissa: u128, scale: u8) -> Result<Self, FieldError> {
+    /// canonical (no trailing zero after the point) and within the limits:
+    /// how binary encodings (an event's, a snapshot's) read an amount.
+    pub fn from_parts(mantissa: u128, scale: u8) -> Result<Self, FieldError> {
         let refuse = |rule| Err(FieldError::new(Field::Amount, rule));
         if mantissa == 0 {
             return refuse(Rule::NotPositive);
@@ -177,6 +178,17 @@ impl Amount {
     }
 }
 
+impl Amount {
+    /// The amount's exact parts, `(mantissa, scale)`: the value is
+    /// `mantissa` × 10^-`scale`, canonical, so equal amounts have equal
+    /// parts. [`Amount::from_parts`] reads them back.
+    pub fn parts(&self) -> (u128, u8) {
+        // Normalised and positive, so the mantissa fits and is canonical;
+        // a scale is at most 28.
+        (self.0.mantissa().unsigned_abs(), self.0.scale() as u8)
+    }
+}
+
 impl Serialize for Amount {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if serializer.is_human_readable() {
@@ -184,10 +196,7 @@ impl Serialize for Amount {
             serializer.collect_str(&self.0)
         } else {
             // Binary formats get the exact parts: no parsing on the way back.
-            // Normalised and positive, so the mantissa fits and is canonical.
-            let mantissa = self.0.mantissa().unsigned_abs();
-            let scale = self.0.scale() as u8;
-            (mantissa, scale).serialize(serializer)
+            self.parts().serialize(serializer)
         }
     }
 }

@@ -46,7 +46,7 @@ pub enum WithdrawalState {
 impl WithdrawalState {
     /// Every state, in the order of their numbers in an encoding (the
     /// order of the declaration: docs/event-format.md).
-    pub(crate) const ALL: [WithdrawalState; 7] = [
+    pub const ALL: [WithdrawalState; 7] = [
         WithdrawalState::Requested,
         WithdrawalState::Approved,
         WithdrawalState::Sending,
@@ -378,6 +378,16 @@ impl Progress {
     /// The rail's current transaction reference, once sent.
     pub fn reference(&self) -> Option<&Reference> {
         self.reference.as_ref()
+    }
+}
+
+impl WithdrawalState {
+    /// Checks the rule this state sets for a reference and a reason (a
+    /// reference exactly in the states that carry one, a reason exactly in
+    /// rejected and failed) without building the values: for readers that
+    /// keep the fields apart, as a snapshot of the projections does.
+    pub fn check_fields(self, has_reference: bool, has_reason: bool) -> Result<(), FieldError> {
+        check_state_fields(self, has_reference, has_reason)
     }
 }
 

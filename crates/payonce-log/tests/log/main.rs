@@ -10,6 +10,7 @@ mod crash;
 mod edges;
 mod faults;
 mod heads;
+mod late;
 mod reader;
 mod recovery;
 mod roundtrip;
