@@ -13,6 +13,7 @@ use payonce_model::{
 use crate::decide::Decision;
 use crate::event::{EventDecodeError, EventKind};
 use crate::refusal::{Refusal, RefusalKind};
+use crate::snapshot::error::SnapshotError;
 
 /// An error from the ledger.
 #[derive(Debug)]
@@ -60,6 +61,10 @@ pub enum LedgerError {
     /// A shared log (a database) failed, or refused a batch: see
     /// [`StoreError`].
     Store(StoreError),
+    /// A snapshot of the projections could not be taken (encoded, written,
+    /// pruned). Opening never fails for a snapshot: it sets a bad one
+    /// aside and falls back ([`crate::Recovery::refused_snapshots`]).
+    Snapshot(SnapshotError),
     /// A worker of a shared ledger was configured with another policy than
     /// the one the ledger recorded when it was created: it refuses to
     /// start, so every worker decides under one policy.
@@ -229,6 +234,7 @@ impl fmt::Display for LedgerError {
                 f.write_str("the runtime shut down before the ledger call ran; nothing was written")
             }
             LedgerError::Store(error) => write!(f, "{error}"),
+            LedgerError::Snapshot(error) => write!(f, "snapshot: {error}"),
             LedgerError::PolicyMismatch { ledger, worker } => write!(
                 f,
                 "this worker is configured to {} ids minted elsewhere, but the ledger {} them:                  every worker of a shared ledger decides under the policy recorded at its creation",
@@ -259,6 +265,7 @@ impl std::error::Error for LedgerError {
             LedgerError::Encode(error) => Some(error),
             LedgerError::BadEvent { error, .. } => Some(error),
             LedgerError::Store(error) => Some(error),
+            LedgerError::Snapshot(error) => Some(error),
             _ => None,
         }
     }
@@ -279,6 +286,12 @@ impl From<FieldError> for LedgerError {
 impl From<LogError> for LedgerError {
     fn from(error: LogError) -> Self {
         LedgerError::Log(error)
+    }
+}
+
+impl From<SnapshotError> for LedgerError {
+    fn from(error: SnapshotError) -> Self {
+        LedgerError::Snapshot(error)
     }
 }
 

@@ -68,8 +68,10 @@ mod epoch;
 mod error;
 mod event;
 mod ledger;
+mod recovery;
 mod refusal;
 mod replay;
+mod snapshot;
 mod state;
 mod time;
 
@@ -85,10 +87,20 @@ pub use crate::event::{
 };
 pub use crate::ledger::{
     Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, READ_LEN_MAX,
-    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, Ticket,
+    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotTaken, Ticket,
 };
+pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotRefused};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
+pub use crate::snapshot::{
+    DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
+    SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotError,
+    SnapshotInfo, SnapshotPolicy, SnapshotStore, StoredSnapshot,
+};
+/// A state to a snapshot's bytes and back (docs/snapshot-format.md).
+pub mod snapshots {
+    pub use crate::snapshot::{decode, encode, info};
+}
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply,
 };
@@ -99,5 +111,6 @@ pub use crate::time::{
 /// [`Config::log`] and reading [`Ledger::recovery`] without depending on
 /// `payonce-log`.
 pub use payonce_log::{
-    Digest, Durability, Head, LogConfig, PREALLOCATE_LEN, Recovery, TornTail, Witness,
+    Digest, Durability, Head, LogConfig, PREALLOCATE_LEN, Recovery as LogRecovery, TornTail,
+    Witness,
 };

@@ -71,7 +71,7 @@ fn an_empty_newest_segment_is_the_torn_tail_the_writer_repairs() {
         assert_eq!(inflight.code, 1, "{}", inflight.stderr);
         let clock = Arc::new(ManualClock::new(START));
         let ledger = Ledger::open_with(dir, rolling(clock)).unwrap();
-        let repaired = ledger.recovery().torn_tail.clone().unwrap();
+        let repaired = ledger.recovery().log.torn_tail.clone().unwrap();
         drop(ledger);
         assert_eq!(
             (repaired.offset, repaired.len),

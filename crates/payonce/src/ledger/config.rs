@@ -6,6 +6,7 @@ use payonce_log::{LogConfig, Witness};
 use payonce_model::{Actor, Amount, Currency, Destination};
 
 use crate::epoch::{Epochs, RandomEpochs};
+use crate::snapshot::{SnapshotPolicy, SnapshotStore};
 use crate::time::{Clock, SystemClock};
 
 /// How a ledger is opened.
@@ -38,6 +39,18 @@ pub struct Config {
     /// [`REPLAY_THREAD_MIN_LEN`]; 0 always uses two threads, `u64::MAX`
     /// never. Either way replay decides, and refuses, alike.
     pub replay_thread_min_len: u64,
+    /// When the ledger takes snapshots of its projections, so that opening
+    /// replays only the events after the newest (docs/snapshot-format.md):
+    /// by default every [`crate::SNAPSHOT_EVENTS`] events or
+    /// [`crate::SNAPSHOT_INTERVAL`], and at a clean close.
+    pub snapshots: SnapshotPolicy,
+    /// Where its snapshots are kept. `None`, the default, keeps a file
+    /// ledger's in the `snapshots/` directory beside its log when it is
+    /// opened by path ([`crate::Ledger::open`], [`crate::Ledger::open_with`]),
+    /// and none for a ledger opened on other storage
+    /// ([`crate::Ledger::open_on`]). Opening uses the newest one the log
+    /// vouches for whatever [`Config::snapshots`] says.
+    pub snapshot_store: Option<Arc<dyn SnapshotStore>>,
 }
 
 /// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
@@ -54,6 +67,8 @@ impl Default for Config {
             clock: Arc::new(SystemClock),
             epochs: Arc::new(RandomEpochs),
             replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
+            snapshots: SnapshotPolicy::default(),
+            snapshot_store: None,
         }
     }
 }

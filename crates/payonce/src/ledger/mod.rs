@@ -4,6 +4,7 @@
 mod config;
 mod queue;
 mod shared;
+mod snapshots;
 mod ticket;
 
 use std::any::Any;
@@ -14,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use payonce_log::{FsStorage, Head, Log, Recovery, Storage, segments_len};
+use payonce_log::{FsStorage, Head, Log, Storage, segments_len};
 use payonce_model::{
     Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WorkerName,
 };
@@ -24,13 +25,17 @@ use tracing::{info, info_span, warn};
 pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
 pub use self::shared::{Appended, BATCH_EVENTS_MAX, READ_LEN_MAX, SharedLog, SharedRecord};
 use self::shared::{Round, Shared};
+pub use self::snapshots::SnapshotTaken;
+use self::snapshots::Snapshots;
 pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
 use crate::decide::{self, Answer, Returned};
 use crate::error::{LedgerError, SendFailure, StoreError, SubmitError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
+use crate::snapshot::DirSnapshots;
 use crate::state::{Hold, InFlight, State, apply};
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
@@ -52,6 +57,27 @@ struct Inner {
     /// decision order.
     state: Mutex<Round>,
     config: Config,
+    /// Where and when snapshots of the state are taken; `None` for a
+    /// ledger that keeps none.
+    snapshots: Option<Arc<Snapshots>>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: a clean close, which takes a snapshot if
+    /// the policy says so, and stops the snapshot thread.
+    fn drop(&mut self) {
+        let Some(snapshots) = self.snapshots.take() else {
+            return;
+        };
+        let state = self.state.get_mut().ok().map(|round| &round.state);
+        // A file log that failed a write refuses to sync: nothing is
+        // snapshotted from a state it may not hold.
+        let healthy = match &self.store {
+            Store::File(log) => log.check().is_ok(),
+            Store::Shared(_) => true,
+        };
+        snapshots.close(&self.store, state.filter(|_| healthy));
+    }
 }
 
 /// Where the ledger keeps its events. One per ledger, made once: the
@@ -100,6 +126,7 @@ impl Ledger {
 
     /// Opens the ledger in `dir`. See [`Ledger::open_on`].
     pub fn open_with(dir: impl AsRef<Path>, config: Config) -> Result<Ledger, LedgerError> {
+        let config = with_dir_snapshots(config, dir.as_ref());
         Ledger::open_on(Arc::new(FsStorage::new(dir.as_ref())), config)
     }
 
@@ -124,6 +151,7 @@ impl Ledger {
 
     /// Creates a new ledger in `dir`. See [`Ledger::init_on`].
     pub fn init_with(dir: impl AsRef<Path>, config: Config) -> Result<Ledger, LedgerError> {
+        let config = with_dir_snapshots(config, dir.as_ref());
         Ledger::init_on(Arc::new(FsStorage::new(dir.as_ref())), config)
     }
 
@@ -155,25 +183,37 @@ impl Ledger {
             storage,
             config.log.clone(),
             config.witness.clone(),
+            config.snapshot_store.as_deref(),
             two_threads,
             start,
         )?;
         info!(
             events = state.last_seq(),
+            replayed = recovery.replayed,
+            snapshot = recovery.snapshot.as_ref().map(|snapshot| snapshot.name.as_str()),
+            refused_snapshots = recovery.refused_snapshots.len(),
             keys = state.key_count(),
             threads,
-            torn_tail = ?recovery.torn_tail,
+            torn_tail = ?recovery.log.torn_tail,
             "replayed"
         );
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
-        let ledger = Ledger {
-            inner: Arc::new(Inner {
-                store: Store::File(log),
-                state: Mutex::new(Round::new(state)),
-                config,
-                recovery,
-            }),
-        };
+        let snapshots = config.snapshot_store.clone().map(|store| {
+            let from = recovery
+                .snapshot
+                .as_ref()
+                .map_or(0, |snapshot| snapshot.seq);
+            Arc::new(Snapshots::new(store, config.snapshots, from))
+        });
+        let inner = Arc::new(Inner {
+            store: Store::File(log),
+            state: Mutex::new(Round::new(state)),
+            config,
+            recovery,
+            snapshots,
+        });
+        Snapshots::start(&inner);
+        let ledger = Ledger { inner };
         let command = Command::Open {
             accept_foreign_ids,
             epoch,
@@ -184,10 +224,12 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// What opening found and repaired: records and segments read, a torn
-    /// tail cut off (its file, offset and length, and where its bytes were
-    /// saved), a segment roll a crash interrupted. Opening reports the same
-    /// through `tracing`; this is for callers without a subscriber.
+    /// What opening found and repaired: the log's report (records and
+    /// segments read, a torn tail cut off, a segment roll a crash
+    /// interrupted), the snapshot the projections were loaded from and
+    /// the events replayed after it, and every snapshot refused on the way
+    /// and where it was set aside. Opening reports the same through
+    /// `tracing`; this is for callers without a subscriber.
     pub fn recovery(&self) -> &Recovery {
         &self.inner.recovery
     }
@@ -295,6 +337,7 @@ impl Ledger {
                 recovery: Recovery::default(),
                 state: Mutex::new(Round::new(state)),
                 config,
+                snapshots: None,
             }),
         }
     }
@@ -397,6 +440,9 @@ impl Ledger {
             "the log numbered an event differently from the ledger"
         );
         apply(state, &event);
+        if let Some(snapshots) = &self.inner.snapshots {
+            snapshots.appended(seq);
+        }
         Ok(seq)
     }
 
@@ -906,6 +952,15 @@ impl Ledger {
     pub fn was_created(&self, id: &WithdrawalId) -> bool {
         self.read(|state| state.was_created(id))
     }
+}
+
+/// `config`, keeping its snapshots in the `snapshots/` directory beside the
+/// log in `dir` unless it names a store of its own.
+fn with_dir_snapshots(mut config: Config, dir: &Path) -> Config {
+    if config.snapshot_store.is_none() {
+        config.snapshot_store = Some(Arc::new(DirSnapshots::beside(dir)));
+    }
+    config
 }
 
 fn panic_message(panic: &Box<dyn Any + Send>) -> String {

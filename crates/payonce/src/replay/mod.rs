@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
 use payonce_log::{
-    LOCK_FILE, Log, LogConfig, Opening, Recovery, Storage, Witness, is_segment_tmp_name,
+    HeadSource, LOCK_FILE, Log, LogConfig, Opening, Storage, Witness, is_segment_tmp_name,
     parse_segment_name,
 };
 use tracing::{Dispatch, Span, warn};
@@ -28,6 +28,8 @@ pub use self::batch::decode_event;
 pub use self::rederive::rederive;
 use self::rederive::rederive_prefetched;
 use crate::error::{Divergence, LedgerError};
+use crate::recovery::Recovery;
+use crate::snapshot::{Loaded, SnapshotStore, load_newest};
 use crate::state::{Names, State};
 
 /// Batches read ahead of the applying thread. The scanning thread reads a
@@ -166,16 +168,19 @@ pub(crate) struct Replayed {
     pub(crate) threads: u8,
 }
 
-/// Opens the log in `storage` for writing and replays every event into a
-/// fresh [`State`]: what opening a ledger does. On this thread alone unless
-/// `two_threads` (and a thread can be started). Either way every event is
-/// applied before the log repairs anything (a torn tail cut), so a
-/// divergence refuses the open before a repair, and an error at an earlier
-/// event is the one reported.
+/// Opens the log in `storage` for writing and replays its events into a
+/// [`State`]: what opening a ledger does. The state starts from the newest
+/// snapshot in `snapshots` that the log vouches for (only the events after
+/// it are read and replayed), else from nothing. On this thread alone
+/// unless `two_threads` (and a thread can be started). Either way every
+/// event is applied before the log repairs anything (a torn tail cut), so
+/// a divergence refuses the open before a repair, and an error at an
+/// earlier event is the one reported.
 pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     witness: Option<Arc<dyn Witness>>,
+    snapshots: Option<&dyn SnapshotStore>,
     two_threads: bool,
     start: Start,
 ) -> Result<Replayed, LedgerError> {
@@ -184,11 +189,30 @@ pub(crate) fn replay_log(
     if let Some(witness) = witness {
         opening.witness(witness)?;
     }
-    let (state, threads) = match two_threads {
-        true => replay_on_two_threads(&mut opening)?,
-        false => (replay_on_this_thread(&mut opening)?, 1),
+    let Loaded { state, refused } = match snapshots {
+        Some(store) => load_newest(store, &opening)?,
+        None => Loaded::default(),
     };
-    let (log, recovery) = opening.plan()?.execute()?;
+    let (initial, snapshot) = match state {
+        Some((state, snapshot)) => {
+            opening.require(HeadSource::Snapshot, snapshot.head)?;
+            opening.start_after(snapshot.seq);
+            (state, Some(snapshot))
+        }
+        None => (State::new(), None),
+    };
+    let first = initial.last_seq();
+    let (state, threads) = match two_threads {
+        true => replay_on_two_threads(&mut opening, initial)?,
+        false => (replay_on_this_thread(&mut opening, initial)?, 1),
+    };
+    let (log, log_recovery) = opening.plan()?.execute()?;
+    let recovery = Recovery {
+        log: log_recovery,
+        snapshot,
+        refused_snapshots: refused,
+        replayed: state.last_seq() - first,
+    };
     Ok(Replayed {
         log,
         recovery,
@@ -213,9 +237,8 @@ fn read_records(
     Ok(())
 }
 
-/// The one-thread driver: decodes a batch, applies it, and so on.
-fn replay_on_this_thread(opening: &mut Opening) -> Result<State, LedgerError> {
-    let mut state = State::new();
+/// The one-thread driver: decodes a batch, applies it to `state`, and so on.
+fn replay_on_this_thread(opening: &mut Opening, mut state: State) -> Result<State, LedgerError> {
     let mut batch = Batch::new();
     let read = read_records(opening, &mut batch, |batch| {
         apply_batch(&mut state, batch, &mut Refuse)?;
@@ -262,8 +285,11 @@ impl Handoff {
 /// batch it receives, and gives each back. After an error it only gives
 /// batches back, so the scanning side never waits on it, and answers with
 /// the first error.
-fn apply_received(received: Receiver<Batch>, returned: SyncSender<Batch>) -> Applied {
-    let mut state = State::new();
+fn apply_received(
+    mut state: State,
+    received: Receiver<Batch>,
+    returned: SyncSender<Batch>,
+) -> Applied {
     let mut failed = None;
     for batch in received {
         if failed.is_none()
@@ -289,7 +315,7 @@ type Applied = Result<State, LedgerError>;
 /// applies the batches, in log order. An error of the applying side,
 /// always at an earlier event than the scanning side's, is the one
 /// reported.
-fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerError> {
+fn replay_on_two_threads(opening: &mut Opening, state: State) -> Result<(State, u8), LedgerError> {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     thread::scope(|scope| {
@@ -297,11 +323,17 @@ fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerErr
         // Room for every batch alive at once, so applied batches are
         // returned to be filled again.
         let (returned, applied) = sync_channel::<Batch>(BATCHES);
+        // The state goes to the applier once it has started: if it cannot
+        // start, this thread still has it.
+        let (give, given) = sync_channel::<State>(1);
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            apply_received(received, returned)
+            match given.recv() {
+                Ok(state) => apply_received(state, received, returned),
+                Err(_) => unreachable!("the state is given once the applier started"),
+            }
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -311,9 +343,11 @@ fn replay_on_two_threads(opening: &mut Opening) -> Result<(State, u8), LedgerErr
             Err(error) => {
                 // Nothing is read yet: one thread does it all.
                 warn!(%error, "could not start a thread to replay the log; replaying on one");
-                return Ok((replay_on_this_thread(opening)?, 1));
+                return Ok((replay_on_this_thread(opening, state)?, 1));
             }
         };
+        // The channel has room for it, and the applier waits for it.
+        let _ = give.send(state);
         let mut handoff = Handoff {
             batches,
             spare: (1..BATCHES).map(|_| Batch::new()).collect(),

@@ -28,6 +28,7 @@ mod apply;
 mod index;
 mod layout;
 mod sessions;
+mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -49,7 +49,7 @@ fn open_refuses_a_directory_holding_traces_of_a_ledger_but_no_log() {
     let error = Ledger::open(dir.path()).unwrap_err();
     match &error {
         LedgerError::NoLog { found, .. } => {
-            assert_eq!(found, &["CHECKPOINT", "LOCK", "audit-index"]);
+            assert_eq!(found, &["CHECKPOINT", "LOCK", "audit-index", "snapshots"]);
         }
         other => panic!("{other}"),
     }
@@ -84,8 +84,16 @@ fn init_refuses_a_directory_holding_a_log_or_anything_else() {
     drop(Ledger::init(dir.path()).unwrap());
     match Ledger::init(dir.path()).unwrap_err() {
         LedgerError::NotEmpty { found, count, .. } => {
-            assert_eq!(found, ["00000000000000000001.log", "CHECKPOINT", "LOCK"]);
-            assert_eq!(count, 3);
+            assert_eq!(
+                found,
+                [
+                    "00000000000000000001.log",
+                    "CHECKPOINT",
+                    "LOCK",
+                    "snapshots"
+                ]
+            );
+            assert_eq!(count, 4);
         }
         other => panic!("{other}"),
     }
@@ -149,11 +157,11 @@ fn opening_reports_what_it_repaired_to_a_caller_without_a_subscriber() {
     fs::write(&segment, &bytes).unwrap();
     let clean_len = clean_len as u64;
     let ledger = Ledger::open(dir.path()).unwrap();
-    let torn = ledger.recovery().torn_tail.clone().unwrap();
+    let torn = ledger.recovery().log.torn_tail.clone().unwrap();
     assert_eq!((torn.segment, torn.offset, torn.len), (1, clean_len, 13));
     let saved_as = torn.saved_as.unwrap();
     assert!(saved_as.contains(".torn-"), "{saved_as}");
-    assert_eq!(ledger.recovery().records, 1);
+    assert_eq!(ledger.recovery().log.records, 1);
 }
 
 #[test]

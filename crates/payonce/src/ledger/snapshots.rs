@@ -1,0 +1,328 @@
+//! Taking snapshots of a ledger's projections, off the hot path: a thread
+//! of the ledger's own takes one every so many events or so much time
+//! ([`SnapshotPolicy`]), the last handle's drop takes one at a clean
+//! close, and [`Ledger::snapshot`] takes one on demand.
+//!
+//! Taking one holds the ledger's lock only to copy the state (a clone of
+//! its arrays); waiting for the events it holds to be durable, encoding
+//! and writing happen after, on the taking thread. The snapshot names the
+//! log's durable head once its events are durable, a head at or after its
+//! last event that the log holds, which is what the next opening checks
+//! it against.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::{self, JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+use payonce_log::Head;
+use tracing::{info, warn};
+
+use super::{Inner, Ledger, Store};
+use crate::error::LedgerError;
+use crate::snapshot::{self, SNAPSHOTS_KEPT, SnapshotPolicy, SnapshotStore, StoredSnapshot};
+use crate::state::State;
+
+/// A ledger's snapshots: where they go, when, and the thread that takes
+/// them.
+pub(super) struct Snapshots {
+    pub(super) store: Arc<dyn SnapshotStore>,
+    policy: SnapshotPolicy,
+    /// An append of an event at or past this seq wakes the thread;
+    /// `u64::MAX` while none is due by count.
+    due_seq: AtomicU64,
+    signal: Mutex<Signal>,
+    wake: Condvar,
+    thread: Mutex<Option<(JoinHandle<()>, ThreadId)>>,
+    /// The last snapshot taken; held while one is taken, so takers (the
+    /// thread, a caller, the close) take one at a time.
+    last: Mutex<Last>,
+}
+
+#[derive(Default)]
+struct Signal {
+    woken: bool,
+    closing: bool,
+}
+
+/// The last snapshot this process took (or loaded).
+struct Last {
+    seq: u64,
+    at: Instant,
+    /// How long taking it took, lock and all: the next waits in proportion.
+    took: Duration,
+}
+
+/// What taking a snapshot did, for tracing and benchmarks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotTaken {
+    /// Where it was stored.
+    pub stored: StoredSnapshot,
+    /// The head of the log it names.
+    pub head: Head,
+    /// Its length in bytes.
+    pub len: u64,
+    /// How long the ledger's lock was held to copy the state: how long
+    /// decisions waited for it.
+    pub lock_held: Duration,
+    /// How long taking it took, all told.
+    pub took: Duration,
+}
+
+impl Snapshots {
+    /// Snapshots into `store` under `policy`, the last one (or the one the
+    /// ledger opened from) at `seq`.
+    pub(super) fn new(store: Arc<dyn SnapshotStore>, policy: SnapshotPolicy, seq: u64) -> Self {
+        let snapshots = Snapshots {
+            store,
+            policy,
+            due_seq: AtomicU64::new(u64::MAX),
+            signal: Mutex::new(Signal::default()),
+            wake: Condvar::new(),
+            thread: Mutex::new(None),
+            last: Mutex::new(Last {
+                seq,
+                at: Instant::now(),
+                took: Duration::ZERO,
+            }),
+        };
+        snapshots.set_due(seq);
+        snapshots
+    }
+
+    fn set_due(&self, seq: u64) {
+        let due = match self.policy.events {
+            0 => u64::MAX,
+            events => seq.saturating_add(events),
+        };
+        self.due_seq.store(due, Ordering::Relaxed);
+    }
+
+    /// Called for every event appended: wakes the thread once one is due.
+    #[inline]
+    pub(super) fn appended(&self, seq: u64) {
+        if seq >= self.due_seq.load(Ordering::Relaxed) {
+            self.due_seq.store(u64::MAX, Ordering::Relaxed);
+            self.signal(|signal| signal.woken = true);
+        }
+    }
+
+    fn signal(&self, change: impl FnOnce(&mut Signal)) {
+        if let Ok(mut signal) = self.signal.lock() {
+            change(&mut signal);
+            self.wake.notify_one();
+        }
+    }
+
+    fn lock_last(&self) -> Option<MutexGuard<'_, Last>> {
+        self.last.lock().ok()
+    }
+
+    /// Starts the thread that takes snapshots of `inner`'s ledger as the
+    /// policy says; none if the policy takes none while running.
+    pub(super) fn start(inner: &Arc<Inner>) {
+        let Some(snapshots) = &inner.snapshots else {
+            return;
+        };
+        if !snapshots.policy.is_running() {
+            return;
+        }
+        let weak = Arc::downgrade(inner);
+        let signalled = snapshots.clone();
+        let spawned = thread::Builder::new()
+            .name("payonce-snapshots".to_owned())
+            .spawn(move || run(&signalled, &weak));
+        match spawned {
+            Ok(handle) => {
+                let id = handle.thread().id();
+                if let Ok(mut thread) = snapshots.thread.lock() {
+                    *thread = Some((handle, id));
+                }
+            }
+            Err(error) => {
+                warn!(%error, "could not start the snapshot thread; no snapshots until reopened")
+            }
+        }
+    }
+
+    /// Stops the thread, after the snapshot at close if the policy takes
+    /// one: what dropping the ledger's last handle does.
+    pub(super) fn close(&self, store: &Store, state: Option<&State>) {
+        self.signal(|signal| signal.closing = true);
+        if self.policy.at_close
+            && let Some(state) = state
+            && let Err(error) = self.take(store, || Ok(state.clone()), state.last_seq())
+        {
+            warn!(%error, "could not take the snapshot at close");
+        }
+        let thread = self.thread.lock().ok().and_then(|mut thread| thread.take());
+        if let Some((handle, id)) = thread
+            && id != thread::current().id()
+        {
+            let _ = handle.join();
+        }
+    }
+
+    /// Takes a snapshot of the state `copy` gives (under the ledger's lock,
+    /// by the caller), unless none is newer than the last: `last_seq` is
+    /// the state's last event, read before copying it.
+    fn take(
+        &self,
+        store: &Store,
+        copy: impl FnOnce() -> Result<State, LedgerError>,
+        last_seq: u64,
+    ) -> Result<Option<SnapshotTaken>, LedgerError> {
+        let Some(mut last) = self.lock_last() else {
+            return Err(LedgerError::Poisoned);
+        };
+        if last_seq <= last.seq {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let state = copy()?;
+        let lock_held = started.elapsed();
+        let seq = state.last_seq();
+        let (log_id, head) = durable_head(store, seq)?;
+        let bytes = snapshot::encode(&state, log_id, head)?;
+        drop(state);
+        let stored = self.store.write(seq, &bytes)?;
+        let pruned = self.store.prune(SNAPSHOTS_KEPT)?;
+        let took = started.elapsed();
+        info!(
+            snapshot = %stored.name,
+            seq = stored.seq,
+            %head,
+            len = bytes.len(),
+            lock_held_us = lock_held.as_micros() as u64,
+            took_ms = took.as_millis() as u64,
+            pruned = pruned.len(),
+            "took a snapshot"
+        );
+        *last = Last {
+            seq: stored.seq,
+            at: Instant::now(),
+            took,
+        };
+        self.set_due(stored.seq);
+        Ok(Some(SnapshotTaken {
+            stored,
+            head,
+            len: bytes.len() as u64,
+            lock_held,
+            took,
+        }))
+    }
+}
+
+/// The log's identity and a durable head at or after `seq`, once every
+/// event to `seq` is durable.
+fn durable_head(store: &Store, seq: u64) -> Result<(u64, Head), LedgerError> {
+    match store {
+        Store::File(log) => {
+            log.wait_durable(seq)?;
+            let head = log.head();
+            assert!(
+                head.seq >= seq,
+                "the durable head {head} is past event {seq}, which is durable"
+            );
+            Ok((log.log_id(), head))
+        }
+        Store::Shared(shared) => {
+            let head = shared.log.head()?;
+            if head.seq < seq {
+                return Err(LedgerError::Store(crate::error::StoreError::Damaged {
+                    seq,
+                    detail: format!(
+                        "the shared log's head {head} is before the state's event {seq}"
+                    ),
+                }));
+            }
+            Ok((0, head))
+        }
+    }
+}
+
+/// The snapshot thread: waits to be woken (an event due by count), for
+/// the interval, or for the close, holding no handle of the ledger while
+/// it waits, and takes a snapshot when one is due and the last one's rest
+/// is over.
+fn run(snapshots: &Snapshots, weak: &Weak<Inner>) {
+    let mut timeout = None;
+    // Woken by count, and not taken yet (the last one's rest was not over).
+    let mut pending = false;
+    loop {
+        let Some((closing, woken)) = wait(snapshots, timeout) else {
+            return;
+        };
+        if closing {
+            return;
+        }
+        pending |= woken;
+        timeout = due_in(snapshots, pending);
+        if timeout.is_some() {
+            continue;
+        }
+        pending = false;
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        if let Err(error) = (Ledger { inner }).snapshot() {
+            warn!(%error, "could not take a snapshot");
+        }
+        timeout = snapshots.policy.interval;
+    }
+}
+
+/// Waits on the signal for at most `timeout` (the policy's interval when
+/// `None`): whether the ledger is closing and whether the thread was
+/// woken. `None` if the signal's lock is poisoned.
+fn wait(snapshots: &Snapshots, timeout: Option<Duration>) -> Option<(bool, bool)> {
+    let timeout = timeout.or(snapshots.policy.interval).unwrap_or(IDLE_WAIT);
+    let signal = snapshots.signal.lock().ok()?;
+    let (mut signal, _) = snapshots
+        .wake
+        .wait_timeout_while(signal, timeout, |signal| !signal.woken && !signal.closing)
+        .ok()?;
+    let woken = std::mem::take(&mut signal.woken);
+    Some((signal.closing, woken))
+}
+
+/// How long the thread sleeps when no snapshot is due by time: it is woken
+/// when one is due by count, or at the close.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+/// How long until a snapshot is due, `None` if one is due now: by count
+/// (`pending`) or by the interval, once the last one's rest is over.
+fn due_in(snapshots: &Snapshots, pending: bool) -> Option<Duration> {
+    let last = snapshots.lock_last()?;
+    let rest = snapshots.policy.rest_after(last.took);
+    let since = last.at.elapsed();
+    if since < rest {
+        return Some(rest - since);
+    }
+    let by_time = snapshots
+        .policy
+        .interval
+        .is_some_and(|interval| since >= interval);
+    if pending || by_time {
+        return None;
+    }
+    let interval = snapshots.policy.interval?;
+    Some(interval.saturating_sub(since))
+}
+
+impl Ledger {
+    /// Takes a snapshot of the projections now, into the ledger's snapshot
+    /// store, and keeps the newest [`SNAPSHOTS_KEPT`]: `None` if the ledger
+    /// keeps no snapshots, or the newest one is of the current state. The
+    /// ledger's lock is held only to copy the state; decisions go on while
+    /// the snapshot is encoded and written.
+    pub fn snapshot(&self) -> Result<Option<SnapshotTaken>, LedgerError> {
+        let Some(snapshots) = &self.inner.snapshots else {
+            return Ok(None);
+        };
+        let last_seq = self.last_seq();
+        let copy = || Ok(self.lock_state()?.state.clone());
+        snapshots.take(&self.inner.store, copy, last_seq)
+    }
+}

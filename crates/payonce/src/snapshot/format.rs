@@ -1,0 +1,313 @@
+//! The bytes of a snapshot apart from what they mean: the header, and the
+//! reader and writer of the body's fields (fixed-width little-endian
+//! integers, texts as a `u16` length and their bytes). docs/snapshot-format.md
+//! gives every byte; this module is the only code that knows the offsets.
+
+use payonce_log::{Digest, Head};
+use payonce_model::{TextView, ValidText};
+
+use super::error::SnapshotError;
+
+/// The first 8 bytes of every snapshot.
+pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
+
+/// The snapshot format this build reads and writes.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+
+/// Bytes of the header, before the body.
+pub const SNAPSHOT_HEADER_LEN: usize = 88;
+
+/// The header: who the snapshot belongs to, what it vouches for, and how
+/// long and whole its body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) format_version: u32,
+    pub(crate) schema_version: u32,
+    pub(crate) log_id: u64,
+    /// The last event the state holds.
+    pub(crate) seq: u64,
+    /// A head of the log at or after `seq`, durable when the snapshot was
+    /// taken, which vouches for every event up to it.
+    pub(crate) head: Head,
+    pub(crate) body_len: u64,
+    pub(crate) body_crc: u32,
+}
+
+impl Header {
+    pub(crate) fn encode(&self) -> [u8; SNAPSHOT_HEADER_LEN] {
+        let mut bytes = [0u8; SNAPSHOT_HEADER_LEN];
+        bytes[0..8].copy_from_slice(&MAGIC);
+        bytes[8..12].copy_from_slice(&self.format_version.to_le_bytes());
+        bytes[12..16].copy_from_slice(&self.schema_version.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.log_id.to_le_bytes());
+        bytes[24..32].copy_from_slice(&self.seq.to_le_bytes());
+        bytes[32..40].copy_from_slice(&self.head.seq.to_le_bytes());
+        bytes[40..72].copy_from_slice(&self.head.digest.0);
+        bytes[72..80].copy_from_slice(&self.body_len.to_le_bytes());
+        bytes[80..84].copy_from_slice(&self.body_crc.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[0..84]);
+        bytes[84..88].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// Reads a header, checking its magic, checksum and format version
+    /// before any other field is believed.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Header, SnapshotError> {
+        let Some(bytes) = bytes.first_chunk::<SNAPSHOT_HEADER_LEN>() else {
+            return Err(SnapshotError::Length {
+                expected: SNAPSHOT_HEADER_LEN as u64,
+                found: bytes.len() as u64,
+            });
+        };
+        if bytes[0..8] != MAGIC {
+            return Err(SnapshotError::Invalid {
+                field: "magic",
+                offset: 0,
+                expected: format!("{:?}", String::from_utf8_lossy(&MAGIC)),
+                found: format!("{:?}", String::from_utf8_lossy(&bytes[0..8])),
+            });
+        }
+        let stored = u32_at(bytes, 84);
+        let computed = crc32fast::hash(&bytes[0..84]);
+        if stored != computed {
+            return Err(SnapshotError::Checksum {
+                part: "header",
+                stored,
+                computed,
+            });
+        }
+        let format_version = u32_at(bytes, 8);
+        if format_version != SNAPSHOT_FORMAT_VERSION {
+            return Err(SnapshotError::Version {
+                found: format_version,
+                supported: SNAPSHOT_FORMAT_VERSION,
+            });
+        }
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&bytes[40..72]);
+        Ok(Header {
+            format_version,
+            schema_version: u32_at(bytes, 12),
+            log_id: u64_at(bytes, 16),
+            seq: u64_at(bytes, 24),
+            head: Head {
+                seq: u64_at(bytes, 32),
+                digest: Digest(digest),
+            },
+            body_len: u64_at(bytes, 72),
+            body_crc: u32_at(bytes, 80),
+        })
+    }
+}
+
+fn u32_at(bytes: &[u8; SNAPSHOT_HEADER_LEN], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn u64_at(bytes: &[u8; SNAPSHOT_HEADER_LEN], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// Writes a body's fields.
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Out {
+    pub(crate) fn u8(&mut self, value: u8) {
+        self.bytes.push(value);
+    }
+    pub(crate) fn u16(&mut self, value: u16) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    pub(crate) fn u32(&mut self, value: u32) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, value: u64) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    pub(crate) fn u128(&mut self, value: u128) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    /// A count of what follows.
+    pub(crate) fn count(&mut self, count: usize) {
+        self.u64(count as u64);
+    }
+    /// A text: its length, then its bytes. Validated text is never empty,
+    /// so a length of 0 stands for no text ([`Out::optional`]).
+    pub(crate) fn text(&mut self, text: &str) {
+        let len = u16::try_from(text.len())
+            .unwrap_or_else(|_| panic!("a text of {} bytes in the state", text.len()));
+        assert!(len > 0, "validated text is never empty");
+        self.u16(len);
+        self.bytes.extend_from_slice(text.as_bytes());
+    }
+    /// An optional text: a zero length when there is none.
+    pub(crate) fn optional(&mut self, text: Option<&str>) {
+        match text {
+            Some(text) => self.text(text),
+            None => self.u16(0),
+        }
+    }
+}
+
+/// Reads a body's fields in order, each checked, every failure naming the
+/// field and its offset in the snapshot.
+#[derive(Debug)]
+pub(crate) struct In<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> In<'a> {
+    /// Reads `body`, which starts after the header.
+    pub(crate) fn new(body: &'a [u8]) -> Self {
+        In { bytes: body, at: 0 }
+    }
+
+    /// The offset of the next field from the snapshot's first byte.
+    fn offset(&self) -> u64 {
+        (SNAPSHOT_HEADER_LEN + self.at) as u64
+    }
+
+    pub(crate) fn invalid(
+        &self,
+        field: &'static str,
+        expected: String,
+        found: String,
+    ) -> SnapshotError {
+        SnapshotError::Invalid {
+            field,
+            offset: self.offset(),
+            expected,
+            found,
+        }
+    }
+
+    fn take(&mut self, field: &'static str, len: usize) -> Result<&'a [u8], SnapshotError> {
+        let left = self.bytes.len() - self.at;
+        if len > left {
+            return Err(self.invalid(
+                field,
+                format!("{len} more bytes"),
+                format!("the end of the body {left} bytes on"),
+            ));
+        }
+        let taken = &self.bytes[self.at..self.at + len];
+        self.at += len;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], SnapshotError> {
+        let mut array = [0u8; N];
+        array.copy_from_slice(self.take(field, N)?);
+        Ok(array)
+    }
+
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, SnapshotError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+    pub(crate) fn u16(&mut self, field: &'static str) -> Result<u16, SnapshotError> {
+        Ok(u16::from_le_bytes(self.array(field)?))
+    }
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, SnapshotError> {
+        Ok(u32::from_le_bytes(self.array(field)?))
+    }
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, SnapshotError> {
+        Ok(u64::from_le_bytes(self.array(field)?))
+    }
+    pub(crate) fn u128(&mut self, field: &'static str) -> Result<u128, SnapshotError> {
+        Ok(u128::from_le_bytes(self.array(field)?))
+    }
+
+    /// A byte that is 0 or 1.
+    pub(crate) fn bool(&mut self, field: &'static str) -> Result<bool, SnapshotError> {
+        match self.u8(field)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(self.invalid(field, "0 or 1".to_owned(), other.to_string())),
+        }
+    }
+
+    /// A count of entries that each take at least `entry_len_min` bytes,
+    /// checked against the bytes left before anything is allocated for
+    /// them, and against `max`.
+    pub(crate) fn count(
+        &mut self,
+        field: &'static str,
+        entry_len_min: usize,
+        max: usize,
+    ) -> Result<usize, SnapshotError> {
+        let count = self.u64(field)?;
+        let left = (self.bytes.len() - self.at) as u64;
+        let fits = count
+            .checked_mul(entry_len_min as u64)
+            .is_some_and(|len| len <= left);
+        if !fits || count > max as u64 {
+            return Err(self.invalid(
+                field,
+                format!(
+                    "at most {max} entries of at least {entry_len_min} bytes in the {left} bytes left"
+                ),
+                count.to_string(),
+            ));
+        }
+        Ok(count as usize)
+    }
+
+    /// A text under `T`'s rules, exactly as `T` keeps it.
+    pub(crate) fn text<T: ValidText>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<&'a str, SnapshotError> {
+        self.optional::<T>(field)?
+            .ok_or_else(|| self.invalid(field, "a text".to_owned(), "none (length 0)".to_owned()))
+    }
+
+    /// An optional text under `T`'s rules: a zero length is none.
+    pub(crate) fn optional<T: ValidText>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<Option<&'a str>, SnapshotError> {
+        let at = self.offset();
+        let len = self.u16(field)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let bytes = self.take(field, usize::from(len))?;
+        let refuse = |found: String, expected: String| SnapshotError::Invalid {
+            field,
+            offset: at,
+            expected,
+            found,
+        };
+        let text = std::str::from_utf8(bytes)
+            .map_err(|error| refuse(error.to_string(), "UTF-8 text".to_owned()))?;
+        match TextView::<T>::new(text) {
+            Ok(view) if view.as_str() == text => Ok(Some(text)),
+            Ok(view) => Err(refuse(
+                format!("{text:?}"),
+                format!("its canonical form {:?}", view.as_str()),
+            )),
+            Err(error) => Err(refuse(format!("{text:?}"), error.to_string())),
+        }
+    }
+
+    /// Ends the reading: every byte of the body was read.
+    pub(crate) fn finish(self) -> Result<(), SnapshotError> {
+        let left = self.bytes.len() - self.at;
+        if left > 0 {
+            return Err(self.invalid(
+                "end of body",
+                "no more bytes".to_owned(),
+                format!("{left} bytes more"),
+            ));
+        }
+        Ok(())
+    }
+}

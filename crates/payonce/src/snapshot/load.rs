@@ -1,0 +1,125 @@
+//! Choosing the snapshot an opening starts from: the newest one the log
+//! vouches for. Each candidate is checked in turn, cheapest check first:
+//! its header (format, schema, length), the log it names, the head it
+//! names against the head the log itself holds there (read from the log,
+//! never taken from the snapshot), then its checksum and every field. The
+//! first that passes is loaded; each that fails is set aside and reported,
+//! and with none left the opening replays every event.
+
+use std::sync::Arc;
+
+use payonce_log::Opening;
+use tracing::{info, warn};
+
+use super::error::SnapshotError;
+use super::store::{SnapshotStore, StoredSnapshot};
+use super::{SnapshotInfo, decode, info};
+use crate::error::LedgerError;
+use crate::recovery::{SnapshotLoaded, SnapshotRefused};
+use crate::state::State;
+
+/// What [`load_newest`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    /// The state of the snapshot loaded, and what it says of itself.
+    pub(crate) state: Option<(State, SnapshotLoaded)>,
+    /// Those refused on the way, newest first.
+    pub(crate) refused: Vec<SnapshotRefused>,
+}
+
+/// Loads the newest snapshot in `store` that the log `opening` is opening
+/// vouches for. A damaged log (the segment a snapshot's head names does
+/// not verify) refuses the open, as a full replay would; a snapshot that
+/// cannot be listed or read is passed over.
+pub(crate) fn load_newest(
+    store: &dyn SnapshotStore,
+    opening: &Opening,
+) -> Result<Loaded, LedgerError> {
+    let mut loaded = Loaded::default();
+    let candidates = match store.list() {
+        Ok(candidates) => candidates,
+        Err(error) => {
+            warn!(%error, "could not list the snapshots; replaying every event");
+            return Ok(loaded);
+        }
+    };
+    for candidate in candidates {
+        match try_load(store, opening, &candidate)? {
+            Ok((info, state)) => {
+                info!(snapshot = %candidate.name, seq = info.seq, head = %info.head, "loaded a snapshot");
+                let snapshot = SnapshotLoaded {
+                    name: candidate.name,
+                    seq: info.seq,
+                    head: info.head,
+                    len: info.len,
+                };
+                loaded.state = Some((state, snapshot));
+                return Ok(loaded);
+            }
+            Err(error) => loaded.refused.push(refuse(store, candidate, error)),
+        }
+    }
+    Ok(loaded)
+}
+
+/// Checks and decodes `candidate`: the outer `Err` is the log's damage,
+/// the inner one the snapshot's refusal.
+fn try_load(
+    store: &dyn SnapshotStore,
+    opening: &Opening,
+    candidate: &StoredSnapshot,
+) -> Result<Result<(SnapshotInfo, State), SnapshotError>, LedgerError> {
+    let bytes = match store.read(candidate) {
+        Ok(bytes) => bytes,
+        Err(error) => return Ok(Err(error)),
+    };
+    let info = match info(&bytes) {
+        Ok(info) => info,
+        Err(error) => return Ok(Err(error)),
+    };
+    let log_id = opening.log_id()?.unwrap_or_default();
+    if info.log_id != log_id {
+        return Ok(Err(SnapshotError::OtherLog {
+            found: info.log_id,
+            expected: log_id,
+        }));
+    }
+    let found = opening.head_at(info.head.seq)?;
+    if found != Some(info.head) {
+        return Ok(Err(SnapshotError::HeadNotInLog {
+            head: info.head,
+            found,
+        }));
+    }
+    Ok(decode(&bytes))
+}
+
+/// Sets a refused snapshot aside and says so; one that could not be read
+/// stays where it is.
+fn refuse(
+    store: &dyn SnapshotStore,
+    candidate: StoredSnapshot,
+    error: SnapshotError,
+) -> SnapshotRefused {
+    let set_aside_as = match error {
+        SnapshotError::Io { .. } => None,
+        _ => match store.set_aside(&candidate) {
+            Ok(aside) => Some(aside),
+            Err(aside_error) => {
+                warn!(snapshot = %candidate.name, error = %aside_error, "could not set a refused snapshot aside");
+                None
+            }
+        },
+    };
+    warn!(
+        snapshot = %candidate.name,
+        %error,
+        set_aside_as = set_aside_as.as_deref().unwrap_or("(left in place)"),
+        "refused a snapshot; opening falls back to an older one or a full replay"
+    );
+    SnapshotRefused {
+        name: candidate.name,
+        set_aside_as,
+        error: Arc::new(error),
+    }
+}

@@ -1,0 +1,147 @@
+//! Snapshots of the projections: a [`State`] at some event, in a
+//! documented byte format (docs/snapshot-format.md), so opening a ledger
+//! costs the events since the newest snapshot rather than its whole
+//! history.
+//!
+//! A snapshot is a cache, never a source of truth. It names the log it
+//! was taken of and a head of that log (a batch's last seq and its chain
+//! digest, durable when the snapshot was taken, at or after the snapshot's
+//! last event), and it is believed only where the log itself holds that
+//! head (`payonce_log::Opening::head_at`), and only after every field of
+//! it passed the rules replay checks. One that fails any check is set
+//! aside, never deleted, and opening falls back to an older one, then to
+//! a full replay. Audits replay from the first event whatever snapshots
+//! exist; `payonce verify --snapshots` rebuilds the state at each
+//! snapshot's seq and compares it with the snapshot, field by field.
+//!
+//! - [`encode`] and [`decode`]: a state to bytes and back.
+//! - [`SnapshotStore`]: where snapshots are kept (a directory beside the
+//!   log, [`DirSnapshots`]; a table, in `payonce-postgres`).
+//! - [`SnapshotPolicy`]: when a ledger takes them.
+
+pub(crate) mod error;
+pub(crate) mod format;
+mod load;
+mod policy;
+mod store;
+
+use payonce_log::Head;
+
+pub use self::error::SnapshotError;
+use self::format::Header;
+pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
+pub(crate) use self::load::{Loaded, load_newest};
+pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
+pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
+use crate::event::SCHEMA_VERSION;
+use crate::state::State;
+
+/// The largest snapshot read: about 4,000 times a snapshot of 10M claimed
+/// withdrawals (about 2 GiB), and checked before a byte of it is read.
+pub const SNAPSHOT_LEN_MAX: u64 = 1 << 43;
+
+/// What a snapshot says of itself, read from its checked header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The last event the state it holds applied.
+    pub seq: u64,
+    /// The head of the log that vouches for it: durable when it was taken,
+    /// at or after `seq`.
+    pub head: Head,
+    /// The identity of the log it was taken of.
+    pub log_id: u64,
+    /// Its length in bytes, header included.
+    pub len: u64,
+    /// The event schema it was taken under.
+    pub schema_version: u32,
+}
+
+/// The bytes of a snapshot of `state`, taken of the log `log_id` whose
+/// durable head `head` is at or after the state's last event.
+pub fn encode(state: &State, log_id: u64, head: Head) -> Result<Vec<u8>, SnapshotError> {
+    assert!(
+        head.seq >= state.last_seq(),
+        "a snapshot's head ({head}) vouches for its state's events (to {})",
+        state.last_seq()
+    );
+    let body = state.snapshot_body()?;
+    let header = Header {
+        format_version: SNAPSHOT_FORMAT_VERSION,
+        schema_version: u32::from(SCHEMA_VERSION),
+        log_id,
+        seq: state.last_seq(),
+        head,
+        body_len: body.len() as u64,
+        body_crc: crc32fast::hash(&body),
+    };
+    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len());
+    bytes.extend_from_slice(&header.encode());
+    bytes.extend_from_slice(&body);
+    // Read back what will be written: a snapshot that would be refused is
+    // a bug of the writer, found here rather than at the next open.
+    debug_assert!(matches!(info(&bytes), Ok(read) if read.seq == state.last_seq()));
+    Ok(bytes)
+}
+
+/// What the header of `bytes` says, once the header verifies, is of this
+/// build's format and schema, and the length matches: no field of the body
+/// is read.
+pub fn info(bytes: &[u8]) -> Result<SnapshotInfo, SnapshotError> {
+    let len = bytes.len() as u64;
+    if len > SNAPSHOT_LEN_MAX {
+        return Err(SnapshotError::TooLong {
+            len,
+            max: SNAPSHOT_LEN_MAX,
+        });
+    }
+    let header = Header::decode(bytes)?;
+    let expected = (SNAPSHOT_HEADER_LEN as u64).saturating_add(header.body_len);
+    if expected != len {
+        return Err(SnapshotError::Length {
+            expected,
+            found: len,
+        });
+    }
+    if header.schema_version != u32::from(SCHEMA_VERSION) {
+        return Err(SnapshotError::Schema {
+            found: header.schema_version,
+            supported: u32::from(SCHEMA_VERSION),
+        });
+    }
+    if header.head.seq < header.seq {
+        return Err(SnapshotError::Invalid {
+            field: "head seq",
+            offset: 32,
+            expected: format!("a head at or after seq {}", header.seq),
+            found: header.head.seq.to_string(),
+        });
+    }
+    Ok(SnapshotInfo {
+        seq: header.seq,
+        head: header.head,
+        log_id: header.log_id,
+        len,
+        schema_version: header.schema_version,
+    })
+}
+
+/// The state `bytes` hold, and what the snapshot says of itself: the header
+/// checked as [`info`] does, the body's checksum verified, then every field
+/// read under the rules replay checks. Untrusted bytes: nothing is
+/// allocated for a count before the bytes it needs are known to be there.
+pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
+    let info = info(bytes)?;
+    let body = &bytes[SNAPSHOT_HEADER_LEN..];
+    let header = Header::decode(bytes)?;
+    let computed = crc32fast::hash(body);
+    if computed != header.body_crc {
+        return Err(SnapshotError::Checksum {
+            part: "body",
+            stored: header.body_crc,
+            computed,
+        });
+    }
+    let state = State::from_snapshot_body(info.seq, body)?;
+    assert_eq!(state.last_seq(), info.seq);
+    Ok((info, state))
+}

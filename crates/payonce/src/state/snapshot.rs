@@ -1,0 +1,579 @@
+//! A [`State`] as a snapshot's body, and back: every projection, in the
+//! order docs/snapshot-format.md gives. Writing walks the slots in slot
+//! order; reading checks every field under the rules replay checks (the
+//! model's text and amount rules, the state machine's outcome rules) and
+//! the state's own invariants (one record per key, at most one key per
+//! withdrawal, funds held or captured only under a claim, totals that are
+//! the sums of the funds), so no snapshot can make a query panic later.
+//! Slot numbers are not kept: a withdrawal is named by its place in the
+//! body, and the indexes are built again under this process's hash key.
+
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Progress, REPLACED_MAX, Reason, Reference, RequestKey,
+    WithdrawalId, WithdrawalState, WorkerName,
+};
+use rust_decimal::Decimal;
+
+use super::State;
+use super::layout::{Funds, KeySlot, NO_HOLDER, SLOTS_MAX, TextRef, WithdrawalSlot, stored};
+use crate::snapshot::error::SnapshotError;
+use crate::snapshot::format::{In, Out};
+use crate::time::Timestamp;
+
+/// The fewest bytes a currency takes in a body: a one-letter code, two totals.
+const CURRENCY_LEN_MIN: usize = 2 + 1 + 2 * 17;
+/// The fewest bytes a session takes: a one-letter worker, its epoch.
+const SESSION_LEN_MIN: usize = 2 + 1 + 8;
+/// The fewest bytes a withdrawal takes: one-letter id and destination,
+/// amount, currency, flags.
+const WITHDRAWAL_LEN_MIN: usize = 2 * 3 + 17 + 4 + 1;
+/// The fewest bytes a key takes: a one-letter key, its fixed fields, four
+/// empty texts and no replaced reference.
+const KEY_LEN_MIN: usize = 3 + 4 + 8 + 8 + 1 + 1 + 4 * 2 + 1;
+
+/// A withdrawal's flags byte: bit 0, minted here; bits 1 and 2, where its
+/// funds are.
+const CREATED: u8 = 1;
+const FUNDS_SHIFT: u8 = 1;
+const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
+
+/// A key's flags byte: bit 0, its send may be running; bit 1, a worker's
+/// name follows.
+const SEND_RUNNING: u8 = 1;
+const SEND_WORKER: u8 = 2;
+const KEY_FLAGS: u8 = SEND_RUNNING | SEND_WORKER;
+
+impl State {
+    /// The body of a snapshot of this state. Refuses a state only a
+    /// diverged log leaves, which the ledger never holds.
+    pub(crate) fn snapshot_body(&self) -> Result<Vec<u8>, SnapshotError> {
+        let mut out = Out::default();
+        out.bytes
+            .reserve(self.texts.buffer.len() + 64 * self.keys.entries.len());
+        out.u8(u8::from(self.accept_foreign_ids));
+        out.u8(u8::from(self.epoch.is_some()));
+        out.u64(self.epoch.unwrap_or(0));
+        out.u64(self.refusals);
+        self.write_currencies(&mut out)?;
+        out.count(self.sessions.live.len());
+        for (worker, &epoch) in &self.sessions.live {
+            out.text(worker.as_str());
+            out.u64(epoch);
+        }
+        let numbers = self.write_withdrawals(&mut out)?;
+        self.write_keys(&mut out, &numbers);
+        Ok(out.bytes)
+    }
+
+    fn write_currencies(&self, out: &mut Out) -> Result<(), SnapshotError> {
+        out.count(self.currencies.len());
+        for ((currency, held), captured) in
+            self.currencies.iter().zip(&self.held).zip(&self.captured)
+        {
+            out.text(currency.as_str());
+            for total in [held, captured] {
+                if total.is_sign_negative() {
+                    return Err(SnapshotError::Diverged {
+                        withdrawal: format!("(a negative total of {currency})"),
+                    });
+                }
+                out.u128(total.mantissa().unsigned_abs());
+                out.u8(total.scale() as u8);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the withdrawals in slot order; the number each slot has in
+    /// the body (`u32::MAX` for a free one).
+    fn write_withdrawals(&self, out: &mut Out) -> Result<Vec<u32>, SnapshotError> {
+        let entries = &self.withdrawals.entries;
+        let mut numbers = vec![u32::MAX; entries.len()];
+        for &slot in &self.withdrawals.free {
+            numbers[slot as usize] = u32::MAX - 1;
+        }
+        out.count(self.withdrawals.len());
+        let mut next = 0u32;
+        for (slot, entry) in entries.iter().enumerate() {
+            if numbers[slot] == u32::MAX - 1 {
+                numbers[slot] = u32::MAX;
+                continue;
+            }
+            let holds =
+                entry.holder != NO_HOLDER && self.keys[entry.holder].withdrawal as usize == slot;
+            if !entry.listed || entry.named_by != u32::from(holds) {
+                return Err(SnapshotError::Diverged {
+                    withdrawal: self.texts.get(entry.id).to_owned(),
+                });
+            }
+            out.text(self.texts.get(entry.id));
+            out.text(self.texts.get(entry.destination));
+            let (mantissa, scale) = entry.amount.parts();
+            out.u128(mantissa);
+            out.u8(scale);
+            out.u32(entry.currency);
+            let funds = match entry.funds {
+                Funds::Free => 0,
+                Funds::Held => 1,
+                Funds::Captured => 2,
+            };
+            out.u8(u8::from(entry.created) | funds << FUNDS_SHIFT);
+            numbers[slot] = next;
+            next += 1;
+        }
+        assert_eq!(
+            next as usize,
+            self.withdrawals.len(),
+            "every listed withdrawal is written"
+        );
+        Ok(numbers)
+    }
+
+    /// Writes the records in slot order.
+    fn write_keys(&self, out: &mut Out, numbers: &[u32]) {
+        let mut free = vec![false; self.keys.entries.len()];
+        for &slot in &self.keys.free {
+            free[slot as usize] = true;
+        }
+        out.count(self.keys.len());
+        let text = |at: Option<TextRef>| at.map(|at| self.texts.get(at));
+        for (slot, entry) in self.keys.entries.iter().enumerate() {
+            if free[slot] {
+                continue;
+            }
+            let slot = slot as u32;
+            out.text(self.texts.get(entry.key));
+            let number = numbers[entry.withdrawal as usize];
+            assert_ne!(number, u32::MAX, "a record names a listed withdrawal");
+            out.u32(number);
+            out.u64(entry.claimed_seq);
+            out.u64(entry.claimed_at.unix_nanos());
+            out.u8(entry.state.map_or(0, |state| state_number(state) + 1));
+            let worker = self
+                .sessions
+                .senders
+                .get(&slot)
+                .filter(|_| entry.send_running);
+            out.u8(u8::from(entry.send_running) | if worker.is_some() { SEND_WORKER } else { 0 });
+            out.optional(text(entry.reference));
+            out.optional(text(entry.reason));
+            out.optional(text(entry.requested_by));
+            out.optional(text(self.last_errors.get(&slot).copied()));
+            if let Some(worker) = worker {
+                out.text(worker.as_str());
+            }
+            let replaced = match entry.state {
+                Some(_) => self
+                    .replaced
+                    .get(&slot)
+                    .map_or(&[][..], |replaced| replaced),
+                None => &[],
+            };
+            out.u8(replaced.len() as u8);
+            for reference in replaced {
+                out.text(reference.as_str());
+            }
+        }
+    }
+
+    /// The state a snapshot's `body` holds, after event `seq`: every field
+    /// checked, the first one refused named with its offset.
+    pub(crate) fn from_snapshot_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
+        let mut input = In::new(body);
+        let mut state = State {
+            last_seq: seq,
+            ..State::default()
+        };
+        state.texts.buffer.reserve(body.len());
+        state.accept_foreign_ids = input.bool("accept_foreign_ids")?;
+        let has_epoch = input.bool("epoch present")?;
+        let epoch = input.u64("epoch")?;
+        state.epoch = has_epoch.then_some(epoch);
+        if !has_epoch && epoch != 0 {
+            return Err(input.invalid("epoch", "0 with no epoch".to_owned(), epoch.to_string()));
+        }
+        state.refusals = input.u64("refusals")?;
+        state.read_currencies(&mut input)?;
+        state.read_sessions(&mut input)?;
+        state.read_withdrawals(&mut input)?;
+        state.read_keys(&mut input)?;
+        input.finish()?;
+        state.check_funds()?;
+        state.texts.buffer.shrink_to_fit();
+        Ok(state)
+    }
+
+    fn read_currencies(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let count = input.count("currencies", CURRENCY_LEN_MIN, u32::MAX as usize)?;
+        for number in 0..count as u32 {
+            let code = input.text::<Currency>("currency code")?;
+            let held = read_total(input, "held total")?;
+            let captured = read_total(input, "captured total")?;
+            let currency = Currency::new(code).map_err(|error| {
+                input.invalid("currency code", error.to_string(), code.to_owned())
+            })?;
+            if self
+                .currency_numbers
+                .insert(currency.clone(), number)
+                .is_some()
+            {
+                return Err(input.invalid(
+                    "currency code",
+                    "a code listed once".to_owned(),
+                    code.to_owned(),
+                ));
+            }
+            self.currencies.push(currency);
+            self.held.push(held);
+            self.captured.push(captured);
+        }
+        Ok(())
+    }
+
+    fn read_sessions(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let count = input.count("sessions", SESSION_LEN_MIN, usize::MAX)?;
+        for _ in 0..count {
+            let name = input.text::<WorkerName>("session worker")?;
+            let epoch = input.u64("session epoch")?;
+            if self
+                .sessions
+                .live
+                .last_key_value()
+                .is_some_and(|(last, _)| last.as_str() >= name)
+            {
+                return Err(input.invalid(
+                    "session worker",
+                    "workers in ascending order, each once".to_owned(),
+                    name.to_owned(),
+                ));
+            }
+            self.sessions
+                .live
+                .insert(stored(name, WorkerName::new), epoch);
+        }
+        Ok(())
+    }
+
+    fn read_withdrawals(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
+        self.withdrawals.entries.reserve_exact(count);
+        for _ in 0..count {
+            let id = input.text::<WithdrawalId>("withdrawal id")?;
+            let destination = input.text::<Destination>("withdrawal destination")?;
+            let mantissa = input.u128("withdrawal amount")?;
+            let scale = input.u8("withdrawal amount scale")?;
+            let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
+                input.invalid(
+                    "withdrawal amount",
+                    error.to_string(),
+                    format!("{mantissa}e-{scale}"),
+                )
+            })?;
+            let currency = input.u32("withdrawal currency")?;
+            if currency as usize >= self.currencies.len() {
+                let expected = format!("a currency below {}", self.currencies.len());
+                return Err(input.invalid("withdrawal currency", expected, currency.to_string()));
+            }
+            let flags = input.u8("withdrawal flags")?;
+            let funds = match (flags >> FUNDS_SHIFT) & 0b11 {
+                0 => Funds::Free,
+                1 => Funds::Held,
+                2 => Funds::Captured,
+                _ => {
+                    return Err(input.invalid(
+                        "withdrawal flags",
+                        "funds 0, 1 or 2".to_owned(),
+                        flags.to_string(),
+                    ));
+                }
+            };
+            if flags & !WITHDRAWAL_FLAGS != 0 {
+                return Err(input.invalid(
+                    "withdrawal flags",
+                    format!("only bits {WITHDRAWAL_FLAGS:#04b}"),
+                    flags.to_string(),
+                ));
+            }
+            let hash = self.hasher.hash(id);
+            if self.withdrawals.find(&self.texts, hash, id).is_some() {
+                return Err(input.invalid(
+                    "withdrawal id",
+                    "an id listed once".to_owned(),
+                    id.to_owned(),
+                ));
+            }
+            let entry = WithdrawalSlot {
+                id: self.texts.push(id),
+                destination: self.texts.push(destination),
+                amount,
+                currency,
+                holder: NO_HOLDER,
+                named_by: 0,
+                created: flags & CREATED != 0,
+                funds,
+                listed: true,
+            };
+            self.withdrawals.insert(hash, entry);
+        }
+        Ok(())
+    }
+
+    fn read_keys(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let count = input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1)?;
+        self.keys.entries.reserve_exact(count);
+        for slot in 0..count as u32 {
+            let (entry, record) = self.read_key(input)?;
+            let withdrawal = &mut self.withdrawals[entry.withdrawal];
+            if withdrawal.named_by > 0 {
+                let id = self.texts.get(withdrawal.id).to_owned();
+                return Err(input.invalid(
+                    "key withdrawal",
+                    "a withdrawal no other key holds".to_owned(),
+                    id,
+                ));
+            }
+            withdrawal.named_by = 1;
+            withdrawal.holder = slot;
+            if entry.send_running {
+                self.sending += 1;
+                self.running.push(slot);
+            }
+            if let Some(worker) = record.worker {
+                self.sessions.senders.insert(slot, worker);
+            }
+            if let Some(error) = record.last_error {
+                self.last_errors.insert(slot, error);
+            }
+            if !record.replaced.is_empty() {
+                self.replaced.insert(slot, record.replaced.into());
+            }
+            let hash = self.hasher.hash(self.texts.get(entry.key));
+            let inserted = self.keys.insert(hash, entry);
+            assert_eq!(inserted, slot, "keys are numbered in order");
+        }
+        Ok(())
+    }
+
+    /// Reads one record; its text pushed into the state's buffer.
+    fn read_key(&mut self, input: &mut In<'_>) -> Result<(KeySlot, KeyExtras), SnapshotError> {
+        let key = input.text::<RequestKey>("key")?;
+        let hash = self.hasher.hash(key);
+        if self.keys.find(&self.texts, hash, key).is_some() {
+            return Err(input.invalid("key", "a key listed once".to_owned(), key.to_owned()));
+        }
+        let withdrawal = input.u32("key withdrawal")?;
+        if withdrawal as usize >= self.withdrawals.entries.len() {
+            let expected = format!("a withdrawal below {}", self.withdrawals.entries.len());
+            return Err(input.invalid("key withdrawal", expected, withdrawal.to_string()));
+        }
+        let claimed_seq = input.u64("key claimed_seq")?;
+        if claimed_seq == 0 || claimed_seq > self.last_seq {
+            let expected = format!("a seq from 1 to {}", self.last_seq);
+            return Err(input.invalid("key claimed_seq", expected, claimed_seq.to_string()));
+        }
+        let claimed_at = Timestamp::from_unix_nanos(input.u64("key claimed_at")?);
+        let state = read_state(input)?;
+        let flags = input.u8("key flags")?;
+        if flags & !KEY_FLAGS != 0 || flags & SEND_WORKER != 0 && flags & SEND_RUNNING == 0 {
+            let expected = "bit 0, and bit 1 only with bit 0".to_owned();
+            return Err(input.invalid("key flags", expected, flags.to_string()));
+        }
+        let outcome = read_outcome(input, state)?;
+        let last_error = input.optional::<Reason>("key last_error")?;
+        let worker = match flags & SEND_WORKER {
+            0 => None,
+            _ => Some(stored(
+                input.text::<WorkerName>("key send_worker")?,
+                WorkerName::new,
+            )),
+        };
+        let replaced = read_replaced(input, state, outcome)?;
+        let entry = KeySlot {
+            key: self.texts.push(key),
+            withdrawal,
+            claimed_seq,
+            claimed_at,
+            state,
+            send_running: flags & SEND_RUNNING != 0,
+            reference: outcome.reference.map(|text| self.texts.push(text)),
+            reason: outcome.reason.map(|text| self.texts.push(text)),
+            requested_by: outcome.requested_by.map(|text| self.texts.push(text)),
+        };
+        let extras = KeyExtras {
+            last_error: last_error.map(|text| self.texts.push(text)),
+            worker,
+            replaced,
+        };
+        Ok((entry, extras))
+    }
+
+    /// Checks what only the whole body shows: a foreign withdrawal is kept
+    /// only while a key holds it, funds are held or captured only under a
+    /// claim, and each currency's totals are the sums of its funds.
+    fn check_funds(&self) -> Result<(), SnapshotError> {
+        let mut sums = vec![(Decimal::ZERO, Decimal::ZERO); self.currencies.len()];
+        for entry in &self.withdrawals.entries {
+            let id = || self.texts.get(entry.id).to_owned();
+            if entry.named_by == 0 && (!entry.created || entry.funds != Funds::Free) {
+                return Err(SnapshotError::Invalid {
+                    field: "withdrawal flags",
+                    offset: 0,
+                    expected: "a foreign withdrawal, or held or captured funds, only under a claim"
+                        .to_owned(),
+                    found: format!("withdrawal {} unclaimed", id()),
+                });
+            }
+            let (held, captured) = &mut sums[entry.currency as usize];
+            match entry.funds {
+                Funds::Held => *held = held.saturating_add(entry.amount.value()),
+                Funds::Captured => *captured = captured.saturating_add(entry.amount.value()),
+                Funds::Free => {}
+            }
+        }
+        for (number, (held, captured)) in sums.into_iter().enumerate() {
+            let stored = (self.held[number], self.captured[number]);
+            // A total saturates at the most a decimal holds; below it, it is the exact sum.
+            let same = |sum: Decimal, total: Decimal| sum == total || sum == Decimal::MAX;
+            if !same(held, stored.0) || !same(captured, stored.1) {
+                return Err(SnapshotError::Invalid {
+                    field: "currency totals",
+                    offset: 0,
+                    expected: format!("held {held} and captured {captured}, the sums of the funds"),
+                    found: format!(
+                        "held {} and captured {} {}",
+                        stored.0, stored.1, self.currencies[number]
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a record holds beside its slot.
+struct KeyExtras {
+    last_error: Option<TextRef>,
+    worker: Option<WorkerName>,
+    replaced: Vec<Reference>,
+}
+
+/// An outcome's texts, checked under its state's rules.
+#[derive(Clone, Copy)]
+struct OutcomeTexts<'a> {
+    reference: Option<&'a str>,
+    reason: Option<&'a str>,
+    requested_by: Option<&'a str>,
+}
+
+fn state_number(state: WithdrawalState) -> u8 {
+    let number = WithdrawalState::ALL
+        .iter()
+        .position(|&known| known == state);
+    number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
+}
+
+fn read_state(input: &mut In<'_>) -> Result<Option<WithdrawalState>, SnapshotError> {
+    let number = input.u8("key state")?;
+    match number {
+        0 => Ok(None),
+        _ => match WithdrawalState::ALL.get(usize::from(number) - 1) {
+            Some(&state) => Ok(Some(state)),
+            None => Err(input.invalid(
+                "key state",
+                format!("0 to {}", WithdrawalState::ALL.len()),
+                number.to_string(),
+            )),
+        },
+    }
+}
+
+/// Reads an outcome's texts: all absent while in flight; a requester, and
+/// a reference and a reason as the state requires, once settled.
+fn read_outcome<'a>(
+    input: &mut In<'a>,
+    state: Option<WithdrawalState>,
+) -> Result<OutcomeTexts<'a>, SnapshotError> {
+    let outcome = OutcomeTexts {
+        reference: input.optional::<Reference>("key reference")?,
+        reason: input.optional::<Reason>("key reason")?,
+        requested_by: input.optional::<Actor>("key requested_by")?,
+    };
+    let (has_reference, has_reason) = (outcome.reference.is_some(), outcome.reason.is_some());
+    let checked = match state {
+        None if has_reference || has_reason || outcome.requested_by.is_some() => {
+            Err("no outcome text while in flight".to_owned())
+        }
+        None => Ok(()),
+        Some(_) if outcome.requested_by.is_none() => {
+            Err("a requester beside an outcome".to_owned())
+        }
+        Some(state) => state
+            .check_fields(has_reference, has_reason)
+            .map_err(|error| error.to_string()),
+    };
+    checked.map_err(|expected| input.invalid("key outcome", expected, format!("{state:?}")))?;
+    Ok(outcome)
+}
+
+/// Reads the references a bumped outcome replaced, checked under the
+/// outcome's rules (distinct, not the current one, at most `REPLACED_MAX`).
+fn read_replaced(
+    input: &mut In<'_>,
+    state: Option<WithdrawalState>,
+    outcome: OutcomeTexts<'_>,
+) -> Result<Vec<Reference>, SnapshotError> {
+    let count = usize::from(input.u8("key replaced")?);
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let (Some(state), Some(requested_by)) = (state, outcome.requested_by) else {
+        return Err(input.invalid(
+            "key replaced",
+            "none while in flight".to_owned(),
+            count.to_string(),
+        ));
+    };
+    if count > REPLACED_MAX {
+        return Err(input.invalid(
+            "key replaced",
+            format!("at most {REPLACED_MAX}"),
+            count.to_string(),
+        ));
+    }
+    let mut replaced = Vec::with_capacity(count);
+    for _ in 0..count {
+        replaced.push(stored(
+            input.text::<Reference>("key replaced reference")?,
+            Reference::new,
+        ));
+    }
+    let progress = Progress::new(
+        state,
+        outcome.reference.map(|text| stored(text, Reference::new)),
+        outcome.reason.map(|text| stored(text, Reason::new)),
+        stored(requested_by, Actor::new),
+        replaced.clone(),
+    );
+    progress
+        .map_err(|error| input.invalid("key replaced", error.to_string(), count.to_string()))?;
+    Ok(replaced)
+}
+
+/// A total: a non-negative decimal's mantissa and scale.
+fn read_total(input: &mut In<'_>, field: &'static str) -> Result<Decimal, SnapshotError> {
+    let mantissa = input.u128(field)?;
+    let scale = input.u8(field)?;
+    i128::try_from(mantissa)
+        .ok()
+        .and_then(|mantissa| Decimal::try_from_i128_with_scale(mantissa, u32::from(scale)).ok())
+        .ok_or_else(|| {
+            input.invalid(
+                field,
+                "a decimal of at most 96 bits and scale 28".to_owned(),
+                format!("{mantissa}e-{scale}"),
+            )
+        })
+}
+
+const _: () = assert!(WithdrawalState::ALL.len() < u8::MAX as usize);
+const _: () = assert!(REPLACED_MAX <= u8::MAX as usize);
