@@ -61,17 +61,36 @@ pub fn verify_on(
     storage: Arc<dyn Storage>,
     config: LogConfig,
 ) -> Result<VerifyReport, LedgerError> {
+    verify_at(storage, config, &[], |_| {})
+}
+
+/// [`verify_on`], handing `visit` the state just after each event of
+/// `seqs` (ascending) as the replay passes it: how a snapshot taken at a
+/// seq is compared with the state the log rebuilds there.
+pub fn verify_at(
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+    seqs: &[u64],
+    mut visit: impl FnMut(&State),
+) -> Result<VerifyReport, LedgerError> {
+    assert!(seqs.is_sorted(), "states are visited in log order");
     let reader = LogReader::open(storage, config)?;
     let mut state = State::new();
     let mut divergences = Vec::new();
     let mut batch = Batch::new();
+    let mut wanted = seqs.iter().copied().peekable();
     let recovery = reader
         .scan(|record| {
             batch.push(record.seq, record.payload)?;
-            if batch.is_full() {
+            let visit_now = wanted.next_if_eq(&record.seq).is_some();
+            if batch.is_full() || visit_now {
                 // The log is what happened: keep replaying it as written.
                 apply_batch(&mut state, &batch, &mut divergences)?;
                 batch.clear();
+            }
+            if visit_now {
+                visit(&state);
+                while wanted.next_if_eq(&record.seq).is_some() {}
             }
             Ok(())
         })

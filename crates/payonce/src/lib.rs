@@ -77,7 +77,9 @@ mod time;
 
 #[cfg(feature = "tokio")]
 pub use crate::async_ledger::{AsyncLedger, Submission};
-pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
+pub use crate::audit::{
+    EventLog, Events, VerifyReport, verify, verify_at, verify_on, withdrawal_of,
+};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide, decide_as};
 pub use crate::epoch::{CountingEpochs, Epochs, RandomEpochs};
@@ -94,15 +96,17 @@ pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
 pub use crate::snapshot::{
     DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
-    SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotError,
-    SnapshotInfo, SnapshotPolicy, SnapshotStore, StoredSnapshot,
+    SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck,
+    SnapshotError, SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict, StoredSnapshot,
+    verify_snapshots,
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {
     pub use crate::snapshot::{decode, encode, info};
 }
 pub use crate::state::{
-    ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply,
+    ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,
+    apply,
 };
 pub use crate::time::{
     Clock, ManualClock, SystemClock, TIMESTAMP_TEXT_MAX, Timestamp, TimestampError,

@@ -19,6 +19,7 @@
 //!   log, [`DirSnapshots`]; a table, in `payonce-postgres`).
 //! - [`SnapshotPolicy`]: when a ledger takes them.
 
+mod audit;
 pub(crate) mod error;
 pub(crate) mod format;
 mod load;
@@ -27,6 +28,7 @@ mod store;
 
 use payonce_log::Head;
 
+pub use self::audit::{SnapshotCheck, SnapshotVerdict, verify_snapshots};
 pub use self::error::SnapshotError;
 use self::format::Header;
 pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};

@@ -25,6 +25,7 @@
 //! claimed by a key whose record names another withdrawal.
 
 mod apply;
+mod compare;
 mod index;
 mod layout;
 mod sessions;
@@ -40,6 +41,7 @@ use payonce_model::{
 use rust_decimal::Decimal;
 
 pub use self::apply::apply;
+pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
 use self::sessions::Sessions;
@@ -186,48 +188,10 @@ impl fmt::Debug for State {
 
 /// Two states are equal when every query answers the same: slot numbers,
 /// buffer offsets and hash order are how a state got there, not what it
-/// believes.
+/// believes ([`State::difference`] names the first answer that differs).
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
-        let same_record = |mine: KeyRecord<'_>| {
-            other.record(mine.key_str()).is_some_and(|theirs| {
-                mine.withdrawal.id_str() == theirs.withdrawal.id_str()
-                    && mine.entry.claimed_seq == theirs.entry.claimed_seq
-                    && mine.entry.claimed_at == theirs.entry.claimed_at
-                    && mine.entry.send_running == theirs.entry.send_running
-                    && mine.send_worker() == theirs.send_worker()
-                    && mine.progress() == theirs.progress()
-                    && mine.last_error() == theirs.last_error()
-            })
-        };
-        let same_withdrawal = |mine: Withdrawal<'_>| {
-            other.withdrawal(mine.id_str()).is_some_and(|theirs| {
-                mine.fingerprint() == theirs.fingerprint()
-                    && mine.entry.created == theirs.entry.created
-                    && mine.entry.funds == theirs.entry.funds
-                    && mine.holder().map(|record| record.key_str())
-                        == theirs.holder().map(|record| record.key_str())
-            })
-        };
-        self.last_seq == other.last_seq
-            && self.accept_foreign_ids == other.accept_foreign_ids
-            && self.refusals == other.refusals
-            && self.epoch == other.epoch
-            && self.sessions.live == other.sessions.live
-            && self.held_totals() == other.held_totals()
-            && self.captured_totals() == other.captured_totals()
-            && self.keys.len() == other.keys.len()
-            && self.withdrawals.len() == other.withdrawals.len()
-            && self.records().count() == other.records().count()
-            && self
-                .keys
-                .in_use()
-                .filter_map(|slot| self.record_at(slot))
-                .all(same_record)
-            && self
-                .withdrawals
-                .in_use()
-                .all(|slot| same_withdrawal(self.withdrawal_at(slot)))
+        self.difference(other).is_none()
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use payonce::{
-    Config, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Ticket, Timestamp,
+    Config, DirSnapshots, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Ticket,
+    Timestamp,
 };
 use payonce_log::MemStorage;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
@@ -59,6 +60,8 @@ const WORKER: &str = "worker-1";
 
 pub struct Fixture {
     pub storage: MemStorage,
+    /// Where a file ledger's snapshots are kept.
+    pub snapshots: MemStorage,
     pub clock: Arc<ManualClock>,
     pub config: Config,
     ledger: Option<Ledger>,
@@ -79,9 +82,11 @@ impl Fixture {
 
     pub fn with(adjust: impl FnOnce(&mut Config)) -> Fixture {
         let storage = MemStorage::new();
+        let snapshots = MemStorage::new();
         let clock = Arc::new(ManualClock::new(START));
         let mut config = Config {
             clock: clock.clone(),
+            snapshot_store: Some(Arc::new(DirSnapshots::on(Arc::new(snapshots.clone())))),
             ..Config::default()
         };
         adjust(&mut config);
@@ -99,6 +104,7 @@ impl Fixture {
         };
         Fixture {
             storage,
+            snapshots,
             clock,
             config,
             ledger: Some(ledger),
@@ -220,6 +226,45 @@ impl Fixture {
             "answers changed across a reopen"
         );
         assert_same_projections(&state, &self.ledger().state());
+    }
+}
+
+impl Drop for Fixture {
+    /// Every test's file ledger ends by checking that opening from the
+    /// snapshot its clean close takes gives the state a full replay gives.
+    fn drop(&mut self) {
+        if std::thread::panicking() || self.url.is_some() || self.ledger.is_none() {
+            return;
+        }
+        self.assert_snapshot_opens_as_replay();
+    }
+}
+
+impl Fixture {
+    /// Closes the ledger (taking a snapshot), opens it from the snapshot,
+    /// and checks its state against a read-only replay of the whole log.
+    pub fn assert_snapshot_opens_as_replay(&mut self) {
+        let healthy = self.ledger().sync().is_ok();
+        self.ledger = None;
+        if !healthy {
+            // A ledger whose storage failed takes no snapshot at close.
+            return;
+        }
+        let reopened = self.open().expect("a ledger closed cleanly opens again");
+        let loaded = reopened.recovery().snapshot.clone();
+        let state = reopened.state();
+        drop(reopened);
+        let loaded = loaded.expect("opening used the snapshot taken at close");
+        assert!(loaded.seq <= state.last_seq());
+        let replayed = payonce::verify_on(Arc::new(self.storage.clone()), self.config.log.clone())
+            .expect("the log verifies")
+            .state;
+        assert_eq!(
+            state.difference(&replayed),
+            None,
+            "opening from the snapshot at seq {} and a full replay differ",
+            loaded.seq
+        );
     }
 }
 
