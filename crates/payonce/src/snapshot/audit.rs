@@ -113,7 +113,5 @@ fn read_checked(
         };
         return Ok(Err((Some(info), error)));
     }
-    Ok(decode(&bytes)
-        .map(|(info, state)| (info, state))
-        .map_err(|error| (Some(info), error)))
+    Ok(decode(&bytes).map_err(|error| (Some(info), error)))
 }
