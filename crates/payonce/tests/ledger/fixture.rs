@@ -217,9 +217,36 @@ impl Fixture {
 
     /// Closes and reopens, then checks every answer is what it was.
     pub fn assert_same_after_reopen(&mut self, keys: &[&str], withdrawals: &[&WithdrawalRequest]) {
+        self.assert_same_after(keys, withdrawals, Fixture::reopen);
+    }
+
+    /// Closes, drops the snapshot taken at the close, and reopens: from an
+    /// older snapshot and the events after it, or every event. Then checks
+    /// every answer is what it was.
+    pub fn assert_same_after_reopen_from_older(
+        &mut self,
+        keys: &[&str],
+        withdrawals: &[&WithdrawalRequest],
+    ) {
+        self.assert_same_after(keys, withdrawals, |fixture| {
+            fixture.ledger = None;
+            let store = DirSnapshots::on(Arc::new(fixture.snapshots.clone()));
+            if let Some(newest) = payonce::SnapshotStore::list(&store).unwrap().first() {
+                payonce_log::Storage::remove(&fixture.snapshots, &newest.name).unwrap();
+            }
+            fixture.reopen();
+        });
+    }
+
+    fn assert_same_after(
+        &mut self,
+        keys: &[&str],
+        withdrawals: &[&WithdrawalRequest],
+        reopen: impl FnOnce(&mut Fixture),
+    ) {
         let before = self.answers(keys, withdrawals);
         let state = self.ledger().state();
-        self.reopen();
+        reopen(self);
         assert_eq!(
             self.answers(keys, withdrawals),
             before,
@@ -256,15 +283,27 @@ impl Fixture {
         drop(reopened);
         let loaded = loaded.expect("opening used the snapshot taken at close");
         assert!(loaded.seq <= state.last_seq());
-        let replayed = payonce::verify_on(Arc::new(self.storage.clone()), self.config.log.clone())
-            .expect("the log verifies")
-            .state;
+        let store = DirSnapshots::on(Arc::new(self.snapshots.clone()));
+        let (report, checks) = payonce::verify_snapshots(
+            Arc::new(self.storage.clone()),
+            self.config.log.clone(),
+            &store,
+        )
+        .expect("the log verifies");
         assert_eq!(
-            state.difference(&replayed),
+            state.difference(&report.state),
             None,
             "opening from the snapshot at seq {} and a full replay differ",
             loaded.seq
         );
+        for check in checks {
+            assert!(
+                matches!(check.verdict, payonce::SnapshotVerdict::Matches),
+                "snapshot {}: {:?}",
+                check.snapshot.name,
+                check.verdict
+            );
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod outcomes;
 mod races;
 mod scenarios;
 mod schemas;
+mod snapshots;
 mod times;
 
 pub use fixture::*;

@@ -69,6 +69,11 @@ enum Op {
         ending: u8,
     },
     Reopen,
+    /// A snapshot of the projections is taken now.
+    Snapshot,
+    /// The ledger is reopened from the snapshot before the one its close
+    /// took, if any, and the events after it.
+    ReopenFromOlder,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -91,6 +96,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (key.clone(), 0..4u8).prop_map(|(key, how)| Op::Advance { key, how }),
         1 => (key, 0..4u8).prop_map(|(key, ending)| Op::Correct { key, ending }),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::ReopenFromOlder),
     ]
 }
 
@@ -414,6 +421,15 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(answer, expected, "correct {}", key);
             }
             Op::Reopen => f.assert_same_after_reopen(KEYS, &withdrawals.iter().collect::<Vec<_>>()),
+            Op::ReopenFromOlder => {
+                let withdrawals = withdrawals.iter().collect::<Vec<_>>();
+                f.assert_same_after_reopen_from_older(KEYS, &withdrawals)
+            }
+            Op::Snapshot => {
+                if !f.is_shared() {
+                    prop_assert!(f.ledger().snapshot().is_ok());
+                }
+            }
         }
         for key in KEYS {
             let expected = model

@@ -1,0 +1,479 @@
+//! Snapshots of the projections: opening from one gives the state a full
+//! replay gives; each way one can be wrong is refused, named, set aside,
+//! and the opening falls back to an older one or a full replay, never
+//! panicking and never opening a log a full replay would refuse for a
+//! missing head; and `verify_snapshots` finds a snapshot whose state is not
+//! the log's, even one every check of an opening passes.
+
+use std::sync::Arc;
+
+use payonce::NewWithdrawal;
+use payonce::{
+    Config, DirSnapshots, Ledger, LedgerError, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy,
+    SnapshotStore, SnapshotVerdict, State,
+};
+use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
+use payonce_model::{Actor, Amount, Currency, Destination};
+
+use crate::{Rail, START};
+
+/// A ledger on in-memory storage whose snapshots go to a store of their own.
+struct Setup {
+    log: MemStorage,
+    snapshots: MemStorage,
+    config: Config,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let snapshots = MemStorage::new();
+        let config = Config {
+            clock: Arc::new(payonce::ManualClock::new(START)),
+            snapshot_store: Some(Arc::new(DirSnapshots::on(Arc::new(snapshots.clone())))),
+            snapshots: SnapshotPolicy::never(),
+            ..Config::default()
+        };
+        Setup {
+            log: MemStorage::new(),
+            snapshots,
+            config,
+        }
+    }
+
+    fn store(&self) -> DirSnapshots {
+        DirSnapshots::on(Arc::new(self.snapshots.clone()))
+    }
+
+    fn init(&self) -> Ledger {
+        Ledger::init_on(Arc::new(self.log.clone()), self.config.clone()).unwrap()
+    }
+
+    fn open(&self) -> Result<Ledger, LedgerError> {
+        Ledger::open_on(Arc::new(self.log.clone()), self.config.clone())
+    }
+
+    /// The state a read-only replay of every event gives.
+    fn replayed(&self) -> State {
+        payonce::verify_on(Arc::new(self.log.clone()), LogConfig::default())
+            .unwrap()
+            .state
+    }
+
+    /// The names of the snapshots held, newest first.
+    fn held(&self) -> Vec<String> {
+        self.store()
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|snapshot| snapshot.name)
+            .collect()
+    }
+
+    fn bytes(&self, name: &str) -> Vec<u8> {
+        self.snapshots.read(name, u64::MAX).unwrap()
+    }
+
+    fn put(&self, name: &str, bytes: &[u8]) {
+        let tmp = format!("{name}.edit");
+        let mut file = self.snapshots.create_new(&tmp).unwrap();
+        file.append(bytes).unwrap();
+        file.sync_data().unwrap();
+        drop(file);
+        self.snapshots.rename(&tmp, name).unwrap();
+    }
+}
+
+/// Submits `count` new withdrawals, each under its own key, some failing.
+fn submit(ledger: &Ledger, count: usize, rail: &Rail) {
+    for n in 0..count {
+        let fixture_key = format!("k-{}-{n}", ledger.last_seq());
+        let request = ledger
+            .create(NewWithdrawal {
+                amount: Amount::parse("7.5").unwrap(),
+                currency: Currency::new("USDC").unwrap(),
+                destination: Destination::new("0xfeed").unwrap(),
+                requested_by: Actor::new("alice").unwrap(),
+            })
+            .unwrap();
+        let _ = if n % 5 == 4 {
+            ledger.submit(&fixture_key, &request, rail.timeout())
+        } else {
+            ledger.submit(&fixture_key, &request, rail.ok())
+        };
+    }
+}
+
+/// A ledger with two snapshots, events after each, closed without a
+/// snapshot at close: (older seq, newer seq).
+fn two_snapshots(setup: &Setup) -> (u64, u64) {
+    let ledger = setup.init();
+    let rail = Rail::default();
+    submit(&ledger, 6, &rail);
+    let older = ledger.snapshot().unwrap().unwrap().stored.seq;
+    submit(&ledger, 6, &rail);
+    let newer = ledger.snapshot().unwrap().unwrap().stored.seq;
+    submit(&ledger, 3, &rail);
+    drop(ledger);
+    assert_eq!(setup.held().len(), 2);
+    (older, newer)
+}
+
+/// Rewrites the header checksum (and the body's) of snapshot bytes after
+/// an edit, so only the edited field is wrong.
+fn reseal(bytes: &mut [u8]) {
+    let body = crc32fast::hash(&bytes[SNAPSHOT_HEADER_LEN..]);
+    bytes[80..84].copy_from_slice(&body.to_le_bytes());
+    let header = crc32fast::hash(&bytes[0..84]);
+    bytes[84..88].copy_from_slice(&header.to_le_bytes());
+}
+
+/// Opens after the newest snapshot was edited by `edit`: the newest is
+/// refused with an error `check` accepts and set aside, the older one is
+/// loaded, and the state is the full replay's.
+fn refused_then_older(edit: impl FnOnce(&mut Vec<u8>), check: impl FnOnce(&SnapshotError)) {
+    let setup = Setup::new();
+    let (older, newer) = two_snapshots(&setup);
+    let newest = setup.held()[0].clone();
+    let mut bytes = setup.bytes(&newest);
+    edit(&mut bytes);
+    setup.put(&newest, &bytes);
+    let ledger = setup.open().unwrap();
+    let recovery = ledger.recovery().clone();
+    assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+    let refused = &recovery.refused_snapshots[0];
+    assert_eq!(refused.name, newest);
+    check(&refused.error);
+    let aside = refused
+        .set_aside_as
+        .clone()
+        .expect("a refused snapshot is set aside");
+    assert!(
+        aside.ends_with(&format!("{newer:020}.snapshot.refused")),
+        "{aside}"
+    );
+    assert_eq!(
+        recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
+        Some(older)
+    );
+    let state = ledger.state();
+    drop(ledger);
+    assert_eq!(state.difference(&setup.replayed()), None);
+    let names = payonce_log::Storage::list(&setup.snapshots).unwrap();
+    assert!(
+        names.iter().any(|name| name.ends_with(".refused")),
+        "never deleted: {names:?}"
+    );
+}
+
+#[test]
+fn opening_from_a_snapshot_replays_only_the_events_after_it() {
+    // Guards against a snapshot that is loaded but then replayed over from the first event, or skipped.
+    let setup = Setup::new();
+    let (_, newer) = two_snapshots(&setup);
+    let ledger = setup.open().unwrap();
+    let recovery = ledger.recovery().clone();
+    assert_eq!(
+        recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
+        Some(newer)
+    );
+    assert!(recovery.refused_snapshots.is_empty());
+    assert_eq!(
+        recovery.replayed,
+        ledger.last_seq() - 1 - newer,
+        "only the tail, before this open's own event"
+    );
+    let state = ledger.state();
+    drop(ledger);
+    assert_eq!(state.difference(&setup.replayed()), None);
+}
+
+#[test]
+fn a_snapshot_whose_body_was_damaged_is_refused_by_its_checksum() {
+    // Guards against a flipped bit in a snapshot's body reaching the projections.
+    refused_then_older(
+        |bytes| *bytes.last_mut().unwrap() ^= 0x01,
+        |error| {
+            assert!(
+                matches!(error, SnapshotError::Checksum { part: "body", .. }),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_snapshot_whose_header_was_damaged_is_refused_by_its_checksum() {
+    // Guards against believing a header whose bytes changed, its seq say.
+    refused_then_older(
+        |bytes| bytes[25] ^= 0x10,
+        |error| {
+            assert!(
+                matches!(error, SnapshotError::Checksum { part: "header", .. }),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_snapshot_naming_a_head_the_log_does_not_hold_is_refused() {
+    // Guards against a snapshot of a rewritten history: its digest is not the log's at its head.
+    refused_then_older(
+        |bytes| {
+            bytes[40] ^= 0xFF;
+            reseal(bytes);
+        },
+        |error| {
+            assert!(
+                matches!(error, SnapshotError::HeadNotInLog { found: Some(_), .. }),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_snapshot_of_another_ledger_is_refused() {
+    // Guards against a snapshot copied from another ledger's directory.
+    refused_then_older(
+        |bytes| {
+            bytes[16] ^= 0x01;
+            reseal(bytes);
+        },
+        |error| assert!(matches!(error, SnapshotError::OtherLog { .. }), "{error}"),
+    );
+}
+
+#[test]
+fn a_snapshot_of_a_newer_format_is_refused() {
+    // Guards against reading a format this build does not know as if it were its own.
+    refused_then_older(
+        |bytes| {
+            bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+            reseal(bytes);
+        },
+        |error| {
+            assert!(
+                matches!(
+                    error,
+                    SnapshotError::Version {
+                        found: 2,
+                        supported: 1
+                    }
+                ),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_truncated_or_extended_snapshot_is_refused_by_its_length() {
+    // Guards against a snapshot cut short by a crash, or with bytes appended, being read.
+    refused_then_older(
+        |bytes| {
+            bytes.truncate(bytes.len() - 7);
+        },
+        |error| assert!(matches!(error, SnapshotError::Length { .. }), "{error}"),
+    );
+    refused_then_older(
+        |bytes| bytes.extend_from_slice(&[0; 9]),
+        |error| assert!(matches!(error, SnapshotError::Length { .. }), "{error}"),
+    );
+    refused_then_older(
+        |bytes| bytes.truncate(40),
+        |error| assert!(matches!(error, SnapshotError::Length { .. }), "{error}"),
+    );
+}
+
+#[test]
+fn a_snapshot_whose_counts_pass_its_bytes_is_refused_before_allocating() {
+    // Guards against a count field that would allocate more than the snapshot could hold.
+    refused_then_older(
+        |bytes| {
+            // The currencies' count, the first field after the scalars.
+            let at = SNAPSHOT_HEADER_LEN + 18;
+            bytes[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+            reseal(bytes);
+        },
+        |error| {
+            assert!(
+                matches!(error, SnapshotError::Invalid { field: "currencies", offset, .. } if *offset == (SNAPSHOT_HEADER_LEN + 26) as u64),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_snapshot_with_an_invalid_field_is_refused_naming_it() {
+    // Guards against a field that breaks the model's rules (a currency code in lower case) reaching the state.
+    refused_then_older(
+        |bytes| {
+            // The first currency's code, after its count and length.
+            let at = SNAPSHOT_HEADER_LEN + 18 + 8 + 2;
+            bytes[at] = b'u';
+            reseal(bytes);
+        },
+        |error| {
+            assert!(
+                matches!(
+                    error,
+                    SnapshotError::Invalid {
+                        field: "currency code",
+                        ..
+                    }
+                ),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn with_every_snapshot_refused_opening_replays_every_event() {
+    // Guards against an open that fails, rather than falls back, when no snapshot is usable.
+    let setup = Setup::new();
+    two_snapshots(&setup);
+    for name in setup.held() {
+        let mut bytes = setup.bytes(&name);
+        bytes[SNAPSHOT_HEADER_LEN] ^= 0x01;
+        setup.put(&name, &bytes);
+    }
+    let ledger = setup.open().unwrap();
+    assert_eq!(ledger.recovery().refused_snapshots.len(), 2);
+    assert!(ledger.recovery().snapshot.is_none());
+    assert_eq!(ledger.recovery().replayed, ledger.last_seq() - 1);
+    assert!(setup.held().is_empty(), "both set aside");
+}
+
+#[test]
+fn a_snapshot_past_a_log_restored_from_an_older_copy_is_refused_and_the_log_replayed() {
+    // Guards against a snapshot newer than the log hiding that the log went back: the log's own checks decide, and the snapshot is refused.
+    let setup = Setup::new();
+    let ledger = setup.init();
+    let rail = Rail::default();
+    submit(&ledger, 4, &rail);
+    ledger.sync().unwrap();
+    let older_copy = setup.log.crash(CrashMode::DropUnsynced, 1);
+    submit(&ledger, 4, &rail);
+    let taken = ledger.snapshot().unwrap().unwrap();
+    drop(ledger);
+    let restored = Setup {
+        log: older_copy,
+        snapshots: setup.snapshots.clone(),
+        config: setup.config.clone(),
+    };
+    let ledger = restored.open().unwrap();
+    let recovery = ledger.recovery().clone();
+    assert!(recovery.snapshot.is_none());
+    assert_eq!(recovery.refused_snapshots.len(), 1);
+    assert!(
+        matches!(&*recovery.refused_snapshots[0].error, SnapshotError::HeadNotInLog { head, found: None } if *head == taken.head),
+        "{:?}",
+        recovery.refused_snapshots[0].error
+    );
+    assert!(ledger.last_seq() < taken.stored.seq);
+}
+
+#[test]
+fn verify_snapshots_finds_a_snapshot_written_with_a_wrong_field() {
+    // Guards against a bug in writing snapshots hiding: the refusals count is wrong, every check of an opening passes, and the audit names the field.
+    let setup = Setup::new();
+    let (_, newer) = two_snapshots(&setup);
+    let newest = setup.held()[0].clone();
+    let mut bytes = setup.bytes(&newest);
+    // The refusals count, the last of the scalars.
+    let at = SNAPSHOT_HEADER_LEN + 10;
+    let refusals = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    bytes[at..at + 8].copy_from_slice(&(refusals + 3).to_le_bytes());
+    reseal(&mut bytes);
+    setup.put(&newest, &bytes);
+    let (_, checks) = payonce::verify_snapshots(
+        Arc::new(setup.log.clone()),
+        LogConfig::default(),
+        &setup.store(),
+    )
+    .unwrap();
+    assert_eq!(checks.len(), 2);
+    match &checks[0].verdict {
+        SnapshotVerdict::Differs(difference) => {
+            assert_eq!(difference.what, "refusals");
+            assert_eq!(difference.left, (refusals + 3).to_string());
+            assert_eq!(difference.right, refusals.to_string());
+        }
+        other => panic!("expected the refusals named, got {other:?}"),
+    }
+    assert_eq!(checks[0].snapshot.seq, newer);
+    assert!(matches!(checks[1].verdict, SnapshotVerdict::Matches));
+    // The opening itself accepts it: only the audit can tell.
+    let ledger = setup.open().unwrap();
+    assert_eq!(
+        ledger
+            .recovery()
+            .snapshot
+            .as_ref()
+            .map(|snapshot| snapshot.seq),
+        Some(newer)
+    );
+}
+
+#[test]
+fn snapshots_are_kept_two_at_a_time_and_taken_at_a_clean_close() {
+    // Guards against snapshots piling up, and against a close that leaves the next open a tail to replay.
+    let setup = Setup::new();
+    let config = Config {
+        snapshots: SnapshotPolicy {
+            at_close: true,
+            ..SnapshotPolicy::never()
+        },
+        ..setup.config.clone()
+    };
+    let ledger = Ledger::init_on(Arc::new(setup.log.clone()), config.clone()).unwrap();
+    let rail = Rail::default();
+    for _ in 0..4 {
+        submit(&ledger, 2, &rail);
+        ledger.snapshot().unwrap().unwrap();
+    }
+    assert_eq!(setup.held().len(), 2);
+    assert!(
+        ledger.snapshot().unwrap().is_none(),
+        "nothing new since the last"
+    );
+    submit(&ledger, 1, &rail);
+    let last = ledger.last_seq();
+    drop(ledger);
+    let newest = setup.store().list().unwrap()[0].seq;
+    assert_eq!(newest, last, "the close took one of the last state");
+    let ledger = Ledger::open_on(Arc::new(setup.log.clone()), config).unwrap();
+    assert_eq!(ledger.recovery().replayed, 0, "nothing past the snapshot at close");
+}
+
+#[test]
+fn snapshots_are_taken_in_the_background_every_so_many_events() {
+    // Guards against a policy by count that never fires without a caller asking.
+    let setup = Setup::new();
+    let config = Config {
+        snapshots: SnapshotPolicy {
+            events: 10,
+            share_max: 100,
+            ..SnapshotPolicy::never()
+        },
+        ..setup.config.clone()
+    };
+    let ledger = Ledger::init_on(Arc::new(setup.log.clone()), config).unwrap();
+    let rail = Rail::default();
+    submit(&ledger, 8, &rail);
+    // The thread is woken by the event that made the count; it holds the
+    // store's newest name once it has written, which the loop waits for
+    // by polling the store (no sleep decides the outcome).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while setup.held().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot was taken in the background"
+        );
+        std::thread::yield_now();
+    }
+    drop(ledger);
+}
