@@ -7,10 +7,11 @@
 //!   rate of the same disk, appending and overwriting, measured in the
 //!   same run; with each submit's CPU time and context switches, counted by
 //!   its thread from `/proc/thread-self`.
-//! - Opening (replaying and re-deriving) logs of 1M, 3M and 10M events:
+//! - Opening logs of 1M, 3M and 10M events, replaying (and re-deriving)
+//!   every event beside opening from the snapshot taken at the log's end:
 //!   time and peak memory, each open in a fresh child process, three opens
-//!   per log (the first right after the log was written and synced, and
-//!   the best).
+//!   of each kind per log, alternated, the best of each; the snapshot's
+//!   size, and how long taking it held the ledger's lock and took.
 //! - Resident bytes per claimed withdrawal, beyond the text of their keys
 //!   and ids.
 //!
@@ -18,7 +19,8 @@
 //! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3);
 //! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,3000000,10000000`:
 //! the second holds 1M claimed withdrawals);
-//! `PAYONCE_BENCH_THREADS` the thread counts (default `1,8,64`).
+//! `PAYONCE_BENCH_THREADS` the thread counts (default `1,8,64`); `none`
+//! leaves a table out.
 
 // A benchmark that cannot read or write has nothing to report: a panic with
 // its location is the report, as in a test.
@@ -30,7 +32,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use payonce::{Config, Ledger, NewWithdrawal, SendFailure};
+use payonce::{Config, Ledger, NewWithdrawal, SendFailure, SnapshotPolicy};
 use payonce_log::{
     Durability, FsStorage, LogConfig, PREALLOCATE_LEN, overwrite_sync_rate, sync_rate,
 };
@@ -51,7 +53,7 @@ const SUBMITS_PER_SEC_MAX: f64 = 500_000.0;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(index) = args.iter().position(|arg| arg == "--open-child") {
-        open_child(Path::new(&args[index + 1]));
+        open_child(Path::new(&args[index + 1]), &args[index + 2]);
         return;
     }
     // `--build DIR EVENTS`: leave a log behind, for profiling an open.
@@ -82,9 +84,13 @@ fn main() {
         thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    durable_table(dir.path(), thread_counts, duration);
-    println!();
-    replay_table(dir.path(), sizes);
+    if !thread_counts.is_empty() {
+        durable_table(dir.path(), thread_counts, duration);
+        println!();
+    }
+    if !sizes.is_empty() {
+        replay_table(dir.path(), sizes);
+    }
 }
 
 /// The durable submits' table: the disk's raw rates, then every thread
@@ -129,42 +135,62 @@ fn durable_table(dir: &Path, thread_counts: Vec<usize>, duration: Duration) {
 /// The replay table: a log of each size built, then opened in children.
 fn replay_table(dir: &Path, sizes: Vec<u64>) {
     println!(
-        "| log | withdrawals | first open | events/s | best of {OPENS} opens | events/s | peak memory | resident bytes per claimed withdrawal, beyond key and id text |"
+        "| log | withdrawals | full replay, best of {OPENS} | events/s | from a snapshot, best of {OPENS} | faster | snapshot | bytes per withdrawal | loaded at | taking it: lock held, all told | peak memory, full / snapshot | resident bytes per claimed withdrawal, beyond key and id text |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for (index, events) in sizes.into_iter().enumerate() {
         // Numbered too, so a size given twice builds a second log.
         let ledger_dir = dir.join(format!("replay-{index}-{events}"));
-        let (withdrawals, text_bytes) = build_log(&ledger_dir, events);
-        // The first open follows the build at once; the later ones read a
-        // log at rest.
-        let opens: Vec<Opened> = (0..OPENS).map(|_| open_in_child(&ledger_dir)).collect();
-        let first = &opens[0];
-        let best = opens
-            .iter()
-            .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
-            .unwrap();
-        let per_withdrawal = (best.resident_after_kib - best.resident_before_kib) as f64 * 1024.0
-            / withdrawals as f64;
+        let built = build_log(&ledger_dir, events);
+        // Alternated, each in a fresh process, so both read a log at rest
+        // under the same conditions.
+        let mut full = Vec::new();
+        let mut snapshot = Vec::new();
+        for _ in 0..OPENS {
+            full.push(open_in_child(&ledger_dir, "full"));
+            snapshot.push(open_in_child(&ledger_dir, "snapshot"));
+        }
+        let best = |opens: &[Opened]| {
+            opens
+                .iter()
+                .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+                .cloned()
+                .unwrap()
+        };
+        let (full, snapshot) = (best(&full), best(&snapshot));
+        // Each open records its own opening: the log grows by one event per open.
+        assert!(full.events.abs_diff(snapshot.events) <= 2 * OPENS as u64);
+        let per_withdrawal = (full.resident_after_kib - full.resident_before_kib) as f64 * 1024.0
+            / built.withdrawals as f64;
         println!(
-            "| {events} events | {withdrawals} | {:.2} s | {:.0} | {:.2} s | {:.0} | {} MiB | {:.0} |",
-            first.seconds,
-            first.events as f64 / first.seconds,
-            best.seconds,
-            best.events as f64 / best.seconds,
-            best.peak_kib / 1024,
-            per_withdrawal - text_bytes,
+            "| {events} events | {} | {:.2} s | {:.0} | {:.3} s | {:.1}x | {:.0} MiB | {:.0} | {:.0} MiB/s | {:.0} ms, {:.2} s | {} / {} MiB | {:.0} |",
+            built.withdrawals,
+            full.seconds,
+            full.events as f64 / full.seconds,
+            snapshot.seconds,
+            full.seconds / snapshot.seconds,
+            built.snapshot_len as f64 / (1 << 20) as f64,
+            built.snapshot_len as f64 / built.withdrawals as f64,
+            built.snapshot_len as f64 / (1 << 20) as f64 / snapshot.seconds,
+            built.lock_held.as_secs_f64() * 1000.0,
+            built.took.as_secs_f64(),
+            full.peak_kib / 1024,
+            snapshot.peak_kib / 1024,
+            per_withdrawal - built.text_bytes,
         );
     }
 }
 
-/// The comma-separated numbers in environment variable `name`, or `default`.
+/// The comma-separated numbers in environment variable `name`, or
+/// `default`; none for `none`, which leaves that table out.
 fn numbers<T: std::str::FromStr<Err: std::fmt::Debug>>(name: &str, default: &str) -> Vec<T> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_owned())
-        .split(',')
-        .map(|n| n.trim().parse().unwrap())
-        .collect()
+    let list = std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    if list == "none" {
+        return Vec::new();
+    }
+    list.split(',').map(|n| n.trim().parse().unwrap()).collect()
 }
 
 fn plural(n: usize) -> &'static str {
@@ -352,15 +378,26 @@ fn sync_dir_files(dir: &Path) {
     fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
+/// What [`build_log`] left.
+struct Built {
+    withdrawals: u64,
+    /// The average bytes of key plus id text.
+    text_bytes: f64,
+    /// The snapshot taken at its end.
+    snapshot_len: u64,
+    lock_held: Duration,
+    took: Duration,
+}
+
 /// Fills a ledger with about `events` events (created, claimed, completed
-/// per withdrawal) without syncing each. Returns the withdrawals and the
-/// average bytes of key plus id text.
-fn build_log(dir: &Path, events: u64) -> (u64, f64) {
+/// per withdrawal) without syncing each, and takes a snapshot at its end.
+fn build_log(dir: &Path, events: u64) -> Built {
     let config = Config {
         log: LogConfig {
             durability: Durability::Never,
             ..LogConfig::default()
         },
+        snapshots: SnapshotPolicy::never(),
         ..Config::default()
     };
     let ledger = Ledger::init_with(dir, config).unwrap();
@@ -373,14 +410,22 @@ fn build_log(dir: &Path, events: u64) -> (u64, f64) {
         ledger.submit(&key, request, rail).unwrap();
     }
     ledger.sync().unwrap();
+    let taken = ledger.snapshot().unwrap().unwrap();
     drop(ledger);
     // Built without syncs, for speed, the log is left in the kernel's cache
     // to be written back, perhaps while the opens run. A ledger with the
     // default durability has synced every record before it is reopened.
     sync_dir_files(dir);
-    (withdrawals, text as f64 / withdrawals as f64)
+    Built {
+        withdrawals,
+        text_bytes: text as f64 / withdrawals as f64,
+        snapshot_len: taken.len,
+        lock_held: taken.lock_held,
+        took: taken.took,
+    }
 }
 
+#[derive(Clone)]
 struct Opened {
     seconds: f64,
     events: u64,
@@ -390,10 +435,11 @@ struct Opened {
 }
 
 /// Opens the ledger in a fresh process, so peak memory is the open's alone.
-fn open_in_child(dir: &Path) -> Opened {
+fn open_in_child(dir: &Path, how: &str) -> Opened {
     let output = Command::new(std::env::current_exe().unwrap())
         .arg("--open-child")
         .arg(dir)
+        .arg(how)
         .output()
         .unwrap();
     assert!(
@@ -423,10 +469,21 @@ fn status_kib(name: &str) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-fn open_child(dir: &Path) {
+/// Opens the ledger in `dir` replaying every event (`how` is `full`) or
+/// from its newest snapshot, taking none.
+fn open_child(dir: &Path, how: &str) {
+    let snapshots = match how {
+        "full" => SnapshotPolicy::off(),
+        _ => SnapshotPolicy::never(),
+    };
+    let config = Config {
+        snapshots,
+        ..Config::default()
+    };
     let before = status_kib("VmRSS:");
     let start = Instant::now();
-    let ledger = Ledger::open(dir).unwrap();
+    let ledger = Ledger::open_with(dir, config).unwrap();
+    assert_eq!(ledger.recovery().snapshot.is_some(), how != "full");
     let seconds = start.elapsed().as_secs_f64();
     let events = ledger.last_seq();
     let after = status_kib("VmRSS:");

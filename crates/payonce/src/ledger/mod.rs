@@ -183,7 +183,10 @@ impl Ledger {
             storage,
             config.log.clone(),
             config.witness.clone(),
-            config.snapshot_store.as_deref(),
+            config
+                .snapshot_store
+                .as_deref()
+                .filter(|_| config.snapshots.load),
             two_threads,
             start,
         )?;

@@ -151,7 +151,7 @@ impl Snapshots {
         self.signal(|signal| signal.closing = true);
         if self.policy.at_close
             && let Some(state) = state
-            && let Err(error) = self.take(store, || Ok(state.clone()), state.last_seq())
+            && let Err(error) = self.take(store, || Ok(state.copy_for_snapshot()), state.last_seq())
         {
             warn!(%error, "could not take the snapshot at close");
         }
@@ -322,7 +322,7 @@ impl Ledger {
             return Ok(None);
         };
         let last_seq = self.last_seq();
-        let copy = || Ok(self.lock_state()?.state.clone());
+        let copy = || Ok(self.lock_state()?.state.copy_for_snapshot());
         snapshots.take(&self.inner.store, copy, last_seq)
     }
 }

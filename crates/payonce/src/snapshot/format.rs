@@ -171,7 +171,7 @@ impl<'a> In<'a> {
     }
 
     /// The offset of the next field from the snapshot's first byte.
-    fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         (SNAPSHOT_HEADER_LEN + self.at) as u64
     }
 

@@ -19,9 +19,13 @@ pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(600);
 /// often rather than more expensively.
 pub const SNAPSHOT_SHARE_MAX: u32 = 5;
 
-/// When a ledger takes snapshots of its projections.
+/// Whether a ledger opens from snapshots of its projections, and when it
+/// takes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotPolicy {
+    /// Open from the newest snapshot the log vouches for (the default);
+    /// `false` replays every event, as an auditor's verify does.
+    pub load: bool,
     /// Take one once this many events followed the last; `0` for never by
     /// count.
     pub events: u64,
@@ -37,6 +41,7 @@ pub struct SnapshotPolicy {
 impl Default for SnapshotPolicy {
     fn default() -> Self {
         SnapshotPolicy {
+            load: true,
             events: SNAPSHOT_EVENTS,
             interval: Some(SNAPSHOT_INTERVAL),
             at_close: true,
@@ -49,10 +54,20 @@ impl SnapshotPolicy {
     /// Never take a snapshot (the ledger still opens from the ones it has).
     pub fn never() -> Self {
         SnapshotPolicy {
+            load: true,
             events: 0,
             interval: None,
             at_close: false,
             share_max: SNAPSHOT_SHARE_MAX,
+        }
+    }
+
+    /// Neither open from snapshots nor take any: every opening replays
+    /// every event.
+    pub fn off() -> Self {
+        SnapshotPolicy {
+            load: false,
+            ..SnapshotPolicy::never()
         }
     }
 

@@ -101,6 +101,77 @@ impl NameIndex {
         self.len += 1;
     }
 
+    /// An index of slots `0..hashes.len()`, slot `n` under `hashes[n]`,
+    /// built at once, as full as an index that just grew. The slots are
+    /// put in the order of the group each starts at, so filling the
+    /// groups writes them in order rather than missing the cache once per
+    /// slot. Names alike hash alike and start at one group: `same` is asked
+    /// of slots whose hashes are equal, and the first two it finds named
+    /// alike are the error.
+    pub(super) fn build(
+        hashes: &[u32],
+        mut same: impl FnMut(u32, u32) -> bool,
+    ) -> Result<NameIndex, (u32, u32)> {
+        let len = hashes.len();
+        assert!(len < NO_SLOT as usize, "{len} slots numbered with 32 bits");
+        let groups = (2 * len).div_ceil(GROUP_LEN - 1).next_power_of_two();
+        let mut index = NameIndex {
+            groups: vec![NEVER_USED; groups],
+            len: 0,
+            used: 0,
+        };
+        let order = index.by_first_group(hashes);
+        for run in order.chunk_by(|a, b| a >> 32 == b >> 32) {
+            for (at, &first) in run.iter().enumerate() {
+                let first = first as u32;
+                for &second in &run[at + 1..] {
+                    let second = second as u32;
+                    if hashes[first as usize] == hashes[second as usize] && same(first, second) {
+                        return Err((first, second));
+                    }
+                }
+            }
+        }
+        for entry in order {
+            let slot = entry as u32;
+            index.insert(hashes[slot as usize], slot);
+        }
+        assert!(index.groups.len() == groups, "a built index does not grow");
+        Ok(index)
+    }
+
+    /// Every slot of `hashes`, as its group number (high 32 bits) and its
+    /// slot (low), sorted by group: a radix sort, 11 bits a pass.
+    fn by_first_group(&self, hashes: &[u32]) -> Vec<u64> {
+        const DIGIT_BITS: u32 = 11;
+        let mut order: Vec<u64> = hashes
+            .iter()
+            .zip(0u64..)
+            .map(|(&hash, slot)| (self.first_group(hash) as u64) << 32 | slot)
+            .collect();
+        let mut sorted = vec![0u64; order.len()];
+        let bits = self.groups.len().trailing_zeros();
+        let mut shift = 32;
+        while shift < 32 + bits {
+            let digit = |entry: u64| ((entry >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
+            let mut starts = vec![0usize; (1 << DIGIT_BITS) + 1];
+            for &entry in &order {
+                starts[digit(entry) + 1] += 1;
+            }
+            for at in 1..starts.len() {
+                starts[at] += starts[at - 1];
+            }
+            for &entry in &order {
+                let place = &mut starts[digit(entry)];
+                sorted[*place] = entry;
+                *place += 1;
+            }
+            std::mem::swap(&mut order, &mut sorted);
+            shift += DIGIT_BITS;
+        }
+        order
+    }
+
     /// Takes `slot`, held under `hash`, out; nothing if no bucket holds it.
     pub(super) fn remove(&mut self, hash: u32, slot: u32) {
         let found = self.probe(hash, |bucket| {
@@ -263,6 +334,33 @@ mod tests {
             expected.sort_unstable();
             prop_assert_eq!(held, expected);
             prop_assert_eq!(index.find(1000, |_| true), None);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn an_index_built_at_once_finds_what_inserts_would_and_names_a_repeat(
+            hashes in prop::collection::vec(0u32..512, 0..3000),
+            repeat in any::<prop::sample::Index>(),
+        ) {
+            // Guards against a bulk build that loses a slot, places one where a lookup does not look, or misses two slots named alike.
+            let index = NameIndex::build(&hashes, |_, _| false).unwrap();
+            prop_assert_eq!(index.len(), hashes.len());
+            for (slot, &hash) in hashes.iter().enumerate() {
+                let slot = slot as u32;
+                prop_assert_eq!(index.find(hash, |found| found == slot), Some(slot));
+            }
+            if hashes.len() >= 2 {
+                // Slot `named` is named like slot 0, under the same hash.
+                let named = repeat.index(hashes.len() - 1) + 1;
+                let mut alike = hashes.clone();
+                alike[named] = alike[0];
+                let found = NameIndex::build(&alike, |a, b| {
+                    let pair = (a.min(b), a.max(b));
+                    pair == (0, named as u32)
+                });
+                prop_assert_eq!(found.err().map(|(a, b)| (a.min(b), a.max(b))), Some((0, named as u32)));
+            }
         }
     }
 

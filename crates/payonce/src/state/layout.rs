@@ -3,13 +3,16 @@
 //! is about bytes.
 //!
 //! - [`Texts`]: every piece of text (keys, ids, destinations, references,
-//!   reasons, requesters) end to end in one buffer; slots refer to it by
-//!   offset and length ([`TextRef`]). An owned string per field would cost
-//!   an allocation header and a pointer each.
+//!   reasons, requesters) end to end in chunks of 1 MiB; slots refer to it
+//!   by offset and length ([`TextRef`]). An owned string per field would
+//!   cost an allocation header and a pointer each.
 //! - [`Slots`]: fixed-size entries of one kind, numbered and reused once
 //!   freed, and an index of the numbers in use (`super::index`) that finds
 //!   an entry by the text it is named by. A map of owned keys would cost a
 //!   wide entry per slot of spare capacity.
+//! - Texts and entries are kept in chunks shared copy-on-write
+//!   (`super::chunks`), so a snapshot copies the state by its pointers
+//!   under the ledger's lock, and encodes it after.
 //! - [`KeySlot`] and [`WithdrawalSlot`]: the two kinds of entries.
 //! - [`NameHasher`]: how names are hashed.
 
@@ -18,6 +21,9 @@ use std::num::NonZeroU16;
 
 use payonce_model::{Amount, FieldError, WithdrawalState};
 
+use std::sync::Arc;
+
+use super::chunks::Chunks;
 use super::index::NameIndex;
 use crate::time::Timestamp;
 
@@ -38,28 +44,50 @@ pub(super) struct TextRef {
     len: NonZeroU16,
 }
 
-/// Every piece of text the state holds, end to end. Text is appended and
-/// never moved, except by [`Texts::compacted`]; freed text is only counted.
+/// Every piece of text the state holds, end to end in chunks of
+/// [`TEXT_CHUNK_LEN`] bytes, shared copy-on-write like [`Chunks`]: a text
+/// never straddles two chunks, and only the newest chunk is appended to.
+/// Text is appended and never moved, except by [`Texts::compacted`]; freed
+/// text is only counted.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Texts {
-    pub(super) buffer: String,
+    chunks: Vec<Arc<String>>,
+    /// Bytes of text pushed, freed or not.
+    pub(super) used: usize,
     pub(super) garbage: usize,
 }
 
+/// Bytes per chunk of [`Texts`]: 1 MiB, far above the longest text, so a
+/// chunk ends with at most one text's worth of bytes unused.
+const TEXT_CHUNK_BITS: u32 = 20;
+const TEXT_CHUNK_LEN: usize = 1 << TEXT_CHUNK_BITS;
+const TEXT_CHUNK_MASK: usize = TEXT_CHUNK_LEN - 1;
+
 impl Texts {
     pub(super) fn push(&mut self, text: &str) -> TextRef {
-        let offset = self.buffer.len();
         // Validated text is at most a few KiB and never empty; a buffer of
         // 2^48 bytes would not fit in memory.
         let len = u16::try_from(text.len())
             .ok()
             .and_then(NonZeroU16::new)
             .unwrap_or_else(|| panic!("text of {} bytes kept in the state", text.len()));
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|last| last.len() + text.len() <= TEXT_CHUNK_LEN);
+        if !fits {
+            self.chunks
+                .push(Arc::new(String::with_capacity(TEXT_CHUNK_LEN)));
+        }
+        let chunk = self.chunks.len() - 1;
+        let last = Arc::make_mut(&mut self.chunks[chunk]);
+        let offset = chunk << TEXT_CHUNK_BITS | last.len();
         assert!(
             offset >> 48 == 0,
             "the state's text buffer outgrew 48-bit offsets"
         );
-        self.buffer.push_str(text);
+        last.push_str(text);
+        self.used += text.len();
         TextRef {
             offset_low: offset as u32,
             offset_high: (offset >> 32) as u16,
@@ -67,9 +95,11 @@ impl Texts {
         }
     }
 
+    #[inline]
     pub(super) fn get(&self, at: TextRef) -> &str {
-        let start = (usize::from(at.offset_high) << 32) | at.offset_low as usize;
-        &self.buffer[start..start + usize::from(at.len.get())]
+        let offset = (usize::from(at.offset_high) << 32) | at.offset_low as usize;
+        let start = offset & TEXT_CHUNK_MASK;
+        &self.chunks[offset >> TEXT_CHUNK_BITS][start..start + usize::from(at.len.get())]
     }
 
     pub(super) fn free(&mut self, at: TextRef) {
@@ -85,7 +115,7 @@ impl Texts {
     /// Whether enough text has been freed that copying out what is still
     /// in use pays for itself.
     pub(super) fn wants_compacting(&self) -> bool {
-        self.garbage >= GARBAGE_MIN && self.garbage * 2 >= self.buffer.len()
+        self.garbage >= GARBAGE_MIN && self.garbage * 2 >= self.used
     }
 
     /// A buffer holding only the text still in use: `live` calls its
@@ -94,15 +124,11 @@ impl Texts {
     /// years so stops growing; amortised over the frees that earned it,
     /// a few bytes each.
     pub(super) fn compacted(&self, live: impl FnOnce(&mut dyn FnMut(&mut TextRef))) -> Texts {
-        let used = self.buffer.len() - self.garbage;
-        let mut texts = Texts {
-            buffer: String::with_capacity(used),
-            garbage: 0,
-        };
+        let used = self.used - self.garbage;
+        let mut texts = Texts::default();
         live(&mut |at: &mut TextRef| *at = texts.push(self.get(*at)));
         assert_eq!(
-            texts.buffer.len(),
-            used,
+            texts.used, used,
             "compaction kept other text than was in use"
         );
         texts
@@ -148,7 +174,7 @@ pub(super) trait NamedEntry {
 /// spread over the whole buffer) cost a sixth of a replay.
 #[derive(Clone)]
 pub(super) struct Slots<T> {
-    pub(super) entries: Vec<T>,
+    pub(super) entries: Chunks<T>,
     pub(super) free: Vec<u32>,
     index: NameIndex,
 }
@@ -156,14 +182,14 @@ pub(super) struct Slots<T> {
 impl<T> Default for Slots<T> {
     fn default() -> Self {
         Slots {
-            entries: Vec::new(),
+            entries: Chunks::default(),
             free: Vec::new(),
             index: NameIndex::default(),
         }
     }
 }
 
-impl<T: NamedEntry> Slots<T> {
+impl<T: NamedEntry + Clone> Slots<T> {
     /// The entry named `name`, whose [`NameHasher::hash`] is `hash`.
     pub(super) fn find(&self, texts: &Texts, hash: u32, name: &str) -> Option<u32> {
         let entries = &self.entries;
@@ -223,6 +249,40 @@ impl<T: NamedEntry> Slots<T> {
     }
 }
 
+impl<T: NamedEntry + Clone> Slots<T> {
+    /// Slots `0..entries.len()` holding `entries`, each found by its name,
+    /// whose hash is `hashes`' at its place; a name two entries have is the
+    /// error.
+    pub(super) fn built(
+        entries: Chunks<T>,
+        hashes: &[u32],
+        texts: &Texts,
+    ) -> Result<Slots<T>, String> {
+        assert_eq!(entries.len(), hashes.len());
+        let name = |slot: u32| texts.get(entries[slot as usize].name());
+        let index = NameIndex::build(hashes, |a, b| name(a) == name(b))
+            .map_err(|(a, _)| name(a).to_owned())?;
+        Ok(Slots {
+            entries,
+            free: Vec::new(),
+            index,
+        })
+    }
+}
+
+impl<T: Clone> Slots<T> {
+    /// A copy of the entries and free slots, without the index, which only
+    /// lookups use: what a snapshot encodes. The entries are shared with
+    /// this one until either writes them.
+    pub(super) fn copy_without_index(&self) -> Slots<T> {
+        Slots {
+            entries: self.entries.clone(),
+            free: self.free.clone(),
+            index: NameIndex::default(),
+        }
+    }
+}
+
 impl<T> std::ops::Index<u32> for Slots<T> {
     type Output = T;
     fn index(&self, slot: u32) -> &T {
@@ -230,7 +290,7 @@ impl<T> std::ops::Index<u32> for Slots<T> {
     }
 }
 
-impl<T> std::ops::IndexMut<u32> for Slots<T> {
+impl<T: Clone> std::ops::IndexMut<u32> for Slots<T> {
     fn index_mut(&mut self, slot: u32) -> &mut T {
         &mut self.entries[slot as usize]
     }

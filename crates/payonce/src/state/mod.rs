@@ -25,6 +25,7 @@
 //! claimed by a key whose record names another withdrawal.
 
 mod apply;
+mod chunks;
 mod compare;
 mod index;
 mod layout;

@@ -15,7 +15,8 @@ use payonce_model::{
 use rust_decimal::Decimal;
 
 use super::State;
-use super::layout::{Funds, KeySlot, NO_HOLDER, SLOTS_MAX, TextRef, WithdrawalSlot, stored};
+use super::chunks::Chunks;
+use super::layout::{Funds, KeySlot, NO_HOLDER, SLOTS_MAX, Slots, TextRef, WithdrawalSlot, stored};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out};
 use crate::time::Timestamp;
@@ -44,12 +45,38 @@ const SEND_WORKER: u8 = 2;
 const KEY_FLAGS: u8 = SEND_RUNNING | SEND_WORKER;
 
 impl State {
+    /// A copy of this state for a snapshot to encode: its entries and text
+    /// shared copy-on-write with this one, its small maps cloned, and no
+    /// index (the copy answers no lookup). What the ledger's lock is held
+    /// for while a snapshot is taken.
+    pub(crate) fn copy_for_snapshot(&self) -> State {
+        State {
+            last_seq: self.last_seq,
+            accept_foreign_ids: self.accept_foreign_ids,
+            texts: self.texts.clone(),
+            keys: self.keys.copy_without_index(),
+            withdrawals: self.withdrawals.copy_without_index(),
+            hasher: self.hasher.clone(),
+            currencies: self.currencies.clone(),
+            currency_numbers: self.currency_numbers.clone(),
+            replaced: self.replaced.clone(),
+            last_errors: self.last_errors.clone(),
+            held: self.held.clone(),
+            captured: self.captured.clone(),
+            epoch: self.epoch,
+            sending: self.sending,
+            running: self.running.clone(),
+            sessions: self.sessions.clone(),
+            refusals: self.refusals,
+        }
+    }
+
     /// The body of a snapshot of this state. Refuses a state only a
     /// diverged log leaves, which the ledger never holds.
     pub(crate) fn snapshot_body(&self) -> Result<Vec<u8>, SnapshotError> {
         let mut out = Out::default();
         out.bytes
-            .reserve(self.texts.buffer.len() + 64 * self.keys.entries.len());
+            .reserve(self.texts.used + 64 * self.keys.entries.len());
         out.u8(u8::from(self.accept_foreign_ids));
         out.u8(u8::from(self.epoch.is_some()));
         out.u64(self.epoch.unwrap_or(0));
@@ -92,7 +119,7 @@ impl State {
         for &slot in &self.withdrawals.free {
             numbers[slot as usize] = u32::MAX - 1;
         }
-        out.count(self.withdrawals.len());
+        out.count(entries.len() - self.withdrawals.free.len());
         let mut next = 0u32;
         for (slot, entry) in entries.iter().enumerate() {
             if numbers[slot] == u32::MAX - 1 {
@@ -123,7 +150,7 @@ impl State {
         }
         assert_eq!(
             next as usize,
-            self.withdrawals.len(),
+            entries.len() - self.withdrawals.free.len(),
             "every listed withdrawal is written"
         );
         Ok(numbers)
@@ -135,7 +162,7 @@ impl State {
         for &slot in &self.keys.free {
             free[slot as usize] = true;
         }
-        out.count(self.keys.len());
+        out.count(self.keys.entries.len() - self.keys.free.len());
         let text = |at: Option<TextRef>| at.map(|at| self.texts.get(at));
         for (slot, entry) in self.keys.entries.iter().enumerate() {
             if free[slot] {
@@ -184,7 +211,6 @@ impl State {
             last_seq: seq,
             ..State::default()
         };
-        state.texts.buffer.reserve(body.len());
         state.accept_foreign_ids = input.bool("accept_foreign_ids")?;
         let has_epoch = input.bool("epoch present")?;
         let epoch = input.u64("epoch")?;
@@ -199,7 +225,6 @@ impl State {
         state.read_keys(&mut input)?;
         input.finish()?;
         state.check_funds()?;
-        state.texts.buffer.shrink_to_fit();
         Ok(state)
     }
 
@@ -256,81 +281,81 @@ impl State {
 
     fn read_withdrawals(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
         let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
-        self.withdrawals.entries.reserve_exact(count);
+        let at = input.offset();
+        let mut entries = Chunks::default();
+        let mut hashes = Vec::with_capacity(count);
         for _ in 0..count {
-            let id = input.text::<WithdrawalId>("withdrawal id")?;
-            let destination = input.text::<Destination>("withdrawal destination")?;
-            let mantissa = input.u128("withdrawal amount")?;
-            let scale = input.u8("withdrawal amount scale")?;
-            let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
-                input.invalid(
-                    "withdrawal amount",
-                    error.to_string(),
-                    format!("{mantissa}e-{scale}"),
-                )
-            })?;
-            let currency = input.u32("withdrawal currency")?;
-            if currency as usize >= self.currencies.len() {
-                let expected = format!("a currency below {}", self.currencies.len());
-                return Err(input.invalid("withdrawal currency", expected, currency.to_string()));
-            }
-            let flags = input.u8("withdrawal flags")?;
-            let funds = match (flags >> FUNDS_SHIFT) & 0b11 {
-                0 => Funds::Free,
-                1 => Funds::Held,
-                2 => Funds::Captured,
-                _ => {
-                    return Err(input.invalid(
-                        "withdrawal flags",
-                        "funds 0, 1 or 2".to_owned(),
-                        flags.to_string(),
-                    ));
-                }
-            };
-            if flags & !WITHDRAWAL_FLAGS != 0 {
+            let (entry, hash) = self.read_withdrawal(input)?;
+            entries.push(entry);
+            hashes.push(hash);
+        }
+        self.withdrawals = Slots::built(entries, &hashes, &self.texts)
+            .map_err(|id| listed_twice("withdrawal id", at, id))?;
+        Ok(())
+    }
+
+    /// Reads one withdrawal, its text pushed into the state's buffer, and
+    /// its id's hash.
+    fn read_withdrawal(
+        &mut self,
+        input: &mut In<'_>,
+    ) -> Result<(WithdrawalSlot, u32), SnapshotError> {
+        let id = input.text::<WithdrawalId>("withdrawal id")?;
+        let destination = input.text::<Destination>("withdrawal destination")?;
+        let mantissa = input.u128("withdrawal amount")?;
+        let scale = input.u8("withdrawal amount scale")?;
+        let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
+            let found = format!("{mantissa}e-{scale}");
+            input.invalid("withdrawal amount", error.to_string(), found)
+        })?;
+        let currency = input.u32("withdrawal currency")?;
+        if currency as usize >= self.currencies.len() {
+            let expected = format!("a currency below {}", self.currencies.len());
+            return Err(input.invalid("withdrawal currency", expected, currency.to_string()));
+        }
+        let flags = input.u8("withdrawal flags")?;
+        let funds = match (flags >> FUNDS_SHIFT) & 0b11 {
+            0 => Funds::Free,
+            1 => Funds::Held,
+            2 => Funds::Captured,
+            _ => {
                 return Err(input.invalid(
                     "withdrawal flags",
-                    format!("only bits {WITHDRAWAL_FLAGS:#04b}"),
+                    "funds 0, 1 or 2".to_owned(),
                     flags.to_string(),
                 ));
             }
-            let hash = self.hasher.hash(id);
-            if self.withdrawals.find(&self.texts, hash, id).is_some() {
-                return Err(input.invalid(
-                    "withdrawal id",
-                    "an id listed once".to_owned(),
-                    id.to_owned(),
-                ));
-            }
-            let entry = WithdrawalSlot {
-                id: self.texts.push(id),
-                destination: self.texts.push(destination),
-                amount,
-                currency,
-                holder: NO_HOLDER,
-                named_by: 0,
-                created: flags & CREATED != 0,
-                funds,
-                listed: true,
-            };
-            self.withdrawals.insert(hash, entry);
+        };
+        if flags & !WITHDRAWAL_FLAGS != 0 {
+            let expected = format!("only bits {WITHDRAWAL_FLAGS:#04b}");
+            return Err(input.invalid("withdrawal flags", expected, flags.to_string()));
         }
-        Ok(())
+        let entry = WithdrawalSlot {
+            id: self.texts.push(id),
+            destination: self.texts.push(destination),
+            amount,
+            currency,
+            holder: NO_HOLDER,
+            named_by: 0,
+            created: flags & CREATED != 0,
+            funds,
+            listed: true,
+        };
+        Ok((entry, self.hasher.hash(id)))
     }
 
     fn read_keys(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
         let count = input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1)?;
-        self.keys.entries.reserve_exact(count);
+        let at = input.offset();
+        let mut entries = Chunks::default();
+        let mut hashes = Vec::with_capacity(count);
         for slot in 0..count as u32 {
             let (entry, record) = self.read_key(input)?;
             let withdrawal = &mut self.withdrawals[entry.withdrawal];
             if withdrawal.named_by > 0 {
                 let id = self.texts.get(withdrawal.id).to_owned();
-                return Err(input.invalid(
-                    "key withdrawal",
-                    "a withdrawal no other key holds".to_owned(),
-                    id,
-                ));
+                let expected = "a withdrawal no other key holds".to_owned();
+                return Err(input.invalid("key withdrawal", expected, id));
             }
             withdrawal.named_by = 1;
             withdrawal.holder = slot;
@@ -347,20 +372,17 @@ impl State {
             if !record.replaced.is_empty() {
                 self.replaced.insert(slot, record.replaced.into());
             }
-            let hash = self.hasher.hash(self.texts.get(entry.key));
-            let inserted = self.keys.insert(hash, entry);
-            assert_eq!(inserted, slot, "keys are numbered in order");
+            hashes.push(self.hasher.hash(self.texts.get(entry.key)));
+            entries.push(entry);
         }
+        self.keys = Slots::built(entries, &hashes, &self.texts)
+            .map_err(|key| listed_twice("key", at, key))?;
         Ok(())
     }
 
     /// Reads one record; its text pushed into the state's buffer.
     fn read_key(&mut self, input: &mut In<'_>) -> Result<(KeySlot, KeyExtras), SnapshotError> {
         let key = input.text::<RequestKey>("key")?;
-        let hash = self.hasher.hash(key);
-        if self.keys.find(&self.texts, hash, key).is_some() {
-            return Err(input.invalid("key", "a key listed once".to_owned(), key.to_owned()));
-        }
         let withdrawal = input.u32("key withdrawal")?;
         if withdrawal as usize >= self.withdrawals.entries.len() {
             let expected = format!("a withdrawal below {}", self.withdrawals.entries.len());
@@ -412,7 +434,7 @@ impl State {
     /// claim, and each currency's totals are the sums of its funds.
     fn check_funds(&self) -> Result<(), SnapshotError> {
         let mut sums = vec![(Decimal::ZERO, Decimal::ZERO); self.currencies.len()];
-        for entry in &self.withdrawals.entries {
+        for entry in self.withdrawals.entries.iter() {
             let id = || self.texts.get(entry.id).to_owned();
             if entry.named_by == 0 && (!entry.created || entry.funds != Funds::Free) {
                 return Err(SnapshotError::Invalid {
@@ -447,6 +469,16 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// A name listed twice in a section starting at `offset`.
+fn listed_twice(field: &'static str, offset: u64, name: String) -> SnapshotError {
+    SnapshotError::Invalid {
+        field,
+        offset,
+        expected: "each name listed once".to_owned(),
+        found: format!("{name:?} twice"),
     }
 }
 

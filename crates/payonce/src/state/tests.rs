@@ -111,7 +111,7 @@ fn a_foreign_withdrawal_released_leaves_no_slot_behind() {
     assert!(state.withdrawal("elsewhere-1").is_none());
     assert_eq!(state.fingerprint("elsewhere-1"), None);
     assert_eq!(state.withdrawals.free, [0]);
-    assert_eq!(state.texts.garbage, state.texts.buffer.len());
+    assert_eq!(state.texts.garbage, state.texts.used);
 }
 
 #[test]
@@ -158,12 +158,12 @@ fn released_text_is_compacted_away_and_every_answer_stays() {
             &mut state,
             [claimed(&key_text, &request), released(&key_text)],
         );
-        largest = largest.max(state.texts.buffer.len());
+        largest = largest.max(state.texts.used);
     }
     assert!(
         largest < GARBAGE_MIN * 3 / 2,
         "the buffer grew to {largest} bytes while holding about {} bytes of live text",
-        state.texts.buffer.len() - state.texts.garbage
+        state.texts.used - state.texts.garbage
     );
     let uncompacted = state.clone();
     state.compact();

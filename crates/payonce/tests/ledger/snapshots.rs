@@ -446,7 +446,11 @@ fn snapshots_are_kept_two_at_a_time_and_taken_at_a_clean_close() {
     let newest = setup.store().list().unwrap()[0].seq;
     assert_eq!(newest, last, "the close took one of the last state");
     let ledger = Ledger::open_on(Arc::new(setup.log.clone()), config).unwrap();
-    assert_eq!(ledger.recovery().replayed, 0, "nothing past the snapshot at close");
+    assert_eq!(
+        ledger.recovery().replayed,
+        0,
+        "nothing past the snapshot at close"
+    );
 }
 
 #[test]
