@@ -22,6 +22,7 @@ use crate::json::{
 };
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::{count, held_words, say, warn_torn_tail};
+use crate::snapshots::{SnapshotAudit, SnapshotJson, print_snapshot};
 use crate::table::Table;
 
 /// Most divergences listed one by one; the rest are counted. A log that the
@@ -46,6 +47,9 @@ struct VerifyJson {
     head: String,
     /// The head `--expect-head` asked for, which the log holds.
     expected_head: Option<String>,
+    /// With `--snapshots`: every snapshot kept, audited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshots: Option<Vec<SnapshotJson>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,7 +81,11 @@ pub(crate) fn verify(
     if let Some(head) = args.expect_head {
         log.require(head)?;
     }
-    let (mut report, torn_tail) = rederive_all(&log)?;
+    let audit = match args.snapshots {
+        true => Some(SnapshotAudit::of(&log)?),
+        false => None,
+    };
+    let (mut report, torn_tail) = rederive_all(&log, audit)?;
     report.expected_head = args.expect_head.map(|head| head.to_string());
     let status = Status::problem_if(!report.clean);
     if args.json {
@@ -90,7 +98,10 @@ pub(crate) fn verify(
 
 /// Replays the whole log, re-deriving every recorded decision from the
 /// state before it; returns the report and the torn tail, if any.
-fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError> {
+fn rederive_all(
+    log: &LogDir,
+    mut audit: Option<SnapshotAudit>,
+) -> Result<(VerifyJson, Option<TornTail>), CliError> {
     let segments = log.segment_files()?.len();
     let mut state = State::new();
     let mut divergences = Vec::new();
@@ -104,11 +115,21 @@ fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError
         }
         // The log is what happened: keep replaying it as written.
         apply(&mut state, event);
+        if let Some(audit) = &mut audit {
+            audit.pass(&state);
+        }
         Ok(ControlFlow::Continue(()))
     })?;
+    let (snapshots, snapshots_clean) = match audit {
+        Some(audit) => {
+            let (reports, clean) = audit.finish();
+            (Some(reports), clean)
+        }
+        None => (None, true),
+    };
     let report = VerifyJson {
         dir: log.dir.display().to_string(),
-        clean: divergence_count == 0 && walked.torn_tail.is_none(),
+        clean: divergence_count == 0 && walked.torn_tail.is_none() && snapshots_clean,
         events: walked.events,
         segments,
         keys: state.key_count(),
@@ -120,6 +141,7 @@ fn rederive_all(log: &LogDir) -> Result<(VerifyJson, Option<TornTail>), CliError
         torn_tail: walked.torn_tail.as_ref().map(|t| TornTailJson::new(log, t)),
         head: walked.head.to_string(),
         expected_head: None,
+        snapshots,
     };
     Ok((report, walked.torn_tail))
 }
@@ -146,11 +168,21 @@ fn print_verify(
     if let Some(expected) = &report.expected_head {
         say!(out, "  expected   {expected}: held, unchanged")?;
     }
+    if let Some(snapshots) = &report.snapshots {
+        say!(out, "  snapshots  {}", snapshots.len())?;
+        for snapshot in snapshots {
+            print_snapshot(snapshot, out)?;
+        }
+    }
     if report.clean {
+        let snapshots = match report.snapshots {
+            Some(_) => ", and every snapshot's state is the replay's at its seq",
+            None => "",
+        };
         return say!(
             out,
             "clean: every checksum and chain link verifies, and every recorded decision is the \
-             one the code makes again"
+             one the code makes again{snapshots}"
         );
     }
     say!(out, "problems:")?;

@@ -57,6 +57,7 @@ impl Cli {
             CliCommand::Resolve(args) => args.json,
             CliCommand::Correct(args) => args.json,
             CliCommand::Release(args) => args.json,
+            CliCommand::Snapshot(args) => args.json,
             CliCommand::Index(_)
             | CliCommand::Demo(_)
             | CliCommand::Serve(_)
@@ -82,6 +83,12 @@ pub enum CliCommand {
     /// head`), it also fails with exit code 4 unless the log holds that
     /// head, unchanged: the batch ending at SEQ has that digest, so no
     /// event up to it was edited, removed, inserted or reordered.
+    ///
+    /// With `--snapshots`, it also audits every snapshot of the projections
+    /// kept beside the log: whether an opening would use it, and whether its
+    /// state equals, answer for answer, the state the replay rebuilds at its
+    /// seq, naming the first answer that differs. Exit code 1 if a snapshot
+    /// is refused or differs.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Verify(VerifyArgs),
     /// The log's head, `SEQ:DIGEST`, on the last line: the seq of its last
@@ -161,6 +168,21 @@ pub enum CliCommand {
     /// docs/operations.md before using it.
     #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
+    /// Take a snapshot of the projections now, or list the ones kept.
+    ///
+    /// A snapshot lets the next opening replay only the events after it
+    /// (docs/snapshot-format.md). Without `--list`, it opens the ledger for
+    /// writing (refused while a service holds its lock; on PostgreSQL as no
+    /// worker), takes a snapshot of the state after its last event, keeps
+    /// the newest two and prints where it went. With `--list` it is
+    /// read-only: every snapshot kept, newest first, with its seq, the head
+    /// of the log it names, its length, and whether it verifies, that is
+    /// whether an opening would use it (its checksums, its log, the head
+    /// it names against the one the log holds, every field). `verify
+    /// --snapshots` also compares each with the state a replay rebuilds.
+    /// With `--list`, exit code 1 if a snapshot does not verify.
+    #[command(after_help = EXIT_CODES)]
+    Snapshot(SnapshotArgs),
     /// Build or update the audit index beside the log (DIR/audit-index).
     ///
     /// The index maps withdrawal ids and request keys to the events that
@@ -240,6 +262,9 @@ pub struct EndSessionArgs {
 pub struct VerifyArgs {
     /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
     pub dir: PathBuf,
+    /// Also audit every snapshot of the projections against the replay.
+    #[arg(long)]
+    pub snapshots: bool,
     /// Fail unless the log holds this head (as `payonce head` printed it),
     /// unchanged, as the batch ending at SEQ.
     #[arg(long, value_name = "SEQ:DIGEST")]
@@ -380,6 +405,19 @@ pub struct CorrectArgs {
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
     /// Print the key's resulting state as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `payonce snapshot`.
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The ledger's directory, or a PostgreSQL ledger's postgres:// URL.
+    pub dir: PathBuf,
+    /// List the snapshots kept, read-only, instead of taking one.
+    #[arg(long)]
+    pub list: bool,
+    /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
 }

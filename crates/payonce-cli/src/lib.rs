@@ -72,6 +72,7 @@ mod output;
 mod run;
 pub mod serve;
 mod shared;
+mod snapshots;
 mod subject;
 mod table;
 

@@ -192,6 +192,23 @@ impl LogDir {
         }
     }
 
+    /// The log's identity, which a snapshot of it names.
+    pub(crate) fn log_id(&self) -> Result<u64, CliError> {
+        let (_, log_reader) = self.files()?;
+        log_reader
+            .log_id()
+            .map_err(|error| CliError::from_ledger(&self.dir, LedgerError::Log(error)))
+    }
+
+    /// The head of the batch that ends at `seq`, read from the log: what a
+    /// snapshot naming that head is checked against.
+    pub(crate) fn head_at(&self, seq: u64) -> Result<Option<Head>, CliError> {
+        let (_, log_reader) = self.files()?;
+        log_reader
+            .head_at(seq)
+            .map_err(|error| CliError::from_ledger(&self.dir, LedgerError::Log(error)))
+    }
+
     /// The segment files in the directory, in order.
     pub(crate) fn segment_files(&self) -> Result<Vec<SegmentFile>, CliError> {
         if self.is_postgres() {

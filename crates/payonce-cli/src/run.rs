@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::cli::{Cli, CliCommand};
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::{audit, demo, demo_race, head, history, index, operator, serve, shared};
+use crate::{audit, demo, demo_race, head, history, index, operator, serve, shared, snapshots};
 
 /// Runs `cli`: reports go to `out`, warnings to `err`. An `Err` is a command
 /// that could not do its job; its [`CliError::exit_code`] says how to exit.
@@ -26,6 +26,7 @@ pub fn run(
         CliCommand::Resolve(args) => operator::resolve(&args, env, out, err),
         CliCommand::Correct(args) => operator::correct(&args, env, out, err),
         CliCommand::Release(args) => operator::release(&args, env, out, err),
+        CliCommand::Snapshot(args) => snapshots::snapshot(&args, env, out, err),
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
         CliCommand::Demo(args) => demo::demo_command(&args, out),
         CliCommand::Serve(args) => serve::serve_command(&args, out),

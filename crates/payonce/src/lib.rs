@@ -102,7 +102,7 @@ pub use crate::snapshot::{
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {
-    pub use crate::snapshot::{decode, encode, info};
+    pub use crate::snapshot::{checked, decode, encode, info};
 }
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,

@@ -166,9 +166,13 @@ fn open_ledger(
     log: &LogDir,
     given: &std::path::Path,
     accept_foreign_ids: bool,
+    err: &mut dyn std::io::Write,
 ) -> Result<Ledger, CliError> {
     let config = Config {
         accept_foreign_ids,
+        // An operator's command adds an event or two: the service's next
+        // snapshot covers them.
+        snapshots: payonce::SnapshotPolicy::never(),
         ..Config::default()
     };
     let opened = match given.to_str().filter(|url| payonce_postgres::is_url(url)) {
@@ -176,7 +180,10 @@ fn open_ledger(
         Some(url) => payonce_postgres::attach(url, config),
         None => Ledger::open_with(&log.dir, config),
     };
-    opened.map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))
+    let ledger =
+        opened.map_err(|error| CliError::from_writer(&log.dir, WriteStep::Opening, error))?;
+    crate::snapshots::warn_recovery(&ledger, err)?;
+    Ok(ledger)
 }
 
 /// What an operator states with an outcome file: what happened to a key
@@ -307,7 +314,7 @@ fn state_outcome(
         print_exit(&report, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
-    let ledger = open_ledger(&log, args.dir, args.accept_foreign_ids)?;
+    let ledger = open_ledger(&log, args.dir, args.accept_foreign_ids, err)?;
     stated
         .write(stating, &ledger)
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
@@ -389,7 +396,7 @@ pub(crate) fn release(
     }
     // A release never checks ids, so the id policy does not matter here; the
     // service's own next open records its policy again.
-    let ledger = open_ledger(&log, &args.dir, false)?;
+    let ledger = open_ledger(&log, &args.dir, false, err)?;
     ledger
         .release(key.as_str(), note.as_str(), by.as_str())
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;

@@ -23,3 +23,4 @@ mod outcomes;
 mod postgres;
 mod schemas;
 mod serve;
+mod snapshots;

@@ -9,7 +9,7 @@ use payonce_log::{LogConfig, LogReader, Storage};
 
 use super::error::SnapshotError;
 use super::store::{SnapshotStore, StoredSnapshot};
-use super::{SnapshotInfo, decode, info};
+use super::{SnapshotInfo, checked, info};
 use crate::audit::{VerifyReport, verify_at};
 use crate::error::LedgerError;
 use crate::state::{State, StateDifference};
@@ -81,8 +81,8 @@ pub fn verify_snapshots(
     Ok((report, checks))
 }
 
-/// What an opening checks of `snapshot`, read-only: its header, its log,
-/// the head it names against the log's, its checksum and every field.
+/// What an opening checks of `snapshot`, read-only ([`checked`]): the
+/// outer `Err` is the log's damage.
 #[allow(clippy::type_complexity)]
 fn read_checked(
     reader: &LogReader,
@@ -93,25 +93,6 @@ fn read_checked(
         Ok(bytes) => bytes,
         Err(error) => return Ok(Err((None, error))),
     };
-    let info = match info(&bytes) {
-        Ok(info) => info,
-        Err(error) => return Ok(Err((None, error))),
-    };
-    let log_id = reader.log_id()?;
-    if info.log_id != log_id {
-        let error = SnapshotError::OtherLog {
-            found: info.log_id,
-            expected: log_id,
-        };
-        return Ok(Err((Some(info), error)));
-    }
-    let found = reader.head_at(info.head.seq)?;
-    if found != Some(info.head) {
-        let error = SnapshotError::HeadNotInLog {
-            head: info.head,
-            found,
-        };
-        return Ok(Err((Some(info), error)));
-    }
-    Ok(decode(&bytes).map_err(|error| (Some(info), error)))
+    let checked = checked(&bytes, reader.log_id()?, |seq| reader.head_at(seq))?;
+    Ok(checked.map_err(|error| (info(&bytes).ok(), error)))
 }

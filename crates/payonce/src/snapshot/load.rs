@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::error::SnapshotError;
 use super::store::{SnapshotStore, StoredSnapshot};
-use super::{SnapshotInfo, decode, info};
+use super::{SnapshotInfo, checked};
 use crate::error::LedgerError;
 use crate::recovery::{SnapshotLoaded, SnapshotRefused};
 use crate::state::State;
@@ -62,8 +62,8 @@ pub(crate) fn load_newest(
     Ok(loaded)
 }
 
-/// Checks and decodes `candidate`: the outer `Err` is the log's damage,
-/// the inner one the snapshot's refusal.
+/// Checks and decodes `candidate` as [`checked`] does: the outer `Err`
+/// is the log's damage, the inner one the snapshot's refusal.
 fn try_load(
     store: &dyn SnapshotStore,
     opening: &Opening,
@@ -73,25 +73,8 @@ fn try_load(
         Ok(bytes) => bytes,
         Err(error) => return Ok(Err(error)),
     };
-    let info = match info(&bytes) {
-        Ok(info) => info,
-        Err(error) => return Ok(Err(error)),
-    };
     let log_id = opening.log_id()?.unwrap_or_default();
-    if info.log_id != log_id {
-        return Ok(Err(SnapshotError::OtherLog {
-            found: info.log_id,
-            expected: log_id,
-        }));
-    }
-    let found = opening.head_at(info.head.seq)?;
-    if found != Some(info.head) {
-        return Ok(Err(SnapshotError::HeadNotInLog {
-            head: info.head,
-            found,
-        }));
-    }
-    Ok(decode(&bytes))
+    Ok(checked(&bytes, log_id, |seq| opening.head_at(seq))?)
 }
 
 /// Sets a refused snapshot aside and says so; one that could not be read

@@ -127,6 +127,36 @@ pub fn info(bytes: &[u8]) -> Result<SnapshotInfo, SnapshotError> {
     })
 }
 
+/// What an opening checks of a snapshot's `bytes` before it believes it,
+/// cheapest first: its header ([`info`]), that it names the log `log_id`,
+/// that the log holds the head it names (`head_at` reads the head of the
+/// batch ending at a seq from the log itself), then its checksum and every
+/// field ([`decode`]). The outer `Err` is the log's own failure to answer.
+pub fn checked<E>(
+    bytes: &[u8],
+    log_id: u64,
+    head_at: impl FnOnce(u64) -> Result<Option<Head>, E>,
+) -> Result<Result<(SnapshotInfo, State), SnapshotError>, E> {
+    let info = match info(bytes) {
+        Ok(info) => info,
+        Err(error) => return Ok(Err(error)),
+    };
+    if info.log_id != log_id {
+        return Ok(Err(SnapshotError::OtherLog {
+            found: info.log_id,
+            expected: log_id,
+        }));
+    }
+    let found = head_at(info.head.seq)?;
+    if found != Some(info.head) {
+        return Ok(Err(SnapshotError::HeadNotInLog {
+            head: info.head,
+            found,
+        }));
+    }
+    Ok(decode(bytes))
+}
+
 /// The state `bytes` hold, and what the snapshot says of itself: the header
 /// checked as [`info`] does, the body's checksum verified, then every field
 /// read under the rules replay checks. Untrusted bytes: nothing is
