@@ -25,6 +25,8 @@ pub(crate) mod format;
 mod load;
 mod policy;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use payonce_log::Head;
 

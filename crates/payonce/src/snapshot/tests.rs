@@ -1,0 +1,96 @@
+//! The snapshot format byte by byte, as docs/snapshot-format.md works it
+//! through, and its decoding of untrusted bytes.
+
+use payonce_log::{Digest, Head};
+use payonce_model::WithdrawalRequest;
+use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
+
+use super::{decode, encode};
+use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::state::{State, apply};
+use crate::time::Timestamp;
+
+/// The state docs/snapshot-format.md works through: an opening, then
+/// withdrawal `w-2` (25 USDC to `0xabc`, requested by `alice`) created,
+/// claimed by key `k-1` and sent with reference `0xfeed`.
+fn documented_state() -> State {
+    let request = WithdrawalRequest::new(
+        WithdrawalId::new("w-2").unwrap_or_else(|e| panic!("{e}")),
+        Amount::parse("25.00").unwrap_or_else(|e| panic!("{e}")),
+        Currency::new("USDC").unwrap_or_else(|e| panic!("{e}")),
+        Destination::new("0xabc").unwrap_or_else(|e| panic!("{e}")),
+        Actor::new("alice").unwrap_or_else(|e| panic!("{e}")),
+    );
+    let key = RequestKey::new("k-1").unwrap_or_else(|e| panic!("{e}"));
+    let sent = request
+        .approve()
+        .and_then(|r| r.start_sending())
+        .and_then(|r| r.mark_sent(Reference::new("0xfeed").unwrap_or_else(|e| panic!("{e}"))))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kinds = [
+        EventKind::Opened {
+            accept_foreign_ids: false,
+            epoch: Some(1),
+        },
+        EventKind::Created {
+            withdrawal: request.clone(),
+        },
+        EventKind::Claimed {
+            key: key.clone(),
+            request,
+            worker: None,
+        },
+        EventKind::Completed { key, outcome: sent },
+    ];
+    let mut state = State::new();
+    for (seq, kind) in (1..).zip(kinds) {
+        let event = Event {
+            schema: SCHEMA_VERSION,
+            seq,
+            // 2026-11-30T12:00:00Z, a second an event.
+            at: Timestamp::from_unix_nanos(1_796_040_000_000_000_000 + seq * 1_000_000_000),
+            kind,
+        };
+        apply(&mut state, &event);
+    }
+    state
+}
+
+fn documented_head() -> Head {
+    Head {
+        seq: 4,
+        digest: Digest([0xab; 32]),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn the_documented_snapshot_is_the_bytes_the_document_gives() {
+    // Guards against docs/snapshot-format.md's worked example drifting from what the ledger writes.
+    let bytes = encode(
+        &documented_state(),
+        0x0123_4567_89ab_cdef,
+        documented_head(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hex(&bytes), DOCUMENTED);
+    let (info, state) = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(info.seq, 4);
+    assert_eq!(state.difference(&documented_state()), None);
+}
+
+/// The bytes of docs/snapshot-format.md's worked example.
+const DOCUMENTED: &str = concat!(
+    "5041594f4e5353000100000004000000efcdab89674523010400000000000000",
+    "0400000000000000abababababababababababababababababababababababab",
+    "ababababababababab0000000000000069fc386b502347ff0001010000000000",
+    "0000000000000000000001000000000000000400555344430000000000000000",
+    "0000000000000000001900000000000000000000000000000000000000000000",
+    "000001000000000000000300772d320500307861626319000000000000000000",
+    "000000000000000000000005010000000000000003006b2d3100000000030000",
+    "000000000000de34edddd0ec180400060030786665656400000500616c696365",
+    "000000",
+);
