@@ -27,7 +27,8 @@ fn report(stats: &SimStats, seconds: f64) {
          {} refusals; operator: {} resolves, {} releases, {} corrections ({} recorded); power \
          losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
          bytes, {} by page; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
-         restarts; {} clean reopens, {} snapshot restores refused",
+         restarts; {} clean reopens, {} backup restores refused; snapshots: {} taken, {} \
+         restored, {} opens from one, {} refused",
         stats.seeds,
         stats.events,
         w.steps,
@@ -59,6 +60,10 @@ fn report(stats: &SimStats, seconds: f64) {
         stats.restarts,
         w.reopens,
         w.rollbacks_refused,
+        w.snapshots_taken,
+        w.snapshots_restored,
+        w.opens_from_snapshot,
+        w.snapshots_refused,
     );
 }
 
@@ -90,6 +95,8 @@ fn simulated_services_never_send_twice_nor_lose_what_they_acknowledged() {
     assert!(w.crashes_dropping > 0 && w.crashes_keeping > 0 && w.crashes_garbling > 0);
     assert!(w.crashes_paging > 0);
     assert!(w.crashes_mid_operation > 0 && w.faults_fired > 0 && stats.restarts > 0);
+    assert!(w.snapshots_taken > 0 && w.snapshots_restored > 0);
+    assert!(w.opens_from_snapshot > 0 && w.snapshots_refused > 0);
 }
 
 #[test]

@@ -35,6 +35,18 @@ fn every_event() -> Vec<Vec<u8>> {
         ..Config::default()
     };
     let ledger = Ledger::init_on(Arc::new(mem.clone()), config).unwrap();
+    play_every_kind(&ledger);
+    drop(ledger);
+    let reader = LogReader::open(Arc::new(mem), WorldConfig::log()).unwrap();
+    reader
+        .records_from(1)
+        .unwrap()
+        .map(|record| record.unwrap().payload)
+        .collect()
+}
+
+/// Decides every kind of event on `ledger`.
+fn play_every_kind(ledger: &Ledger) {
     let new = || NewWithdrawal {
         amount: "25.5".parse().unwrap(),
         currency: "USDC".parse().unwrap(),
@@ -91,13 +103,6 @@ fn every_event() -> Vec<Vec<u8>> {
     let _ = ledger.resolve("webhook", sent(&w3, "0xhook"), "replayed", "webhook");
     let ticket = ledger.claim("k-abandoned", w4.clone()).unwrap();
     drop(ticket);
-    drop(ledger);
-    let reader = LogReader::open(Arc::new(mem), WorldConfig::log()).unwrap();
-    reader
-        .records_from(1)
-        .unwrap()
-        .map(|record| record.unwrap().payload)
-        .collect()
 }
 
 fn event_decode_seeds(dir: &Path) {
@@ -518,6 +523,51 @@ fn log_open_v2_seeds(dir: &Path) {
     );
 }
 
+/// Snapshots of ledgers holding every kind of state: keys in flight with
+/// errors, running sends, sent, rejected, released, foreign withdrawals.
+fn snapshot_decode_seeds(dir: &Path) {
+    for (name, foreign) in [("every-kind", false), ("foreign-ids", true)] {
+        let log = MemStorage::new();
+        let snapshots = MemStorage::new();
+        let config = Config {
+            log: WorldConfig::log(),
+            clock: Arc::new(ManualClock::new(START)),
+            accept_foreign_ids: foreign,
+            snapshot_store: Some(Arc::new(payonce::DirSnapshots::on(Arc::new(snapshots.clone())))),
+            snapshots: payonce::SnapshotPolicy::never(),
+            ..Config::default()
+        };
+        let ledger = Ledger::init_on(Arc::new(log), config).unwrap();
+        play_every_kind(&ledger);
+        if foreign {
+            let elsewhere = payonce_model::WithdrawalRequest::new(
+                "ext-1".parse().unwrap(),
+                "3".parse().unwrap(),
+                "EURC".parse().unwrap(),
+                "iban-1".parse().unwrap(),
+                "bob".parse().unwrap(),
+            );
+            let _ = ledger.submit("k-foreign", elsewhere, |_| {
+                Err::<payonce_model::WithdrawalRequest, _>(SendFailure::failed("reset".to_owned()))
+            });
+        }
+        // A send still running when the snapshot is taken.
+        let running = ledger
+            .create(NewWithdrawal {
+                amount: "0.001".parse().unwrap(),
+                currency: "BTC".parse().unwrap(),
+                destination: "bc1q".parse().unwrap(),
+                requested_by: "carol".parse().unwrap(),
+            })
+            .unwrap();
+        let ticket = ledger.claim("k-running", running).unwrap();
+        let taken = ledger.snapshot().unwrap().unwrap();
+        std::mem::forget(ticket);
+        let bytes = payonce_log::Storage::read(&snapshots, &taken.stored.name, u64::MAX).unwrap();
+        write(dir, "snapshot_decode", name, &bytes);
+    }
+}
+
 fn main() {
     let dir: PathBuf = std::env::args()
         .nth(1)
@@ -526,4 +576,5 @@ fn main() {
     event_decode_seeds(&dir);
     ledger_ops_seeds(&dir);
     log_open_seeds(&dir);
+    snapshot_decode_seeds(&dir);
 }

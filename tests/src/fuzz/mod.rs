@@ -8,11 +8,13 @@ pub mod event_decode;
 pub mod ledger_ops;
 pub mod log_open;
 mod model_transitions;
+pub mod snapshot_decode;
 
 pub use self::event_decode::event_decode;
 pub use self::ledger_ops::ledger_ops;
 pub use self::log_open::log_open;
 pub use self::model_transitions::model_transitions;
+pub use self::snapshot_decode::snapshot_decode;
 
 /// A fuzz property: checks one input, panicking when the property fails.
 pub type Check = fn(&[u8]);
@@ -24,4 +26,5 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("ledger_ops", ledger_ops),
     ("log_open", log_open),
     ("model_transitions", model_transitions),
+    ("snapshot_decode", snapshot_decode),
 ];

@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payonce::{
-    Claim, Config, CountingEpochs, EventKind, Ledger, LedgerError, ManualClock, NewWithdrawal,
-    Refusal, SendFailure, SubmitError, Ticket, Timestamp, decode_event, verify_on,
+    Claim, Config, CountingEpochs, DirSnapshots, EventKind, Ledger, LedgerError, ManualClock,
+    NewWithdrawal, Refusal, SendFailure, SnapshotPolicy, SnapshotStore, SubmitError, Ticket,
+    Timestamp, decode_event, verify_on,
 };
-use payonce_log::{CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage, MemWitness};
+use payonce_log::{
+    CrashMode, Durability, Fault, LogConfig, LogReader, MemStorage, MemWitness, Storage,
+};
 use payonce_model::{
     Actor, Amount, Currency, Destination, Reason, WithdrawalId, WithdrawalRequest,
 };
@@ -97,8 +100,16 @@ pub struct Stats {
     pub crashes_mid_operation: u64,
     /// Clean closes and reopens.
     pub reopens: u64,
-    /// Disks restored from a snapshot behind the witness, and refused.
+    /// Disks restored from a backup behind the witness, and refused.
     pub rollbacks_refused: u64,
+    /// Snapshots of the projections taken at random points.
+    pub snapshots_taken: u64,
+    /// Snapshot files put back from earlier: intact, damaged or cut.
+    pub snapshots_restored: u64,
+    /// Openings that started from a snapshot.
+    pub opens_from_snapshot: u64,
+    /// Snapshots an opening refused and set aside.
+    pub snapshots_refused: u64,
     /// Faults armed on the storage.
     pub faults_armed: u64,
     /// Faults the storage injected.
@@ -137,6 +148,10 @@ impl Stats {
         self.crashes_mid_operation += other.crashes_mid_operation;
         self.reopens += other.reopens;
         self.rollbacks_refused += other.rollbacks_refused;
+        self.snapshots_taken += other.snapshots_taken;
+        self.snapshots_restored += other.snapshots_restored;
+        self.opens_from_snapshot += other.opens_from_snapshot;
+        self.snapshots_refused += other.snapshots_refused;
         self.faults_armed += other.faults_armed;
         self.faults_fired += other.faults_fired;
         self.failed_opens += other.failed_opens;
@@ -176,9 +191,12 @@ pub struct World {
     disk: Disk,
     /// The newest head the ledger published, kept off its disk.
     witness: MemWitness,
-    /// The disk as the last clean reopen left it: what a snapshot restore
+    /// The disk as the last clean reopen left it: what restoring a backup
     /// would bring back.
-    snapshot: Option<MemStorage>,
+    backup: Option<MemStorage>,
+    /// Every snapshot file the ledger wrote, as written: put back later, an
+    /// old one in place of the newer ones.
+    snapshots_seen: Vec<(String, Vec<u8>)>,
     ledger: Option<Ledger>,
     model: Model,
     rail: Rail,
@@ -332,7 +350,8 @@ impl World {
             epochs: Arc::new(CountingEpochs::new(1)),
             disk: Disk::new(MemStorage::new()),
             witness: MemWitness::new(),
-            snapshot: None,
+            backup: None,
+            snapshots_seen: Vec::new(),
             ledger: None,
             model: Model::new(config.accept_foreign_ids),
             rail: Rail::default(),
@@ -353,8 +372,16 @@ impl World {
         world
     }
 
-    fn ledger_config(&self) -> Config {
+    /// The ledger's configuration, its snapshots kept beside its log on
+    /// `storage`: taken on demand and at a clean close, never by a thread
+    /// (whose timing would make a seed's run differ from run to run).
+    fn ledger_config(&self, storage: Arc<dyn Storage>) -> Config {
         Config {
+            snapshot_store: Some(Arc::new(DirSnapshots::on(storage))),
+            snapshots: SnapshotPolicy {
+                at_close: true,
+                ..SnapshotPolicy::never()
+            },
             log: WorldConfig::log(),
             witness: Some(Arc::new(SimWitness::on(&self.witness, &self.disk))),
             accept_foreign_ids: self.config.accept_foreign_ids,
@@ -1009,6 +1036,92 @@ impl World {
         });
     }
 
+    /// Takes a snapshot of the projections now, as a service's snapshot
+    /// thread would; the disk may lose power or fail while it is written.
+    pub fn take_snapshot(&mut self) {
+        self.step("take a snapshot".to_owned(), |world, faults_before| {
+            let taken = world.ledger().snapshot();
+            // Waiting for the events it holds to be durable writes to the
+            // log: a fault there poisons the ledger as any write does. A
+            // fault writing the snapshot itself leaves the log as it was.
+            if matches!(&taken, Err(error) if !matches!(error, LedgerError::Snapshot(_))) {
+                world.poisoned = true;
+            }
+            match taken {
+                Ok(Some(taken)) => {
+                    world.stats.snapshots_taken += 1;
+                    if let Ok(bytes) = world.disk.mem().read(&taken.stored.name, u64::MAX) {
+                        world.snapshots_seen.push((taken.stored.name, bytes));
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => assert!(
+                    world.disk.dead()
+                        || world.poisoned
+                        || world.disk.faults_fired() > faults_before,
+                    "{}: taking a snapshot failed with no fault injected: {error}",
+                    world.context
+                ),
+            }
+        });
+    }
+
+    /// Closes the ledger, puts back snapshot file `pick` (modulo those
+    /// seen) in place of every snapshot the disk holds, as restoring an old
+    /// copy of the snapshots' directory does: intact, one byte flipped
+    /// (`damage` 1) or cut short (2); then opens again, which must load it,
+    /// or refuse it and fall back, and give the answers it gave before.
+    pub fn restore_old_snapshot(&mut self, pick: u64, damage: u8) {
+        if self.snapshots_seen.is_empty() {
+            return;
+        }
+        for slot in self.slots() {
+            self.abandon(slot);
+        }
+        let seen = &self.snapshots_seen[(pick % self.snapshots_seen.len() as u64) as usize];
+        let (name, mut bytes) = seen.clone();
+        match damage {
+            1 => {
+                let at = (pick as usize).wrapping_mul(7919) % bytes.len();
+                bytes[at] ^= 0x10;
+            }
+            2 => bytes.truncate(bytes.len() / 2),
+            _ => {}
+        }
+        self.step(format!("restore snapshot {name} ({damage}) and reopen"), |world, _| {
+            world.stats.reopens += 1;
+            let at_rest = (!world.poisoned).then(|| Projection::of(&world.live).at_rest());
+            world.ledger = None;
+            if world.disk.dead() {
+                // Power went while the close took its snapshot.
+                return;
+            }
+            world.put_back_snapshot(&name, &bytes);
+            world.open();
+            if let Some(before) = at_rest {
+                let after = Projection::of(&world.ledger().state());
+                assert_eq!(after, before, "{}: the projections changed across a reopen from an old snapshot", world.context);
+            }
+        });
+    }
+
+    /// Replaces every snapshot on the disk with `bytes` under `name`,
+    /// behind the ledger's back (no fault, no power loss counts it).
+    fn put_back_snapshot(&mut self, name: &str, bytes: &[u8]) {
+        let mem = self.disk.mem();
+        let store = DirSnapshots::on(Arc::new(mem.clone()));
+        for snapshot in store.list().unwrap_or_default() {
+            let _ = mem.remove(&snapshot.name);
+        }
+        let put = mem.create_new(name).and_then(|mut file| {
+            file.append(bytes)?;
+            file.sync_data()
+        });
+        if put.and_then(|()| mem.sync_dir()).is_ok() {
+            self.stats.snapshots_restored += 1;
+        }
+    }
+
     /// Arms a storage fault.
     pub fn arm(&mut self, fault: Fault) {
         self.step(format!("arm {fault:?}"), |world, _| {
@@ -1056,25 +1169,21 @@ impl World {
                     world.context
                 );
             }
-            world.restore_snapshot();
+            world.restore_backup();
         });
     }
 
-    /// Restores the disk from the snapshot the last clean reopen took,
+    /// Restores the disk from the backup the last clean reopen took,
     /// beside the live one: behind the witness, it must be refused. Then
-    /// takes the next snapshot.
-    fn restore_snapshot(&mut self) {
-        if let Some(snapshot) = self.snapshot.take()
-            && assert_rollback_refused(
-                &snapshot,
-                self.witness.head(),
-                self.ledger_config(),
-                &self.context,
-            )
-        {
-            self.stats.rollbacks_refused += 1;
+    /// takes the next backup.
+    fn restore_backup(&mut self) {
+        if let Some(backup) = self.backup.take() {
+            let config = self.ledger_config(Arc::new(backup.clone()));
+            if assert_rollback_refused(&backup, self.witness.head(), config, &self.context) {
+                self.stats.rollbacks_refused += 1;
+            }
         }
-        self.snapshot = Some(self.disk.mem().crash(CrashMode::DropUnsynced, 0));
+        self.backup = Some(self.disk.mem().crash(CrashMode::DropUnsynced, 0));
     }
 
     fn count_crash(&mut self) {
@@ -1126,9 +1235,10 @@ impl World {
             // A ledger is created once; a creation a crash cut short is
             // made again, as an operator provisioning it would.
             let storage = Arc::new(self.disk.clone());
+            let config = self.ledger_config(storage.clone());
             let opened = match holds_a_log(self.disk.mem()) {
-                true => Ledger::open_on(storage, self.ledger_config()),
-                false => Ledger::init_on(storage, self.ledger_config()),
+                true => Ledger::open_on(storage, config),
+                false => Ledger::init_on(storage, config),
             };
             if self.disk.dead() {
                 drop(opened);
@@ -1208,6 +1318,9 @@ impl World {
     fn after_open(&mut self) {
         let context = self.context.clone();
         self.assert_storage_failed_only_where_armed();
+        let recovery = self.ledger().recovery().clone();
+        self.stats.opens_from_snapshot += u64::from(recovery.snapshot.is_some());
+        self.stats.snapshots_refused += recovery.refused_snapshots.len() as u64;
         let state = self.ledger().state();
         let shadow = self.assert_replays_agree(&state);
         assert_invariants(&state, &context);

@@ -34,6 +34,15 @@ use crate::rng::Rng;
 /// Events one seed simulates, unless its queue runs dry first.
 pub const EVENTS_MAX: u64 = 120;
 
+/// Mean simulated milliseconds between snapshots the service takes.
+const SNAPSHOT_EVERY_MS: u64 = 1_500;
+
+/// Mean simulated milliseconds between restores of an old snapshot.
+const RESTORE_EVERY_MS: u64 = 5_000;
+
+/// Mixed into a seed for the draws of snapshots.
+const SNAPSHOT_SEED_MIX: u64 = 0x5eed_5a45_0000_0001;
+
 /// Withdrawals one seed creates.
 const WITHDRAWALS_MAX: usize = 40;
 
@@ -89,6 +98,11 @@ enum Event {
     PowerLoss,
     Fault,
     Restart,
+    /// The service's snapshot thread takes a snapshot of the projections.
+    Snapshot,
+    /// Someone restores an old copy of the snapshots' directory, whole,
+    /// damaged or cut, and the service restarts.
+    RestoreSnapshot,
 }
 
 /// What a seed's world is like: how often things go wrong.
@@ -156,6 +170,9 @@ impl SimStats {
 
 struct Sim {
     rng: Rng,
+    /// Draws for snapshots alone, so a seed's other draws are what they
+    /// were before snapshots existed.
+    snapshot_rng: Rng,
     weather: Weather,
     world: World,
     now_ms: u64,
@@ -196,6 +213,7 @@ impl Sim {
         };
         let mut sim = Sim {
             rng,
+            snapshot_rng: Rng::new(seed ^ SNAPSHOT_SEED_MIX),
             weather,
             world: World::new(config),
             now_ms: 0,
@@ -212,6 +230,10 @@ impl Sim {
         };
         sim.schedule(0, Event::Create);
         sim.schedule(500, Event::OperatorSweep);
+        let first_snapshot = sim.snapshot_rng.below(SNAPSHOT_EVERY_MS * 2);
+        sim.schedule(first_snapshot, Event::Snapshot);
+        let first_restore = sim.snapshot_rng.below(RESTORE_EVERY_MS * 2);
+        sim.schedule(first_restore, Event::RestoreSnapshot);
         if weather.power_loss_every_ms > 0 {
             let after = sim.rng.below(weather.power_loss_every_ms * 2);
             sim.schedule(after, Event::PowerLoss);
@@ -390,6 +412,20 @@ impl Sim {
                 self.restart_scheduled = false;
                 self.stats.restarts += 1;
                 self.world.reopen();
+            }
+            Event::Snapshot => {
+                if !self.world.poisoned() {
+                    self.world.take_snapshot();
+                }
+                let after = self.snapshot_rng.below(SNAPSHOT_EVERY_MS * 2);
+                self.schedule(after, Event::Snapshot);
+            }
+            Event::RestoreSnapshot => {
+                let pick = self.snapshot_rng.next_u64();
+                let damage = self.snapshot_rng.below(3) as u8;
+                self.world.restore_old_snapshot(pick, damage);
+                let after = self.snapshot_rng.below(RESTORE_EVERY_MS * 2);
+                self.schedule(after, Event::RestoreSnapshot);
             }
         }
     }

@@ -166,10 +166,11 @@ impl SnapshotStore for DirSnapshots {
         self.make_dir()?;
         let name = file_name(seq);
         let tmp = format!("{seq:020}{TMP_SUFFIX}");
-        match self.storage.remove(&tmp) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(self.io("remove", &tmp, error)),
+        // What a write a crash cut short left under this name goes first.
+        if self.names()?.contains(&tmp) {
+            self.storage
+                .remove(&tmp)
+                .map_err(|error| self.io("remove", &tmp, error))?;
         }
         let mut file = self
             .storage
