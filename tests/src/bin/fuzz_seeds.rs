@@ -533,7 +533,9 @@ fn snapshot_decode_seeds(dir: &Path) {
             log: WorldConfig::log(),
             clock: Arc::new(ManualClock::new(START)),
             accept_foreign_ids: foreign,
-            snapshot_store: Some(Arc::new(payonce::DirSnapshots::on(Arc::new(snapshots.clone())))),
+            snapshot_store: Some(Arc::new(payonce::DirSnapshots::on(Arc::new(
+                snapshots.clone(),
+            )))),
             snapshots: payonce::SnapshotPolicy::never(),
             ..Config::default()
         };

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use payonce::{Config, Ledger, LedgerError, VerifyReport};
+use payonce::{Config, Ledger, LedgerError, SnapshotPolicy, VerifyReport};
 
 /// The worker every child of a PostgreSQL ledger runs as: a restarted
 /// service keeps its name, so its start ends the sends of the one killed.
@@ -60,8 +60,8 @@ impl Backend {
     /// left no log, so nothing can have been decided in it.
     pub fn open_for_child(self, location: &Path) -> Result<Ledger, LedgerError> {
         match self {
-            Backend::File => match Ledger::open(location) {
-                Err(LedgerError::NoLog { .. }) => Ledger::init(location),
+            Backend::File => match Ledger::open_with(location, child_config()) {
+                Err(LedgerError::NoLog { .. }) => Ledger::init_with(location, child_config()),
                 opened => opened,
             },
             Backend::Postgres => {
@@ -102,6 +102,38 @@ impl Backend {
             Backend::Postgres => payonce_postgres::verify(url(location)).map(|(report, _)| report),
         }
     }
+}
+
+/// Events between the snapshots a child takes: so few that a kill often
+/// lands while one is being written.
+const CHILD_SNAPSHOT_EVENTS: u64 = 40;
+
+/// How a child opens a file ledger: taking snapshots on its thread every
+/// [`CHILD_SNAPSHOT_EVENTS`] events, one after another with no rest.
+fn child_config() -> Config {
+    Config {
+        snapshots: SnapshotPolicy {
+            events: CHILD_SNAPSHOT_EVENTS,
+            share_max: 100,
+            ..SnapshotPolicy::never()
+        },
+        ..Config::default()
+    }
+}
+
+/// Whether a kill cut a snapshot's write short in the file ledger at
+/// `location`: its temporary file is there, which only a finished write
+/// renames.
+pub(super) fn snapshot_write_cut(backend: Backend, location: &Path) -> bool {
+    backend == Backend::File
+        && std::fs::read_dir(location.join(payonce::SNAPSHOTS_DIR)).is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".snapshot.tmp")
+            })
+        })
 }
 
 /// A PostgreSQL ledger's location: its URL.

@@ -76,14 +76,15 @@ impl Seen {
 /// on stable storage before the send), with no outcome or the rail's;
 /// every acknowledged outcome is there; two read-only replays re-derive
 /// every decision without a divergence and agree with each other and with
-/// the opened ledger.
+/// the opened ledger, which opened from a snapshot (the second answer) or
+/// replayed every event.
 pub fn check_after_kill(
     backend: Backend,
     location: &Path,
     ready: bool,
     trails: &[Vec<Step>],
     seen: &Seen,
-) -> Result<Vec<KillPoint>, String> {
+) -> Result<(Vec<KillPoint>, bool), String> {
     let reopened = backend
         .reopen(location)
         .map_err(|error| format!("reopening after the kill: {error}"))?;
@@ -97,24 +98,26 @@ pub fn check_after_kill(
                 seen.sends()
             ));
         }
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let live = ledger.state();
+    let from_snapshot = ledger.recovery().snapshot.is_some();
     drop(ledger);
     check_sends(&live, seen)?;
     check_acks(&live, seen)?;
     check_replays(backend, location, &live)?;
     if !ready {
         return match trails.iter().all(Vec::is_empty) {
-            true => Ok(Vec::new()),
+            true => Ok((Vec::new(), from_snapshot)),
             false => Err("a thread wrote its trail before the child was ready".to_owned()),
         };
     }
-    trails
+    let points = trails
         .iter()
         .enumerate()
         .map(|(thread, trail)| classify(trail, &live).map_err(|e| format!("thread {thread}: {e}")))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((points, from_snapshot))
 }
 
 fn check_sends(live: &State, seen: &Seen) -> Result<(), String> {

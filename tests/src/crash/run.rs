@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::backend::Backend;
+use super::backend::{Backend, snapshot_write_cut};
 use super::check::{Seen, check_after_kill};
 use super::child::{ChildArgs, READY, to_args};
 use super::point::{KillPoint, KillTable};
@@ -49,6 +49,10 @@ pub struct CrashReport {
     pub acks: usize,
     /// The longest time from spawning a child to reading its readiness line.
     pub open_max: Duration,
+    /// Kills that cut a snapshot's write short (its temporary file left).
+    pub snapshot_writes_cut: u64,
+    /// Reopenings after a kill that started from a snapshot.
+    pub opens_from_snapshot: u64,
     /// How long the run took.
     pub elapsed: Duration,
 }
@@ -94,6 +98,8 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
         sends: 0,
         acks: 0,
         open_max: Duration::ZERO,
+        snapshot_writes_cut: 0,
+        opens_from_snapshot: 0,
         elapsed: Duration::ZERO,
     };
     // How long recent children took to be ready. A kill during open is
@@ -127,7 +133,12 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
             ),
         };
         let child_seed = rng.next_u64();
-        match kill_and_check(config, life, round, child_seed, &timing) {
+        let checked = kill_and_check(config, life, round, child_seed, &timing);
+        if let Ok((_, snapshots)) = &checked {
+            report.snapshot_writes_cut += u64::from(snapshots.write_cut);
+            report.opens_from_snapshot += u64::from(snapshots.opened_from);
+        }
+        match checked.map(|(killed, _)| killed) {
             Ok(Killed::Open) => report.table.add_open(),
             Ok(Killed::Submitting { open, points }) => {
                 report.table.add_submitting(&points);
@@ -209,6 +220,14 @@ enum Killed {
     },
 }
 
+/// What a round saw of snapshots.
+struct RoundSnapshots {
+    /// The kill cut a snapshot's write short.
+    write_cut: bool,
+    /// The reopening after it started from a snapshot.
+    opened_from: bool,
+}
+
 /// One round: spawns a child on `life`'s ledger, kills it as `timing`
 /// says, checks what survived and says where the kill landed.
 fn kill_and_check(
@@ -217,7 +236,7 @@ fn kill_and_check(
     round: u64,
     seed: u64,
     timing: &Timing,
-) -> Result<Killed, String> {
+) -> Result<(Killed, RoundSnapshots), String> {
     let trails = life.dir.join("trails").join(format!("round-{round}"));
     std::fs::create_dir_all(&trails).unwrap();
     let args = ChildArgs {
@@ -265,11 +284,20 @@ fn kill_and_check(
         .map(|thread| read_trail(&trails, thread))
         .collect::<Result<_, _>>()?;
     life.seen.take(&trails)?;
-    let points = check_after_kill(config.backend, &life.ledger(), ready, &trails, &life.seen)?;
-    Ok(match ready {
+    let write_cut = snapshot_write_cut(config.backend, &life.ledger());
+    let (points, opened_from) =
+        check_after_kill(config.backend, &life.ledger(), ready, &trails, &life.seen)?;
+    let killed = match ready {
         true => Killed::Submitting { open, points },
         false => Killed::Open,
-    })
+    };
+    Ok((
+        killed,
+        RoundSnapshots {
+            write_cut,
+            opened_from,
+        },
+    ))
 }
 
 /// Reads the child's first line: whether it says the child is ready. Ends

@@ -1088,21 +1088,28 @@ impl World {
             2 => bytes.truncate(bytes.len() / 2),
             _ => {}
         }
-        self.step(format!("restore snapshot {name} ({damage}) and reopen"), |world, _| {
-            world.stats.reopens += 1;
-            let at_rest = (!world.poisoned).then(|| Projection::of(&world.live).at_rest());
-            world.ledger = None;
-            if world.disk.dead() {
-                // Power went while the close took its snapshot.
-                return;
-            }
-            world.put_back_snapshot(&name, &bytes);
-            world.open();
-            if let Some(before) = at_rest {
-                let after = Projection::of(&world.ledger().state());
-                assert_eq!(after, before, "{}: the projections changed across a reopen from an old snapshot", world.context);
-            }
-        });
+        self.step(
+            format!("restore snapshot {name} ({damage}) and reopen"),
+            |world, _| {
+                world.stats.reopens += 1;
+                let at_rest = (!world.poisoned).then(|| Projection::of(&world.live).at_rest());
+                world.ledger = None;
+                if world.disk.dead() {
+                    // Power went while the close took its snapshot.
+                    return;
+                }
+                world.put_back_snapshot(&name, &bytes);
+                world.open();
+                if let Some(before) = at_rest {
+                    let after = Projection::of(&world.ledger().state());
+                    assert_eq!(
+                        after, before,
+                        "{}: the projections changed across a reopen from an old snapshot",
+                        world.context
+                    );
+                }
+            },
+        );
     }
 
     /// Replaces every snapshot on the disk with `bytes` under `name`,
