@@ -90,6 +90,11 @@ fn main() {
     }
     if !sizes.is_empty() {
         replay_table(dir.path(), sizes);
+        println!();
+    }
+    let snapshot_threads = numbers("PAYONCE_BENCH_SNAPSHOTS", "64");
+    if let Some(&threads) = snapshot_threads.first() {
+        snapshot_cost_table(dir.path(), threads, duration);
     }
 }
 
@@ -130,6 +135,142 @@ fn durable_table(dir: &Path, thread_counts: Vec<usize>, duration: Duration) {
             );
         }
     }
+}
+
+/// Claimed withdrawals in the ledger whose submits [`snapshot_cost_table`]
+/// measures: each snapshot there is about 40 MiB.
+const SNAPSHOT_COST_HELD: u64 = 200_000;
+
+/// Events between snapshots while [`snapshot_cost_table`] measures: a few
+/// each run, as the default share of time allows.
+const SNAPSHOT_COST_EVENTS: u64 = 100_000;
+
+/// Rounds of [`snapshot_cost_table`], each a run without snapshots and one
+/// with.
+const SNAPSHOT_COST_ROUNDS: usize = 3;
+
+/// Durable submits at `threads` threads on a ledger holding
+/// [`SNAPSHOT_COST_HELD`] claimed withdrawals, with snapshots taken beside
+/// them (every [`SNAPSHOT_COST_EVENTS`] events, as often as the default
+/// share of the time allows) and without, alternated on the same ledger.
+fn snapshot_cost_table(dir: &Path, threads: usize, duration: Duration) {
+    let ledger_dir = dir.join("snapshot-cost");
+    let per_run =
+        ((duration.as_secs_f64() * SUBMITS_PER_SEC_MAX / 4.0) as usize / threads).max(2_000);
+    let runs = 2 * SNAPSHOT_COST_ROUNDS;
+    let prepared = prefilled(&ledger_dir, threads, per_run * runs);
+    println!(
+        "| durable submits, {threads} threads, {SNAPSHOT_COST_HELD} claimed withdrawals held | submits/s | snapshots taken | lock held at most | taking them, all told |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..runs {
+        let on = round % 2 == 1;
+        let snapshots = match on {
+            true => SnapshotPolicy {
+                events: SNAPSHOT_COST_EVENTS,
+                ..SnapshotPolicy::default()
+            },
+            false => SnapshotPolicy::never(),
+        };
+        let ledger = Ledger::open_with(
+            &ledger_dir,
+            Config {
+                snapshots,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        let slices: Vec<&[WithdrawalRequest]> = prepared
+            .iter()
+            .map(|withdrawals| &withdrawals[round * per_run..(round + 1) * per_run])
+            .collect();
+        // Keys of their own per round: `t{thread}-{index}` from thread
+        // numbers no earlier round used.
+        let (rate, _, _) = submit_all(&ledger, &slices, round * threads, duration);
+        let stats = ledger.snapshot_stats().unwrap();
+        drop(ledger);
+        rates[usize::from(on)].push(rate);
+        println!(
+            "| snapshots {} | {rate:.0} | {} | {:.1} ms | {:.2} s |",
+            if on { "on" } else { "off" },
+            stats.taken,
+            stats.lock_held_max.as_secs_f64() * 1000.0,
+            stats.took_total.as_secs_f64()
+        );
+    }
+    let median = |rates: &mut Vec<f64>| {
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let (off, on) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "| medians: off {off:.0}, on {on:.0} | {:+.1}% | | | |",
+        (on / off - 1.0) * 100.0
+    );
+}
+
+/// A ledger in `dir` holding [`SNAPSHOT_COST_HELD`] claimed and sent
+/// withdrawals, built without syncs, and `per_thread` more withdrawals
+/// created for each of `threads` threads to submit.
+fn prefilled(dir: &Path, threads: usize, per_thread: usize) -> Vec<Vec<WithdrawalRequest>> {
+    let creating = Config {
+        log: LogConfig {
+            durability: Durability::Never,
+            ..LogConfig::default()
+        },
+        snapshots: SnapshotPolicy::never(),
+        ..Config::default()
+    };
+    let ledger = Ledger::init_with(dir, creating).unwrap();
+    for index in 0..SNAPSHOT_COST_HELD {
+        let request = new_withdrawal(&ledger);
+        ledger
+            .submit(&format!("held-{index:08}"), request, rail)
+            .unwrap();
+    }
+    let prepared = (0..threads)
+        .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
+        .collect();
+    ledger.snapshot().unwrap();
+    drop(ledger);
+    sync_dir_files(dir);
+    prepared
+}
+
+/// Submits every thread's slice of withdrawals on `ledger` until `duration`
+/// has passed: the rate, the submits, and what the threads spent.
+fn submit_all(
+    ledger: &Ledger,
+    slices: &[&[WithdrawalRequest]],
+    first_thread: usize,
+    duration: Duration,
+) -> (f64, usize, ThreadCost) {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let (submits, cost) = thread::scope(|scope| {
+        let workers: Vec<_> = slices
+            .iter()
+            .enumerate()
+            .map(|(thread, withdrawals)| {
+                scope.spawn(move || {
+                    submit_until(ledger, first_thread + thread, withdrawals, deadline)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap())
+            .fold(
+                (0, ThreadCost::default()),
+                |(submits, cost), (count, spent)| (submits + count, cost.add(spent)),
+            )
+    });
+    (
+        submits as f64 / start.elapsed().as_secs_f64(),
+        submits,
+        cost,
+    )
 }
 
 /// The replay table: a log of each size built, then opened in children.
@@ -313,26 +454,8 @@ fn durable_submits(
         ..Config::default()
     };
     let ledger = Ledger::open_with(&ledger_dir, config).unwrap();
-    let start = Instant::now();
-    let deadline = start + duration;
-    let (submits, cost) = thread::scope(|scope| {
-        let workers: Vec<_> = prepared
-            .iter()
-            .enumerate()
-            .map(|(thread, withdrawals)| {
-                let ledger = &ledger;
-                scope.spawn(move || submit_until(ledger, thread, withdrawals, deadline))
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| worker.join().unwrap())
-            .fold(
-                (0, ThreadCost::default()),
-                |(submits, cost), (count, spent)| (submits + count, cost.add(spent)),
-            )
-    });
-    let rate = submits as f64 / start.elapsed().as_secs_f64();
+    let slices: Vec<&[WithdrawalRequest]> = prepared.iter().map(Vec::as_slice).collect();
+    let (rate, submits, cost) = submit_all(&ledger, &slices, 0, duration);
     drop(ledger);
     DurableRun {
         rate,

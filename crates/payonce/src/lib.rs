@@ -89,7 +89,7 @@ pub use crate::event::{
 };
 pub use crate::ledger::{
     Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, READ_LEN_MAX,
-    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotTaken, Ticket,
+    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotStats, SnapshotTaken, Ticket,
 };
 pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotRefused};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};

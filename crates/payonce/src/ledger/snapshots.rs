@@ -51,6 +51,22 @@ struct Last {
     at: Instant,
     /// How long taking it took, lock and all: the next waits in proportion.
     took: Duration,
+    stats: SnapshotStats,
+}
+
+/// What a ledger's snapshots cost since it was opened: for monitoring, and
+/// for the benchmark that measures what taking them costs the submits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnapshotStats {
+    /// Snapshots taken.
+    pub taken: u64,
+    /// Snapshots that could not be taken (encoded, written, pruned).
+    pub failed: u64,
+    /// The longest the ledger's lock was held to copy the state.
+    pub lock_held_max: Duration,
+    /// Time spent taking them, all told.
+    pub took_total: Duration,
 }
 
 /// What taking a snapshot did, for tracing and benchmarks.
@@ -84,6 +100,7 @@ impl Snapshots {
                 seq,
                 at: Instant::now(),
                 took: Duration::ZERO,
+                stats: SnapshotStats::default(),
             }),
         };
         snapshots.set_due(seq);
@@ -182,32 +199,42 @@ impl Snapshots {
         let state = copy()?;
         let lock_held = started.elapsed();
         let seq = state.last_seq();
-        let (log_id, head) = durable_head(store, seq)?;
-        let bytes = snapshot::encode(&state, log_id, head)?;
-        drop(state);
-        let stored = self.store.write(seq, &bytes)?;
-        let pruned = self.store.prune(SNAPSHOTS_KEPT)?;
+        let written = durable_head(store, seq).and_then(|(log_id, head)| {
+            let bytes = snapshot::encode(&state, log_id, head)?;
+            drop(state);
+            let stored = self.store.write(seq, &bytes)?;
+            let pruned = self.store.prune(SNAPSHOTS_KEPT)?;
+            Ok((head, bytes.len(), stored, pruned))
+        });
         let took = started.elapsed();
+        last.stats.lock_held_max = last.stats.lock_held_max.max(lock_held);
+        last.stats.took_total += took;
+        let (head, len, stored, pruned) = match written {
+            Ok(written) => written,
+            Err(error) => {
+                last.stats.failed += 1;
+                return Err(error);
+            }
+        };
+        last.stats.taken += 1;
         info!(
             snapshot = %stored.name,
             seq = stored.seq,
             %head,
-            len = bytes.len(),
+            len,
             lock_held_us = lock_held.as_micros() as u64,
             took_ms = took.as_millis() as u64,
             pruned = pruned.len(),
             "took a snapshot"
         );
-        *last = Last {
-            seq: stored.seq,
-            at: Instant::now(),
-            took,
-        };
+        last.seq = stored.seq;
+        last.at = Instant::now();
+        last.took = took;
         self.set_due(stored.seq);
         Ok(Some(SnapshotTaken {
             stored,
             head,
-            len: bytes.len() as u64,
+            len: len as u64,
             lock_held,
             took,
         }))
@@ -312,6 +339,13 @@ fn due_in(snapshots: &Snapshots, pending: bool) -> Option<Duration> {
 }
 
 impl Ledger {
+    /// What taking snapshots cost since the ledger was opened; `None` for a
+    /// ledger that keeps no snapshots.
+    pub fn snapshot_stats(&self) -> Option<SnapshotStats> {
+        let snapshots = self.inner.snapshots.as_ref()?;
+        Some(snapshots.lock_last()?.stats)
+    }
+
     /// Takes a snapshot of the projections now, into the ledger's snapshot
     /// store, and keeps the newest [`SNAPSHOTS_KEPT`]: `None` if the ledger
     /// keeps no snapshots, or the newest one is of the current state. The
