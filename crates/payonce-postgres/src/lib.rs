@@ -31,6 +31,7 @@ mod follow;
 mod schema;
 mod session;
 mod snapshot;
+mod snapshots;
 mod store;
 
 use std::ops::ControlFlow;
@@ -43,6 +44,7 @@ use payonce_model::WorkerName;
 
 pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 pub use crate::snapshot::{Snapshot, WalkError};
+pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
 pub use crate::store::{PgLog, Role};
 /// The chain digest, shared with the file log (docs/log-format.md, "The
 /// chain digest").

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use payonce_log::Opening;
+use payonce_log::{Head, Opening};
 use tracing::{info, warn};
 
 use super::error::SnapshotError;
@@ -35,6 +35,21 @@ pub(crate) fn load_newest(
     store: &dyn SnapshotStore,
     opening: &Opening,
 ) -> Result<Loaded, LedgerError> {
+    let log_id = opening.log_id()?.unwrap_or_default();
+    load_newest_of(store, log_id, &|seq| Ok(opening.head_at(seq)?))
+}
+
+/// What a log says of the heads it holds: the head of the batch ending at
+/// a seq, if one does.
+pub(crate) type HeadAt<'a> = dyn Fn(u64) -> Result<Option<Head>, LedgerError> + 'a;
+
+/// [`load_newest`] for any log: `log_id` is its identity, `head_at` reads
+/// its heads from the log itself.
+pub(crate) fn load_newest_of(
+    store: &dyn SnapshotStore,
+    log_id: u64,
+    head_at: &HeadAt<'_>,
+) -> Result<Loaded, LedgerError> {
     let mut loaded = Loaded::default();
     let candidates = match store.list() {
         Ok(candidates) => candidates,
@@ -44,7 +59,7 @@ pub(crate) fn load_newest(
         }
     };
     for candidate in candidates {
-        match try_load(store, opening, &candidate)? {
+        match try_load(store, log_id, head_at, &candidate)? {
             Ok((info, state)) => {
                 info!(snapshot = %candidate.name, seq = info.seq, head = %info.head, "loaded a snapshot");
                 let snapshot = SnapshotLoaded {
@@ -66,15 +81,15 @@ pub(crate) fn load_newest(
 /// is the log's damage, the inner one the snapshot's refusal.
 fn try_load(
     store: &dyn SnapshotStore,
-    opening: &Opening,
+    log_id: u64,
+    head_at: &HeadAt<'_>,
     candidate: &StoredSnapshot,
 ) -> Result<Result<(SnapshotInfo, State), SnapshotError>, LedgerError> {
     let bytes = match store.read(candidate) {
         Ok(bytes) => bytes,
         Err(error) => return Ok(Err(error)),
     };
-    let log_id = opening.log_id()?.unwrap_or_default();
-    Ok(checked(&bytes, log_id, |seq| opening.head_at(seq))?)
+    checked(&bytes, log_id, head_at)
 }
 
 /// Sets a refused snapshot aside and says so; one that could not be read

@@ -1,0 +1,219 @@
+//! Snapshots of the projections in the database: [`PgSnapshots`], the
+//! `payonce::SnapshotStore` of a PostgreSQL ledger (docs/postgres.md,
+//! "Snapshots"). A snapshot is a row of `payonce.snapshots` (its seq,
+//! head digest, length and chunk count, who wrote it, when) and its bytes
+//! in `payonce.snapshot_chunks`, written in one transaction on a
+//! connection of its own, never under the ledger-wide lock, so taking one
+//! does not hold up any worker's batch. Rows are never updated or deleted;
+//! the chunks of all but the newest two are pruned. A snapshot an opening
+//! refused is set aside by a row of `payonce.snapshot_refusals`.
+
+use std::sync::{Mutex, MutexGuard};
+
+use payonce::{SNAPSHOT_LEN_MAX, SnapshotError, SnapshotStore, StoredSnapshot, snapshots};
+use postgres::Client;
+
+use crate::error::describe;
+use crate::redacted;
+use crate::store::connect;
+
+/// Bytes per row of `payonce.snapshot_chunks`: far below the 1 GB a
+/// `bytea` holds, so a snapshot is written and read a chunk at a time.
+pub const SNAPSHOT_CHUNK_LEN: usize = 16 << 20;
+
+/// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
+/// own.
+pub struct PgSnapshots {
+    shown: String,
+    writer: String,
+    client: Mutex<Client>,
+}
+
+impl std::fmt::Debug for PgSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgSnapshots({})", self.shown)
+    }
+}
+
+impl PgSnapshots {
+    /// The snapshots of the ledger at `url`, written as `writer` (a worker's
+    /// name, or an operator's command).
+    pub fn connect(url: &str, writer: &str) -> Result<PgSnapshots, payonce::StoreError> {
+        Ok(PgSnapshots {
+            shown: redacted(url),
+            writer: writer.to_owned(),
+            client: Mutex::new(connect(url)?),
+        })
+    }
+
+    fn client(&self) -> Result<MutexGuard<'_, Client>, SnapshotError> {
+        self.client.lock().map_err(|_| SnapshotError::Store {
+            detail: "a thread panicked with the snapshots' connection".to_owned(),
+        })
+    }
+
+    fn name(seq: u64) -> String {
+        format!("payonce.snapshots seq {seq}")
+    }
+}
+
+/// A database error as a snapshot's.
+fn store_error(doing: &str, error: &postgres::Error) -> SnapshotError {
+    SnapshotError::Store {
+        detail: format!("{doing}: {}", describe(error)),
+    }
+}
+
+/// A seq as the database keeps it.
+fn signed(seq: u64) -> Result<i64, SnapshotError> {
+    i64::try_from(seq).map_err(|_| SnapshotError::Store {
+        detail: format!("seq {seq} is past what a bigint holds"),
+    })
+}
+
+impl SnapshotStore for PgSnapshots {
+    fn list(&self) -> Result<Vec<StoredSnapshot>, SnapshotError> {
+        let rows = self
+            .client()?
+            .query(
+                "SELECT s.seq FROM payonce.snapshots s \
+                 WHERE NOT EXISTS (SELECT 1 FROM payonce.snapshot_refusals r WHERE r.seq = s.seq) \
+                   AND EXISTS (SELECT 1 FROM payonce.snapshot_chunks c WHERE c.seq = s.seq) \
+                 ORDER BY s.seq DESC",
+                &[],
+            )
+            .map_err(|error| store_error("listing snapshots", &error))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let seq = row.get::<_, i64>(0).unsigned_abs();
+                StoredSnapshot {
+                    seq,
+                    name: PgSnapshots::name(seq),
+                }
+            })
+            .collect())
+    }
+
+    fn read(&self, snapshot: &StoredSnapshot) -> Result<Vec<u8>, SnapshotError> {
+        let mut client = self.client()?;
+        let seq = signed(snapshot.seq)?;
+        let row = client
+            .query_one(
+                "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
+                &[&seq],
+            )
+            .map_err(|error| store_error("reading a snapshot's row", &error))?;
+        let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
+        let len = len.unsigned_abs();
+        if len > SNAPSHOT_LEN_MAX {
+            return Err(SnapshotError::TooLong {
+                len,
+                max: SNAPSHOT_LEN_MAX,
+            });
+        }
+        let rows = client
+            .query(
+                "SELECT chunk, bytes FROM payonce.snapshot_chunks WHERE seq = $1 ORDER BY chunk",
+                &[&seq],
+            )
+            .map_err(|error| store_error("reading a snapshot's chunks", &error))?;
+        if rows.len() != usize::try_from(chunks).unwrap_or(usize::MAX) {
+            return Err(SnapshotError::Store {
+                detail: format!("{} chunks where the row says {chunks}", rows.len()),
+            });
+        }
+        let mut bytes = Vec::new();
+        for (expected, row) in (0i32..).zip(&rows) {
+            let (chunk, part): (i32, &[u8]) = (row.get(0), row.get(1));
+            if chunk != expected || bytes.len() as u64 + part.len() as u64 > len {
+                return Err(SnapshotError::Length {
+                    expected: len,
+                    found: bytes.len() as u64 + part.len() as u64,
+                });
+            }
+            bytes.extend_from_slice(part);
+        }
+        Ok(bytes)
+    }
+
+    fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
+        let info = snapshots::info(bytes)?;
+        assert_eq!(info.seq, seq, "a snapshot is stored under its own seq");
+        let chunks = bytes.chunks(SNAPSHOT_CHUNK_LEN);
+        let count = i32::try_from(chunks.len()).map_err(|_| SnapshotError::TooLong {
+            len: bytes.len() as u64,
+            max: SNAPSHOT_CHUNK_LEN as u64 * i32::MAX as u64,
+        })?;
+        let mut client = self.client()?;
+        let mut transaction = client
+            .transaction()
+            .map_err(|error| store_error("beginning a snapshot's transaction", &error))?;
+        let row = signed(seq)?;
+        let inserted = transaction
+            .execute(
+                "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (seq) DO NOTHING",
+                &[
+                    &row,
+                    &&info.head.digest.0[..],
+                    &i32::try_from(payonce::SNAPSHOT_FORMAT_VERSION).unwrap_or(i32::MAX),
+                    &(bytes.len() as i64),
+                    &count,
+                    &self.writer,
+                ],
+            )
+            .map_err(|error| store_error("inserting a snapshot's row", &error))?;
+        if inserted == 1 {
+            for (chunk, part) in (0i32..).zip(chunks) {
+                transaction
+                    .execute(
+                        "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, $2, $3)",
+                        &[&row, &chunk, &part],
+                    )
+                    .map_err(|error| store_error("inserting a snapshot's chunk", &error))?;
+            }
+        }
+        // A snapshot of this seq another worker wrote first is the same
+        // state: one is enough.
+        transaction
+            .commit()
+            .map_err(|error| store_error("committing a snapshot", &error))?;
+        Ok(StoredSnapshot {
+            seq,
+            name: PgSnapshots::name(seq),
+        })
+    }
+
+    fn set_aside(&self, snapshot: &StoredSnapshot) -> Result<String, SnapshotError> {
+        self.client()?
+            .execute(
+                "INSERT INTO payonce.snapshot_refusals (seq, refused_by) VALUES ($1, $2) \
+                 ON CONFLICT (seq) DO NOTHING",
+                &[&signed(snapshot.seq)?, &self.writer],
+            )
+            .map_err(|error| store_error("setting a snapshot aside", &error))?;
+        Ok(format!(
+            "{} (refused: payonce.snapshot_refusals)",
+            snapshot.name
+        ))
+    }
+
+    fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError> {
+        let old: Vec<StoredSnapshot> = self.list()?.into_iter().skip(kept).collect();
+        let mut client = self.client()?;
+        for snapshot in &old {
+            client
+                .execute(
+                    // The two snapshots of highest seq keep their chunks
+                    // whatever the table's trigger is asked.
+                    "DELETE FROM payonce.snapshot_chunks WHERE seq = $1 AND seq < ( \
+                         SELECT min(seq) FROM ( \
+                             SELECT seq FROM payonce.snapshots ORDER BY seq DESC LIMIT 2) newest)",
+                    &[&signed(snapshot.seq)?],
+                )
+                .map_err(|error| store_error("pruning a snapshot's chunks", &error))?;
+        }
+        Ok(old)
+    }
+}
