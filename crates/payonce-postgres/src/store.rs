@@ -10,7 +10,7 @@
 //! `BEGIN`, the plan settings, the lock and the catch-up are sent
 //! together, and so are the inserts and `COMMIT`, so a batch costs two
 //! round trips. Sequence order is commit order is visibility order, so
-//! every snapshot is a gapless prefix of the log.
+//! every read view is a gapless prefix of the log.
 //!
 //! An insert the server refuses aborts the transaction, and the `COMMIT`
 //! sent after it then answers with a rollback, not an error: the batch is

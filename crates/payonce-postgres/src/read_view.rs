@@ -1,7 +1,7 @@
-//! Reading a ledger's log for audits: one read-only snapshot
-//! (`REPEATABLE READ READ ONLY`), which takes no lock a writer waits for,
-//! so an audit never blocks the workers; every batch's digest is checked
-//! as it is read.
+//! Reading a ledger's log for audits: one read view, a read-only
+//! transaction (`REPEATABLE READ READ ONLY`) that takes no lock a writer
+//! waits for, so an audit never blocks the workers; every batch's digest
+//! is checked as it is read.
 
 use std::ops::ControlFlow;
 
@@ -14,8 +14,9 @@ use crate::follow::{EVENTS_AFTER, Follower, Row};
 use crate::store::connect;
 use payonce_log::chain::Head;
 
-/// A read-only snapshot of a ledger's log.
-pub struct Snapshot {
+/// A read view of a ledger's log: one read-only transaction, which sees
+/// one gapless prefix of it however long it stays open.
+pub struct ReadView {
     client: Client,
 }
 
@@ -28,21 +29,20 @@ pub enum WalkError<E> {
     Visit(E),
 }
 
-impl Snapshot {
-    /// Connects to the ledger at `url` and opens a read-only snapshot of
-    /// it. A database without a payonce schema of this build's version is
+impl ReadView {
+    /// Connects to the ledger at `url` and opens a read view of it. A database without a payonce schema of this build's version is
     /// refused.
-    pub fn open(url: &str) -> Result<Snapshot, StoreError> {
+    pub fn open(url: &str) -> Result<ReadView, StoreError> {
         let mut client = connect(url)?;
         // Ended when the client goes: a read-only transaction writes
         // nothing to keep or undo.
         client
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .map_err(failed)?;
-        Ok(Snapshot { client })
+        Ok(ReadView { client })
     }
 
-    /// Visits every event of the snapshot in order, each batch's chain
+    /// Visits every event of the read view in order, each batch's chain
     /// checked once it is read whole, until the end or until `visit`
     /// breaks; returns the head of the last whole batch read.
     pub fn walk<E>(
@@ -71,7 +71,7 @@ impl Snapshot {
         Ok((head, through))
     }
 
-    /// [`Snapshot::walk`], handing `visit` each row with the head of the
+    /// [`ReadView::walk`], handing `visit` each row with the head of the
     /// last whole batch read, this row's included.
     fn follow<E>(
         &mut self,
