@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, Head, LedgerError, State, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, State, VerifyReport, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -341,6 +341,27 @@ impl LogDir {
                 payonce_postgres::WalkError::Visit(error) => error,
             })?;
         Ok(walked)
+    }
+
+    /// For a PostgreSQL ledger, `payonce verify`'s replay of its read
+    /// view: every batch's chain checked and every decision re-derived by
+    /// the library, reading and applying on two threads. `None` for a
+    /// directory.
+    pub(crate) fn verify_postgres(&self) -> Option<Result<(VerifyReport, Head), CliError>> {
+        let Source::Postgres(view) = &self.source else {
+            return None;
+        };
+        let mut view = view.borrow_mut();
+        let mut head = Head::default();
+        let report = payonce::verify_scan(|visit| {
+            head = view.scan(visit)?;
+            Ok(())
+        });
+        Some(
+            report
+                .map(|report| (report, head))
+                .map_err(|error| CliError::from_ledger(&self.dir, error)),
+        )
     }
 
     /// Visits every event from `from` on, in order, verified as read, until

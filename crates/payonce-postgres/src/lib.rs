@@ -36,9 +36,7 @@ mod store;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use payonce::{
-    Config, Ledger, LedgerError, State, StoreError, VerifyReport, apply, decode_event, rederive,
-};
+use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
 use payonce_model::WorkerName;
 
 pub use crate::read_view::{ReadView, WalkError};
@@ -128,32 +126,11 @@ pub fn end_session(url: &str, worker: &str, note: &str, by: &str) -> Result<(), 
 /// Returns the report and the head of the log read.
 pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
     let mut view = ReadView::open(url)?;
-    let mut state = State::new();
-    let mut divergences = Vec::new();
-    let head = view
-        .walk(|seq, payload| {
-            let event = decode_event(seq, payload)?;
-            if let Some(divergence) = rederive(&state, &event) {
-                divergences.push(divergence);
-            }
-            apply(&mut state, &event);
-            Ok::<_, LedgerError>(ControlFlow::Continue(()))
-        })
-        .map_err(|error| match error {
-            WalkError::Store(error) => LedgerError::Store(error),
-            WalkError::Visit(error) => error,
-        })?;
-    let report = VerifyReport {
-        events: state.last_seq(),
-        segments: 0,
-        keys: state.key_count(),
-        in_flight: state.in_flight().len(),
-        held: state.held_totals(),
-        refusals: state.refusal_count(),
-        divergences,
-        torn_tail: None,
-        state,
-    };
+    let mut head = Head::default();
+    let report = payonce::verify_scan(|visit| {
+        head = view.scan(visit)?;
+        Ok(())
+    })?;
     Ok((report, head))
 }
 

@@ -5,19 +5,17 @@
 
 use std::ops::ControlFlow;
 
-use payonce::StoreError;
-use postgres::Client;
-use postgres::fallible_iterator::FallibleIterator;
+use payonce::{StoreError, Visit};
 
 use crate::error::failed;
-use crate::follow::{EVENTS_AFTER, Follower, Row};
-use crate::store::connect;
+use crate::follow::{Follower, scan};
+use crate::session::Session;
 use payonce_log::chain::Head;
 
 /// A read view of a ledger's log: one read-only transaction, which sees
 /// one gapless prefix of it however long it stays open.
 pub struct ReadView {
-    client: Client,
+    session: Session,
 }
 
 /// Why a walk stopped: the store, or the visitor.
@@ -30,16 +28,30 @@ pub enum WalkError<E> {
 }
 
 impl ReadView {
-    /// Connects to the ledger at `url` and opens a read view of it. A database without a payonce schema of this build's version is
+    /// Connects to the ledger at `url` and opens a read view of it. A
+    /// database without a payonce schema of this build's version is
     /// refused.
     pub fn open(url: &str) -> Result<ReadView, StoreError> {
-        let mut client = connect(url)?;
-        // Ended when the client goes: a read-only transaction writes
+        let mut session = Session::connect(url)?;
+        // Ended when the session goes: a read-only transaction writes
         // nothing to keep or undo.
-        client
+        session
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .map_err(failed)?;
-        Ok(ReadView { client })
+        Ok(ReadView { session })
+    }
+
+    /// Hands `visit` every event of the read view in order, from the
+    /// first, as one stream, until the last or until `visit` breaks;
+    /// returns the head of the last whole batch read. Each batch's chain
+    /// digest is checked once its last event is read, after `visit` saw
+    /// its events: what was visited counts only if this returns `Ok`.
+    pub fn scan(&mut self, visit: Visit<'_>) -> Result<Head, StoreError> {
+        let mut follower = Follower::default();
+        scan(&mut self.session, &mut follower, &mut |seq, payload, _| {
+            visit(seq, payload)
+        })?;
+        Ok(follower.head)
     }
 
     /// Visits every event of the read view in order, each batch's chain
@@ -49,7 +61,7 @@ impl ReadView {
         &mut self,
         mut visit: impl FnMut(u64, &[u8]) -> Result<ControlFlow<()>, E>,
     ) -> Result<Head, WalkError<E>> {
-        self.follow(|row, _| visit(row.seq, &row.payload))
+        self.follow(|seq, payload, _| visit(seq, payload))
     }
 
     /// The head of the whole log, every batch's chain checked, and on the
@@ -59,8 +71,8 @@ impl ReadView {
     pub fn head_through(&mut self, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
         let mut through = None;
         let head = self
-            .follow(|row, head| {
-                if row.seq == seq && head.seq == seq {
+            .follow(|read, _, head| {
+                if read == seq && head.seq == seq {
                     through = Some(*head);
                 }
                 Ok::<_, StoreError>(ControlFlow::Continue(()))
@@ -71,29 +83,29 @@ impl ReadView {
         Ok((head, through))
     }
 
-    /// [`ReadView::walk`], handing `visit` each row with the head of the
-    /// last whole batch read, this row's included.
+    /// [`ReadView::walk`], handing `visit` each event with the head of the
+    /// last whole batch read, this event's included.
     fn follow<E>(
         &mut self,
-        mut visit: impl FnMut(&Row, &Head) -> Result<ControlFlow<()>, E>,
+        mut visit: impl FnMut(u64, &[u8], &Head) -> Result<ControlFlow<()>, E>,
     ) -> Result<Head, WalkError<E>> {
         let mut follower = Follower::default();
-        let store = WalkError::Store;
-        let mut rows = self
-            .client
-            .query_raw(EVENTS_AFTER, [0i64])
-            .map_err(|error| store(failed(error)))?;
-        while let Some(row) = rows.next().map_err(|error| store(failed(error)))? {
-            let row = Row::from_row(&row).map_err(store)?;
-            follower.follow(&row).map_err(store)?;
-            if visit(&row, &follower.head)
-                .map_err(WalkError::Visit)?
-                .is_break()
-            {
-                return Ok(follower.head);
-            }
+        let mut stopped = None;
+        scan(
+            &mut self.session,
+            &mut follower,
+            &mut |seq, payload, head| match visit(seq, payload, head) {
+                Ok(flow) => flow,
+                Err(error) => {
+                    stopped = Some(error);
+                    ControlFlow::Break(())
+                }
+            },
+        )
+        .map_err(WalkError::Store)?;
+        match stopped {
+            Some(error) => Err(WalkError::Visit(error)),
+            None => Ok(follower.head),
         }
-        follower.check_whole().map_err(store)?;
-        Ok(follower.head)
     }
 }

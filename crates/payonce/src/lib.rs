@@ -75,7 +75,9 @@ mod time;
 
 #[cfg(feature = "tokio")]
 pub use crate::async_ledger::{AsyncLedger, Submission};
-pub use crate::audit::{EventLog, Events, VerifyReport, verify, verify_on, withdrawal_of};
+pub use crate::audit::{
+    EventLog, Events, VerifyReport, verify, verify_on, verify_scan, withdrawal_of,
+};
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide, decide_as};
 pub use crate::epoch::{CountingEpochs, Epochs, RandomEpochs};
@@ -84,11 +86,11 @@ pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
 pub use crate::ledger::{
-    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, READ_LEN_MAX,
-    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, Ticket,
+    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN,
+    SharedLog, SharedRecord, Ticket,
 };
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
-pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
+pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, apply,
 };

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use payonce::{
     Appended, ClaimChange, Config, Ledger, LedgerError, NewWithdrawal, SendFailure, SharedLog,
-    SharedRecord, StoreError,
+    SharedRecord, StoreError, Visit,
 };
 use payonce_log::chain::{Head, batch_digest};
 use payonce_model::{Reference, WithdrawalRequest, WorkerName};
@@ -50,21 +50,31 @@ impl MemoryLog {
 }
 
 impl SharedLog for MemoryLog {
-    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
+    fn scan(&self, after: u64, visit: Visit<'_>) -> Result<(), StoreError> {
         let events = self.events()?;
-        let start = usize::try_from(after).unwrap_or(usize::MAX).min(events.len());
+        let start = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(events.len());
+        for event in &events[start..] {
+            if visit(event.seq, &event.payload).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
+        let events = self.events()?;
+        let start = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(events.len());
         Ok(events[start..]
             .iter()
-            .take(limit)
             .map(|event| SharedRecord {
                 seq: event.seq,
                 payload: event.payload.clone(),
             })
             .collect())
-    }
-
-    fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
-        self.read(after, usize::MAX)
     }
 
     fn commit(&self, batch: &[Appended]) -> Result<(), StoreError> {
@@ -147,12 +157,8 @@ fn constraint_rows(events: &[Appended]) -> ConstraintRows<'_> {
             Some(ClaimChange::Claims { key, withdrawal }) => {
                 let round = released_withdrawals.get(withdrawal.as_str()).copied();
                 let key_round = released_keys.get(key.as_str()).copied();
-                rows.claims.push((
-                    withdrawal.as_str(),
-                    round.unwrap_or(0),
-                    key.as_str(),
-                    seq,
-                ));
+                rows.claims
+                    .push((withdrawal.as_str(), round.unwrap_or(0), key.as_str(), seq));
                 debug_assert_eq!(round, key_round, "the benchmark's keys hold one withdrawal");
             }
             Some(ClaimChange::Frees { key, withdrawal }) => {
@@ -200,11 +206,7 @@ fn copy_in<'a, R: 'a>(
 /// Copies `events` into the empty ledger at `url` (its schema applied) in
 /// batches of `batch_events` events, each with its chain digest, and the
 /// constraint rows of its claims and releases. Returns the head.
-pub fn copy_into(
-    url: &str,
-    events: &[Appended],
-    batch_events: usize,
-) -> Result<Head, BenchError> {
+pub fn copy_into(url: &str, events: &[Appended], batch_events: usize) -> Result<Head, BenchError> {
     let postgres = |step| move |source| BenchError::Postgres { step, source };
     let mut client = Client::connect(url, NoTls).map_err(postgres("connect"))?;
     let client = &mut client;

@@ -326,9 +326,11 @@ fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch
 /// returns the last sequence number.
 fn read_to_end(log: &PgLog) -> u64 {
     let mut last = 0;
-    while let Some(record) = log.read(last, 100).unwrap().last() {
-        last = record.seq;
-    }
+    log.scan(0, &mut |seq, _| {
+        last = seq;
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     last
 }
 
