@@ -7,7 +7,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use payonce::{Divergence, State, Timestamp, TimestampError, apply, rederive};
+use payonce::{Divergence, Head, State, Timestamp, TimestampError, VerifyReport, apply, rederive};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -102,6 +102,12 @@ fn rederive_all(
     log: &LogDir,
     mut audit: Option<SnapshotAudit>,
 ) -> Result<(VerifyJson, Option<TornTail>), CliError> {
+    // Auditing snapshots needs the state at each one's seq: the walk below.
+    if audit.is_none()
+        && let Some(verified) = log.verify_postgres()
+    {
+        return Ok((postgres_report(log, verified?), None));
+    }
     let segments = log.segment_files()?.len();
     let mut state = State::new();
     let mut divergences = Vec::new();
@@ -144,6 +150,32 @@ fn rederive_all(
         snapshots,
     };
     Ok((report, walked.torn_tail))
+}
+
+/// `verify`'s report of a PostgreSQL ledger, replayed by the library
+/// from the log's read view (`payonce_postgres::ReadView::scan`).
+fn postgres_report(log: &LogDir, (report, head): (VerifyReport, Head)) -> VerifyJson {
+    VerifyJson {
+        dir: log.dir.display().to_string(),
+        clean: report.is_clean(),
+        events: report.events,
+        segments: 0,
+        keys: report.keys,
+        in_flight: report.in_flight,
+        held: held_totals_json(&report.state),
+        refusals: report.refusals,
+        divergence_count: report.divergences.len(),
+        divergences: report
+            .divergences
+            .iter()
+            .take(DIVERGENCES_LISTED_MAX)
+            .map(DivergenceJson::new)
+            .collect(),
+        torn_tail: None,
+        head: head.to_string(),
+        expected_head: None,
+        snapshots: None,
+    }
 }
 
 /// `verify`'s report as text: the summary, then clean or every problem.

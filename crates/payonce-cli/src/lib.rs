@@ -15,7 +15,8 @@
 //! - The demo ([`run_demo`]): the incidents that pay a user twice, on a
 //!   real ledger, each withdrawal sent once.
 //! - A PostgreSQL ledger (a `postgres://` or `postgresql://` URL wherever a
-//!   directory is taken): audit commands read one read-only snapshot;
+//!   directory is taken): audit commands read one read view (a read-only
+//!   transaction);
 //!   `migrate` applies the schema, `end-session` ends a dead worker's
 //!   session.
 //!

@@ -1,7 +1,8 @@
 //! Reading a ledger's directory read-only: opening it with clear errors,
 //! walking its events with a progress bar, and naming its segment files.
 //! A `postgres://` or `postgresql://` URL in place of a directory reads a
-//! PostgreSQL ledger the same way, from one read-only snapshot.
+//! PostgreSQL ledger the same way, from one read view (a read-only
+//! transaction).
 
 use std::fs;
 use std::io::ErrorKind;
@@ -12,7 +13,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, Head, LedgerError, State, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, State, VerifyReport, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -41,7 +42,7 @@ pub(crate) struct LogDir {
 }
 
 /// Where the events are read from. One per command: the size of the file
-/// readers beside a snapshot costs nothing.
+/// readers beside a read view costs nothing.
 #[allow(clippy::large_enum_variant)]
 enum Source {
     Files {
@@ -51,8 +52,8 @@ enum Source {
         /// bytes (an event's payload, to know where its frame ends).
         log_reader: LogReader,
     },
-    /// One read-only snapshot of a PostgreSQL ledger.
-    Postgres(RefCell<payonce_postgres::Snapshot>),
+    /// One read view of a PostgreSQL ledger.
+    Postgres(RefCell<payonce_postgres::ReadView>),
 }
 
 impl std::fmt::Debug for Source {
@@ -128,11 +129,11 @@ pub(crate) fn check_directory(dir: &Path) -> Result<(), CliError> {
 pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
     if let Some(url) = dir.to_str().filter(|dir| payonce_postgres::is_url(dir)) {
         let shown = PathBuf::from(payonce_postgres::redacted(url));
-        let snapshot = payonce_postgres::Snapshot::open(url)
+        let view = payonce_postgres::ReadView::open(url)
             .map_err(|error| CliError::from_ledger(&shown, LedgerError::Store(error)))?;
         return Ok(LogDir {
             dir: shown,
-            source: Source::Postgres(RefCell::new(snapshot)),
+            source: Source::Postgres(RefCell::new(view)),
             progress: false,
         });
     }
@@ -326,10 +327,10 @@ impl LogDir {
         Ok(())
     }
 
-    /// [`LogDir::walk`] on a PostgreSQL ledger: its snapshot, every
+    /// [`LogDir::walk`] on a PostgreSQL ledger: its read view, every
     /// batch's chain checked as it is read. There is never a torn tail.
     fn walk_postgres(&self, from: u64, visit: &mut Visit<'_>) -> Result<Walked, CliError> {
-        let Source::Postgres(snapshot) = &self.source else {
+        let Source::Postgres(view) = &self.source else {
             unreachable!("called for a PostgreSQL ledger")
         };
         let mut walked = Walked::default();
@@ -338,7 +339,7 @@ impl LogDir {
             offset: 0,
             chain: 0,
         };
-        walked.head = snapshot
+        walked.head = view
             .borrow_mut()
             .walk(|seq, payload| {
                 let event = decode_event(seq, payload)
@@ -357,6 +358,27 @@ impl LogDir {
                 payonce_postgres::WalkError::Visit(error) => error,
             })?;
         Ok(walked)
+    }
+
+    /// For a PostgreSQL ledger, `payonce verify`'s replay of its read
+    /// view: every batch's chain checked and every decision re-derived by
+    /// the library, reading and applying on two threads. `None` for a
+    /// directory.
+    pub(crate) fn verify_postgres(&self) -> Option<Result<(VerifyReport, Head), CliError>> {
+        let Source::Postgres(view) = &self.source else {
+            return None;
+        };
+        let mut view = view.borrow_mut();
+        let mut head = Head::default();
+        let report = payonce::verify_scan(|visit| {
+            head = view.scan(visit)?;
+            Ok(())
+        });
+        Some(
+            report
+                .map(|report| (report, head))
+                .map_err(|error| CliError::from_ledger(&self.dir, error)),
+        )
     }
 
     /// Visits every event from `from` on, in order, verified as read, until

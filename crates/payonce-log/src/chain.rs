@@ -192,15 +192,29 @@ pub fn batch_digest<'a>(
 }
 
 /// [`batch_digest`] fed one record at a time, for a caller that knows the
-/// count before the records: the writer and the scan.
-pub(crate) struct BatchHasher {
+/// count before the records: the writer, the scan, and a reader of a
+/// shared log that streams its events, which need not keep a batch's
+/// records until the batch is whole.
+#[derive(Clone)]
+pub struct BatchHasher {
     sha: Sha256,
     count: u32,
     seen: u32,
 }
 
+impl fmt::Debug for BatchHasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchHasher")
+            .field("count", &self.count)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
 impl BatchHasher {
-    pub(crate) fn new(prev: &Digest, first_seq: u64, count: u32) -> BatchHasher {
+    /// Starts the digest of the batch of `count` records from `first_seq`
+    /// on, after the batch whose digest is `prev`.
+    pub fn new(prev: &Digest, first_seq: u64, count: u32) -> BatchHasher {
         let mut sha = Sha256::new();
         sha.update(prev.0);
         sha.update(first_seq.to_le_bytes());
@@ -212,8 +226,13 @@ impl BatchHasher {
         }
     }
 
+    /// Takes in the batch's next record.
+    ///
+    /// # Panics
+    ///
+    /// If `payload` is longer than `u32::MAX` bytes.
     #[inline]
-    pub(crate) fn record(&mut self, payload: &[u8]) {
+    pub fn record(&mut self, payload: &[u8]) {
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         assert!(payload.len() <= u32::MAX as usize, "a record is bounded");
         self.sha.update(len.to_le_bytes());
@@ -221,7 +240,13 @@ impl BatchHasher {
         self.seen += 1;
     }
 
-    pub(crate) fn finish(self) -> Digest {
+    /// The batch's digest.
+    ///
+    /// # Panics
+    ///
+    /// Unless exactly the count given to [`BatchHasher::new`] of records
+    /// were taken in.
+    pub fn finish(self) -> Digest {
         assert_eq!(self.seen, self.count, "the count hashed is the records'");
         Digest(self.sha.finalize().into())
     }

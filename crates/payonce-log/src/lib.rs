@@ -74,7 +74,7 @@ mod ticker;
 mod witness;
 mod writer;
 
-pub use crate::chain::{Digest, Head, HeadParseError, batch_digest};
+pub use crate::chain::{BatchHasher, Digest, Head, HeadParseError, batch_digest};
 pub use crate::config::{
     CHECKPOINT_INTERVAL, CHECKPOINT_RECORDS, Durability, LogConfig, PREALLOCATE_LEN,
 };

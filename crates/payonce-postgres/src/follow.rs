@@ -3,19 +3,25 @@
 //! the one the database holds, so an event rewritten, added or taken away
 //! is found, with its place.
 
+use std::ops::ControlFlow;
+
 use payonce::StoreError;
+use tokio_postgres::binary_copy::BinaryCopyOutRow;
+use tokio_postgres::types::Type;
 
-use crate::error::damaged;
-use payonce_log::chain::{Digest, Head, batch_digest};
+use crate::error::{damaged, failed};
+use crate::session::Session;
+use payonce_log::chain::{BatchHasher, Digest, Head};
 
-/// One event as read with its batch: `(seq, payload, first_seq, last_seq,
-/// digest)` of the batch it belongs to.
-pub(crate) struct Row {
+/// One event as read: the batch it says it belongs to (`batch`, that
+/// batch's first event), and for the first event of a batch, the batch's
+/// row (`starts`: its last event and its digest).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
     pub(crate) seq: u64,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) first_seq: u64,
-    pub(crate) last_seq: u64,
-    pub(crate) digest: Vec<u8>,
+    pub(crate) batch: u64,
+    pub(crate) payload: &'a [u8],
+    pub(crate) starts: Option<(u64, &'a [u8])>,
 }
 
 /// The chain followed so far: the head of the last whole batch read, and
@@ -26,19 +32,31 @@ pub(crate) struct Follower {
     partial: Option<Partial>,
 }
 
+/// A batch read in part: its digest so far, not its events.
 #[derive(Debug)]
 struct Partial {
     first_seq: u64,
     last_seq: u64,
     digest: Digest,
-    payloads: Vec<Vec<u8>>,
+    hasher: BatchHasher,
+    /// The last event read of it.
+    read_to: u64,
 }
 
 impl Follower {
+    /// Follows on from `head`, the end of a batch the log holds, without
+    /// having read the batches before it.
+    pub(crate) fn from(head: Head) -> Follower {
+        Follower {
+            head,
+            partial: None,
+        }
+    }
+
     /// The last event read, whole batch or not.
     pub(crate) fn position(&self) -> u64 {
         match &self.partial {
-            Some(partial) => partial.first_seq + partial.payloads.len() as u64 - 1,
+            Some(partial) => partial.read_to,
             None => self.head.seq,
         }
     }
@@ -68,57 +86,72 @@ impl Follower {
 
     /// Takes in the next event read; once it ends its batch, checks the
     /// batch's digest.
-    pub(crate) fn follow(&mut self, row: &Row) -> Result<(), StoreError> {
-        let (expected, prev) = (self.position() + 1, self.head.digest);
+    pub(crate) fn follow(&mut self, row: &Row<'_>) -> Result<(), StoreError> {
+        let expected = self.position() + 1;
         if row.seq != expected {
             return Err(damaged(
                 expected,
                 format!("event {} follows where event {expected} belongs", row.seq),
             ));
         }
-        let partial = match &mut self.partial {
-            Some(partial)
-                if partial.first_seq == row.first_seq && partial.last_seq == row.last_seq =>
-            {
-                partial
-            }
-            Some(partial) => {
+        let prev = self.head.digest;
+        let partial = match (&mut self.partial, row.starts) {
+            (None, Some((last_seq, digest))) => self.start_batch(row, last_seq, digest)?,
+            (Some(partial), None) if row.batch == partial.first_seq => partial,
+            (None, None) => {
                 return Err(damaged(
                     row.seq,
                     format!(
-                        "event {} is in the batch of {} to {}, but the batch of {} to {} is not whole",
-                        row.seq, row.first_seq, row.last_seq, partial.first_seq, partial.last_seq
+                        "event {} belongs to no batch: it says its batch begins at event {}, \
+                         and no batch begins at it",
+                        row.seq, row.batch
                     ),
                 ));
             }
-            None => self.start_batch(row)?,
-        };
-        partial.payloads.push(row.payload.clone());
-        if row.seq == partial.last_seq {
-            let digest = batch_digest(
-                &prev,
-                partial.first_seq,
-                partial.payloads.iter().map(Vec::as_slice),
-            );
-            if digest != partial.digest {
+            (Some(partial), _) => {
                 return Err(damaged(
-                    partial.first_seq,
+                    row.seq,
                     format!(
-                        "the batch of events {} to {} does not chain: its digest is {}, its events \
-                         and the head before it give {digest}",
-                        partial.first_seq, partial.last_seq, partial.digest
+                        "event {} is in the batch beginning at event {}, but the batch of {} to \
+                         {} is not whole",
+                        row.seq, row.batch, partial.first_seq, partial.last_seq
                     ),
                 ));
             }
-            let seq = partial.last_seq;
-            self.head = Head { seq, digest };
-            self.partial = None;
+        };
+        partial.hasher.record(row.payload);
+        partial.read_to = row.seq;
+        if row.seq < partial.last_seq {
+            return Ok(());
         }
+        let Some(whole) = self.partial.take() else {
+            unreachable!("the batch just followed is partial")
+        };
+        let digest = whole.hasher.finish();
+        if digest != whole.digest {
+            return Err(damaged(
+                whole.first_seq,
+                format!(
+                    "the batch of events {} to {} does not chain: its digest is {}, its events \
+                     and the head before it ({prev}) give {digest}",
+                    whole.first_seq, whole.last_seq, whole.digest
+                ),
+            ));
+        }
+        self.head = Head {
+            seq: whole.last_seq,
+            digest,
+        };
         Ok(())
     }
 
-    fn start_batch(&mut self, row: &Row) -> Result<&mut Partial, StoreError> {
-        let digest = <[u8; 32]>::try_from(row.digest.as_slice()).map_err(|_| {
+    fn start_batch(
+        &mut self,
+        row: &Row<'_>,
+        last_seq: u64,
+        digest: &[u8],
+    ) -> Result<&mut Partial, StoreError> {
+        let digest = <[u8; 32]>::try_from(digest).map_err(|_| {
             damaged(
                 row.seq,
                 format!(
@@ -127,20 +160,26 @@ impl Follower {
                 ),
             )
         })?;
-        if row.first_seq != row.seq || row.last_seq < row.first_seq {
+        let count = last_seq
+            .checked_sub(row.seq)
+            .and_then(|span| u32::try_from(span).ok())
+            .and_then(|span| span.checked_add(1));
+        let (Some(count), true) = (count, row.batch == row.seq) else {
             return Err(damaged(
                 row.seq,
                 format!(
-                    "event {} is the first read of a batch that says it is {} to {}",
-                    row.seq, row.first_seq, row.last_seq
+                    "event {} begins the batch of {} to {last_seq}, and says its batch begins at \
+                     event {}",
+                    row.seq, row.seq, row.batch
                 ),
             ));
-        }
+        };
         Ok(self.partial.insert(Partial {
-            first_seq: row.first_seq,
-            last_seq: row.last_seq,
+            first_seq: row.seq,
+            last_seq,
             digest: Digest(digest),
-            payloads: Vec::new(),
+            hasher: BatchHasher::new(&self.head.digest, row.seq, count),
+            read_to: row.seq - 1,
         }))
     }
 
@@ -170,28 +209,6 @@ impl Follower {
     }
 }
 
-impl Row {
-    /// A row of the query every reader uses: `seq, payload, first_seq,
-    /// last_seq, digest`, the batch's columns null when it has none.
-    pub(crate) fn from_row(row: &postgres::Row) -> Result<Row, StoreError> {
-        let seq = unsigned(row.get::<_, i64>(0));
-        let (Some(first_seq), Some(last_seq), Some(digest)) = (
-            row.get::<_, Option<i64>>(2),
-            row.get::<_, Option<i64>>(3),
-            row.get::<_, Option<Vec<u8>>>(4),
-        ) else {
-            return Err(damaged(seq, format!("event {seq} belongs to no batch")));
-        };
-        Ok(Row {
-            seq,
-            payload: row.get(1),
-            first_seq: unsigned(first_seq),
-            last_seq: unsigned(last_seq),
-            digest,
-        })
-    }
-}
-
 /// A sequence number as the database holds it (a `CHECK` keeps it
 /// positive).
 pub(crate) fn unsigned(value: i64) -> u64 {
@@ -203,7 +220,65 @@ pub(crate) fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// The query every reader follows the chain with.
-pub(crate) const EVENTS_AFTER: &str = "SELECT e.seq, e.payload, b.first_seq, b.last_seq, b.digest \
-     FROM payonce.events e LEFT JOIN payonce.batches b ON b.first_seq = e.batch \
-     WHERE e.seq > $1 ORDER BY e.seq";
+/// The query every scan reads the log with, after event `after`: each
+/// event with the batch it says it belongs to, and beside the first event
+/// of each batch that batch's row, which the server joins to the events
+/// in one pass over both in order. Run through `COPY ... TO STDOUT (FORMAT
+/// binary)`: one statement, one read of the log, streamed.
+pub(crate) fn events_after(after: u64) -> String {
+    format!(
+        "COPY (SELECT e.seq, e.batch, e.payload, b.last_seq, b.digest \
+         FROM payonce.events e LEFT JOIN payonce.batches b ON b.first_seq = e.seq \
+         WHERE e.seq > {after} ORDER BY e.seq) TO STDOUT (FORMAT binary)"
+    )
+}
+
+/// The column types of [`events_after`].
+const EVENTS_AFTER_TYPES: [Type; 5] =
+    [Type::INT8, Type::INT8, Type::BYTEA, Type::INT8, Type::BYTEA];
+
+impl<'a> Row<'a> {
+    /// A row of [`events_after`].
+    fn from_copy(row: &'a BinaryCopyOutRow) -> Result<Row<'a>, StoreError> {
+        let seq = unsigned(row.try_get::<i64>(0).map_err(failed)?);
+        let last_seq = row.try_get::<Option<i64>>(3).map_err(failed)?;
+        let digest = row.try_get::<Option<&[u8]>>(4).map_err(failed)?;
+        Ok(Row {
+            seq,
+            batch: unsigned(row.try_get::<i64>(1).map_err(failed)?),
+            payload: row.try_get::<&[u8]>(2).map_err(failed)?,
+            starts: last_seq
+                .zip(digest)
+                .map(|(last, digest)| (unsigned(last), digest)),
+        })
+    }
+}
+
+/// What a scan hands each event to: its sequence number, its bytes, and
+/// the head of the last whole batch read.
+pub(crate) type VisitHead<'a> = &'a mut dyn FnMut(u64, &[u8], &Head) -> ControlFlow<()>;
+
+/// Reads every event after `follower`'s position on `session`, in one
+/// streamed statement, following the chain: hands `visit` each event with
+/// the head of the last whole batch read (its own batch's, if it ends
+/// one), until the last or until `visit` breaks, and then refuses a log
+/// that ends inside a batch. An event is handed over before the digest of
+/// its batch is checked, which happens once its batch's last event is
+/// read: a reader acts on what it was handed only once the scan
+/// succeeded.
+pub(crate) fn scan(
+    session: &mut Session,
+    follower: &mut Follower,
+    visit: VisitHead<'_>,
+) -> Result<(), StoreError> {
+    let query = events_after(follower.position());
+    let flow = session.copy_out_each(&query, &EVENTS_AFTER_TYPES, |row| {
+        let row = Row::from_copy(row)?;
+        follower.follow(&row)?;
+        Ok(visit(row.seq, row.payload, &follower.head))
+    })?;
+    match flow {
+        ControlFlow::Continue(()) => follower.check_whole(),
+        ControlFlow::Break(()) => Ok(()),
+    }
+}

@@ -4,7 +4,7 @@
 //! Every worker decides with payonce's own `decide` over its own replay of
 //! the one log (`payonce::Ledger::open_shared`); this crate is the
 //! [`payonce::SharedLog`] it appends through ([`PgLog`]), the schema
-//! ([`migrate`]), the audit reader ([`Snapshot`]) and a throwaway cluster
+//! ([`migrate`]), the audit reader ([`ReadView`]) and a throwaway cluster
 //! for tests ([`cluster`]).
 //!
 //! - **One log.** Events are rows of one table, numbered without gaps in
@@ -28,22 +28,20 @@
 pub mod cluster;
 mod error;
 mod follow;
+mod read_view;
 mod schema;
 mod session;
-mod snapshot;
 mod snapshots;
 mod store;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use payonce::{
-    Config, Ledger, LedgerError, State, StoreError, VerifyReport, apply, decode_event, rederive,
-};
+use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
 use payonce_model::WorkerName;
 
+pub use crate::read_view::{ReadView, WalkError};
 pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
-pub use crate::snapshot::{Snapshot, WalkError};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
 pub use crate::store::{PgLog, Role};
 /// The chain digest, shared with the file log (docs/log-format.md, "The
@@ -124,56 +122,34 @@ pub fn end_session(url: &str, worker: &str, note: &str, by: &str) -> Result<(), 
     ledger.end_session(worker, note, by)
 }
 
-/// Verifies the ledger at `url` from one read-only snapshot: every batch's
+/// Verifies the ledger at `url` from one read view: every batch's
 /// chain digest, and every recorded decision re-derived from the state
 /// before it. Divergences are collected; damage stops it with its place.
 /// Returns the report and the head of the log read.
 pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
-    let mut snapshot = Snapshot::open(url)?;
-    let mut state = State::new();
-    let mut divergences = Vec::new();
-    let head = snapshot
-        .walk(|seq, payload| {
-            let event = decode_event(seq, payload)?;
-            if let Some(divergence) = rederive(&state, &event) {
-                divergences.push(divergence);
-            }
-            apply(&mut state, &event);
-            Ok::<_, LedgerError>(ControlFlow::Continue(()))
-        })
-        .map_err(|error| match error {
-            WalkError::Store(error) => LedgerError::Store(error),
-            WalkError::Visit(error) => error,
-        })?;
-    let report = VerifyReport {
-        events: state.last_seq(),
-        segments: 0,
-        keys: state.key_count(),
-        in_flight: state.in_flight().len(),
-        held: state.held_totals(),
-        refusals: state.refusal_count(),
-        divergences,
-        torn_tail: None,
-        state,
-    };
+    let mut view = ReadView::open(url)?;
+    let mut head = Head::default();
+    let report = payonce::verify_scan(|visit| {
+        head = view.scan(visit)?;
+        Ok(())
+    })?;
     Ok((report, head))
 }
 
 /// The head of the ledger at `url`, and the head of its batch that ends
-/// at event `seq` (`None` if none does), from one read-only snapshot with
+/// at event `seq` (`None` if none does), from one read view with
 /// every batch's chain checked: what `payonce head URL --pinned` compares
 /// a head pinned earlier with.
 pub fn head_through(url: &str, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
-    Snapshot::open(url)?.head_through(seq)
+    ReadView::open(url)?.head_through(seq)
 }
 
 /// The head of the ledger at `url`: the last committed batch's last
 /// sequence number and chain digest, after checking the whole chain. What
 /// `payonce head URL` prints, to pin the log outside the database.
 pub fn head(url: &str) -> Result<Head, StoreError> {
-    let mut snapshot = Snapshot::open(url)?;
-    snapshot
-        .walk(|_, _| Ok::<_, StoreError>(ControlFlow::Continue(())))
+    let mut view = ReadView::open(url)?;
+    view.walk(|_, _| Ok::<_, StoreError>(ControlFlow::Continue(())))
         .map_err(|error| match error {
             WalkError::Store(error) | WalkError::Visit(error) => error,
         })

@@ -10,7 +10,7 @@
 //! `BEGIN`, the plan settings, the lock and the catch-up are sent
 //! together, and so are the inserts and `COMMIT`, so a batch costs two
 //! round trips. Sequence order is commit order is visibility order, so
-//! every snapshot is a gapless prefix of the log.
+//! every read view is a gapless prefix of the log.
 //!
 //! An insert the server refuses aborts the transaction, and the `COMMIT`
 //! sent after it then answers with a rollback, not an error: the batch is
@@ -23,14 +23,14 @@
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError};
+use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError, Visit};
 use payonce_model::WorkerName;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 use tracing::{info, warn};
 
-use crate::error::{describe, failed, unsafe_store};
-use crate::follow::{EVENTS_AFTER, Follower, Row, signed, unsigned};
+use crate::error::{damaged, describe, failed, unsafe_store};
+use crate::follow::{Follower, Row, scan, signed, unsigned};
 use crate::schema::{self, LOCK_CLASS, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
@@ -238,14 +238,44 @@ impl PgLog {
             let last_seq = row.get::<_, Option<i64>>(5)?;
             Some((unsigned(last_seq), row.get::<_, Option<Vec<u8>>>(6)?))
         });
-        let rows = rows
-            .iter()
-            .filter(|row| row.get::<_, Option<i64>>(0).is_some())
-            .map(Row::from_row)
-            .collect::<Result<Vec<_>, _>>()?;
         connection.follower.check_head(head)?;
-        follow_all(&mut connection.follower, rows)
-            .and_then(|records| connection.follower.check_whole().map(|()| records))
+        let records = follow_all(&mut connection.follower, &rows)?;
+        connection.follower.check_whole()?;
+        Ok(records)
+    }
+
+    /// The follower of a scan after event `after`: this process's own if
+    /// it has read to there, a new one from the first event, or one from
+    /// the batch of the log that ends at `after`.
+    fn follower_at(&self, connection: &mut Connection, after: u64) -> Result<(), StoreError> {
+        if after == connection.follower.position() {
+            return Ok(());
+        }
+        if after == 0 {
+            connection.follower = Follower::default();
+            return Ok(());
+        }
+        let row = self
+            .client(connection)?
+            .query(
+                "SELECT digest FROM payonce.batches WHERE last_seq = $1",
+                &[&signed(after)],
+            )
+            .map_err(failed)?;
+        let digest = row
+            .first()
+            .and_then(|row| <[u8; 32]>::try_from(row.get::<_, &[u8]>(0)).ok())
+            .ok_or_else(|| {
+                damaged(
+                    after,
+                    format!("no batch of the log ends at event {after}, where a read was to begin"),
+                )
+            })?;
+        connection.follower = Follower::from(Head {
+            seq: after,
+            digest: payonce_log::chain::Digest(digest),
+        });
+        Ok(())
     }
 
     fn commit_locked(
@@ -363,8 +393,8 @@ fn live(connection: &mut Connection) -> Result<(&mut Session, &Statements), Stor
 }
 
 /// What a batch reads under the lock, in one round trip: the events after
-/// `$1` (the last this process read) as [`EVENTS_AFTER`] gives them, each
-/// with the batch ending at `$1` beside it (`last_seq`, `digest`: null if
+/// `$1` (the last this process read), each with its batch's row (its
+/// first and last event and its digest), and with the batch ending at `$1` beside it (`last_seq`, `digest`: null if
 /// the log no longer has it); a single row of nulls but those when there
 /// are no events after it.
 ///
@@ -382,14 +412,36 @@ LEFT JOIN (payonce.events e LEFT JOIN LATERAL (
 ) b ON true) ON e.seq > $1
 ORDER BY e.seq";
 
-/// Follows `rows` along the chain, handing back their records.
-fn follow_all(follower: &mut Follower, rows: Vec<Row>) -> Result<Vec<SharedRecord>, StoreError> {
+/// Follows the rows of [`CATCH_UP`] along the chain, handing back their
+/// records: a single row without an event says there is none.
+fn follow_all(
+    follower: &mut Follower,
+    rows: &[postgres::Row],
+) -> Result<Vec<SharedRecord>, StoreError> {
     let mut records = Vec::with_capacity(rows.len());
     for row in rows {
-        follower.follow(&row)?;
+        let Some(seq) = row.get::<_, Option<i64>>(0).map(unsigned) else {
+            continue;
+        };
+        let payload: &[u8] = row.get(1);
+        let first_seq = row.get::<_, Option<i64>>(2).map(unsigned);
+        let batch = Row {
+            seq,
+            // No batch: one that begins at no event, which the follower
+            // refuses.
+            batch: first_seq.unwrap_or(0),
+            payload,
+            starts: match (first_seq, row.get::<_, Option<i64>>(3)) {
+                (Some(first_seq), Some(last_seq)) if first_seq == seq => {
+                    Some((unsigned(last_seq), row.get::<_, &[u8]>(4)))
+                }
+                _ => None,
+            },
+        };
+        follower.follow(&batch)?;
         records.push(SharedRecord {
-            seq: row.seq,
-            payload: row.payload,
+            seq,
+            payload: payload.to_vec(),
         });
     }
     Ok(records)
@@ -522,36 +574,22 @@ fn insert_releases<'a>(
 }
 
 impl SharedLog for PgLog {
-    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
+    fn scan(&self, after: u64, visit: Visit<'_>) -> Result<(), StoreError> {
         let mut connection = self.lock()?;
-        if after == 0 {
-            connection.follower = Follower::default();
-        }
-        if after != connection.follower.position() {
-            return Err(StoreError::Failed {
-                detail: format!(
-                    "a read after event {after}, where this process has read to {}",
-                    connection.follower.position()
-                ),
-            });
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let client = self.client(&mut connection)?;
-        let rows = client
-            .query(
-                &format!("{EVENTS_AFTER} LIMIT $2"),
-                &[&signed(after), &limit],
-            )
-            .map_err(failed)?;
-        let rows = rows
-            .iter()
-            .map(Row::from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        let records = follow_all(&mut connection.follower, rows)?;
-        if records.is_empty() {
-            connection.follower.check_whole()?;
-        }
-        Ok(records)
+        self.follower_at(&mut connection, after)?;
+        self.client(&mut connection)?;
+        let Connection {
+            client: Some(session),
+            follower,
+            ..
+        } = &mut *connection
+        else {
+            unreachable!("connected just above")
+        };
+        scan(session, follower, &mut |seq, payload, _| {
+            visit(seq, payload)
+        })?;
+        Ok(())
     }
 
     fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {

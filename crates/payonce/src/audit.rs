@@ -12,9 +12,9 @@ use payonce_log::{
 use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
 
-use crate::error::{Divergence, LedgerError};
+use crate::error::{Divergence, LedgerError, StoreError};
 use crate::event::{Event, EventKind};
-use crate::replay::{Batch, apply_batch, decode_event};
+use crate::replay::{Batch, Visit, apply_batch, decode_event, replay_scan};
 use crate::state::State;
 
 /// What [`verify`] found.
@@ -108,6 +108,29 @@ pub fn verify_at(
         refusals: state.refusal_count(),
         divergences,
         torn_tail: recovery.torn_tail,
+        state,
+    })
+}
+
+/// [`verify`] for a log that hands its events over in one scan from the
+/// first (a shared log's read view, as `payonce_postgres::verify` reads
+/// it): every recorded decision re-derived from the state before it, the
+/// scan decoding on this thread while another applies. Divergences are
+/// collected; an event that does not decode or does not follow, and any
+/// error of the scan, stop it.
+pub fn verify_scan(
+    scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
+) -> Result<VerifyReport, LedgerError> {
+    let (state, divergences) = replay_scan(State::new(), Vec::new(), scan)?;
+    Ok(VerifyReport {
+        events: state.last_seq(),
+        segments: 0,
+        keys: state.key_count(),
+        in_flight: state.in_flight().len(),
+        held: state.held_totals(),
+        refusals: state.refusal_count(),
+        divergences,
+        torn_tail: None,
         state,
     })
 }

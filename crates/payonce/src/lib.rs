@@ -78,7 +78,7 @@ mod time;
 #[cfg(feature = "tokio")]
 pub use crate::async_ledger::{AsyncLedger, Submission};
 pub use crate::audit::{
-    EventLog, Events, VerifyReport, verify, verify_at, verify_on, withdrawal_of,
+    EventLog, Events, VerifyReport, verify, verify_at, verify_on, verify_scan, withdrawal_of,
 };
 pub use crate::command::{Command, FailureCause, SendResult};
 pub use crate::decide::{Decision, decide, decide_as};
@@ -88,12 +88,12 @@ pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
 pub use crate::ledger::{
-    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, READ_LEN_MAX,
-    REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotStats, SnapshotTaken, Ticket,
+    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN,
+    SharedLog, SharedRecord, SnapshotStats, SnapshotTaken, Ticket,
 };
 pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotRefused};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
-pub use crate::replay::{FOUND_LISTED_MAX, decode_event, rederive};
+pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::snapshot::{
     DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
     SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck,

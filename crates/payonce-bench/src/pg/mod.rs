@@ -12,6 +12,7 @@
 //! A submission is two decisions made durable, whichever side: the claim,
 //! committed before the send, and the outcome, committed after it.
 
+pub mod bulk;
 mod plain;
 mod worker;
 

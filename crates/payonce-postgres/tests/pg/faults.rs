@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use payonce::{Appended, Claim, Ledger, LedgerError, SharedLog, SharedRecord, StoreError};
+use payonce::{Appended, Claim, Ledger, LedgerError, SharedLog, SharedRecord, StoreError, Visit};
 use payonce_model::WorkerName;
 use payonce_postgres::{Head, PgLog, Role};
 
@@ -20,8 +20,8 @@ struct Terminating {
 }
 
 impl SharedLog for Terminating {
-    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
-        self.log.read(after, limit)
+    fn scan(&self, after: u64, visit: Visit<'_>) -> Result<(), StoreError> {
+        self.log.scan(after, visit)
     }
     fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
         let records = self.log.begin(after)?;
@@ -90,8 +90,8 @@ struct LostAnswer {
 }
 
 impl SharedLog for LostAnswer {
-    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError> {
-        self.log.read(after, limit)
+    fn scan(&self, after: u64, visit: Visit<'_>) -> Result<(), StoreError> {
+        self.log.scan(after, visit)
     }
     fn begin(&self, after: u64) -> Result<Vec<SharedRecord>, StoreError> {
         self.log.begin(after)

@@ -238,7 +238,7 @@ fn the_database_refuses_a_second_claim_whatever_a_workers_memory_says() {
 }
 
 #[test]
-fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
+fn an_audit_read_view_never_blocks_a_worker_and_reads_one_gapless_prefix() {
     // Guards against an audit that takes a lock the workers wait on, or reads a log still moving.
     let url = database!();
     drop(payonce_postgres::init(&url, config()).unwrap());
@@ -247,10 +247,10 @@ fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
     worker.submit("k-1", &w, |r| Ok(sent(r, "0x1"))).unwrap();
     let before = worker.last_seq();
 
-    let mut snapshot = payonce_postgres::Snapshot::open(&url).unwrap();
+    let mut view = payonce_postgres::ReadView::open(&url).unwrap();
     let mut seen = Vec::new();
     // Half-way through the audit's walk, the worker decides and commits.
-    let head = snapshot
+    let head = view
         .walk(|seq, _| {
             seen.push(seq);
             if seq == 1 {
@@ -264,7 +264,7 @@ fn an_audit_snapshot_never_blocks_a_worker_and_reads_one_gapless_prefix() {
     assert_eq!(
         seen,
         (1..=before).collect::<Vec<_>>(),
-        "the snapshot's prefix, whole"
+        "the read view's prefix, whole"
     );
     assert_eq!(head.seq, before);
     assert_eq!(payonce_postgres::head(&url).unwrap().seq, worker.last_seq());
@@ -326,9 +326,11 @@ fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch
 /// returns the last sequence number.
 fn read_to_end(log: &PgLog) -> u64 {
     let mut last = 0;
-    while let Some(record) = log.read(last, 100).unwrap().last() {
-        last = record.seq;
-    }
+    log.scan(0, &mut |seq, _| {
+        last = seq;
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     last
 }
 

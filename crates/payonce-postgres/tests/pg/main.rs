@@ -12,6 +12,7 @@
 mod faults;
 mod ledger;
 mod same;
+mod scan;
 mod schema;
 
 use payonce::{Config, ManualClock, NewWithdrawal, Timestamp};

@@ -102,12 +102,12 @@ fn the_same_commands_give_the_same_projections_and_the_same_event_bytes() {
         file_bytes.push(record.payload.to_vec());
     }
     let log = PgLog::connect(&url, Role::Attached).unwrap();
-    let pg_bytes: Vec<Vec<u8>> = log
-        .read(0, 1000)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.payload)
-        .collect();
+    let mut pg_bytes: Vec<Vec<u8>> = Vec::new();
+    log.scan(0, &mut |_, payload| {
+        pg_bytes.push(payload.to_vec());
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(file_bytes.len(), pg_bytes.len());
     assert_eq!(file_bytes[0], pg_bytes[0], "the creation");
     let started = Event::decode(&pg_bytes[1]).unwrap();

@@ -23,7 +23,7 @@ use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
 
 pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
-pub use self::shared::{Appended, BATCH_EVENTS_MAX, READ_LEN_MAX, SharedLog, SharedRecord};
+pub use self::shared::{Appended, BATCH_EVENTS_MAX, SharedLog, SharedRecord};
 use self::shared::{Round, Shared};
 use self::snapshots::Snapshots;
 pub use self::snapshots::{SnapshotStats, SnapshotTaken};

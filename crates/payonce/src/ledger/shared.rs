@@ -28,11 +28,8 @@ use crate::decide::{self, Answer};
 use crate::error::{LedgerError, StoreError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::refusal::Refusal;
-use crate::replay::{Batch, Refuse, apply_batch};
+use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
 use crate::state::{ClaimChange, State, apply};
-
-/// Events read from a shared log at a time while a state is rebuilt.
-pub const READ_LEN_MAX: usize = 2048;
 
 /// Events a batch takes before it commits without waiting for more.
 pub const BATCH_EVENTS_MAX: usize = 256;
@@ -61,10 +58,18 @@ pub struct Appended {
 /// ordered, gapless log, appended to under a ledger-wide lock in
 /// transactions. Every method may block on the store.
 pub trait SharedLog: Send + Sync + fmt::Debug {
-    /// Up to `limit` events after `after`, in order, without taking the
-    /// lock: what a worker replays before it starts, and after a batch
-    /// failed. Calls follow each other in order from `after` 0.
-    fn read(&self, after: u64, limit: usize) -> Result<Vec<SharedRecord>, StoreError>;
+    /// Hands `visit` every event after `after`, in order, from one read
+    /// of the log (the events committed when it began), without taking the
+    /// lock, until the last or until `visit` breaks: what a worker replays
+    /// before it starts, after a batch failed, and when it catches up
+    /// between batches. `after` is 0, the last event this process read or
+    /// committed, or the end of a batch the log holds (a state loaded from
+    /// elsewhere continues there). The store checks what it hands over as
+    /// it reads it (a database, each batch's chain digest); `visit` sees
+    /// every event before that check of its batch, so a failed check is
+    /// an error after the events it covers were visited, and whoever
+    /// applied them throws the result away.
+    fn scan(&self, after: u64, visit: Visit<'_>) -> Result<(), StoreError>;
 
     /// Begins a batch: takes the ledger-wide lock for one transaction, then
     /// returns every event after `after` (the last one this process
@@ -162,14 +167,17 @@ impl fmt::Debug for Shared {
 /// Replays the whole shared log into a fresh state, re-deriving every
 /// decision, without taking its lock.
 pub(super) fn rebuild(log: &dyn SharedLog) -> Result<State, LedgerError> {
-    let mut state = State::new();
-    loop {
-        let records = log.read(state.last_seq(), READ_LEN_MAX)?;
-        if records.is_empty() {
-            return Ok(state);
-        }
-        catch_up(&mut state, &records)?;
-    }
+    catch_up_from(log, State::new())
+}
+
+/// Replays every event of `log` after `state`'s last into `state`,
+/// re-deriving each, without taking the log's lock: one scan, read and
+/// decoded on this thread while another thread applies (a whole log, or
+/// the tail after a state loaded from elsewhere, is long).
+pub(super) fn catch_up_from(log: &dyn SharedLog, state: State) -> Result<State, LedgerError> {
+    let after = state.last_seq();
+    let (state, Refuse) = replay_scan(state, Refuse, |visit| log.scan(after, visit))?;
+    Ok(state)
 }
 
 /// Re-derives and applies `records`, the events after `state`.
@@ -227,16 +235,19 @@ impl Ledger {
             round.stale = false;
             return Ok(());
         }
-        loop {
-            let records = shared.log.read(round.state.last_seq(), READ_LEN_MAX)?;
-            if records.is_empty() {
-                return Ok(());
-            }
-            if let Err(error) = catch_up(&mut round.state, &records) {
-                round.stale = true;
-                return Err(error);
-            }
+        // On this thread: what other workers committed since this one's
+        // last batch is short, and a thread to apply it would cost more
+        // than it saves.
+        let after = round.state.last_seq();
+        let scanned = replay_scan_here(&mut round.state, &mut Refuse, |visit| {
+            shared.log.scan(after, visit)
+        });
+        if scanned.is_err() {
+            // The state may hold part of what was read: rebuilt before
+            // the next decision.
+            round.stale = true;
         }
+        scanned
     }
 
     /// Decides with `decide` in a batch of the shared log, and answers once

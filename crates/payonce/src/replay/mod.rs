@@ -4,16 +4,19 @@
 //!
 //! Every replay decodes records into [`Batch`]es and hands each batch to
 //! one function, [`apply_batch`], which re-derives and applies its events
-//! in two phases per event: prefetch, then judge and apply. Three drivers feed it:
-//! opening on one thread, opening on two (one thread scans and decodes,
-//! the other applies), and `verify`, which notes divergences instead of
-//! stopping at the first.
+//! in two phases per event: prefetch, then judge and apply. The drivers
+//! that feed it: opening on one thread, opening on two (one thread scans
+//! and decodes, the other applies), a shared log's scan on one thread or
+//! two (`scan`), and `verify`, which notes divergences instead of stopping
+//! at the first.
 
 mod batch;
 mod rederive;
+mod scan;
 
 use std::panic::resume_unwind;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
@@ -27,6 +30,8 @@ pub(crate) use self::batch::Batch;
 pub use self::batch::decode_event;
 pub use self::rederive::rederive;
 use self::rederive::rederive_prefetched;
+pub use self::scan::Visit;
+pub(crate) use self::scan::{replay_scan, replay_scan_here};
 use crate::error::{Divergence, LedgerError};
 use crate::recovery::Recovery;
 use crate::snapshot::{Loaded, SnapshotStore, load_newest};
@@ -202,9 +207,14 @@ pub(crate) fn replay_log(
         None => (State::new(), None),
     };
     let first = initial.last_seq();
-    let (state, threads) = match two_threads {
-        true => replay_on_two_threads(&mut opening, initial)?,
-        false => (replay_on_this_thread(&mut opening, initial)?, 1),
+    let feed = |batch: &mut Batch, full: Full<'_>| read_records(&mut opening, batch, full);
+    let (state, Refuse, threads) = match two_threads {
+        true => replay_on_two_threads(initial, Refuse, feed)?,
+        false => {
+            let mut state = initial;
+            replay_on_this_thread(&mut state, &mut Refuse, feed)?;
+            (state, Refuse, 1)
+        }
     };
     let (log, log_recovery) = opening.plan()?.execute()?;
     let recovery = Recovery {
@@ -221,12 +231,16 @@ pub(crate) fn replay_log(
     })
 }
 
+/// What a feed hands each batch that fills: applied or handed over, it
+/// comes back empty.
+pub(crate) type Full<'a> = &'a mut dyn FnMut(&mut Batch) -> Result<(), LedgerError>;
+
 /// Reads every record of `opening` into `batch`, handing `full` each batch
 /// that fills. Stops at the first record that does not decode, or damage.
 fn read_records(
     opening: &mut Opening,
     batch: &mut Batch,
-    mut full: impl FnMut(&mut Batch) -> Result<(), LedgerError>,
+    full: Full<'_>,
 ) -> Result<(), LedgerError> {
     while let Some(record) = opening.next_record()? {
         batch.push(record.seq, record.payload)?;
@@ -237,19 +251,24 @@ fn read_records(
     Ok(())
 }
 
-/// The one-thread driver: decodes a batch, applies it to `state`, and so on.
-fn replay_on_this_thread(opening: &mut Opening, mut state: State) -> Result<State, LedgerError> {
+/// The one-thread driver: `feed` decodes a batch, which is applied to
+/// `state`, and so on. After an error `state` holds the events applied
+/// before it.
+pub(crate) fn replay_on_this_thread<D: OnDivergence>(
+    state: &mut State,
+    on_divergence: &mut D,
+    feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
+) -> Result<(), LedgerError> {
     let mut batch = Batch::new();
-    let read = read_records(opening, &mut batch, |batch| {
-        apply_batch(&mut state, batch, &mut Refuse)?;
+    let read = feed(&mut batch, &mut |batch| {
+        apply_batch(state, batch, on_divergence)?;
         batch.clear();
         Ok(())
     });
     // The events read before a record that stopped the scan may hold an
     // earlier error.
-    apply_batch(&mut state, &batch, &mut Refuse)?;
-    read?;
-    Ok(state)
+    apply_batch(state, &batch, on_divergence)?;
+    read
 }
 
 /// Hands batches from the scanning thread to the applying one, and takes
@@ -282,18 +301,19 @@ impl Handoff {
 }
 
 /// The applying side of a two-thread replay: re-derives and applies every
-/// batch it receives, and gives each back. After an error it only gives
-/// batches back, so the scanning side never waits on it, and answers with
-/// the first error.
-fn apply_received(
+/// batch it receives to `state`, and gives each back. After an error it
+/// only gives batches back, so the scanning side never waits on it, and
+/// answers with the first error.
+fn apply_received<D: OnDivergence>(
     mut state: State,
+    mut on_divergence: D,
     received: Receiver<Batch>,
     returned: SyncSender<Batch>,
-) -> Applied {
+) -> Applied<D> {
     let mut failed = None;
     for batch in received {
         if failed.is_none()
-            && let Err(error) = apply_batch(&mut state, &batch, &mut Refuse)
+            && let Err(error) = apply_batch(&mut state, &batch, &mut on_divergence)
         {
             failed = Some(error);
         }
@@ -303,37 +323,42 @@ fn apply_received(
     }
     match failed {
         Some(error) => Err(error),
-        None => Ok(state),
+        None => Ok((state, on_divergence)),
     }
 }
 
 /// What the applying thread returns.
-type Applied = Result<State, LedgerError>;
+type Applied<D> = Result<(State, D), LedgerError>;
 
-/// The two-thread driver. This thread reads the log, verifies its
-/// checksums and decodes each event into a batch; a second re-derives and
-/// applies the batches, in log order. An error of the applying side,
+/// The two-thread driver. On this thread `feed` reads the log, verifies
+/// it and decodes each event into a batch; a second re-derives and applies
+/// the batches to `state`, in log order. An error of the applying side,
 /// always at an earlier event than the scanning side's, is the one
-/// reported.
-fn replay_on_two_threads(opening: &mut Opening, state: State) -> Result<(State, u8), LedgerError> {
+/// reported. Returns the threads that did it: 2, or 1 if the second
+/// could not start.
+pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
+    state: State,
+    on_divergence: D,
+    feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
+) -> Result<(State, D, u8), LedgerError> {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
+    // Taken by the applier, or back by this thread if it cannot start.
+    let start = Mutex::new(Some((state, on_divergence)));
     thread::scope(|scope| {
         let (batches, received) = sync_channel::<Batch>(BATCHES_AHEAD_MAX);
         // Room for every batch alive at once, so applied batches are
         // returned to be filled again.
         let (returned, applied) = sync_channel::<Batch>(BATCHES);
-        // The state goes to the applier once it has started: if it cannot
-        // start, this thread still has it.
-        let (give, given) = sync_channel::<State>(1);
+        let handed = &start;
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            match given.recv() {
-                Ok(state) => apply_received(state, received, returned),
-                Err(_) => unreachable!("the state is given once the applier started"),
-            }
+            let Some((state, on_divergence)) = handed.lock().ok().and_then(|mut s| s.take()) else {
+                unreachable!("the applier starts once, with the state")
+            };
+            apply_received(state, on_divergence, received, returned)
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -343,18 +368,22 @@ fn replay_on_two_threads(opening: &mut Opening, state: State) -> Result<(State, 
             Err(error) => {
                 // Nothing is read yet: one thread does it all.
                 warn!(%error, "could not start a thread to replay the log; replaying on one");
-                return Ok((replay_on_this_thread(opening, state)?, 1));
+                let Some((mut state, mut on_divergence)) =
+                    start.lock().ok().and_then(|mut s| s.take())
+                else {
+                    unreachable!("a thread that did not start took nothing")
+                };
+                replay_on_this_thread(&mut state, &mut on_divergence, feed)?;
+                return Ok((state, on_divergence, 1));
             }
         };
-        // The channel has room for it, and the applier waits for it.
-        let _ = give.send(state);
         let mut handoff = Handoff {
             batches,
             spare: (1..BATCHES).map(|_| Batch::new()).collect(),
             applied,
         };
         let mut batch = Batch::new();
-        let read = read_records(opening, &mut batch, |batch| {
+        let read = feed(&mut batch, &mut |batch| {
             handoff.hand_over(batch);
             Ok(())
         });
@@ -364,11 +393,11 @@ fn replay_on_two_threads(opening: &mut Opening, state: State) -> Result<(State, 
             handoff.hand_over(&mut batch);
         }
         drop(handoff);
-        let state = match applier.join() {
+        let (state, on_divergence) = match applier.join() {
             Ok(applied) => applied?,
             Err(panic) => resume_unwind(panic),
         };
         read?;
-        Ok((state, 2))
+        Ok((state, on_divergence, 2))
     })
 }

@@ -1,0 +1,172 @@
+//! `pg_replay`: how fast a PostgreSQL ledger replays, at sizes where it
+//! matters. Builds one ledger per size on a throwaway cluster (decided in
+//! memory, copied in with `COPY`: `payonce_bench::pg::bulk`), then times,
+//! each in a fresh child process, a new worker's `payonce_postgres::open`
+//! and `payonce_postgres::verify`, round after round; with `--compare`,
+//! the same children of other builds of this binary alternate with its
+//! own on the same databases. Prints a Markdown table (docs/performance.md).
+//!
+//! ```sh
+//! cargo run --release -p payonce-bench --bin pg_replay                        # 200k and 1M withdrawals
+//! cargo run --release -p payonce-bench --bin pg_replay -- --withdrawals 2000 --rounds 1  # checks the harness
+//! pg_replay --compare ./pg_replay-before   # alternates with another build
+//! pg_replay build URL 200000               # into an existing, migrated, empty database
+//! ```
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use payonce::Config;
+use payonce_bench::pg::bulk;
+use payonce_postgres::cluster::Cluster;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pg_replay",
+    about = "How fast a new worker opens, and verify reads, a large PostgreSQL ledger",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    child: Option<Child>,
+    /// Withdrawals of each ledger built (three events each).
+    #[arg(long, value_delimiter = ',', default_value = "200000,1000000")]
+    withdrawals: Vec<u64>,
+    /// Events per batch (transaction) in the ledgers built.
+    #[arg(long, default_value_t = 8)]
+    batch_events: usize,
+    /// Rounds: each times every build once, in turn.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Other builds of this binary whose children alternate with this one's.
+    #[arg(long, value_delimiter = ',')]
+    compare: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Child {
+    /// Opens the ledger at URL as a new worker; prints seconds and events.
+    Open { url: String },
+    /// Verifies the ledger at URL; prints seconds and events.
+    Verify { url: String },
+    /// Builds a ledger of WITHDRAWALS sent withdrawals into the migrated,
+    /// empty database at URL.
+    Build {
+        url: String,
+        withdrawals: u64,
+        #[arg(long, default_value_t = 8)]
+        batch_events: usize,
+    },
+}
+
+/// What a child prints: its seconds and the events it replayed.
+fn timed(what: impl FnOnce() -> anyhow::Result<u64>) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let events = what()?;
+    println!("{} {events}", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn run_child(child: Child) -> anyhow::Result<()> {
+    match child {
+        Child::Open { url } => timed(|| {
+            let ledger = payonce_postgres::open(&url, "replay-bench", Config::default())?;
+            Ok(ledger.last_seq())
+        }),
+        Child::Verify { url } => timed(|| {
+            let (report, _) = payonce_postgres::verify(&url)?;
+            if !report.divergences.is_empty() {
+                bail!("{} divergences", report.divergences.len());
+            }
+            Ok(report.events)
+        }),
+        Child::Build {
+            url,
+            withdrawals,
+            batch_events,
+        } => build(&url, withdrawals, batch_events).map(|_| ()),
+    }
+}
+
+/// Builds a ledger into the database at `url`; returns its events.
+fn build(url: &str, withdrawals: u64, batch_events: usize) -> anyhow::Result<u64> {
+    payonce_postgres::migrate(url)?;
+    let start = Instant::now();
+    let events = bulk::decide_in_memory(withdrawals)?;
+    let decided = start.elapsed();
+    let head = bulk::copy_into(url, &events, batch_events)?;
+    eprintln!(
+        "built {withdrawals} withdrawals, {} events, head {head}: decided in {:.1} s, copied in {:.1} s",
+        events.len(),
+        decided.as_secs_f64(),
+        (start.elapsed() - decided).as_secs_f64()
+    );
+    Ok(head.seq)
+}
+
+/// Runs `binary`'s `what` child on `url`: its seconds and events.
+fn measure(binary: &str, what: &str, url: &str) -> anyhow::Result<(f64, u64)> {
+    let output = Command::new(binary)
+        .args([what, url])
+        .output()
+        .with_context(|| format!("running {binary} {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{binary} {what} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut fields = text.split_whitespace();
+    let (Some(secs), Some(events)) = (fields.next(), fields.next()) else {
+        bail!("{binary} {what} printed {text:?}");
+    };
+    Ok((secs.parse()?, events.parse()?))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(child) = cli.child {
+        return run_child(child);
+    }
+    let cluster = Cluster::start()?;
+    let this = std::env::current_exe()?.display().to_string();
+    let builds: Vec<String> = std::iter::once(this).chain(cli.compare).collect();
+    println!(
+        "| withdrawals | events | build | what | median s | min to max s | events/s (median) |"
+    );
+    println!("| ---: | ---: | --- | --- | ---: | --- | ---: |");
+    for withdrawals in cli.withdrawals {
+        let url = cluster.database()?;
+        build(&url, withdrawals, cli.batch_events)?;
+        for what in ["open", "verify"] {
+            let mut times = vec![Vec::new(); builds.len()];
+            let mut events = 0;
+            for _ in 0..cli.rounds {
+                for (build, times) in builds.iter().zip(&mut times) {
+                    let (secs, replayed) = measure(build, what, &url)?;
+                    times.push(secs);
+                    events = replayed;
+                }
+            }
+            for (build, times) in builds.iter().zip(&mut times) {
+                let (min, max) = times
+                    .iter()
+                    .fold((f64::MAX, 0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+                let median = median(times);
+                println!(
+                    "| {withdrawals} | {events} | {build} | {what} | {median:.3} | {min:.3} to {max:.3} | {:.0} |",
+                    events as f64 / median
+                );
+            }
+        }
+    }
+    Ok(())
+}

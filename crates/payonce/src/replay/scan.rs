@@ -1,0 +1,79 @@
+//! Replaying what a shared log hands over in one scan (`SharedLog::scan`,
+//! a read view of `payonce-postgres`): the scan runs on this thread and
+//! decodes each event into a batch as it arrives, and the batches are
+//! re-derived and applied on another, as a file log's two-thread open
+//! does, so reading the database and applying overlap.
+
+use std::ops::ControlFlow;
+
+use super::{Batch, Full, OnDivergence, replay_on_this_thread, replay_on_two_threads};
+use crate::error::{LedgerError, StoreError};
+use crate::state::State;
+
+/// What a scan hands each event to, in order: its sequence number and its
+/// bytes. `Break` asks the scan to stop.
+pub type Visit<'a> = &'a mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>;
+
+/// Replays into `state` every event `scan` hands over, which must follow
+/// `state`'s last without a gap, re-deriving each, on two threads (or one
+/// if a second cannot be started). An event that does not decode, or does
+/// not follow, stops the scan, and is the error reported, before any error
+/// of the scan's after it.
+pub(crate) fn replay_scan<D: OnDivergence + Send>(
+    state: State,
+    on_divergence: D,
+    scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
+) -> Result<(State, D), LedgerError> {
+    let after = state.last_seq();
+    replay_on_two_threads(state, on_divergence, feed(after, scan))
+        .map(|(state, on_divergence, _)| (state, on_divergence))
+}
+
+/// [`replay_scan`] on this thread alone, into `state` in place: after an
+/// error it holds the events applied before it.
+pub(crate) fn replay_scan_here<D: OnDivergence>(
+    state: &mut State,
+    on_divergence: &mut D,
+    scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
+) -> Result<(), LedgerError> {
+    let after = state.last_seq();
+    replay_on_this_thread(state, on_divergence, feed(after, scan))
+}
+
+/// The feed of a replay: decodes each event `scan` hands over, the first
+/// after `after`, into the batch, and hands over each batch that fills.
+fn feed(
+    after: u64,
+    scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
+) -> impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError> {
+    move |batch: &mut Batch, full: Full<'_>| {
+        let mut expected = after + 1;
+        let mut stopped = None;
+        let scanned = scan(&mut |seq, payload| {
+            let pushed = match seq == expected {
+                true => batch
+                    .push(seq, payload)
+                    .and_then(|()| match batch.is_full() {
+                        true => full(batch),
+                        false => Ok(()),
+                    }),
+                false => Err(LedgerError::Store(StoreError::Damaged {
+                    seq: expected,
+                    detail: format!("event {seq} follows where {expected} belongs"),
+                })),
+            };
+            expected += 1;
+            match pushed {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(error) => {
+                    stopped = Some(error);
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        match stopped {
+            Some(error) => Err(error),
+            None => scanned.map_err(LedgerError::Store),
+        }
+    }
+}
