@@ -101,13 +101,27 @@ pub fn init(url: &str, config: Config) -> Result<Ledger, LedgerError> {
 pub fn open(url: &str, worker: &str, config: Config) -> Result<Ledger, LedgerError> {
     let worker = WorkerName::new(worker)?;
     let log = PgLog::connect(url, Role::Worker(worker.clone()))?;
+    let config = with_snapshots(config, url, worker.as_str())?;
     Ledger::open_shared(Arc::new(log), worker, config)
+}
+
+/// `config`, keeping the ledger's snapshots in its database
+/// ([`PgSnapshots`], written as `writer`) unless it names a store of its
+/// own or takes and loads none.
+fn with_snapshots(mut config: Config, url: &str, writer: &str) -> Result<Config, LedgerError> {
+    let wanted =
+        config.snapshots.load || config.snapshots.is_running() || config.snapshots.at_close;
+    if config.snapshot_store.is_none() && wanted {
+        config.snapshot_store = Some(Arc::new(PgSnapshots::connect(url, writer)?));
+    }
+    Ok(config)
 }
 
 /// Opens the ledger at `url` for an operator: it resolves, corrects and
 /// releases, and claims nothing. See `payonce::Ledger::attach_shared`.
 pub fn attach(url: &str, config: Config) -> Result<Ledger, LedgerError> {
     let log = PgLog::connect(url, Role::Attached)?;
+    let config = with_snapshots(config, url, "operator")?;
     Ledger::attach_shared(Arc::new(log), config)
 }
 

@@ -183,10 +183,7 @@ impl Ledger {
             storage,
             config.log.clone(),
             config.witness.clone(),
-            config
-                .snapshot_store
-                .as_deref()
-                .filter(|_| config.snapshots.load),
+            snapshot_source(&config),
             two_threads,
             start,
         )?;
@@ -251,7 +248,7 @@ impl Ledger {
     ) -> Result<Ledger, LedgerError> {
         let span = info_span!("open", worker = %worker);
         let _entered = span.enter();
-        let state = shared::rebuild(&*log)?;
+        let (state, recovery) = shared::rebuild_from_snapshot(&*log, snapshot_source(&config))?;
         if state.last_seq() == 0 {
             return Err(LedgerError::NoLog {
                 dir: format!("{log:?}"),
@@ -266,11 +263,17 @@ impl Ledger {
         }
         info!(
             events = state.last_seq(),
+            replayed = recovery.replayed,
+            snapshot = recovery
+                .snapshot
+                .as_ref()
+                .map(|snapshot| snapshot.name.as_str()),
+            refused_snapshots = recovery.refused_snapshots.len(),
             keys = state.key_count(),
             "replayed"
         );
         let epoch = config.epochs.draw();
-        let ledger = Ledger::on_shared(log, Some(worker.clone()), state, config);
+        let ledger = Ledger::on_shared(log, Some(worker.clone()), state, config, recovery);
         let command = Command::Start {
             worker: worker.clone(),
             epoch,
@@ -291,7 +294,7 @@ impl Ledger {
     pub fn init_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
         let state = shared::rebuild(&*log)?;
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
-        let ledger = Ledger::on_shared(log, None, state, config);
+        let ledger = Ledger::on_shared(log, None, state, config, Recovery::default());
         let command = Command::Open {
             accept_foreign_ids,
             epoch,
@@ -318,14 +321,14 @@ impl Ledger {
     /// needs a worker whose next start ends its send). A log with no
     /// ledger in it is refused ([`LedgerError::NoLog`]).
     pub fn attach_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
-        let state = shared::rebuild(&*log)?;
+        let (state, recovery) = shared::rebuild_from_snapshot(&*log, snapshot_source(&config))?;
         if state.last_seq() == 0 {
             return Err(LedgerError::NoLog {
                 dir: format!("{log:?}"),
                 found: Vec::new(),
             });
         }
-        Ok(Ledger::on_shared(log, None, state, config))
+        Ok(Ledger::on_shared(log, None, state, config, recovery))
     }
 
     fn on_shared(
@@ -333,16 +336,24 @@ impl Ledger {
         worker: Option<WorkerName>,
         state: State,
         config: Config,
+        recovery: Recovery,
     ) -> Ledger {
-        Ledger {
-            inner: Arc::new(Inner {
-                store: Store::Shared(Shared::new(log, worker)),
-                recovery: Recovery::default(),
-                state: Mutex::new(Round::new(state)),
-                config,
-                snapshots: None,
-            }),
-        }
+        let snapshots = config.snapshot_store.clone().map(|store| {
+            let from = recovery
+                .snapshot
+                .as_ref()
+                .map_or(0, |snapshot| snapshot.seq);
+            Arc::new(Snapshots::new(store, config.snapshots, from))
+        });
+        let inner = Arc::new(Inner {
+            store: Store::Shared(Shared::new(log, worker)),
+            recovery,
+            state: Mutex::new(Round::new(state)),
+            config,
+            snapshots,
+        });
+        Snapshots::start(&inner);
+        Ledger { inner }
     }
 
     fn lock_state(&self) -> Result<MutexGuard<'_, Round>, LedgerError> {
@@ -955,6 +966,14 @@ impl Ledger {
     pub fn was_created(&self, id: &WithdrawalId) -> bool {
         self.read(|state| state.was_created(id))
     }
+}
+
+/// The store `config` opens from, if it opens from snapshots.
+fn snapshot_source(config: &Config) -> Option<&dyn crate::snapshot::SnapshotStore> {
+    config
+        .snapshot_store
+        .as_deref()
+        .filter(|_| config.snapshots.load)
 }
 
 /// `config`, keeping its snapshots in the `snapshots/` directory beside the

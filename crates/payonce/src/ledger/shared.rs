@@ -27,8 +27,10 @@ use crate::command::{Command, FailureCause};
 use crate::decide::{self, Answer};
 use crate::error::{LedgerError, StoreError};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
+use crate::snapshot::{Loaded, SnapshotStore, load_newest_of};
 use crate::state::{ClaimChange, State, apply};
 
 /// Events a batch takes before it commits without waiting for more.
@@ -87,6 +89,21 @@ pub trait SharedLog: Send + Sync + fmt::Debug {
     /// The head of the last batch this process read or committed: durable,
     /// as every committed batch is.
     fn head(&self) -> Result<Head, StoreError>;
+
+    /// The log's identity, which a snapshot of the projections names; `None`
+    /// (the default) for a log that vouches for no snapshot, whose ledger
+    /// then replays every event at every opening.
+    fn log_id(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
+    /// The head of the batch that ends at `seq`, read from the log itself:
+    /// what a snapshot naming that head is checked against. `None` if no
+    /// batch ends there (the default: a log that vouches for no snapshot).
+    fn head_at(&self, seq: u64) -> Result<Option<Head>, StoreError> {
+        let _ = seq;
+        Ok(None)
+    }
 }
 
 /// The shared log of a ledger, and who writes it.
@@ -170,6 +187,33 @@ pub(super) fn rebuild(log: &dyn SharedLog) -> Result<State, LedgerError> {
     catch_up_from(log, State::new())
 }
 
+/// Rebuilds a shared log's state from the newest snapshot in `snapshots`
+/// the log vouches for (its identity and the head it names read from the
+/// log itself), and the events after it; from every event without one.
+/// What it did is the [`Recovery`] it returns.
+pub(super) fn rebuild_from_snapshot(
+    log: &dyn SharedLog,
+    snapshots: Option<&dyn SnapshotStore>,
+) -> Result<(State, Recovery), LedgerError> {
+    let loaded = match (snapshots, log.log_id()?) {
+        (Some(store), Some(log_id)) => load_newest_of(store, log_id, &|seq| Ok(log.head_at(seq)?))?,
+        _ => Loaded::default(),
+    };
+    let (initial, snapshot) = match loaded.state {
+        Some((state, snapshot)) => (state, Some(snapshot)),
+        None => (State::new(), None),
+    };
+    let first = initial.last_seq();
+    let state = catch_up_from(log, initial)?;
+    let recovery = Recovery {
+        log: payonce_log::Recovery::default(),
+        replayed: state.last_seq() - first,
+        snapshot,
+        refused_snapshots: loaded.refused,
+    };
+    Ok((state, recovery))
+}
+
 /// Replays every event of `log` after `state`'s last into `state`,
 /// re-deriving each, without taking the log's lock: one scan, read and
 /// decoded on this thread while another thread applies (a whole log, or
@@ -213,6 +257,27 @@ impl Ledger {
     /// The worker this process is, on a shared ledger.
     pub fn worker(&self) -> Option<&WorkerName> {
         self.shared().and_then(|shared| shared.worker.as_ref())
+    }
+
+    /// A copy of the state for a snapshot, once no batch is being decided
+    /// or committed: every event it holds is committed, and the last ends
+    /// a batch of the log. A state a failed batch left is caught up first.
+    pub(super) fn settled_copy(&self) -> Result<State, LedgerError> {
+        self.refresh()?;
+        let Some(shared) = self.shared() else {
+            return Ok(self.lock_state()?.state.copy_for_snapshot());
+        };
+        let mut round = self.lock_state()?;
+        while round.open.is_some() || round.committing || round.stale {
+            if round.stale {
+                drop(round);
+                self.refresh()?;
+                round = self.lock_state()?;
+                continue;
+            }
+            round = shared.wait(round)?;
+        }
+        Ok(round.state.copy_for_snapshot())
     }
 
     /// Catches this worker's projection up on the events other workers
@@ -433,6 +498,11 @@ impl Ledger {
         let committed = shared.log.commit(&open.events);
         let mut round = self.lock_state()?;
         round.committing = false;
+        if committed.is_ok()
+            && let Some(snapshots) = &self.inner.snapshots
+        {
+            snapshots.appended(round.state.last_seq());
+        }
         if let Err(error) = &committed {
             warn!(%error, events = open.events.len(), "a batch was not committed");
             round.stale = true;

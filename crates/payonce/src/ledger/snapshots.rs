@@ -356,7 +356,6 @@ impl Ledger {
             return Ok(None);
         };
         let last_seq = self.last_seq();
-        let copy = || Ok(self.lock_state()?.state.copy_for_snapshot());
-        snapshots.take(&self.inner.store, copy, last_seq)
+        snapshots.take(&self.inner.store, || self.settled_copy(), last_seq)
     }
 }

@@ -34,7 +34,7 @@ pub use self::audit::{SnapshotCheck, SnapshotVerdict, verify_snapshots};
 pub use self::error::SnapshotError;
 use self::format::Header;
 pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
-pub(crate) use self::load::{HeadAt, Loaded, load_newest, load_newest_of};
+pub(crate) use self::load::{Loaded, load_newest, load_newest_of};
 pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
