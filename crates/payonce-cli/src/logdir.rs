@@ -39,6 +39,9 @@ pub(crate) struct LogDir {
     pub(crate) dir: PathBuf,
     source: Source,
     progress: bool,
+    /// A PostgreSQL ledger's URL, its password and all: for what reads the
+    /// database outside the read view (its snapshots, its batches' rows).
+    url: Option<String>,
 }
 
 /// Where the events are read from. One per command: the size of the file
@@ -135,6 +138,7 @@ pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
             dir: shown,
             source: Source::Postgres(RefCell::new(view)),
             progress: false,
+            url: Some(url.to_owned()),
         });
     }
     check_directory(dir)?;
@@ -148,6 +152,7 @@ pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
             log_reader,
         },
         progress,
+        url: None,
     })
 }
 
@@ -193,8 +198,27 @@ impl LogDir {
         }
     }
 
+    /// A PostgreSQL ledger's URL.
+    pub(crate) fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
     /// The log's identity, which a snapshot of it names.
     pub(crate) fn log_id(&self) -> Result<u64, CliError> {
+        if let Some(url) = &self.url {
+            let store = |error| CliError::from_ledger(&self.dir, LedgerError::Store(error));
+            return payonce_postgres::log_id(url)
+                .map_err(store)?
+                .ok_or_else(|| {
+                    CliError::from_ledger(
+                        &self.dir,
+                        LedgerError::NoLog {
+                            dir: self.dir.display().to_string(),
+                            found: Vec::new(),
+                        },
+                    )
+                });
+        }
         let (_, log_reader) = self.files()?;
         log_reader
             .log_id()
@@ -204,6 +228,10 @@ impl LogDir {
     /// The head of the batch that ends at `seq`, read from the log: what a
     /// snapshot naming that head is checked against.
     pub(crate) fn head_at(&self, seq: u64) -> Result<Option<Head>, CliError> {
+        if let Some(url) = &self.url {
+            return payonce_postgres::head_at(url, seq)
+                .map_err(|error| CliError::from_ledger(&self.dir, LedgerError::Store(error)));
+        }
         let (_, log_reader) = self.files()?;
         log_reader
             .head_at(seq)

@@ -57,17 +57,19 @@ impl Checked {
     }
 }
 
-/// The snapshots kept beside the ledger `log`.
+/// The snapshots kept beside the ledger `log`: its directory's
+/// `snapshots/`, or its database's `payonce.snapshots`.
 pub(crate) fn store_of(log: &LogDir) -> Result<Box<dyn SnapshotStore>, CliError> {
-    if log.is_postgres() {
-        return Err(CliError::Usage {
-            message: format!(
-                "{} is a PostgreSQL ledger: its snapshots are read by its workers",
-                log.dir.display()
-            ),
-        });
+    match log.url() {
+        Some(url) => {
+            let store =
+                payonce_postgres::PgSnapshots::connect(url, "auditor").map_err(|error| {
+                    CliError::from_ledger(&log.dir, payonce::LedgerError::Store(error))
+                })?;
+            Ok(Box::new(store))
+        }
+        None => Ok(Box::new(DirSnapshots::beside(&log.dir))),
     }
-    Ok(Box::new(DirSnapshots::beside(&log.dir)))
 }
 
 /// Every snapshot in `store`, newest first, checked against `log` as an

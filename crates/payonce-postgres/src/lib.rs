@@ -158,6 +158,19 @@ pub fn head_through(url: &str, seq: u64) -> Result<(Head, Option<Head>), StoreEr
     ReadView::open(url)?.head_through(seq)
 }
 
+/// The identity of the ledger at `url`, which its snapshots name (see
+/// `PgLog`'s `SharedLog::log_id`); `None` for a database without one.
+pub fn log_id(url: &str) -> Result<Option<u64>, StoreError> {
+    store::log_id_in(&mut store::connect(url)?)
+}
+
+/// The head of the batch of the ledger at `url` that ends at `seq`, as its
+/// row in `payonce.batches` says: what an opening checks a snapshot's head
+/// against. `None` if no batch ends there.
+pub fn head_at(url: &str, seq: u64) -> Result<Option<Head>, StoreError> {
+    store::head_at_in(&mut store::connect(url)?, seq)
+}
+
 /// The head of the ledger at `url`: the last committed batch's last
 /// sequence number and chain digest, after checking the whole chain. What
 /// `payonce head URL` prints, to pin the log outside the database.

@@ -614,43 +614,58 @@ impl SharedLog for PgLog {
         Ok(self.lock()?.follower.head)
     }
 
-    /// The first 8 bytes (little-endian) of the first batch's digest: a
-    /// digest over the ledger's first event, the `opened` of its creation,
-    /// which records a random epoch, so no two ledgers share it.
     fn log_id(&self) -> Result<Option<u64>, StoreError> {
-        let row = connect(&self.url)?
-            .query_opt(
-                "SELECT digest FROM payonce.batches WHERE first_seq = 1",
-                &[],
-            )
-            .map_err(failed)?;
-        Ok(row.map(|row| {
-            let digest: &[u8] = row.get(0);
-            let mut id = [0u8; 8];
-            id.copy_from_slice(&digest[..8]);
-            u64::from_le_bytes(id)
-        }))
+        log_id_in(&mut connect(&self.url)?)
     }
 
     fn head_at(&self, seq: u64) -> Result<Option<Head>, StoreError> {
-        let row = connect(&self.url)?
-            .query_opt(
-                "SELECT digest FROM payonce.batches WHERE last_seq = $1",
-                &[&signed(seq)],
-            )
-            .map_err(failed)?;
-        row.map(|row| {
-            let digest: Vec<u8> = row.get(0);
-            let digest: [u8; 32] = digest.try_into().map_err(|digest: Vec<u8>| {
-                damaged(seq, format!("a batch digest of {} bytes", digest.len()))
-            })?;
-            Ok(Head {
-                seq,
-                digest: payonce_log::chain::Digest(digest),
-            })
-        })
-        .transpose()
+        head_at_in(&mut connect(&self.url)?, seq)
     }
+}
+
+/// The identity of the ledger in `client`'s database, which its snapshots
+/// name: the first 8 bytes (little-endian) of its first batch's digest, a
+/// digest over its first event, the `opened` of its creation, which
+/// records a random epoch, so no two ledgers share it. `None` for a
+/// database without a ledger.
+pub(crate) fn log_id_in(client: &mut Client) -> Result<Option<u64>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT digest FROM payonce.batches WHERE first_seq = 1",
+            &[],
+        )
+        .map_err(failed)?;
+    row.map(|row| {
+        let digest: &[u8] = row.get(0);
+        let first: [u8; 8] = digest
+            .get(..8)
+            .and_then(|first| first.try_into().ok())
+            .ok_or_else(|| damaged(1, format!("a batch digest of {} bytes", digest.len())))?;
+        Ok(u64::from_le_bytes(first))
+    })
+    .transpose()
+}
+
+/// The head of the batch of the ledger in `client`'s database that ends at
+/// `seq`, as its row says; `None` if none does.
+pub(crate) fn head_at_in(client: &mut Client, seq: u64) -> Result<Option<Head>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT digest FROM payonce.batches WHERE last_seq = $1",
+            &[&signed(seq)],
+        )
+        .map_err(failed)?;
+    row.map(|row| {
+        let digest: Vec<u8> = row.get(0);
+        let digest: [u8; 32] = digest.try_into().map_err(|digest: Vec<u8>| {
+            damaged(seq, format!("a batch digest of {} bytes", digest.len()))
+        })?;
+        Ok(Head {
+            seq,
+            digest: payonce_log::chain::Digest(digest),
+        })
+    })
+    .transpose()
 }
 
 #[cfg(test)]
