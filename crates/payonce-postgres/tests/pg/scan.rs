@@ -36,6 +36,8 @@ fn with_a_batch_of_three(url: &str) -> u64 {
             .encode()
             .unwrap(),
             claim: None,
+            keys: Vec::new(),
+            withdrawal: None,
         })
         .collect();
     log.commit(&batch).unwrap();
@@ -87,7 +89,12 @@ fn a_scan_starts_at_the_end_of_any_batch_the_log_holds_and_nowhere_else() {
 
 /// A way to damage the tables: what, the SQL given the batch's first
 /// event, the event the damage is found at, and what the error says.
-type Damage = (&'static str, fn(u64) -> String, fn(u64) -> u64, &'static str);
+type Damage = (
+    &'static str,
+    fn(u64) -> String,
+    fn(u64) -> u64,
+    &'static str,
+);
 
 #[test]
 fn each_way_the_tables_can_be_damaged_is_found_by_every_scan_with_its_place() {
