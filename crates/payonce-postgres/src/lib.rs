@@ -26,6 +26,7 @@
 //! docs/postgres.md describes deployment, grants, replication and audits.
 
 pub mod cluster;
+mod copy;
 mod error;
 mod follow;
 mod index;
