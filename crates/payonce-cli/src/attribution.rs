@@ -12,30 +12,17 @@
 //!
 //! [`EventKind::withdrawal`]: payonce::EventKind::withdrawal
 
-use payonce::{Event, State, apply, withdrawal_of};
+use payonce::{Event, SCHEMA_NAMING_HELD, State, apply, needs_state, withdrawal_of};
 use payonce_model::WithdrawalId;
 
 use crate::error::CliError;
 use crate::logdir::LogDir;
-
-/// The first schema whose events about a key alone name the withdrawal the
-/// key held (`payonce::SCHEMA_VERSION`'s history says so). Events of older
-/// schemas are the only ones attributed through a replayed state.
-const SCHEMA_NAMING_HELD: u16 = 2;
 
 /// An event and the withdrawal it is about.
 #[derive(Debug, Clone)]
 pub(crate) struct Attributed {
     pub(crate) event: Event,
     pub(crate) withdrawal: Option<WithdrawalId>,
-}
-
-/// Whether `event` is about a key alone and too old to name the withdrawal
-/// the key held: only the state before it says which one that was.
-pub(crate) fn needs_state(event: &Event) -> bool {
-    event.schema < SCHEMA_NAMING_HELD
-        && event.kind.withdrawal().is_none()
-        && event.kind.key().is_some()
 }
 
 /// Attributes the events of a log to withdrawals, fed every event in log

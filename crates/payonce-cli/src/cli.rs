@@ -300,7 +300,8 @@ pub struct HistoryArgs {
     /// The withdrawal id whose history to show.
     #[arg(long)]
     pub withdrawal: Option<String>,
-    /// Scan the log even if an audit index is present.
+    /// Scan the log even if an audit index is present (a directory's, or a
+    /// PostgreSQL ledger's index in the database).
     #[arg(long)]
     pub no_index: bool,
     /// Print the history as one JSON object.

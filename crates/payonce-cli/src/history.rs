@@ -1,12 +1,14 @@
 //! `payonce history`: every event that touched a request key or a
 //! withdrawal, in order, each decision explained in words. From the audit
-//! index when there is a usable one, else from one scan of the log; both
-//! give the same answer.
+//! index when there is a usable one (a directory's sled index; a
+//! PostgreSQL ledger's index in the database), else from one scan of the
+//! log; each gives the same answer.
 
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use payonce::{LedgerError, StoreError, needs_state, withdrawal_of};
 use payonce_log::TornTail;
 use payonce_model::{RequestKey, WithdrawalId};
 use serde::Serialize;
@@ -56,8 +58,19 @@ struct Found {
     events: Vec<Attributed>,
     /// A torn tail met while reading the log.
     torn_tail: Option<TornTail>,
-    /// The audit index that answered; `None` for a scan of the log.
-    index: Option<PathBuf>,
+    /// What answered.
+    answered: Answered,
+}
+
+/// What answered a history.
+enum Answered {
+    /// One scan of the whole log.
+    Scan,
+    /// The audit index at this path, beside a directory.
+    AuditIndex(PathBuf),
+    /// A PostgreSQL ledger's index of the events about each key and
+    /// withdrawal.
+    Database,
 }
 
 /// The subject's events from the audit index beside `log`, if there is a
@@ -75,7 +88,7 @@ fn from_index(
         Ok(events) => Ok(Some(Found {
             events,
             torn_tail: index.torn_tail.clone(),
-            index: Some(index.path().to_owned()),
+            answered: Answered::AuditIndex(index.path().to_owned()),
         })),
         Err(problem) => {
             writeln!(
@@ -114,8 +127,47 @@ fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
     Ok(Found {
         events,
         torn_tail: walked.torn_tail,
-        index: None,
+        answered: Answered::Scan,
     })
+}
+
+/// A PostgreSQL ledger's events about `subject`, from its index in the
+/// database (`None` for a directory): each read with its whole batch and
+/// checked against the chain, then attributed as [`scan`] attributes it;
+/// an event the index lists about another subject is damage.
+fn from_database(log: &LogDir, subject: &Subject) -> Result<Option<Found>, CliError> {
+    // One more than shown, so the caller knows there were more.
+    let Some(listed) = log.events_about_postgres(subject, HISTORY_EVENTS_MAX + 1) else {
+        return Ok(None);
+    };
+    let mut events = Vec::new();
+    for event in listed? {
+        let withdrawal = match needs_state(&event) {
+            true => withdrawal_of(&log.state_before(event.seq)?, &event.kind),
+            false => event.kind.withdrawal().cloned(),
+        };
+        if !touches(subject, &event.kind, withdrawal.as_ref()) {
+            let under = match subject {
+                Subject::Key(key) => format!("request key {key}"),
+                Subject::Withdrawal(id) => format!("withdrawal {id}"),
+            };
+            let detail = format!(
+                "the database's index lists event {} under {under}, which it is not about",
+                event.seq
+            );
+            let damaged = StoreError::Damaged {
+                seq: event.seq,
+                detail,
+            };
+            return Err(CliError::from_ledger(&log.dir, LedgerError::Store(damaged)));
+        }
+        events.push(Attributed { event, withdrawal });
+    }
+    Ok(Some(Found {
+        events,
+        torn_tail: None,
+        answered: Answered::Database,
+    }))
 }
 
 /// `history`'s report.
@@ -141,10 +193,10 @@ pub(crate) fn history(
 ) -> Result<Status, CliError> {
     let subject = subject(args)?;
     let log = open_log(&args.dir, env.progress_for(args.json))?;
-    let indexed = if args.no_index || log.is_postgres() {
-        None
-    } else {
-        from_index(&log, &subject, err)?
+    let indexed = match (args.no_index, log.is_postgres()) {
+        (true, _) => None,
+        (false, true) => from_database(&log, &subject)?,
+        (false, false) => from_index(&log, &subject, err)?,
     };
     let found = match indexed {
         Some(found) => found,
@@ -153,14 +205,14 @@ pub(crate) fn history(
     info!(
         subject = ?subject,
         events = found.events.len(),
-        from_index = found.index.is_some(),
+        from_index = !matches!(found.answered, Answered::Scan),
         "history answered"
     );
     let torn = warn_torn_tail(&log, found.torn_tail.as_ref(), err)?;
     let Found {
         mut events,
         torn_tail,
-        index,
+        answered,
     } = found;
     if events.is_empty() {
         return Err(unknown(subject));
@@ -185,7 +237,10 @@ pub(crate) fn history(
         dir: log.dir.display().to_string(),
         key,
         withdrawal,
-        source: if index.is_some() { "index" } else { "scan" },
+        source: match answered {
+            Answered::Scan => "scan",
+            Answered::AuditIndex(_) | Answered::Database => "index",
+        },
         truncated,
         events: listed,
         torn_tail: torn_tail.as_ref().map(|t| TornTailJson::new(&log, t)),
@@ -193,7 +248,7 @@ pub(crate) fn history(
     if args.json {
         writeln!(out, "{}", to_json(&report)).map_err(CliError::output)?;
     } else {
-        print_history(&report, index.as_deref(), out)?;
+        print_history(&report, &answered, out)?;
     }
     Ok(status)
 }
@@ -230,7 +285,7 @@ fn keep_listed_max(events: &mut Vec<Attributed>, err: &mut dyn Write) -> Result<
 /// decision in words, and where the answer came from (`index`, or a scan).
 fn print_history(
     report: &HistoryJson,
-    index: Option<&Path>,
+    answered: &Answered,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let what = match (&report.key, &report.withdrawal) {
@@ -258,12 +313,15 @@ fn print_history(
         ]);
     }
     table.write(out, 2)?;
-    let footer = match index {
-        Some(path) => format!(
+    let footer = match answered {
+        Answered::AuditIndex(path) => format!(
             "answered from the audit index {}, every event read back and verified",
             EchoPath(path)
         ),
-        None => "answered by one scan of the log".to_owned(),
+        Answered::Database => "answered from the database's index of the events about each key \
+             and withdrawal, every event's batch read back and checked against its chain digest"
+            .to_owned(),
+        Answered::Scan => "answered by one scan of the log".to_owned(),
     };
     writeln!(out, "{}", Escaped(&footer)).map_err(CliError::output)
 }

@@ -60,7 +60,7 @@ use payonce_model::{RequestKey, WithdrawalId};
 use sled::{Batch, Db, Tree};
 use tracing::{info, warn};
 
-use crate::attribution::{Attributed, Attributor, needs_state};
+use crate::attribution::{Attributed, Attributor};
 use crate::cli::IndexArgs;
 use crate::env::{Env, Status};
 use crate::error::CliError;
@@ -68,6 +68,7 @@ use crate::escape::{EchoPath, Escaped};
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
 use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
+use payonce::needs_state;
 
 /// The index's directory inside the log's directory. The log only reads
 /// files named like segments, so it never looks inside.

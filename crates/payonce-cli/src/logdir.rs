@@ -18,6 +18,7 @@ use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, T
 
 use crate::error::CliError;
 use crate::escape::EchoPath;
+use crate::subject::Subject;
 
 /// How many events pass between two updates of the progress bar: often
 /// enough to move smoothly, rarely enough to cost nothing.
@@ -407,6 +408,34 @@ impl LogDir {
                 .map(|report| (report, head))
                 .map_err(|error| CliError::from_ledger(&self.dir, error)),
         )
+    }
+
+    /// For a PostgreSQL ledger, the first `limit` events about `subject`,
+    /// in order, found through the database's index of the events about
+    /// each key and withdrawal, each event's batch checked against its
+    /// chain digest (`payonce_postgres::ReadView::events_about`). `None`
+    /// for a directory.
+    pub(crate) fn events_about_postgres(
+        &self,
+        subject: &Subject,
+        limit: usize,
+    ) -> Option<Result<Vec<Event>, CliError>> {
+        let Source::Postgres(view) = &self.source else {
+            return None;
+        };
+        let ledger_error = |error| CliError::from_ledger(&self.dir, error);
+        let about = match subject {
+            Subject::Key(key) => payonce_postgres::Subject::Key(key.as_str()),
+            Subject::Withdrawal(id) => payonce_postgres::Subject::Withdrawal(id.as_str()),
+        };
+        let found = view.borrow_mut().events_about(about, limit);
+        Some(match found {
+            Ok(found) => found
+                .iter()
+                .map(|(seq, payload)| decode_event(*seq, payload).map_err(ledger_error))
+                .collect(),
+            Err(error) => Err(ledger_error(LedgerError::Store(error))),
+        })
     }
 
     /// Visits every event from `from` on, in order, verified as read, until

@@ -37,6 +37,9 @@ pub(crate) fn migrate(args: &MigrateArgs, out: &mut dyn Write) -> Result<Status,
     let words = match migrated {
         Migrated::Created => format!("created the payonce schema, version {version}"),
         Migrated::Current => format!("the payonce schema is at version {version}: nothing to do"),
+        Migrated::Upgraded { from, events } => format!(
+            "brought the payonce schema from version {from} to {version}, indexing {events} events"
+        ),
     };
     info!(?migrated, version, "migrated");
     writeln!(out, "{words} in {}", shown.display()).map_err(CliError::output)?;

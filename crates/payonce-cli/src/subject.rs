@@ -24,18 +24,10 @@ pub(crate) enum Subject {
     Withdrawal(WithdrawalId),
 }
 
-/// The request keys an event touches: the key it is about, and the key a
-/// refusal names as the holder of the withdrawal (that key's claim is what
-/// stopped the other caller).
+/// The request keys an event touches: [`EventKind::keys_touched`], the
+/// ledger's own answer, which a PostgreSQL ledger indexes too.
 pub(crate) fn keys_touched(kind: &EventKind) -> Vec<&RequestKey> {
-    let mut keys: Vec<&RequestKey> = kind.key().into_iter().collect();
-    if let EventKind::Refused { refusal, .. } = kind
-        && let Some(holder) = refusal.holder()
-        && !keys.contains(&holder)
-    {
-        keys.push(holder);
-    }
-    keys
+    kind.keys_touched()
 }
 
 /// Whether an event attributed to `withdrawal` touches `subject`.

@@ -5,12 +5,10 @@
 
 use std::ops::ControlFlow;
 
-use payonce::StoreError;
-use tokio_postgres::binary_copy::BinaryCopyOutRow;
-use tokio_postgres::types::Type;
-
-use crate::error::{damaged, failed};
+use crate::copy::{CopyRows, Fields, int8};
+use crate::error::damaged;
 use crate::session::Session;
+use payonce::StoreError;
 use payonce_log::chain::{BatchHasher, Digest, Head};
 
 /// One event as read: the batch it says it belongs to (`batch`, that
@@ -233,23 +231,23 @@ pub(crate) fn events_after(after: u64) -> String {
     )
 }
 
-/// The column types of [`events_after`].
-const EVENTS_AFTER_TYPES: [Type; 5] =
-    [Type::INT8, Type::INT8, Type::BYTEA, Type::INT8, Type::BYTEA];
-
 impl<'a> Row<'a> {
-    /// A row of [`events_after`].
-    fn from_copy(row: &'a BinaryCopyOutRow) -> Result<Row<'a>, StoreError> {
-        let seq = unsigned(row.try_get::<i64>(0).map_err(failed)?);
-        let last_seq = row.try_get::<Option<i64>>(3).map_err(failed)?;
-        let digest = row.try_get::<Option<&[u8]>>(4).map_err(failed)?;
+    /// A row of [`events_after`]: `seq, batch, payload, last_seq, digest`.
+    fn from_fields(
+        [seq, batch, payload, last_seq, digest]: Fields<'a, 5>,
+    ) -> Result<Row<'a>, StoreError> {
+        let seq = unsigned(int8(seq, "an event's seq")?);
+        let starts = match (last_seq, digest) {
+            (Some(_), Some(digest)) => {
+                Some((unsigned(int8(last_seq, "a batch's last_seq")?), digest))
+            }
+            _ => None,
+        };
         Ok(Row {
             seq,
-            batch: unsigned(row.try_get::<i64>(1).map_err(failed)?),
-            payload: row.try_get::<&[u8]>(2).map_err(failed)?,
-            starts: last_seq
-                .zip(digest)
-                .map(|(last, digest)| (unsigned(last), digest)),
+            batch: unsigned(int8(batch, "an event's batch")?),
+            payload: payload.ok_or_else(|| damaged(seq, format!("event {seq} has no payload")))?,
+            starts,
         })
     }
 }
@@ -272,13 +270,19 @@ pub(crate) fn scan(
     visit: VisitHead<'_>,
 ) -> Result<(), StoreError> {
     let query = events_after(follower.position());
-    let flow = session.copy_out_each(&query, &EVENTS_AFTER_TYPES, |row| {
-        let row = Row::from_copy(row)?;
-        follower.follow(&row)?;
-        Ok(visit(row.seq, row.payload, &follower.head))
+    let mut rows = CopyRows::default();
+    let flow = session.copy_out_each(&query, |message| {
+        rows.read(message, &mut |fields| {
+            let row = Row::from_fields(fields)?;
+            follower.follow(&row)?;
+            Ok(visit(row.seq, row.payload, &follower.head))
+        })
     })?;
     match flow {
-        ControlFlow::Continue(()) => follower.check_whole(),
+        ControlFlow::Continue(()) => {
+            rows.check_ended()?;
+            follower.check_whole()
+        }
         ControlFlow::Break(()) => Ok(()),
     }
 }

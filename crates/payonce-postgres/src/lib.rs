@@ -26,8 +26,10 @@
 //! docs/postgres.md describes deployment, grants, replication and audits.
 
 pub mod cluster;
+mod copy;
 mod error;
 mod follow;
+mod index;
 mod read_view;
 mod schema;
 mod session;
@@ -40,6 +42,7 @@ use std::sync::Arc;
 use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
 use payonce_model::WorkerName;
 
+pub use crate::index::Subject;
 pub use crate::read_view::{ReadView, WalkError};
 pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
@@ -85,6 +88,15 @@ pub fn redacted(url: &str) -> String {
 pub fn migrate(url: &str) -> Result<Migrated, StoreError> {
     let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(error::failed)?;
     schema::migrate(&mut client)
+}
+
+/// Brings the database at `url` to schema `version`, one this build can
+/// write, and no further: a database as an older build left it, for tests
+/// of the migration from it.
+#[doc(hidden)]
+pub fn migrate_to(url: &str, version: i32) -> Result<Migrated, StoreError> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(error::failed)?;
+    schema::migrate_to(&mut client, version)
 }
 
 /// Creates the ledger in the database at `url`, whose schema is applied

@@ -9,6 +9,7 @@ use payonce::{StoreError, Visit};
 
 use crate::error::failed;
 use crate::follow::{Follower, scan};
+use crate::index::{Subject, events_about};
 use crate::session::Session;
 use payonce_log::chain::Head;
 
@@ -52,6 +53,20 @@ impl ReadView {
             visit(seq, payload)
         })?;
         Ok(follower.head)
+    }
+
+    /// The first `limit` events about `subject`, in order, with their
+    /// bytes, found through the database's index of the events about each
+    /// key and withdrawal rather than by reading the whole log: each
+    /// event's whole batch is read with it, and its chain digest checked
+    /// from the digest of the batch before it. An event the index lists
+    /// in no batch, or a batch that does not chain, is damage.
+    pub fn events_about(
+        &mut self,
+        subject: Subject<'_>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        events_about(&mut self.session, subject, limit)
     }
 
     /// Visits every event of the read view in order, each batch's chain

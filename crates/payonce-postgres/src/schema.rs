@@ -12,17 +12,27 @@
 //!   must exist and be its key's. Written in the claim's transaction, they
 //!   let the database itself refuse a second winner, whatever a worker's
 //!   memory says.
+//! - `key_events`, `withdrawal_events` (version 2): which events are about
+//!   each request key and each withdrawal, written in each batch's
+//!   transaction, so an audit that follows one reads those events alone.
+//!   A database migrated from version 1 has them for its older events too:
+//!   the migration reads the log and writes them.
+//! - `snapshots`, `snapshot_chunks` (version 2): snapshots of the
+//!   projections, their bytes in chunks.
 //!
 //! Every table refuses UPDATE, DELETE and TRUNCATE by trigger: the ledger
-//! is append-only at the database too.
+//! is append-only at the database too. The one exception: the chunks of a
+//! snapshot older than the newest two may be deleted (their `snapshots`
+//! row stays).
 
-use postgres::Client;
+use postgres::{Client, Transaction};
 
 use crate::error::{failed, unsafe_store};
+use crate::index;
 use payonce::StoreError;
 
 /// The version of the schema this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The database schema (namespace) the ledger's tables live in.
 pub const SCHEMA: &str = "payonce";
@@ -93,8 +103,8 @@ END
 $$;
 "#;
 
-/// The tables whose rows are never changed or taken away.
-const APPEND_ONLY: [&str; 6] = [
+/// The tables of version 1, whose rows are never changed or taken away.
+const APPEND_ONLY_1: [&str; 6] = [
     "schema_version",
     "batches",
     "events",
@@ -103,6 +113,66 @@ const APPEND_ONLY: [&str; 6] = [
     "releases",
 ];
 
+/// The statements that bring schema version 1 to version 2: the index of
+/// the events about each key and each withdrawal, the snapshots' tables,
+/// and a column of `batches` that a build of version 1 does not write, so
+/// a worker of such a build still running is refused its next batch
+/// rather than leaving its events out of the index.
+const VERSION_2: &str = r#"
+CREATE TABLE payonce.key_events (
+    key text NOT NULL,
+    seq bigint NOT NULL CHECK (seq >= 1),
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE payonce.withdrawal_events (
+    withdrawal text NOT NULL,
+    seq bigint NOT NULL CHECK (seq >= 1),
+    PRIMARY KEY (withdrawal, seq)
+);
+ALTER TABLE payonce.batches ADD COLUMN written_under integer NOT NULL DEFAULT 1;
+ALTER TABLE payonce.batches ALTER COLUMN written_under DROP DEFAULT;
+CREATE TABLE payonce.snapshots (
+    seq bigint PRIMARY KEY CHECK (seq >= 1),
+    digest bytea NOT NULL CHECK (length(digest) = 32),
+    format_version integer NOT NULL,
+    len bigint NOT NULL CHECK (len >= 0),
+    chunks integer NOT NULL CHECK (chunks >= 1),
+    written_by text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE payonce.snapshot_chunks (
+    seq bigint NOT NULL REFERENCES payonce.snapshots (seq) DEFERRABLE INITIALLY DEFERRED,
+    chunk integer NOT NULL CHECK (chunk >= 0),
+    bytes bytea NOT NULL,
+    PRIMARY KEY (seq, chunk)
+);
+CREATE FUNCTION payonce.keep_newest_snapshots() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.seq IN (SELECT seq FROM payonce.snapshots ORDER BY seq DESC LIMIT 2) THEN
+        RAISE EXCEPTION 'payonce: DELETE of chunk % of snapshot % is refused: the newest two snapshots keep their bytes',
+            OLD.chunk, OLD.seq;
+    END IF;
+    RETURN OLD;
+END
+$$;
+CREATE TRIGGER keep_newest BEFORE DELETE ON payonce.snapshot_chunks
+    FOR EACH ROW EXECUTE FUNCTION payonce.keep_newest_snapshots();
+CREATE TRIGGER append_only BEFORE UPDATE ON payonce.snapshot_chunks
+    FOR EACH ROW EXECUTE FUNCTION payonce.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON payonce.snapshot_chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION payonce.refuse_change();
+"#;
+
+/// The tables of version 2 that refuse UPDATE, DELETE and TRUNCATE
+/// (`snapshot_chunks` has triggers of its own).
+const APPEND_ONLY_2: [&str; 3] = ["key_events", "withdrawal_events", "snapshots"];
+
+/// The tables of version 2, which every role that may read, or append to,
+/// the log may read, or append to, too: the grants of `events` are given
+/// on them.
+const TABLES_2: &str =
+    "payonce.key_events, payonce.withdrawal_events, payonce.snapshots, payonce.snapshot_chunks";
+
 /// What [`migrate`](crate::migrate) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Migrated {
@@ -110,51 +180,133 @@ pub enum Migrated {
     Created,
     /// The schema was at [`SCHEMA_VERSION`] already: nothing was changed.
     Current,
+    /// The schema was brought from an older version to
+    /// [`SCHEMA_VERSION`], the index of its events about each key and
+    /// withdrawal written for the events it held.
+    Upgraded {
+        /// The version it was at.
+        from: i32,
+        /// The events read to write the index.
+        events: u64,
+    },
 }
 
-/// Brings the database to [`SCHEMA_VERSION`], in one transaction: creates
-/// the schema if there is none, leaves a current one alone, and refuses one
-/// of another version.
+/// Brings the database to [`SCHEMA_VERSION`], in one transaction, under
+/// the ledger-wide lock (no batch commits meanwhile): creates the schema
+/// if there is none, brings an older one up, leaves a current one alone,
+/// and refuses a newer one.
 pub(crate) fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
+    migrate_to(client, SCHEMA_VERSION)
+}
+
+/// [`migrate`] to `target`, a version this build knows how to write.
+pub(crate) fn migrate_to(client: &mut Client, target: i32) -> Result<Migrated, StoreError> {
     let mut transaction = client.transaction().map_err(failed)?;
-    // One migration at a time, whoever runs it.
+    // One migration at a time, whoever runs it, and no batch meanwhile.
     transaction
         .execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])
         .map_err(failed)?;
     let migrated = match version_in(&mut transaction)? {
-        Some(version) if version < SCHEMA_VERSION => {
+        Some(version) if version > SCHEMA_VERSION => {
+            check_version(version)?;
+            Migrated::Current
+        }
+        Some(version) if version >= target => Migrated::Current,
+        Some(version) if version < 1 => {
             return Err(unsafe_store(format!(
                 "the database's payonce schema is version {version}, older than this build's \
                  {SCHEMA_VERSION}, and this build has no migration from it"
             )));
         }
-        Some(version) => {
-            check_version(version)?;
-            Migrated::Current
-        }
+        Some(from) => Migrated::Upgraded {
+            from,
+            events: upgrade(&mut transaction, from, target)?,
+        },
         None => {
-            transaction.batch_execute(VERSION_1).map_err(failed)?;
-            for table in APPEND_ONLY {
-                transaction
-                    .batch_execute(&format!(
-                        "CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON payonce.{table} \
-                         FOR EACH ROW EXECUTE FUNCTION payonce.refuse_change();
-                         CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON payonce.{table} \
-                         FOR EACH STATEMENT EXECUTE FUNCTION payonce.refuse_change();"
-                    ))
-                    .map_err(failed)?;
-            }
-            transaction
-                .execute(
-                    "INSERT INTO payonce.schema_version (version) VALUES ($1)",
-                    &[&SCHEMA_VERSION],
-                )
-                .map_err(failed)?;
+            create_version_1(&mut transaction)?;
+            upgrade(&mut transaction, 1, target)?;
             Migrated::Created
         }
     };
     transaction.commit().map_err(failed)?;
     Ok(migrated)
+}
+
+fn create_version_1(transaction: &mut Transaction<'_>) -> Result<(), StoreError> {
+    transaction.batch_execute(VERSION_1).map_err(failed)?;
+    refuse_changes(transaction, &APPEND_ONLY_1)?;
+    record_version(transaction, 1)
+}
+
+/// The append-only triggers on each of `tables`.
+fn refuse_changes(transaction: &mut Transaction<'_>, tables: &[&str]) -> Result<(), StoreError> {
+    for table in tables {
+        transaction
+            .batch_execute(&format!(
+                "CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON payonce.{table} \
+                 FOR EACH ROW EXECUTE FUNCTION payonce.refuse_change();
+                 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON payonce.{table} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION payonce.refuse_change();"
+            ))
+            .map_err(failed)?;
+    }
+    Ok(())
+}
+
+fn record_version(transaction: &mut Transaction<'_>, version: i32) -> Result<(), StoreError> {
+    transaction
+        .execute(
+            "INSERT INTO payonce.schema_version (version) VALUES ($1)",
+            &[&version],
+        )
+        .map_err(failed)?;
+    Ok(())
+}
+
+/// Brings the schema from version `from` to `target`, one version at a
+/// time; returns the events read to index them.
+fn upgrade(transaction: &mut Transaction<'_>, from: i32, target: i32) -> Result<u64, StoreError> {
+    let mut events = 0;
+    for version in from + 1..=target {
+        match version {
+            2 => {
+                transaction.batch_execute(VERSION_2).map_err(failed)?;
+                refuse_changes(transaction, &APPEND_ONLY_2)?;
+                grant_as_events(transaction)?;
+                events = index::backfill(transaction)?;
+            }
+            _ => {
+                return Err(unsafe_store(format!(
+                    "this build has no migration to version {version}"
+                )));
+            }
+        }
+        record_version(transaction, version)?;
+    }
+    Ok(events)
+}
+
+/// Gives every role that may read, or insert into, `events` the same on
+/// the tables of version 2: the grants docs/postgres.md gives were given
+/// on the tables there were.
+fn grant_as_events(transaction: &mut Transaction<'_>) -> Result<(), StoreError> {
+    let grants = transaction
+        .query(
+            "SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
+             ELSE a.grantee::regrole::text END \
+             FROM pg_class c, aclexplode(c.relacl) a \
+             WHERE c.oid = 'payonce.events'::regclass AND a.grantee <> c.relowner \
+             AND a.privilege_type IN ('SELECT', 'INSERT')",
+            &[],
+        )
+        .map_err(failed)?;
+    for grant in grants {
+        let (privilege, grantee): (String, String) = (grant.get(0), grant.get(1));
+        transaction
+            .batch_execute(&format!("GRANT {privilege} ON {TABLES_2} TO {grantee}"))
+            .map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// What the checks ask of a connection: the synchronous client, a

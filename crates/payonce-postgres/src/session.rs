@@ -16,8 +16,7 @@ use futures_util::StreamExt;
 use payonce::StoreError;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
-use tokio_postgres::binary_copy::{BinaryCopyOutRow, BinaryCopyOutStream};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Error, NoTls, Row, Statement, ToStatement};
 
 use crate::error::failed;
@@ -52,9 +51,10 @@ impl Drop for Driver {
     }
 }
 
-/// Rows of a `COPY` taken from the runtime at a time: enough that entering
-/// it costs little per row, few enough that their bytes stay in cache.
-const COPY_ROWS_TAKEN_MAX: usize = 256;
+/// Messages of a `COPY` (a row each) taken from the runtime at a time:
+/// enough that entering it costs little per row, few enough that their
+/// bytes stay in cache.
+const COPY_MESSAGES_TAKEN_MAX: usize = 256;
 
 /// A statement sent in a pipeline, and what it answered.
 pub(crate) type Request<'a> = Pin<Box<dyn Future<Output = Result<u64, Error>> + 'a>>;
@@ -169,36 +169,35 @@ impl Session {
         rows
     }
 
-    /// Runs `query`, a `COPY ... TO STDOUT (FORMAT binary)` whose columns
-    /// are of `types`, handing `each` every row as it arrives, until the
-    /// last or until `each` breaks (the rest is read and dropped). `each`
-    /// runs outside the runtime, so it may use another session: rows are
-    /// taken from the runtime [`COPY_ROWS_TAKEN_MAX`] at a time.
+    /// Runs `query`, a `COPY ... TO STDOUT`, handing `each` every message
+    /// of its output as it arrives, until the last or until `each` breaks
+    /// (the rest is read and dropped). `each` runs outside the runtime, so
+    /// it may use another session: messages are taken from the runtime
+    /// [`COPY_MESSAGES_TAKEN_MAX`] at a time.
     pub(crate) fn copy_out_each(
         &mut self,
         query: &str,
-        types: &[Type],
-        mut each: impl FnMut(&BinaryCopyOutRow) -> Result<ControlFlow<()>, StoreError>,
+        mut each: impl FnMut(&[u8]) -> Result<ControlFlow<()>, StoreError>,
     ) -> Result<ControlFlow<()>, StoreError> {
         let client = &self.client;
         let stream = self
             .runtime
             .block_on(client.copy_out(query))
             .map_err(failed)?;
-        let mut rows = Box::pin(BinaryCopyOutStream::new(stream, types));
-        let mut taken = Vec::with_capacity(COPY_ROWS_TAKEN_MAX);
+        let mut messages = Box::pin(stream);
+        let mut taken = Vec::with_capacity(COPY_MESSAGES_TAKEN_MAX);
         loop {
             let end = self.runtime.block_on(async {
-                while taken.len() < COPY_ROWS_TAKEN_MAX {
-                    match rows.next().await {
-                        Some(row) => taken.push(row.map_err(failed)?),
+                while taken.len() < COPY_MESSAGES_TAKEN_MAX {
+                    match messages.next().await {
+                        Some(message) => taken.push(message.map_err(failed)?),
                         None => return Ok::<_, StoreError>(true),
                     }
                 }
                 Ok(false)
             })?;
-            for row in taken.drain(..) {
-                if each(&row)?.is_break() {
+            for message in taken.drain(..) {
+                if each(&message)?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
             }

@@ -31,7 +31,8 @@ use tracing::{info, warn};
 
 use crate::error::{damaged, describe, failed, unsafe_store};
 use crate::follow::{Follower, Row, scan, signed, unsigned};
-use crate::schema::{self, LOCK_CLASS, WORKER_LOCK_CLASS};
+use crate::index;
+use crate::schema::{self, LOCK_CLASS, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
 
@@ -465,12 +466,19 @@ fn begin_batch() -> String {
     )
 }
 
-/// The batch's row, its events and the rows of its claims, in one
-/// statement. A claim takes the next round of its withdrawal and of its
-/// key: the releases of each before it, in the database and in the batch.
+/// The batch's row, its events, the rows of its claims and its index rows
+/// (the events about each key and withdrawal), in one statement. A claim
+/// takes the next round of its withdrawal and of its key: the releases of
+/// each before it, in the database and in the batch.
 const INSERT_BATCH: &str = "
 WITH batch AS (
-    INSERT INTO payonce.batches (first_seq, last_seq, digest, worker) VALUES ($1, $2, $3, $4)
+    INSERT INTO payonce.batches (first_seq, last_seq, digest, worker, written_under)
+    VALUES ($1, $2, $3, $4, $13)
+), key_index AS (
+    INSERT INTO payonce.key_events (key, seq) SELECT * FROM unnest($14::text[], $15::bigint[])
+), withdrawal_index AS (
+    INSERT INTO payonce.withdrawal_events (withdrawal, seq)
+    SELECT * FROM unnest($16::text[], $17::bigint[])
 ), events AS (
     INSERT INTO payonce.events (seq, batch, payload)
     SELECT e.seq, $1, e.payload FROM unnest($5::bigint[], $6::bytea[]) AS e(seq, payload)
@@ -529,8 +537,9 @@ fn insert_batch<'a>(
     let (free_seqs, free_keys, free_withdrawals) = rows(false);
     let first = seqs.first().copied().unwrap_or(0);
     let last = seqs.last().copied().unwrap_or(0);
+    let index = index::Rows::of(batch);
     Box::pin(async move {
-        let params: [&(dyn ToSql + Sync); 12] = [
+        let params: [&(dyn ToSql + Sync); 17] = [
             &first,
             &last,
             &digest,
@@ -543,6 +552,11 @@ fn insert_batch<'a>(
             &free_seqs,
             &free_keys,
             &free_withdrawals,
+            &SCHEMA_VERSION,
+            &index.keys,
+            &index.key_seqs,
+            &index.withdrawals,
+            &index.withdrawal_seqs,
         ];
         session
             .client()
@@ -722,8 +736,8 @@ mod tests {
         let mut client = Client::connect(&url, NoTls).unwrap();
         client
             .batch_execute(
-                "INSERT INTO payonce.batches (first_seq, last_seq, digest) \
-                 SELECT n, n, decode(repeat('ab', 32), 'hex') FROM generate_series(1, 20000) n;
+                "INSERT INTO payonce.batches (first_seq, last_seq, digest, written_under) \
+                 SELECT n, n, decode(repeat('ab', 32), 'hex'), 2 FROM generate_series(1, 20000) n;
                  INSERT INTO payonce.events (seq, batch, payload) \
                  SELECT n, n, '\\x00' FROM generate_series(1, 20000) n;
                  ANALYZE payonce.batches; ANALYZE payonce.events;",

@@ -135,6 +135,21 @@ pub fn verify_scan(
     })
 }
 
+/// The first event schema whose events about a key alone name the
+/// withdrawal the key held. Events of older schemas are the only ones
+/// attributed through the state before them ([`needs_state`]).
+pub const SCHEMA_NAMING_HELD: u16 = 2;
+
+/// Whether only the state just before `event` says which withdrawal it is
+/// about: an event about a key alone, of a schema too old to name the
+/// withdrawal the key held ([`withdrawal_of`] answers from that state).
+/// Every other event names it, or is about none.
+pub fn needs_state(event: &Event) -> bool {
+    event.schema < SCHEMA_NAMING_HELD
+        && event.kind.withdrawal().is_none()
+        && event.kind.key().is_some()
+}
+
 /// The withdrawal `kind` is about, as `state`, the state just before the
 /// event, knows it: the one the event names, or, for an event of schema 1
 /// about a key alone (which did not name the withdrawal), the one its key

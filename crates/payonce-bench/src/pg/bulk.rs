@@ -3,7 +3,8 @@
 //! `decide` and `apply` a worker on PostgreSQL runs), then the events, the
 //! batches with their chain digests and the constraint rows are copied
 //! into the database with `COPY ... FROM STDIN (FORMAT binary)`, as a
-//! worker's transactions would have written them.
+//! worker's transactions would have written them, the index of the events
+//! about each key and withdrawal included.
 //!
 //! What it builds: the ledger's `opened` event, a worker's `started`, then
 //! per withdrawal a `created`, a `claimed` and a `completed` event (a
@@ -230,13 +231,14 @@ pub fn copy_into(url: &str, events: &[Appended], batch_events: usize) -> Result<
         };
     }
     let worker = BULK_WORKER;
+    let written_under = payonce_postgres::SCHEMA_VERSION;
     copy_in(
         client,
         "batches",
-        "first_seq, last_seq, digest, worker",
-        &[Type::INT8, Type::INT8, Type::BYTEA, Type::TEXT],
+        "first_seq, last_seq, digest, worker, written_under",
+        &[Type::INT8, Type::INT8, Type::BYTEA, Type::TEXT, Type::INT4],
         &batches,
-        |(first, last, digest)| vec![first, last, digest, &worker],
+        |(first, last, digest)| vec![first, last, digest, &worker, &written_under],
     )?;
     let batch_of = |seq: u64| {
         let index = (seq - 1) / batch_events.max(1) as u64;
@@ -261,10 +263,46 @@ pub fn copy_into(url: &str, events: &[Appended], batch_events: usize) -> Result<
         |(seq, batch, payload)| vec![seq, batch, payload],
     )?;
     copy_constraint_rows(client, &constraint_rows(events))?;
+    copy_index_rows(client, events)?;
     client
         .batch_execute("COMMIT; ANALYZE")
         .map_err(postgres("COMMIT"))?;
     Ok(head)
+}
+
+/// The rows of the index of the events about each key and withdrawal, as
+/// a worker's batch writes them from what the ledger hands it.
+fn copy_index_rows(client: &mut Client, events: &[Appended]) -> Result<(), BenchError> {
+    let keys: Vec<(&str, i64)> = events
+        .iter()
+        .flat_map(|event| {
+            event
+                .keys
+                .iter()
+                .map(|key| (key.as_str(), signed(event.seq)))
+        })
+        .collect();
+    copy_in(
+        client,
+        "key_events",
+        "key, seq",
+        &[Type::TEXT, Type::INT8],
+        &keys,
+        |(key, seq)| vec![key, seq],
+    )?;
+    let withdrawals: Vec<(&str, i64)> = events
+        .iter()
+        .filter_map(|event| Some((event.withdrawal.as_ref()?.as_str(), signed(event.seq))))
+        .collect();
+    copy_in(
+        client,
+        "withdrawal_events",
+        "withdrawal, seq",
+        &[Type::TEXT, Type::INT8],
+        &withdrawals,
+        |(withdrawal, seq)| vec![withdrawal, seq],
+    )?;
+    Ok(())
 }
 
 fn copy_constraint_rows(client: &mut Client, rows: &ConstraintRows<'_>) -> Result<(), BenchError> {

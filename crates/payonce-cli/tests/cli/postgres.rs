@@ -195,3 +195,200 @@ fn head_prints_the_chain_head_and_checks_a_pinned_one() {
     let not_url = payonce(&["head", dir.path().to_str().unwrap()]);
     assert_eq!(not_url.code, 2, "{}", not_url.stderr);
 }
+
+/// What `history URL --json` lists about `subject` (`--key K` or
+/// `--withdrawal W`) from the database's index, and from one scan: each
+/// as its exit code, its events, and its text without the footer that says
+/// where the answer came from.
+fn both_histories(url: &str, subject: &[&str]) -> [(i32, serde_json::Value, String); 2] {
+    let run = |more: &[&str]| {
+        let args: Vec<&str> = ["history", url]
+            .iter()
+            .chain(subject)
+            .chain(more)
+            .copied()
+            .collect();
+        let json = payonce(&[args.as_slice(), &["--json"]].concat());
+        let text = payonce(&args);
+        assert_eq!(json.code, text.code, "{args:?}: {}", text.stderr);
+        let lines: Vec<&str> = text.stdout.lines().collect();
+        let body = lines[..lines.len().saturating_sub(1)].join("\n");
+        let events = match json.code {
+            0 => json.json()["events"].clone(),
+            _ => serde_json::Value::String(json.stderr.clone()),
+        };
+        (json.code, events, body)
+    };
+    let indexed = run(&[]);
+    let scanned = run(&["--no-index"]);
+    [indexed, scanned]
+}
+
+/// Checks `history` answers every key and withdrawal of `keys` and
+/// `withdrawals` from the index exactly as one scan of the log does.
+fn index_answers_as_the_scan(url: &str, keys: &[String], withdrawals: &[String]) {
+    let subjects = keys
+        .iter()
+        .map(|key| ["--key", key.as_str()])
+        .chain(withdrawals.iter().map(|id| ["--withdrawal", id.as_str()]))
+        .chain([["--key", "never-used"], ["--withdrawal", "w-never"]]);
+    for subject in subjects {
+        let [indexed, scanned] = both_histories(url, &subject);
+        assert_eq!(indexed, scanned, "{subject:?}");
+        if indexed.0 == 0 {
+            let json = payonce(&["history", url, subject[0], subject[1], "--json"]).json();
+            assert_eq!(json["source"], "index", "{subject:?}");
+        }
+    }
+}
+
+#[test]
+fn history_answers_from_the_database_index_exactly_as_a_scan_of_the_log() {
+    // Guards against an index that misses, adds or misattributes an event that a scan of the log shows.
+    let Some(url) = payonce_postgres::cluster::test_database() else {
+        return;
+    };
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    // The seed's scenarios: sent, a second key refused naming the holder,
+    // a send failed and retried, a clean rejection, then an operator's
+    // resolution, release and correction.
+    let paid = new_withdrawal(&worker, "25");
+    worker
+        .submit("req-1", &paid, |r| Ok(sent(r, "0xfeed")))
+        .unwrap();
+    assert!(
+        worker
+            .submit("req-2", &paid, |_| Err(SendFailure::failed("no")))
+            .is_err()
+    );
+    let failed = new_withdrawal(&worker, "10");
+    assert!(
+        worker
+            .submit("req-3", &failed, |_| Err(SendFailure::failed("timeout")))
+            .is_err()
+    );
+    assert!(
+        worker
+            .submit("req-3", &failed, |_| Err(SendFailure::failed("no")))
+            .is_err()
+    );
+    let rejected = new_withdrawal(&worker, "7.50");
+    let refused = worker.submit("req-4", &rejected, |_| {
+        Err(SendFailure::rejected("hot wallet"))
+    });
+    assert!(refused.is_err());
+    let resolved = new_withdrawal(&worker, "5");
+    assert!(
+        worker
+            .submit("req-5", &resolved, |_| Err(SendFailure::failed("timeout")))
+            .is_err()
+    );
+    let attached = payonce_postgres::attach(&url, config()).unwrap();
+    attached
+        .resolve(
+            "req-5",
+            sent(&resolved, "0xres"),
+            "found it on the rail",
+            "ops",
+        )
+        .unwrap();
+    attached
+        .release("req-3", "nothing on the rail", "ops")
+        .unwrap();
+    worker
+        .submit("req-6", &failed, |r| Ok(sent(r, "0x6")))
+        .unwrap();
+    let keys: Vec<String> = (1..=6).map(|i| format!("req-{i}")).collect();
+    let withdrawals: Vec<String> = [&paid, &failed, &rejected, &resolved]
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    index_answers_as_the_scan(&url, &keys, &withdrawals);
+
+    // A random workload: keys reused across withdrawals, sends that fail,
+    // are rejected or go out, and releases, from a seed printed on failure.
+    let seed = 0x5eed_u64;
+    let mut state = seed;
+    let mut next = |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    let pool: Vec<_> = (0..8).map(|_| new_withdrawal(&worker, "1")).collect();
+    let mut keys = Vec::new();
+    for _ in 0..80 {
+        let key = format!("r-{}", next(12));
+        let w = &pool[usize::try_from(next(8)).unwrap()];
+        let _ = match next(4) {
+            0 => worker.submit(&key, w, |_| Err(SendFailure::failed("timeout"))),
+            1 => worker.submit(&key, w, |_| Err(SendFailure::rejected("no funds"))),
+            2 => attached
+                .release(&key, "nothing sent", "ops")
+                .map(|()| sent(w, "0x0"))
+                .map_err(Into::into),
+            _ => worker.submit(&key, w, |r| Ok(sent(r, "0xok"))),
+        };
+        keys.push(key);
+    }
+    keys.sort();
+    keys.dedup();
+    let withdrawals: Vec<String> = pool.iter().map(|w| w.id().to_string()).collect();
+    index_answers_as_the_scan(&url, &keys, &withdrawals);
+}
+
+#[test]
+fn history_from_the_database_index_refuses_an_event_the_chain_or_the_log_does_not_vouch_for() {
+    // Guards against an index row, or an event rewritten with its index, believed without the chain.
+    let Some(url) = payonce_postgres::cluster::test_database() else {
+        return;
+    };
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let worker = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let paid = new_withdrawal(&worker, "25");
+    worker.submit("k-1", &paid, |r| Ok(sent(r, "0x1"))).unwrap();
+    let other = new_withdrawal(&worker, "30");
+    worker
+        .submit("k-2", &other, |r| Ok(sent(r, "0x2")))
+        .unwrap();
+    let claimed: i64 = worker
+        .state()
+        .record("k-1")
+        .unwrap()
+        .claimed_seq()
+        .try_into()
+        .unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE payonce.events DISABLE TRIGGER append_only; \
+             INSERT INTO payonce.key_events VALUES ('k-2', {claimed}); \
+             UPDATE payonce.events SET payload = payload || '\\x00' WHERE seq = {claimed} + 1;"
+        ))
+        .unwrap();
+    // An event listed under a key it is not about.
+    let listed = payonce(&["history", &url, "--key", "k-2"]);
+    assert_eq!(
+        listed.code,
+        payonce_cli::EXIT_DAMAGED,
+        "{}{}",
+        listed.stdout,
+        listed.stderr
+    );
+    assert!(listed.stderr.contains("not about"), "{}", listed.stderr);
+    // k-1's outcome, rewritten: its batch does not chain.
+    let rewritten = payonce(&["history", &url, "--key", "k-1"]);
+    assert_eq!(
+        rewritten.code,
+        payonce_cli::EXIT_DAMAGED,
+        "{}{}",
+        rewritten.stdout,
+        rewritten.stderr
+    );
+    assert!(
+        rewritten.stderr.contains("does not chain"),
+        "{}",
+        rewritten.stderr
+    );
+}

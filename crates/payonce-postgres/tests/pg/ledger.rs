@@ -294,6 +294,8 @@ fn a_batch_whose_release_the_database_refuses_commits_nothing_and_the_next_batch
             key: "k-9".parse().unwrap(),
             withdrawal: w.id().clone(),
         }),
+        keys: Vec::new(),
+        withdrawal: None,
     };
     assert!(log.begin(last).unwrap().is_empty());
     let error = log.commit(&[claim.clone(), release]).unwrap_err();
@@ -354,5 +356,7 @@ fn claim_at(seq: u64, key: &str, request: &WithdrawalRequest) -> Appended {
             key: key.parse().unwrap(),
             withdrawal: request.id().clone(),
         }),
+        keys: vec![key.parse().unwrap()],
+        withdrawal: Some(request.id().clone()),
     }
 }

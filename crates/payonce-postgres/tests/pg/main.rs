@@ -11,6 +11,7 @@
 
 mod faults;
 mod ledger;
+mod migration;
 mod same;
 mod scan;
 mod schema;

@@ -36,6 +36,8 @@ fn with_a_batch_of_three(url: &str) -> u64 {
             .encode()
             .unwrap(),
             claim: None,
+            keys: Vec::new(),
+            withdrawal: None,
         })
         .collect();
     log.commit(&batch).unwrap();

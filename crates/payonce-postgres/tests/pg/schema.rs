@@ -33,7 +33,10 @@ fn a_schema_of_another_version_is_refused_by_migrate_and_by_workers() {
         .batch_execute("ALTER TABLE payonce.schema_version DISABLE TRIGGER append_only")
         .unwrap();
     admin
-        .batch_execute("INSERT INTO payonce.schema_version (version) VALUES (2)")
+        .batch_execute(&format!(
+            "INSERT INTO payonce.schema_version (version) VALUES ({})",
+            payonce_postgres::SCHEMA_VERSION + 1
+        ))
         .unwrap();
     let error = payonce_postgres::migrate(&url).unwrap_err();
     assert!(
@@ -48,19 +51,18 @@ fn a_schema_of_another_version_is_refused_by_migrate_and_by_workers() {
 }
 
 #[test]
-fn a_schema_older_than_this_builds_is_refused_by_migrate_and_by_workers() {
+fn a_schema_older_than_any_this_build_migrates_from_is_refused_by_migrate_and_by_workers() {
     // Guards against a worker appending to tables whose constraints it does not know.
     let Some(cluster) = payonce_postgres::cluster::for_tests() else {
         return;
     };
     let url = cluster.database().unwrap();
     client(&url)
-        .batch_execute(&format!(
+        .batch_execute(
             "CREATE SCHEMA payonce; \
              CREATE TABLE payonce.schema_version (version integer PRIMARY KEY); \
-             INSERT INTO payonce.schema_version VALUES ({})",
-            payonce_postgres::SCHEMA_VERSION - 1
-        ))
+             INSERT INTO payonce.schema_version VALUES (0)",
+        )
         .unwrap();
     let error = payonce_postgres::migrate(&url).unwrap_err();
     assert!(
@@ -113,6 +115,9 @@ fn events_and_constraint_rows_refuse_update_delete_and_truncate() {
         "TRUNCATE payonce.releases",
         "UPDATE payonce.key_claims SET round = 7",
         "DELETE FROM payonce.releases",
+        "DELETE FROM payonce.key_events",
+        "UPDATE payonce.withdrawal_events SET seq = 1",
+        "TRUNCATE payonce.key_events",
     ] {
         let error = admin.batch_execute(statement).unwrap_err();
         let message = error.as_db_error().unwrap().message().to_owned();

@@ -244,6 +244,21 @@ impl EventKind {
         }
     }
 
+    /// The request keys the event touches: the key it is about, and the
+    /// key a refusal names as the holder of the withdrawal (that key's
+    /// claim is what stopped the other caller). What an audit that
+    /// follows a key (`payonce history --key`) lists the event under.
+    pub fn keys_touched(&self) -> Vec<&RequestKey> {
+        let mut keys: Vec<&RequestKey> = self.key().into_iter().collect();
+        if let EventKind::Refused { refusal, .. } = self
+            && let Some(holder) = refusal.holder()
+            && !keys.contains(&holder)
+        {
+            keys.push(holder);
+        }
+        keys
+    }
+
     /// The withdrawal the event is about: the one it names, or, for an
     /// event about a key, the one the key held. `None` for an event about
     /// no withdrawal, and for key-only events of schema 1.

@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::{Arc, Condvar, MutexGuard};
 
 use payonce_log::Head;
-use payonce_model::{Reason, RequestKey, WorkerName};
+use payonce_model::{Reason, RequestKey, WithdrawalId, WorkerName};
 use tracing::{Span, info, warn};
 
 use super::queue::{Queue, Slot, Turn, take};
@@ -54,6 +54,13 @@ pub struct Appended {
     pub payload: Vec<u8>,
     /// What it does to the claims, for the store's own constraint rows.
     pub claim: Option<ClaimChange>,
+    /// The request keys it touches ([`EventKind::keys_touched`]), for the
+    /// store's index of the events about each key.
+    pub keys: Vec<RequestKey>,
+    /// The withdrawal it is about ([`EventKind::withdrawal`]: an event of
+    /// this build's schema names it), for the store's index of the events
+    /// about each withdrawal.
+    pub withdrawal: Option<WithdrawalId>,
 }
 
 /// Where a ledger several processes share keeps its events: one totally
@@ -478,6 +485,8 @@ impl Ledger {
             seq: event.seq,
             payload,
             claim,
+            keys: event.kind.keys_touched().into_iter().cloned().collect(),
+            withdrawal: event.kind.withdrawal().cloned(),
         });
         apply(&mut round.state, &event);
         Ok(event.seq)
