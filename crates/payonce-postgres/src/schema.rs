@@ -17,6 +17,8 @@
 //!   transaction, so an audit that follows one reads those events alone.
 //!   A database migrated from version 1 has them for its older events too:
 //!   the migration reads the log and writes them.
+//! - `snapshot_refusals` (version 2): a snapshot an opening refused, set
+//!   aside by this row rather than deleted.
 //! - `snapshots`, `snapshot_chunks` (version 2): snapshots of the
 //!   projections, their bytes in chunks.
 //!
@@ -161,17 +163,27 @@ CREATE TRIGGER append_only BEFORE UPDATE ON payonce.snapshot_chunks
     FOR EACH ROW EXECUTE FUNCTION payonce.refuse_change();
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON payonce.snapshot_chunks
     FOR EACH STATEMENT EXECUTE FUNCTION payonce.refuse_change();
+CREATE TABLE payonce.snapshot_refusals (
+    seq bigint PRIMARY KEY REFERENCES payonce.snapshots (seq),
+    refused_by text NOT NULL,
+    refused_at timestamptz NOT NULL DEFAULT now()
+);
 "#;
 
 /// The tables of version 2 that refuse UPDATE, DELETE and TRUNCATE
 /// (`snapshot_chunks` has triggers of its own).
-const APPEND_ONLY_2: [&str; 3] = ["key_events", "withdrawal_events", "snapshots"];
+const APPEND_ONLY_2: [&str; 4] = [
+    "key_events",
+    "withdrawal_events",
+    "snapshots",
+    "snapshot_refusals",
+];
 
 /// The tables of version 2, which every role that may read, or append to,
 /// the log may read, or append to, too: the grants of `events` are given
 /// on them.
-const TABLES_2: &str =
-    "payonce.key_events, payonce.withdrawal_events, payonce.snapshots, payonce.snapshot_chunks";
+const TABLES_2: &str = "payonce.key_events, payonce.withdrawal_events, payonce.snapshots, \
+     payonce.snapshot_chunks, payonce.snapshot_refusals";
 
 /// What [`migrate`](crate::migrate) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@ mod migration;
 mod same;
 mod scan;
 mod schema;
+mod snapshots;
 
 use payonce::{Config, ManualClock, NewWithdrawal, Timestamp};
 use payonce_model::WithdrawalRequest;

@@ -203,7 +203,12 @@ impl Snapshots {
             let bytes = snapshot::encode(&state, log_id, head)?;
             drop(state);
             let stored = self.store.write(seq, &bytes)?;
-            let pruned = self.store.prune(SNAPSHOTS_KEPT)?;
+            // The snapshot is kept whether or not older ones can go (a
+            // database role without DELETE keeps their bytes).
+            let pruned = self.store.prune(SNAPSHOTS_KEPT).unwrap_or_else(|error| {
+                warn!(%error, "could not prune older snapshots");
+                Vec::new()
+            });
             Ok((head, bytes.len(), stored, pruned))
         });
         let took = started.elapsed();
@@ -255,16 +260,19 @@ fn durable_head(store: &Store, seq: u64) -> Result<(u64, Head), LedgerError> {
             Ok((log.log_id(), head))
         }
         Store::Shared(shared) => {
-            let head = shared.log.head()?;
-            if head.seq < seq {
-                return Err(LedgerError::Store(crate::error::StoreError::Damaged {
-                    seq,
-                    detail: format!(
-                        "the shared log's head {head} is before the state's event {seq}"
-                    ),
-                }));
-            }
-            Ok((0, head))
+            // Copied between batches, the state ends where a batch does.
+            let cannot = |detail: String| {
+                LedgerError::Snapshot(crate::snapshot::SnapshotError::Store { detail })
+            };
+            let log_id = shared
+                .log
+                .log_id()?
+                .ok_or_else(|| cannot("the shared log vouches for no snapshot".to_owned()))?;
+            let head = shared
+                .log
+                .head_at(seq)?
+                .ok_or_else(|| cannot(format!("no batch of the shared log ends at {seq}")))?;
+            Ok((log_id, head))
         }
     }
 }

@@ -1,0 +1,191 @@
+//! Snapshots of the projections on PostgreSQL: a worker opens from the
+//! newest one any worker wrote, a forged or refused one is set aside by a
+//! row and the worker falls back, the bytes of all but the newest two are
+//! pruned while their rows stay, the auditor's role reads them, and a
+//! snapshot that cannot be written never stops a worker from serving.
+
+use payonce::{SnapshotError, SnapshotStore};
+use payonce_postgres::PgSnapshots;
+
+use crate::{config, database, new_withdrawal, sent};
+
+fn client(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, postgres::NoTls).unwrap()
+}
+
+/// A ledger at `url` with a few sends, its worker `api-1` still open.
+fn worked(url: &str) -> payonce::Ledger {
+    drop(payonce_postgres::init(url, config()).unwrap());
+    let worker = payonce_postgres::open(url, "api-1", config()).unwrap();
+    for n in 0..4 {
+        let w = worker.create(new_withdrawal("10")).unwrap();
+        worker
+            .submit(&format!("k-{n}"), &w, |r| Ok(sent(r, "0x1")))
+            .unwrap();
+    }
+    worker
+}
+
+#[test]
+fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
+    // Guards against snapshots a worker writes that the next worker cannot use, or uses to a different state.
+    let url = database!();
+    let first = worked(&url);
+    let taken = first.snapshot().unwrap().unwrap();
+    let w = first.create(new_withdrawal("3")).unwrap();
+    first.submit("k-after", &w, |r| Ok(sent(r, "0x9"))).unwrap();
+    let second = payonce_postgres::open(&url, "api-2", config()).unwrap();
+    let recovery = second.recovery().clone();
+    assert_eq!(
+        recovery.snapshot.as_ref().map(|s| s.seq),
+        Some(taken.stored.seq)
+    );
+    assert!(recovery.replayed > 0, "the events after it are replayed");
+    let state = second.state();
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    // The full replay also holds api-2's own start.
+    assert_eq!(state.difference(&report.state), None);
+    assert_eq!(
+        second.outcome("k-after").map(|o| o.state()),
+        Some(payonce_model::WithdrawalState::Sent)
+    );
+}
+
+#[test]
+fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
+    // Guards against a snapshot row that is not a snapshot of this ledger reaching a worker, or being deleted unnoticed.
+    let url = database!();
+    let worker = worked(&url);
+    let good = worker.snapshot().unwrap().unwrap();
+    drop(worker);
+    let forged_seq: i64 = client(&url)
+        .query_one("SELECT max(seq) + 1 FROM payonce.snapshots", &[])
+        .unwrap()
+        .get(0);
+    let mut admin = client(&url);
+    let mut transaction = admin.transaction().unwrap();
+    transaction
+        .execute(
+            "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
+             VALUES ($1, $2, 1, 200, 1, 'mallory')",
+            &[&forged_seq, &vec![7u8; 32]],
+        )
+        .unwrap();
+    transaction
+        .execute(
+            "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, 0, $2)",
+            &[&forged_seq, &vec![0xEEu8; 200]],
+        )
+        .unwrap();
+    transaction.commit().unwrap();
+    let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    let recovery = reopened.recovery().clone();
+    assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+    assert!(
+        matches!(
+            &*recovery.refused_snapshots[0].error,
+            SnapshotError::Invalid { field: "magic", .. }
+        ),
+        "{:?}",
+        recovery.refused_snapshots[0].error
+    );
+    assert_eq!(recovery.snapshot.map(|s| s.seq), Some(good.stored.seq));
+    let refused: i64 = client(&url)
+        .query_one(
+            "SELECT count(*) FROM payonce.snapshot_refusals WHERE seq = $1",
+            &[&forged_seq],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(refused, 1, "set aside by a row, the forged row itself kept");
+}
+
+#[test]
+fn the_bytes_of_all_but_the_newest_two_are_pruned_and_every_row_stays() {
+    // Guards against snapshots' bytes piling up in the database, and against a snapshot's record disappearing.
+    let url = database!();
+    let worker = worked(&url);
+    for n in 0..3 {
+        let w = worker.create(new_withdrawal("1")).unwrap();
+        worker
+            .submit(&format!("more-{n}"), &w, |r| Ok(sent(r, "0x2")))
+            .unwrap();
+        worker.snapshot().unwrap().unwrap();
+    }
+    let mut admin = client(&url);
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM payonce.snapshots", &[])
+        .unwrap()
+        .get(0);
+    let with_bytes: i64 = admin
+        .query_one(
+            "SELECT count(DISTINCT seq) FROM payonce.snapshot_chunks",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!((rows, with_bytes), (3, 2));
+    let error = admin
+        .batch_execute("DELETE FROM payonce.snapshot_chunks")
+        .unwrap_err();
+    assert!(format!("{error:?}").contains("newest two"), "{error:?}");
+}
+
+#[test]
+fn the_auditor_role_reads_snapshots_and_cannot_write_them() {
+    // Guards against snapshots an auditor cannot check, or can forge.
+    let url = database!();
+    let worker = worked(&url);
+    worker.snapshot().unwrap().unwrap();
+    let name: String = client(&url)
+        .query_one("SELECT current_database()", &[])
+        .unwrap()
+        .get(0);
+    let auditor = format!("{name}_snap_auditor");
+    client(&url)
+        .batch_execute(&format!(
+            "CREATE ROLE {auditor} LOGIN; GRANT USAGE ON SCHEMA payonce TO {auditor}; \
+             GRANT SELECT ON ALL TABLES IN SCHEMA payonce TO {auditor};"
+        ))
+        .unwrap();
+    let auditor_url = url.replace("user=postgres", &format!("user={auditor}"));
+    let store = PgSnapshots::connect(&auditor_url, "auditor").unwrap();
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    let bytes = store.read(&listed[0]).unwrap();
+    let log_id = payonce_postgres::log_id(&auditor_url).unwrap().unwrap();
+    let checked = payonce::snapshots::checked(&bytes, log_id, |seq| {
+        payonce_postgres::head_at(&auditor_url, seq)
+    })
+    .unwrap();
+    assert!(checked.is_ok(), "{checked:?}");
+    let written = store.write(listed[0].seq, &bytes);
+    assert!(written.is_err(), "an auditor writes nothing");
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_written_never_stops_a_worker_from_serving() {
+    // Guards against a failing snapshot write, or its thread, holding up or failing the worker's submissions.
+    let url = database!();
+    let worker = worked(&url);
+    client(&url)
+        .batch_execute(
+            "CREATE FUNCTION payonce.refuse_snapshot() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'no room for snapshots'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON payonce.snapshots \
+             FOR EACH ROW EXECUTE FUNCTION payonce.refuse_snapshot();",
+        )
+        .unwrap();
+    let error = worker.snapshot().unwrap_err();
+    assert!(
+        error.to_string().contains("no room for snapshots"),
+        "{error}"
+    );
+    let w = worker.create(new_withdrawal("5")).unwrap();
+    let outcome = worker
+        .submit("k-still", &w, |r| Ok(sent(r, "0x5")))
+        .unwrap();
+    assert_eq!(outcome.state(), payonce_model::WithdrawalState::Sent);
+    let stats = worker.snapshot_stats().unwrap();
+    assert_eq!((stats.taken, stats.failed), (0, 1));
+}
