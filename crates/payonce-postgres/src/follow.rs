@@ -44,7 +44,7 @@ struct Partial {
 impl Follower {
     /// Follows on from `head`, the end of a batch the log holds, without
     /// having read the batches before it.
-    pub(crate) fn from(head: Head) -> Follower {
+    pub(crate) fn at(head: Head) -> Follower {
         Follower {
             head,
             partial: None,

@@ -272,7 +272,7 @@ impl PgLog {
                     format!("no batch of the log ends at event {after}, where a read was to begin"),
                 )
             })?;
-        connection.follower = Follower::from(Head {
+        connection.follower = Follower::at(Head {
             seq: after,
             digest: payonce_log::chain::Digest(digest),
         });

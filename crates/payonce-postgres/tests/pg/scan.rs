@@ -185,3 +185,48 @@ fn each_way_the_tables_can_be_damaged_is_found_by_every_scan_with_its_place() {
         );
     }
 }
+
+#[test]
+fn a_walk_that_stops_early_leaves_the_read_view_and_the_log_to_read_on() {
+    // Guards against the rest of a stopped scan's stream read as the answer to the next statement.
+    let url = database!();
+    let first = with_a_batch_of_three(&url);
+    let end = first + 2;
+    let mut view = payonce_postgres::ReadView::open(&url).unwrap();
+    let mut seen = Vec::new();
+    view.walk(|seq, _| {
+        seen.push(seq);
+        Ok::<_, ()>(match seq == first + 1 {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        })
+    })
+    .unwrap();
+    assert_eq!(seen, (1..=first + 1).collect::<Vec<_>>());
+    let (head, through) = view.head_through(first - 1).unwrap();
+    assert_eq!(head.seq, end);
+    assert_eq!(through.map(|head| head.seq), Some(first - 1));
+
+    // A worker's log stopped inside a batch goes on from there.
+    let log = PgLog::connect(&url, Role::Attached).unwrap();
+    let mut seen = Vec::new();
+    log.scan(0, &mut |seq, _| {
+        seen.push(seq);
+        match seq == first + 1 {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        }
+    })
+    .unwrap();
+    log.scan(first + 1, &mut |seq, _| {
+        seen.push(seq);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(seen, (1..=end).collect::<Vec<_>>());
+    assert_eq!(
+        log.head().unwrap().seq,
+        end,
+        "the chain followed through the stop"
+    );
+}
