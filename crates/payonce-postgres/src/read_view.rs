@@ -33,7 +33,7 @@ impl ReadView {
     /// database without a payonce schema of this build's version is
     /// refused.
     pub fn open(url: &str) -> Result<ReadView, StoreError> {
-        let mut session = Session::connect(url)?;
+        let mut session = crate::schema::connect(url)?;
         // Ended when the session goes: a read-only transaction writes
         // nothing to keep or undo.
         session

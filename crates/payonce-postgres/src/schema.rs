@@ -31,6 +31,7 @@ use postgres::{Client, Transaction};
 
 use crate::error::{failed, unsafe_store};
 use crate::index;
+use crate::session::Session;
 use payonce::StoreError;
 
 /// The version of the schema this build writes and reads.
@@ -323,6 +324,25 @@ fn grant_as_events(transaction: &mut Transaction<'_>) -> Result<(), StoreError> 
 
 /// What the checks ask of a connection: the synchronous client, a
 /// transaction on it, or a [`PgLog`](crate::PgLog)'s pipelining session.
+/// A session on the database at `url`, once the server is found safe to
+/// write (`fsync` and `synchronous_commit` on) and its schema this build's.
+pub(crate) fn connect(url: &str) -> Result<Session, StoreError> {
+    let mut session = Session::connect(url)?;
+    check_durability(&mut session)?;
+    check(&mut session)?;
+    Ok(session)
+}
+
+impl Queries for Session {
+    fn query_one(
+        &mut self,
+        query: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        Session::query_one(self, query, params)
+    }
+}
+
 pub(crate) trait Queries {
     fn query_one(
         &mut self,

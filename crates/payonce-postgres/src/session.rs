@@ -20,7 +20,6 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Error, NoTls, Row, Statement, ToStatement};
 
 use crate::error::failed;
-use crate::schema;
 
 /// A connection and the runtime that drives it.
 pub(crate) struct Session {
@@ -76,9 +75,8 @@ pub(crate) enum Pipelined {
 }
 
 impl Session {
-    /// Connects to `url` and checks the server is safe to write:
-    /// `fsync` and `synchronous_commit` on, the schema of this build's
-    /// version.
+    /// Connects to `url`. Whether the server is safe to write, and its
+    /// schema this build's, is `schema::connect`'s to check.
     pub(crate) fn connect(url: &str) -> Result<Session, StoreError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -97,8 +95,6 @@ impl Session {
             connection,
         };
         let mut session = Session { client, runtime };
-        schema::check_durability(&mut session)?;
-        schema::check(&mut session)?;
         // Every statement a session runs finds its rows by a key, or reads
         // the log in order once: compiling one costs more than it saves (a
         // scan of 3M events took 1.5 s with JIT, 1.0 s without).
@@ -216,12 +212,6 @@ impl Session {
     /// The client that [`Session::commit_after`]'s requests are built on.
     pub(crate) fn client(&self) -> &Client {
         &self.client
-    }
-}
-
-impl schema::Queries for Session {
-    fn query_one(&mut self, query: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, Error> {
-        Session::query_one(self, query, params)
     }
 }
 

@@ -149,7 +149,7 @@ impl PgLog {
     /// may lose an acknowledged commit, a schema of another version, and a
     /// worker some other process runs as.
     pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
-        let mut client = Session::connect(url)?;
+        let mut client = schema::connect(url)?;
         if let Some(worker) = role.locked() {
             lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
         }
@@ -185,7 +185,7 @@ impl PgLog {
     fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Session, StoreError> {
         if connection.client.as_ref().is_none_or(Session::is_closed) {
             connection.client = None;
-            let mut client = Session::connect(&self.url)?;
+            let mut client = schema::connect(&self.url)?;
             if let Some(worker) = self.role.locked() {
                 lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
             }

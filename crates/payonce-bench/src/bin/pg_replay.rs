@@ -2,7 +2,9 @@
 //! matters. Builds one ledger per size on a throwaway cluster (decided in
 //! memory, copied in with `COPY`: `payonce_bench::pg::bulk`), then times,
 //! each in a fresh child process, a new worker's `payonce_postgres::open`
-//! and `payonce_postgres::verify`, round after round; with `--compare`,
+//! replaying every event, `payonce_postgres::verify`, and a new worker's
+//! first decision from the ledger's snapshot (taken once, after the
+//! build), round after round; with `--compare`,
 //! the same children of other builds of this binary alternate with its
 //! own on the same databases. Prints a Markdown table (docs/performance.md).
 //!
@@ -18,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use payonce::Config;
+use payonce::{Config, SnapshotPolicy};
 use payonce_bench::pg::bulk;
 use payonce_postgres::cluster::Cluster;
 
@@ -47,8 +49,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Child {
-    /// Opens the ledger at URL as a new worker; prints seconds and events.
+    /// Opens the ledger at URL as a new worker replaying every event (no
+    /// snapshot); prints seconds and events.
     Open { url: String },
+    /// Opens the ledger at URL as a new worker from its newest snapshot and
+    /// makes its first decision (a withdrawal created and submitted);
+    /// prints the seconds to that decision and the events replayed.
+    FirstDecision { url: String },
+    /// Takes a snapshot of the ledger at URL as a worker would; prints the
+    /// seconds it took and its bytes.
+    Snapshot { url: String },
     /// Verifies the ledger at URL; prints seconds and events.
     Verify { url: String },
     /// Builds a ledger of WITHDRAWALS sent withdrawals into the migrated,
@@ -72,8 +82,20 @@ fn timed(what: impl FnOnce() -> anyhow::Result<u64>) -> anyhow::Result<()> {
 fn run_child(child: Child) -> anyhow::Result<()> {
     match child {
         Child::Open { url } => timed(|| {
-            let ledger = payonce_postgres::open(&url, "replay-bench", Config::default())?;
+            let config = Config {
+                snapshots: SnapshotPolicy::off(),
+                ..Config::default()
+            };
+            let ledger = payonce_postgres::open(&url, "replay-bench", config)?;
             Ok(ledger.last_seq())
+        }),
+        Child::FirstDecision { url } => timed(|| first_decision(&url)),
+        Child::Snapshot { url } => timed(|| {
+            let ledger = payonce_postgres::open(&url, "snapshot-bench", never())?;
+            let taken = ledger
+                .snapshot()?
+                .context("a new worker's state is newer than any snapshot")?;
+            Ok(taken.len)
         }),
         Child::Verify { url } => timed(|| {
             let (report, _) = payonce_postgres::verify(&url)?;
@@ -88,6 +110,37 @@ fn run_child(child: Child) -> anyhow::Result<()> {
             batch_events,
         } => build(&url, withdrawals, batch_events).map(|_| ()),
     }
+}
+
+/// Snapshots loaded, none taken: the measured processes leave the
+/// ledger's snapshots as they found them.
+fn never() -> Config {
+    Config {
+        snapshots: SnapshotPolicy::never(),
+        ..Config::default()
+    }
+}
+
+/// A new worker opens from the newest snapshot and decides one submission:
+/// returns the events it replayed after the snapshot.
+fn first_decision(url: &str) -> anyhow::Result<u64> {
+    let ledger = payonce_postgres::open(url, "first-decision", never())?;
+    let replayed = ledger.recovery().replayed;
+    if ledger.recovery().snapshot.is_none() {
+        bail!(
+            "no snapshot was loaded: {:?}",
+            ledger.recovery().refused_snapshots
+        );
+    }
+    let request = ledger.create(payonce::NewWithdrawal {
+        amount: "1".parse()?,
+        currency: "USDC".parse()?,
+        destination: "0xfirst".parse()?,
+        requested_by: "bench".parse()?,
+    })?;
+    let key = format!("first-{}", ledger.last_seq());
+    ledger.submit(&key, &request, |request| Ok(request.sent("0xf1")?))?;
+    Ok(replayed)
 }
 
 /// Builds a ledger into the database at `url`; returns its events.
@@ -146,7 +199,9 @@ fn main() -> anyhow::Result<()> {
     for withdrawals in cli.withdrawals {
         let url = cluster.database()?;
         build(&url, withdrawals, cli.batch_events)?;
-        for what in ["open", "verify"] {
+        let (secs, len) = measure(&builds[0], "snapshot", &url)?;
+        eprintln!("took a snapshot of {len} bytes in {secs:.2} s");
+        for what in ["open", "verify", "first-decision"] {
             let mut times = vec![Vec::new(); builds.len()];
             let mut events = 0;
             for _ in 0..cli.rounds {
