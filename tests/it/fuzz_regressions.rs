@@ -71,3 +71,23 @@ fn log_open_holds_over_random_inputs() {
         );
     }
 }
+
+#[test]
+fn a_wrapped_snapshot_body_decodes_as_the_whole_snapshot_it_came_from() {
+    // Guards against the snapshot property's wrapping testing nothing: a seed's body behind a fresh header must decode.
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/snapshot_decode/seed-every-kind");
+    let bytes = std::fs::read(seed).unwrap();
+    let body = &bytes[payonce::SNAPSHOT_HEADER_LEN..];
+    let (info, state) =
+        payonce::snapshots::decode(&payonce_tests::fuzz::snapshot_decode::wrapped(body)).unwrap();
+    let (_, original) = payonce::snapshots::decode(&bytes).unwrap();
+    assert_eq!(
+        state.difference(&original),
+        Some(payonce::StateDifference {
+            what: "last seq".to_owned(),
+            left: info.seq.to_string(),
+            right: original.last_seq().to_string(),
+        })
+    );
+}
