@@ -198,22 +198,7 @@ impl Ledger {
             "replayed"
         );
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
-        let snapshots = config.snapshot_store.clone().map(|store| {
-            let from = recovery
-                .snapshot
-                .as_ref()
-                .map_or(0, |snapshot| snapshot.seq);
-            Arc::new(Snapshots::new(store, config.snapshots, from))
-        });
-        let inner = Arc::new(Inner {
-            store: Store::File(log),
-            state: Mutex::new(Round::new(state)),
-            config,
-            recovery,
-            snapshots,
-        });
-        Snapshots::start(&inner);
-        let ledger = Ledger { inner };
+        let ledger = Ledger::assemble(Store::File(log), state, config, recovery);
         let command = Command::Open {
             accept_foreign_ids,
             epoch,
@@ -338,18 +323,26 @@ impl Ledger {
         config: Config,
         recovery: Recovery,
     ) -> Ledger {
-        let snapshots = config.snapshot_store.clone().map(|store| {
+        let store = Store::Shared(Shared::new(log, worker));
+        Ledger::assemble(store, state, config, recovery)
+    }
+
+    /// A ledger over `store` from `state`: its snapshots, if `config` keeps
+    /// any, continue from the one `recovery` says it opened from, and the
+    /// thread that takes them is started.
+    fn assemble(store: Store, state: State, config: Config, recovery: Recovery) -> Ledger {
+        let snapshots = config.snapshot_store.clone().map(|snapshots| {
             let from = recovery
                 .snapshot
                 .as_ref()
                 .map_or(0, |snapshot| snapshot.seq);
-            Arc::new(Snapshots::new(store, config.snapshots, from))
+            Arc::new(Snapshots::new(snapshots, config.snapshots, from))
         });
         let inner = Arc::new(Inner {
-            store: Store::Shared(Shared::new(log, worker)),
-            recovery,
+            store,
             state: Mutex::new(Round::new(state)),
             config,
+            recovery,
             snapshots,
         });
         Snapshots::start(&inner);
