@@ -202,9 +202,11 @@ pub(super) fn rebuild_from_snapshot(
     log: &dyn SharedLog,
     snapshots: Option<&dyn SnapshotStore>,
 ) -> Result<(State, Recovery), LedgerError> {
-    let loaded = match (snapshots, log.log_id()?) {
-        (Some(store), Some(log_id)) => load_newest_of(store, log_id, &|seq| Ok(log.head_at(seq)?))?,
-        _ => Loaded::default(),
+    let loaded = match snapshots {
+        Some(store) => load_newest_of(store, &|| Ok(log.log_id()?), &|seq| {
+            Ok(log.head_at(seq)?)
+        })?,
+        None => Loaded::default(),
     };
     let (initial, snapshot) = match loaded.state {
         Some((state, snapshot)) => (state, Some(snapshot)),

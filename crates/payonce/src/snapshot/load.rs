@@ -35,19 +35,27 @@ pub(crate) fn load_newest(
     store: &dyn SnapshotStore,
     opening: &Opening,
 ) -> Result<Loaded, LedgerError> {
-    let log_id = opening.log_id()?.unwrap_or_default();
-    load_newest_of(store, log_id, &|seq| Ok(opening.head_at(seq)?))
+    load_newest_of(store, &|| Ok(opening.log_id()?), &|seq| {
+        Ok(opening.head_at(seq)?)
+    })
 }
+
+/// What a log says of its identity: `None` if it has none to say (no
+/// record yet), and so vouches for no snapshot.
+pub(crate) type LogId<'a> = dyn Fn() -> Result<Option<u64>, LedgerError> + 'a;
 
 /// What a log says of the heads it holds: the head of the batch ending at
 /// a seq, if one does.
 pub(crate) type HeadAt<'a> = dyn Fn(u64) -> Result<Option<Head>, LedgerError> + 'a;
 
-/// [`load_newest`] for any log: `log_id` is its identity, `head_at` reads
-/// its heads from the log itself.
+/// [`load_newest`] for any log: `log_id` reads its identity, `head_at` its
+/// heads, from the log itself, and only when there is a snapshot to check.
+/// A log whose identity cannot be read (its first segment's header torn,
+/// say) vouches for none: the opening replays every event, and reports the
+/// log's state as it would without snapshots.
 pub(crate) fn load_newest_of(
     store: &dyn SnapshotStore,
-    log_id: u64,
+    log_id: &LogId<'_>,
     head_at: &HeadAt<'_>,
 ) -> Result<Loaded, LedgerError> {
     let mut loaded = Loaded::default();
@@ -55,6 +63,17 @@ pub(crate) fn load_newest_of(
         Ok(candidates) => candidates,
         Err(error) => {
             warn!(%error, "could not list the snapshots; replaying every event");
+            return Ok(loaded);
+        }
+    };
+    if candidates.is_empty() {
+        return Ok(loaded);
+    }
+    let log_id = match log_id() {
+        Ok(Some(log_id)) => log_id,
+        Ok(None) => return Ok(loaded),
+        Err(error) => {
+            warn!(%error, "the log's identity cannot be read; replaying every event");
             return Ok(loaded);
         }
     };
