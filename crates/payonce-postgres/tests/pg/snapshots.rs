@@ -189,3 +189,46 @@ fn a_snapshot_that_cannot_be_written_never_stops_a_worker_from_serving() {
     let stats = worker.snapshot_stats().unwrap();
     assert_eq!((stats.taken, stats.failed), (0, 1));
 }
+
+#[test]
+fn a_worker_takes_no_snapshot_while_another_worker_wrote_a_fresh_one() {
+    // Guards against every worker of a shared ledger encoding and writing its own snapshot of the same stretch of the log.
+    let url = database!();
+    let every = |worker: &str| {
+        let config = payonce::Config {
+            snapshots: payonce::SnapshotPolicy {
+                events: 40,
+                ..payonce::SnapshotPolicy::never()
+            },
+            ..config()
+        };
+        payonce_postgres::open(&url, worker, config).unwrap()
+    };
+    let first = worked(&url);
+    let second = every("api-2");
+    first.snapshot().unwrap().unwrap();
+    assert!(
+        second.snapshot_if_due().unwrap().is_none(),
+        "api-1's is fresh"
+    );
+    for n in 0..20 {
+        let w = second.create(new_withdrawal("1")).unwrap();
+        second
+            .submit(&format!("due-{n}"), &w, |r| Ok(sent(r, "0x3")))
+            .unwrap();
+    }
+    // 60 events later one is due again: taken by this call, or already by
+    // the worker's own snapshot thread, woken by the count.
+    second.snapshot_if_due().unwrap();
+    let newest = PgSnapshots::connect(&url, "auditor")
+        .unwrap()
+        .list()
+        .unwrap()[0]
+        .seq;
+    assert!(
+        second.last_seq() - newest < 40,
+        "{newest} of {}",
+        second.last_seq()
+    );
+    assert!(second.snapshot_stats().unwrap().taken >= 1);
+}

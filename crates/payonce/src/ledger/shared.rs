@@ -203,9 +203,7 @@ pub(super) fn rebuild_from_snapshot(
     snapshots: Option<&dyn SnapshotStore>,
 ) -> Result<(State, Recovery), LedgerError> {
     let loaded = match snapshots {
-        Some(store) => load_newest_of(store, &|| Ok(log.log_id()?), &|seq| {
-            Ok(log.head_at(seq)?)
-        })?,
+        Some(store) => load_newest_of(store, &|| Ok(log.log_id()?), &|seq| Ok(log.head_at(seq)?))?,
         None => Loaded::default(),
     };
     let (initial, snapshot) = match loaded.state {

@@ -301,7 +301,7 @@ fn run(snapshots: &Snapshots, weak: &Weak<Inner>) {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        if let Err(error) = (Ledger { inner }).snapshot() {
+        if let Err(error) = (Ledger { inner }).snapshot_if_due() {
             warn!(%error, "could not take a snapshot");
         }
         timeout = snapshots.policy.interval;
@@ -346,7 +346,45 @@ fn due_in(snapshots: &Snapshots, pending: bool) -> Option<Duration> {
     Some(interval.saturating_sub(since))
 }
 
+impl Snapshots {
+    /// Whether the store holds a snapshot fewer than the policy's events
+    /// before `last_seq`, which another writer of a shared ledger may have
+    /// taken: then none is due, and the count starts again from it.
+    fn fresh_in_store(&self, last_seq: u64) -> bool {
+        let Ok(stored) = self.store.list() else {
+            return false;
+        };
+        let Some(newest) = stored.first() else {
+            return false;
+        };
+        let Some(mut last) = self.lock_last() else {
+            return false;
+        };
+        if newest.seq > last.seq {
+            last.seq = newest.seq;
+            last.at = Instant::now();
+            self.set_due(newest.seq);
+        }
+        newest.seq >= last_seq || last_seq - newest.seq < self.policy.events
+    }
+}
+
 impl Ledger {
+    /// Takes a snapshot unless one is fresh: the store holds one fewer than
+    /// [`SnapshotPolicy::events`] events old, which another worker of a
+    /// shared ledger may have written. What the snapshot thread calls, so
+    /// that of several workers only one needs to write a snapshot of a
+    /// given stretch of the log.
+    pub fn snapshot_if_due(&self) -> Result<Option<SnapshotTaken>, LedgerError> {
+        let Some(snapshots) = &self.inner.snapshots else {
+            return Ok(None);
+        };
+        if snapshots.fresh_in_store(self.last_seq()) {
+            return Ok(None);
+        }
+        self.snapshot()
+    }
+
     /// What taking snapshots cost since the ledger was opened; `None` for a
     /// ledger that keeps no snapshots.
     pub fn snapshot_stats(&self) -> Option<SnapshotStats> {
