@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use payonce::{AsyncLedger, Config, Ledger, NewWithdrawal};
-use payonce_cli::serve::rail::{Rail, RailSend, SimRail, SimRailConfig};
-use payonce_cli::serve::{self, Embedded, Limits, Metrics, Tokens};
 use payonce_model::WithdrawalRequest;
+use payonce_server::rail::{Rail, RailSend, SimRail, SimRailConfig};
+use payonce_server::{Embedded, Limits, Metrics, Server, Tokens};
 
 const TOKEN: &str = "bench-client-token-0123";
 const CONCURRENCY: usize = 64;
@@ -224,7 +224,7 @@ async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Roun
 }
 
 /// `payonce serve` on `ledger`.
-async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
+async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<Server> {
     let metrics = Arc::new(Metrics::default());
     let backend = Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone()));
     let tokens = Tokens::parse(
@@ -233,7 +233,7 @@ async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let rail = rail()?;
-    Ok(serve::start(
+    Ok(payonce_server::start(
         listener,
         backend,
         rail,

@@ -17,8 +17,8 @@ use payonce::{
 };
 use payonce_model::{Fingerprint, Reason, WithdrawalId, WithdrawalRequest};
 
-use super::metrics::Metrics;
-use super::rail::{BoxFuture, Rail, RailSend};
+use crate::metrics::Metrics;
+use crate::rail::{BoxFuture, Rail, RailSend};
 
 /// What the ledger holds for one request key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,10 +10,10 @@ use serde::Deserialize;
 
 use super::extract::{Caller, ClientCaller, JsonBody, Segments};
 use super::{AppState, REPLAYED_HEADER, views};
-use crate::serve::backend::WithdrawalFacts;
-use crate::serve::problem::{self, Problem};
-use crate::serve::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
-use crate::serve::tokens::Principal;
+use crate::backend::WithdrawalFacts;
+use crate::problem::{self, Problem};
+use crate::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
+use crate::tokens::Principal;
 
 /// `POST /v1/withdrawals`.
 #[derive(Debug, Deserialize)]
