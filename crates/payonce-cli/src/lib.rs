@@ -59,7 +59,6 @@ mod attribution;
 mod audit;
 mod cli;
 mod demo;
-mod demo_race;
 mod duration;
 mod env;
 mod error;
