@@ -84,8 +84,12 @@ pub(super) async fn submit(
     JsonBody(SubmitBody {}): JsonBody<SubmitBody>,
 ) -> Result<Response, Problem> {
     let key = ledger_key(&client, &idempotency_key(&headers)?);
-    let facts = known_withdrawal(&state, &id).await?;
-    let fingerprint = facts.fingerprint;
+    let fingerprint = state
+        .backend
+        .fingerprint(&id)
+        .await
+        .map_err(|error| Problem::unavailable(&error))?
+        .ok_or_else(|| problem::unknown_withdrawal(&id))?;
     let requested_by = Actor::new(&client).map_err(|error| Problem::field(&error))?;
     let request = WithdrawalRequest::new(
         fingerprint.id().clone(),

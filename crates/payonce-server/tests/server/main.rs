@@ -16,6 +16,7 @@ mod limits;
 mod operator;
 mod storage;
 mod submissions;
+mod workers;
 
 use std::sync::Arc;
 
@@ -55,7 +56,17 @@ impl TestService {
 
     /// A service on `ledger`, whose files (if any) are in `dir`.
     pub async fn start_on(ledger: Ledger, dir: tempfile::TempDir, limits: Limits) -> TestService {
-        let rail = Arc::new(ScriptedRail::default());
+        TestService::start_sending_to(ledger, dir, limits, Arc::new(ScriptedRail::default())).await
+    }
+
+    /// A service on `ledger` sending through `rail`, which other services
+    /// may share.
+    pub async fn start_sending_to(
+        ledger: Ledger,
+        dir: tempfile::TempDir,
+        limits: Limits,
+        rail: Arc<ScriptedRail>,
+    ) -> TestService {
         let metrics = Arc::new(Metrics::default());
         let backend = Arc::new(Embedded::new(ledger.clone(), metrics.clone()));
         let tokens = Tokens::parse(TOKENS, std::path::Path::new("tokens.toml")).unwrap();
