@@ -158,17 +158,18 @@ fn workers(cluster: &payonce_postgres::cluster::Cluster) -> anyhow::Result<Vec<A
         .collect()
 }
 
-/// Runs `call(i)` for every i below `count`, 64 at a time; the latencies
+/// Runs `call(caller, i)` for every i below `count` on 64 callers, each
+/// taking the next i once its last call returned; the latencies
 /// and the time it all took.
 async fn drive<F, Fut>(count: usize, call: F) -> anyhow::Result<(Vec<Duration>, Duration)>
 where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..CONCURRENCY)
-        .map(|_| {
+        .map(|caller| {
             let (next, call) = (next.clone(), call.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
@@ -178,7 +179,7 @@ where
                         return Ok::<_, anyhow::Error>(latencies);
                     }
                     let start = Instant::now();
-                    call(i).await?;
+                    call(caller, i).await?;
                     latencies.push(start.elapsed());
                 }
             })
@@ -200,10 +201,10 @@ async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Roun
     let ledgers = Arc::new(prepared.ledgers.clone());
     let withdrawals = Arc::new(prepared.withdrawals.clone());
     let rail = rail()?;
-    let (latencies, elapsed) = drive(count, move |i| {
+    let (latencies, elapsed) = drive(count, move |caller, i| {
         let (ledgers, withdrawals, rail) = (ledgers.clone(), withdrawals.clone(), rail.clone());
         async move {
-            let ledger = &ledgers[i % CONCURRENCY % ledgers.len()];
+            let ledger = &ledgers[caller % ledgers.len()];
             let key = format!("bench:k-{i}");
             let request = withdrawals[i].clone();
             let send = RailSend {
@@ -268,11 +269,11 @@ async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> 
             .map(|_| reqwest::Client::builder().pool_max_idle_per_host(1).build())
             .collect::<Result<_, _>>()?,
     );
-    let (latencies, elapsed) = drive(count, move |i| {
+    let (latencies, elapsed) = drive(count, move |caller, i| {
         let (urls, ids, clients) = (urls.clone(), ids.clone(), clients.clone());
         async move {
-            let url = &urls[i % CONCURRENCY % urls.len()];
-            let response = clients[i % CONCURRENCY]
+            let url = &urls[caller % urls.len()];
+            let response = clients[caller]
                 .post(format!("{url}/{}/submissions", ids[i]))
                 .bearer_auth(TOKEN)
                 .header("Idempotency-Key", format!("\"k-{i}\""))
