@@ -4,6 +4,7 @@
 
 mod crash;
 mod fuzz_regressions;
+mod imports;
 mod model;
 mod postgres;
 mod sim;

@@ -4,6 +4,7 @@
 pub mod crash;
 pub mod fuzz;
 pub mod harness;
+pub mod imports;
 pub mod rng;
 pub mod sim;
 

@@ -4,7 +4,7 @@
 //! - Audit commands, read-only: `verify`, `history`, `state --at`,
 //!   `inflight`, `export`. They never take the writer lock and never change
 //!   the log, so they are safe beside a running service and on a copy of a
-//!   production directory. Untrusted text is printed escaped ([`escape`]).
+//!   production directory. Untrusted text is printed escaped ([`escape()`]).
 //! - Operator exits, which write: `resolve` (what happened to a key in
 //!   flight), `correct` (the outcome recorded for a key is wrong) and
 //!   `release` (nothing was sent). They check everything they can read-only
@@ -14,6 +14,9 @@
 //!   the log: every event it points to is read back and verified.
 //! - The demo ([`run_demo`]): the incidents that pay a user twice, on a
 //!   real ledger, each withdrawal sent once.
+//! - `payonce serve` ([`ServeArgs`]): its flags, and the ledger it opens
+//!   (or with `--init` creates); the HTTP service itself is the
+//!   `payonce_server` crate.
 //! - A PostgreSQL ledger (a `postgres://` or `postgresql://` URL wherever a
 //!   directory is taken): audit commands read one read view (a read-only
 //!   transaction);
@@ -57,11 +60,9 @@ mod attribution;
 mod audit;
 mod cli;
 mod demo;
-mod demo_race;
 mod duration;
 mod env;
 mod error;
-mod escape;
 mod explain;
 mod head;
 mod history;
@@ -71,11 +72,14 @@ mod logdir;
 mod operator;
 mod output;
 mod run;
-pub mod serve;
+mod serve;
 mod shared;
 mod snapshots;
 mod subject;
 mod table;
+
+// Escaping untrusted text is the model's, shared with the HTTP service.
+use payonce_model::escape;
 
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
@@ -95,4 +99,5 @@ pub use crate::escape::{
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
 pub use crate::run::run;
+pub use crate::serve::ServeArgs;
 pub use crate::subject::HISTORY_EVENTS_MAX;

@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::cli::{Cli, CliCommand};
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::{audit, demo, demo_race, head, history, index, operator, serve, shared, snapshots};
+use crate::{audit, demo, head, history, index, operator, serve, shared, snapshots};
 
 /// Runs `cli`: reports go to `out`, warnings to `err`. An `Err` is a command
 /// that could not do its job; its [`CliError::exit_code`] says how to exit.
@@ -32,7 +32,7 @@ pub fn run(
         CliCommand::Serve(args) => serve::serve_command(&args, out),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),
-        CliCommand::DemoWorker(args) => demo_race::worker(&args, out),
+        CliCommand::DemoWorker(args) => demo::race::worker(&args, out),
     }?;
     out.flush().map_err(CliError::output)?;
     Ok(status)

@@ -15,6 +15,8 @@
 //! - [`Fingerprint`]: what makes two requests the same withdrawal.
 //! - [`codec`]: the one pair of functions that turns values into bytes,
 //!   and a reader of the same bytes field by field for replay's hot path.
+//! - [`escape`]: untrusted text (a key, a note, a rail's error) made safe
+//!   to print, and a value a user gave echoed back bounded.
 //!
 //! This crate does no I/O, reads no clock and stores nothing: deciding
 //! whether a withdrawal may be sent is the `payonce` crate's job.
@@ -42,6 +44,7 @@ mod amount;
 pub mod bounded;
 pub mod codec;
 mod error;
+pub mod escape;
 mod fingerprint;
 pub mod handover;
 mod text;

@@ -15,7 +15,6 @@ use payonce_log::{HeadSource, LogError, MemStorage, MemWitness, Witness};
 
 use super::checks::records;
 use super::disk::Disk;
-use super::world::WorldConfig;
 
 /// A ledger's way to the witness, a [`MemWitness`] kept off the simulated
 /// disk. Once its disk has lost power, the process is gone: what it
@@ -77,7 +76,7 @@ pub fn assert_rollback_refused(
         return false;
     };
     // Records are numbered from 1: the snapshot ends at the count it holds.
-    if records(snapshot, &WorldConfig::log(), context).len() as u64 >= head.seq {
+    if records(snapshot, &config.log, context).len() as u64 >= head.seq {
         return false;
     }
     // A copy: a restore wrongly accepted must not write to the snapshot

@@ -11,7 +11,11 @@
 //!
 //! With `--postgres` it also runs both sides on a throwaway PostgreSQL
 //! cluster: 4 worker ledgers in this process sharing one database, the 64
-//! callers spread over them (over HTTP, 4 servers, one per worker).
+//! callers spread over them (over HTTP, 4 servers, one per worker). Beside
+//! them, in the same alternation, the same protocol written plainly, as
+//! `pg_bench`'s plain side (`payonce_bench::pg`): a claims table, 64
+//! connections each driven by a thread of its own, one transaction to
+//! claim and one to record the outcome, for `--plain-secs` seconds a round.
 //!
 //! The rail is the simulated one with no latency and no rail log, so the
 //! figures are the ledger's and the service's own. Both sides share the
@@ -26,9 +30,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use payonce::{AsyncLedger, Config, Ledger, NewWithdrawal};
-use payonce_cli::serve::rail::{Rail, RailSend, SimRail, SimRailConfig};
-use payonce_cli::serve::{self, Embedded, Limits, Metrics, Tokens};
+use payonce_bench::pg::{self, Measured, Side};
 use payonce_model::WithdrawalRequest;
+use payonce_postgres::cluster::Cluster;
+use payonce_server::rail::{Rail, RailSend, SimRail, SimRailConfig};
+use payonce_server::{Embedded, Limits, Metrics, Server, Tokens};
 
 const TOKEN: &str = "bench-client-token-0123";
 const CONCURRENCY: usize = 64;
@@ -52,9 +58,12 @@ struct Args {
     #[arg(long)]
     rounds: Option<usize>,
     /// Also run on 4 workers sharing a PostgreSQL ledger, on a throwaway
-    /// cluster.
+    /// cluster, beside the protocol written plainly.
     #[arg(long)]
     postgres: bool,
+    /// Seconds each round of the plain protocol runs (default 5; quick 1).
+    #[arg(long)]
+    plain_secs: Option<f64>,
 }
 
 /// Workers sharing the PostgreSQL ledger.
@@ -92,7 +101,7 @@ fn new_withdrawal() -> anyhow::Result<NewWithdrawal> {
 #[derive(Clone, Copy)]
 enum Where<'a> {
     File(&'a Path),
-    Postgres(&'a payonce_postgres::cluster::Cluster),
+    Postgres(&'a Cluster),
 }
 
 /// A round's ledgers (one, or one per worker) and its withdrawals.
@@ -146,7 +155,7 @@ async fn create(ledger: AsyncLedger, count: usize) -> anyhow::Result<Vec<Withdra
 }
 
 /// [`WORKERS`] workers of a new ledger in a new database of `cluster`.
-fn workers(cluster: &payonce_postgres::cluster::Cluster) -> anyhow::Result<Vec<AsyncLedger>> {
+fn workers(cluster: &Cluster) -> anyhow::Result<Vec<AsyncLedger>> {
     let url = cluster.database()?;
     payonce_postgres::migrate(&url)?;
     drop(payonce_postgres::init(&url, Config::default())?);
@@ -158,17 +167,18 @@ fn workers(cluster: &payonce_postgres::cluster::Cluster) -> anyhow::Result<Vec<A
         .collect()
 }
 
-/// Runs `call(i)` for every i below `count`, 64 at a time; the latencies
+/// Runs `call(caller, i)` for every i below `count` on 64 callers, each
+/// taking the next i once its last call returned; the latencies
 /// and the time it all took.
 async fn drive<F, Fut>(count: usize, call: F) -> anyhow::Result<(Vec<Duration>, Duration)>
 where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..CONCURRENCY)
-        .map(|_| {
+        .map(|caller| {
             let (next, call) = (next.clone(), call.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
@@ -178,7 +188,7 @@ where
                         return Ok::<_, anyhow::Error>(latencies);
                     }
                     let start = Instant::now();
-                    call(i).await?;
+                    call(caller, i).await?;
                     latencies.push(start.elapsed());
                 }
             })
@@ -200,10 +210,10 @@ async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Roun
     let ledgers = Arc::new(prepared.ledgers.clone());
     let withdrawals = Arc::new(prepared.withdrawals.clone());
     let rail = rail()?;
-    let (latencies, elapsed) = drive(count, move |i| {
+    let (latencies, elapsed) = drive(count, move |caller, i| {
         let (ledgers, withdrawals, rail) = (ledgers.clone(), withdrawals.clone(), rail.clone());
         async move {
-            let ledger = &ledgers[i % CONCURRENCY % ledgers.len()];
+            let ledger = &ledgers[caller % ledgers.len()];
             let key = format!("bench:k-{i}");
             let request = withdrawals[i].clone();
             let send = RailSend {
@@ -224,7 +234,7 @@ async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Roun
 }
 
 /// `payonce serve` on `ledger`.
-async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
+async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<Server> {
     let metrics = Arc::new(Metrics::default());
     let backend = Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone()));
     let tokens = Tokens::parse(
@@ -233,7 +243,7 @@ async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<serve::Server> {
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let rail = rail()?;
-    Ok(serve::start(
+    Ok(payonce_server::start(
         listener,
         backend,
         rail,
@@ -268,11 +278,11 @@ async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> 
             .map(|_| reqwest::Client::builder().pool_max_idle_per_host(1).build())
             .collect::<Result<_, _>>()?,
     );
-    let (latencies, elapsed) = drive(count, move |i| {
+    let (latencies, elapsed) = drive(count, move |caller, i| {
         let (urls, ids, clients) = (urls.clone(), ids.clone(), clients.clone());
         async move {
-            let url = &urls[i % CONCURRENCY % urls.len()];
-            let response = clients[i % CONCURRENCY]
+            let url = &urls[caller % urls.len()];
+            let response = clients[caller]
                 .post(format!("{url}/{}/submissions", ids[i]))
                 .bearer_auth(TOKEN)
                 .header("Idempotency-Key", format!("\"k-{i}\""))
@@ -294,62 +304,106 @@ async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> 
     Ok(round_of(latencies, elapsed))
 }
 
+/// The protocol written plainly, on a new database of `cluster`: 64
+/// connections, each a thread submitting in a loop for `secs` seconds;
+/// what the database holds afterwards is checked.
+fn plain_round(cluster: &Cluster, secs: f64) -> anyhow::Result<Round> {
+    let url = pg::prepare(cluster, Side::Plain)?;
+    let report = pg::run_worker(Side::Plain, &url, "plain", CONCURRENCY, secs, || Ok(()))?;
+    let measured = Measured::combine(Side::Plain, CONCURRENCY, std::slice::from_ref(&report));
+    pg::check(Side::Plain, &url, measured.units)?;
+    Ok(Round {
+        per_second: measured.units_per_sec,
+        p50: Duration::from_secs_f64(measured.p50_ms / 1e3),
+        p99: Duration::from_secs_f64(measured.p99_ms / 1e3),
+    })
+}
+
 fn median(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> f64 {
     let mut values: Vec<f64> = rounds.iter().map(figure).collect();
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
 
-fn print_rows(ledger: &str, library: &[Round], http: &[Round]) {
+/// Every round of each side on one kind of ledger.
+#[derive(Debug, Default)]
+struct Sides {
+    library: Vec<Round>,
+    http: Vec<Round>,
+    /// The plain protocol's, on PostgreSQL.
+    plain: Vec<Round>,
+}
+
+/// A row of the table: the medians of `rounds`.
+fn print_row(ledger: &str, path: &str, rounds: &[Round]) -> (f64, f64, f64) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let figures = |rounds: &[Round]| {
-        (
-            median(rounds, |r| r.per_second),
-            median(rounds, |r| ms(r.p50)),
-            median(rounds, |r| ms(r.p99)),
-        )
-    };
-    let (lib, web) = (figures(library), figures(http));
-    println!(
-        "| {ledger} | library (`AsyncLedger::submit`) | {:.0} | {:.2} | {:.2} |",
-        lib.0, lib.1, lib.2
+    let figures = (
+        median(rounds, |r| r.per_second),
+        median(rounds, |r| ms(r.p50)),
+        median(rounds, |r| ms(r.p99)),
     );
     println!(
-        "| {ledger} | `payonce serve` over HTTP | {:.0} | {:.2} | {:.2} |",
-        web.0, web.1, web.2
+        "| {ledger} | {path} | {:.0} | {:.2} | {:.2} |",
+        figures.0, figures.1, figures.2
     );
+    figures
+}
+
+fn print_rows(ledger: &str, sides: &Sides) {
+    let lib = print_row(ledger, "library (`AsyncLedger::submit`)", &sides.library);
+    let web = print_row(ledger, "`payonce serve` over HTTP", &sides.http);
     println!(
         "| {ledger} | HTTP / library | {:.2} | {:.2} | {:.2} |",
         web.0 / lib.0,
         web.1 / lib.1,
         web.2 / lib.2
     );
+    if sides.plain.is_empty() {
+        return;
+    }
+    let path = "plain SQL, 64 connections (2 transactions a submission)";
+    let plain = print_row("PostgreSQL", path, &sides.plain);
+    println!(
+        "| {ledger} | HTTP / plain | {:.2} | {:.2} | {:.2} |",
+        web.0 / plain.0,
+        web.1 / plain.1,
+        web.2 / plain.2
+    );
 }
 
-/// `rounds` rounds of each side on `at`, alternating.
+/// `rounds` rounds of each side on `at`, alternating; with `plain`, the
+/// protocol written plainly on that cluster too, for that many seconds.
 fn measure(
     runtime: &tokio::runtime::Runtime,
     at: Where<'_>,
-    count: usize,
-    rounds: usize,
+    (count, rounds): (usize, usize),
+    plain: Option<(&Cluster, f64)>,
     kept: &mut Vec<Prepared>,
-) -> anyhow::Result<(Vec<Round>, Vec<Round>)> {
-    let (mut library, mut http) = (Vec::new(), Vec::new());
+) -> anyhow::Result<Sides> {
+    let mut sides = Sides::default();
     for round in 0..rounds {
         let prepared = ledger_with(runtime, at, count)?;
-        library.push(runtime.block_on(library_round(&prepared, count))?);
+        sides
+            .library
+            .push(runtime.block_on(library_round(&prepared, count))?);
         kept.push(prepared);
         let prepared = ledger_with(runtime, at, count)?;
-        http.push(runtime.block_on(http_round(&prepared, count))?);
+        sides
+            .http
+            .push(runtime.block_on(http_round(&prepared, count))?);
         kept.push(prepared);
+        if let Some((cluster, secs)) = plain {
+            sides.plain.push(plain_round(cluster, secs)?);
+        }
         eprintln!(
-            "round {} of {rounds}: library {:?}, http {:?}",
+            "round {} of {rounds}: library {:?}, http {:?}, plain {:?}",
             round + 1,
-            library[round],
-            http[round]
+            sides.library[round],
+            sides.http[round],
+            sides.plain.get(round)
         );
     }
-    Ok((library, http))
+    Ok(sides)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -358,6 +412,9 @@ fn main() -> anyhow::Result<()> {
         .submissions
         .unwrap_or(if args.quick { 640 } else { 20_000 });
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+    let plain_secs = args
+        .plain_secs
+        .unwrap_or(if args.quick { 1.0 } else { 5.0 });
     ensure!(
         count > 0 && rounds > 0,
         "--submissions and --rounds must be at least 1"
@@ -366,13 +423,20 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     // Every round's ledgers, dropped only once the runtime is.
     let mut kept = Vec::new();
-    let file = measure(&runtime, Where::File(&base), count, rounds, &mut kept)?;
+    let file = measure(
+        &runtime,
+        Where::File(&base),
+        (count, rounds),
+        None,
+        &mut kept,
+    )?;
     let postgres = match args.postgres {
         true => {
-            let cluster = payonce_postgres::cluster::Cluster::start()
+            let cluster = Cluster::start()
                 .map_err(|error| anyhow::anyhow!("starting PostgreSQL: {error}"))?;
             let at = Where::Postgres(&cluster);
-            let measured = measure(&runtime, at, count, rounds, &mut kept)?;
+            let plain = Some((&cluster, plain_secs));
+            let measured = measure(&runtime, at, (count, rounds), plain, &mut kept)?;
             drop(runtime);
             drop(kept);
             Some(measured)
@@ -384,9 +448,9 @@ fn main() -> anyhow::Result<()> {
     );
     println!("| ledger | path | submissions/s | p50 ms | p99 ms |");
     println!("| --- | --- | ---: | ---: | ---: |");
-    print_rows("file", &file.0, &file.1);
-    if let Some((library, http)) = &postgres {
-        print_rows("PostgreSQL, 4 workers", library, http);
+    print_rows("file", &file);
+    if let Some(postgres) = &postgres {
+        print_rows("PostgreSQL, 4 workers", postgres);
     }
     Ok(())
 }

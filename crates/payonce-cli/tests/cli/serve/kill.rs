@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use payonce_cli::serve::rail::RailLogLine;
+use payonce_server::rail::RailLogLine;
 use reqwest::StatusCode;
 
 use super::served::Served;

@@ -1,136 +1,15 @@
-//! `payonce serve` end to end, through a real HTTP client: every status of
-//! the contract in docs/http.md, and a load with SIGKILLs.
+//! `payonce serve` as a process: its startup refusals, SIGTERM while a
+//! send runs, and a load with SIGKILLs. The service's routes are tested in
+//! payonce-server, in one process.
 
-mod http_rail;
 mod kill;
 mod kill_postgres;
-mod limits;
-mod operator;
 mod served;
 mod shutdown;
 mod startup;
-mod storage;
-mod submissions;
-
-use std::sync::Arc;
-
-use payonce::Ledger;
-use payonce_cli::serve::rail::ScriptedRail;
-use payonce_cli::serve::{self, Embedded, Limits, Metrics, Server, Tokens};
-use reqwest::{Response, StatusCode};
-use serde_json::Value;
 
 pub const ALICE: &str = "alice-token-0123456789";
 pub const BOB: &str = "bob-token-0123456789";
-pub const FRANK: &str = "frank-token-0123456789";
 
 pub const TOKENS: &str = "[clients]\nalice = \"alice-token-0123456789\"\nbob = \"bob-token-0123456789\"\n\
                           [operators]\nfrank = \"frank-token-0123456789\"\n";
-
-/// A service on a new ledger and the test rail, and a client for it.
-pub struct TestService {
-    pub ledger: Ledger,
-    pub rail: Arc<ScriptedRail>,
-    pub server: Option<Server>,
-    pub base: String,
-    pub http: reqwest::Client,
-    pub _dir: tempfile::TempDir,
-}
-
-impl TestService {
-    pub async fn start() -> TestService {
-        TestService::start_with(Limits::default()).await
-    }
-
-    pub async fn start_with(limits: Limits) -> TestService {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::init(dir.path()).unwrap();
-        TestService::start_on(ledger, dir, limits).await
-    }
-
-    /// A service on `ledger`, whose files (if any) are in `dir`.
-    pub async fn start_on(ledger: Ledger, dir: tempfile::TempDir, limits: Limits) -> TestService {
-        let rail = Arc::new(ScriptedRail::default());
-        let metrics = Arc::new(Metrics::default());
-        let backend = Arc::new(Embedded::new(ledger.clone(), metrics.clone()));
-        let tokens = Tokens::parse(TOKENS, std::path::Path::new("tokens.toml")).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server =
-            serve::start(listener, backend, rail.clone(), tokens, metrics, limits).unwrap();
-        TestService {
-            ledger,
-            rail,
-            base: format!("http://{}", server.addr()),
-            server: Some(server),
-            http: reqwest::Client::new(),
-            _dir: dir,
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Creates a withdrawal as `token`'s client; returns its id.
-    pub async fn create(&self, token: &str) -> String {
-        let response = self
-            .http
-            .post(self.url("/v1/withdrawals"))
-            .bearer_auth(token)
-            .json(
-                &serde_json::json!({"amount": "25.00", "currency": "USDC", "destination": "0xabc"}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        body(response).await["id"].as_str().unwrap().to_owned()
-    }
-
-    /// Submits withdrawal `id` as `token`'s client under `key` (an RFC 8941
-    /// string).
-    pub async fn submit(&self, token: &str, id: &str, key: &str) -> Response {
-        self.submission(token, id, key).send().await.unwrap()
-    }
-
-    /// Submits as [`TestService::submit`] does, in a task of its own, so
-    /// the test can act while the send runs.
-    pub fn submit_in_task(
-        &self,
-        token: &str,
-        id: &str,
-        key: &str,
-    ) -> tokio::task::JoinHandle<reqwest::Result<Response>> {
-        tokio::spawn(self.submission(token, id, key).send())
-    }
-
-    fn submission(&self, token: &str, id: &str, key: &str) -> reqwest::RequestBuilder {
-        self.http
-            .post(self.url(&format!("/v1/withdrawals/{id}/submissions")))
-            .bearer_auth(token)
-            .header("Idempotency-Key", format!("\"{key}\""))
-    }
-}
-
-/// The response's body as JSON.
-pub async fn body(response: Response) -> Value {
-    let text = response.text().await.unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|error| panic!("not JSON ({error}): {text}"))
-}
-
-/// Checks a problem+json answer: its status and type; returns its body.
-pub async fn problem(response: Response, status: StatusCode, kind: &str) -> Value {
-    assert_eq!(response.status(), status);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
-    let body = body(response).await;
-    assert_eq!(
-        body["type"],
-        format!("urn:payonce:problem:{kind}"),
-        "{body}"
-    );
-    assert_eq!(body["status"], status.as_u16());
-    body
-}

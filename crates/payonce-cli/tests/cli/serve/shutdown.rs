@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use payonce_cli::serve::rail::RailLogLine;
+use payonce_server::rail::RailLogLine;
 use reqwest::StatusCode;
 use serde_json::Value;
 

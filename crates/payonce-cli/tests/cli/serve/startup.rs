@@ -55,6 +55,6 @@ fn serve_refuses_a_nameless_worker_a_missing_ledger_and_a_bad_tokens_file() {
 fn the_example_tokens_file_is_one_the_service_takes() {
     let file =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/tokens.example.toml");
-    let tokens = payonce_cli::serve::Tokens::read(&file).unwrap();
+    let tokens = payonce_server::Tokens::read(&file).unwrap();
     assert!(tokens.principal(b"frank-token-0123456789").is_some());
 }

@@ -9,8 +9,8 @@ use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
 use super::AppState;
-use crate::serve::problem::Problem;
-use crate::serve::tokens::Principal;
+use crate::problem::Problem;
+use crate::tokens::Principal;
 
 /// Largest request body read, in bytes.
 pub const BODY_LEN_MAX: usize = 64 * 1024;

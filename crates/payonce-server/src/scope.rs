@@ -78,7 +78,7 @@ pub fn check_name(name: &str) -> Result<(), ScopeError> {
     let allowed = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
     if name.is_empty() || name.len() > NAME_LEN_MAX || !name.bytes().all(allowed) {
         return Err(ScopeError::BadName {
-            name: crate::escape::bounded(name, NAME_LEN_MAX + 1).into_owned(),
+            name: payonce_model::escape::bounded(name, NAME_LEN_MAX + 1).into_owned(),
         });
     }
     Ok(())

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::routing::post;
 use payonce::Ledger;
-use payonce_cli::serve::rail::{HttpRail, Rail, RailAnswer, RailSend};
+use payonce_server::rail::{HttpRail, Rail, RailAnswer, RailSend};
 use serde_json::{Value, json};
 
 /// A rail client that answers by the key's last word.

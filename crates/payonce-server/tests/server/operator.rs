@@ -1,6 +1,6 @@
 //! The operator's routes: the exits, their notes, and who is recorded.
 
-use payonce_cli::serve::rail::ScriptedSend;
+use payonce_server::rail::ScriptedSend;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -17,8 +17,8 @@ use payonce::{
 };
 use payonce_model::{Fingerprint, Reason, WithdrawalId, WithdrawalRequest};
 
-use super::metrics::Metrics;
-use super::rail::{BoxFuture, Rail, RailSend};
+use crate::metrics::Metrics;
+use crate::rail::{BoxFuture, Rail, RailSend};
 
 /// What the ledger holds for one request key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,14 +60,25 @@ pub trait Backend: Send + Sync + 'static {
         request: WithdrawalRequest,
         rail: &'a dyn Rail,
     ) -> BoxFuture<'a, Result<Submission, SubmitError>>;
-    /// The withdrawal `id`, if the ledger created it.
+    /// What withdrawal `id` was created as, if the ledger created it: for
+    /// a submission, whose claim is decided on the ledger as it stands when
+    /// its batch runs. A fingerprint never changes once created, so it need
+    /// not be the newest read.
+    fn fingerprint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Fingerprint>, LedgerError>>;
+    /// The withdrawal `id`, if the ledger created it, with every decision
+    /// acknowledged before the call began.
     fn withdrawal<'a>(
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>>;
-    /// The ledger key `key`, if it has a record.
+    /// The ledger key `key`, if it has a record, with every decision
+    /// acknowledged before the call began.
     fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>>;
-    /// Every key in flight, oldest first.
+    /// Every key in flight, oldest first, with every decision acknowledged
+    /// before the call began.
     fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>>;
     /// An operator's resolve.
     fn resolve<'a>(
@@ -115,13 +126,37 @@ impl Embedded {
         }
     }
 
-    /// On a shared ledger, catches this worker's projection up on the
-    /// other workers' decisions (on the blocking pool), so a read sees what
-    /// any worker answered; nothing on a file ledger.
-    async fn caught_up(&self) -> Result<(), LedgerError> {
-        match self.ledger.ledger().worker() {
-            Some(_) => self.ledger.refresh().await,
-            None => Ok(()),
+    /// What `query` answers with every decision any worker acknowledged
+    /// before the call began: on a shared ledger, once this worker has
+    /// caught up on the others' batches.
+    async fn read_newest<T: Send + 'static>(
+        &self,
+        query: impl FnOnce(&State) -> T + Send + 'static,
+    ) -> Result<T, LedgerError> {
+        self.read_off_executor(move |ledger| {
+            ledger.refresh()?;
+            Ok(ledger.read(query))
+        })
+        .await
+    }
+
+    /// Runs `read` on the blocking pool on a shared ledger, in place on a
+    /// file one. A shared ledger's projection stays locked while a batch
+    /// waits for the ledger-wide lock and its round trips, and no executor
+    /// thread may wait that long; a file ledger's is locked only while a
+    /// decision is made.
+    async fn read_off_executor<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Ledger) -> Result<T, LedgerError> + Send + 'static,
+    ) -> Result<T, LedgerError> {
+        let ledger = self.ledger.ledger().clone();
+        if ledger.worker().is_none() {
+            return read(&ledger);
+        }
+        match tokio::task::spawn_blocking(move || read(&ledger)).await {
+            Ok(answer) => answer,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => Err(LedgerError::Cancelled),
         }
     }
 
@@ -207,32 +242,38 @@ impl Backend for Embedded {
         Box::pin(self.submit_embedded(key, request, rail))
     }
 
+    fn fingerprint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Fingerprint>, LedgerError>> {
+        // From memory; only an id this worker has not seen yet waits for a
+        // catch-up, since another worker may have just created it. The
+        // claim's own batch catches up under the ledger-wide lock.
+        let id = id.to_owned();
+        Box::pin(self.read_off_executor(move |ledger| {
+            if let Some(known) = ledger.read(|state| state.fingerprint(&id)) {
+                return Ok(Some(known));
+            }
+            ledger.refresh()?;
+            Ok(ledger.read(|state| state.fingerprint(&id)))
+        }))
+    }
+
     fn withdrawal<'a>(
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>> {
-        // From memory, once caught up.
-        Box::pin(async move {
-            self.caught_up().await?;
-            Ok(self
-                .ledger
-                .ledger()
-                .read(|state| withdrawal_facts(state, id)))
-        })
+        let id = id.to_owned();
+        Box::pin(self.read_newest(move |state| withdrawal_facts(state, &id)))
     }
 
     fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>> {
-        Box::pin(async move {
-            self.caught_up().await?;
-            Ok(self.ledger.ledger().read(|state| key_facts(state, key)))
-        })
+        let key = key.to_owned();
+        Box::pin(self.read_newest(move |state| key_facts(state, &key)))
     }
 
     fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>> {
-        Box::pin(async move {
-            self.caught_up().await?;
-            Ok(self.ledger.ledger().in_flight())
-        })
+        Box::pin(self.read_newest(State::in_flight))
     }
 
     fn resolve<'a>(

@@ -1,15 +1,20 @@
-//! `payonce serve`'s command line.
+//! `payonce serve`: its command line, and the ledger it opens. The
+//! service itself is the `payonce_server` crate.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use payonce::{Config, Ledger};
+use payonce_server::rail::{HttpRail, Rail, SimRail, SimRailConfig};
+use payonce_server::server::{CONNECTIONS_MAX, HEADER_READ_TIME_MAX, HEADERS_LEN_MAX, Limits};
+use payonce_server::{ServeError, Service, Tokens};
 
-use super::ServeError;
-use super::rail::{HttpRail, Rail, SimRail, SimRailConfig};
-use super::server::{CONNECTIONS_MAX, HEADER_READ_TIME_MAX, HEADERS_LEN_MAX, Limits};
+use crate::env::Status;
+use crate::error::CliError;
 
 /// `payonce serve`.
 #[derive(Debug, Args)]
@@ -118,4 +123,82 @@ impl ServeArgs {
             .map_err(|error| ServeError::Rail(format!("the rail log: {error}")))?;
         Ok(Arc::new(rail))
     }
+}
+
+/// `payonce serve`'s refusals are a user's to fix, but for the operating
+/// system's.
+impl From<ServeError> for CliError {
+    fn from(error: ServeError) -> CliError {
+        match error {
+            ServeError::Io { doing, error } => CliError::Io { doing, error },
+            other => CliError::Usage {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Opens (or with `--init` creates) the ledger: in `--dir`, or as
+/// `--worker` of the PostgreSQL ledger at `--postgres`.
+fn open_ledger(args: &ServeArgs) -> Result<Ledger, CliError> {
+    let Some(dir) = &args.dir else {
+        return open_worker(args);
+    };
+    let opened = if args.init {
+        Ledger::init_with(dir, Config::default())
+    } else {
+        Ledger::open_with(dir, Config::default())
+    };
+    opened.map_err(|error| CliError::from_ledger(dir, error))
+}
+
+/// Opens the PostgreSQL ledger of `--postgres` as `--worker`, creating it
+/// first with `--init`.
+fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
+    let (Some(url), Some(worker)) = (&args.postgres, &args.worker) else {
+        return Err(CliError::Usage {
+            message: "give --dir DIR, or --postgres URL with --worker NAME".to_owned(),
+        });
+    };
+    let shown = std::path::PathBuf::from(payonce_postgres::redacted(url));
+    if args.init {
+        let created = payonce_postgres::init(url, Config::default());
+        drop(created.map_err(|error| CliError::from_ledger(&shown, error))?);
+    }
+    payonce_postgres::open(url, worker, Config::default())
+        .map_err(|error| CliError::from_ledger(&shown, error))
+}
+
+/// `payonce serve`: everything that can be refused (the tokens file, the
+/// rail) is checked before the ledger is opened, so a refusal writes
+/// nothing; then the service runs until SIGTERM or SIGINT.
+pub(crate) fn serve_command(args: &ServeArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    let tokens = Tokens::read(&args.tokens).map_err(ServeError::Tokens)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| ServeError::Io {
+            doing: "starting the async runtime".into(),
+            error,
+        })?;
+    let rail = runtime.block_on(async { args.rail() })?;
+    let ledger = open_ledger(args)?;
+    let service = Service {
+        listen: args.listen,
+        tokens,
+        rail,
+        limits: args.limits(),
+    };
+    runtime.block_on(service.run(ledger, |addr| {
+        writeln!(out, "payonce serve: listening on http://{addr}")?;
+        out.flush()
+    }))?;
+    writeln!(
+        out,
+        "payonce serve: stopped; every running send was recorded"
+    )
+    .map_err(CliError::output)?;
+    // Sends still on the blocking pool were waited for above.
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    Ok(Status::Clean)
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use payonce_cli::serve::Limits;
-use payonce_cli::serve::rail::ScriptedSend;
+use payonce_server::Limits;
+use payonce_server::rail::ScriptedSend;
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -18,7 +18,7 @@ async fn headers_past_the_limit_are_431() {
         .get(service.url("/healthz"))
         .header(
             "x-filler",
-            "f".repeat(payonce_cli::serve::server::HEADERS_LEN_MAX + 1),
+            "f".repeat(payonce_server::server::HEADERS_LEN_MAX + 1),
         )
         .send()
         .await
@@ -28,7 +28,7 @@ async fn headers_past_the_limit_are_431() {
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
     );
     let mut many = service.http.get(service.url("/healthz"));
-    for field in 0..=payonce_cli::serve::server::HEADERS_COUNT_MAX {
+    for field in 0..=payonce_server::server::HEADERS_COUNT_MAX {
         many = many.header(format!("x-field-{field}"), "1");
     }
     assert_eq!(

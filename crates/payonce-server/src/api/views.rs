@@ -3,9 +3,9 @@
 use payonce_model::WithdrawalRequest;
 use serde_json::{Value, json};
 
-use crate::serve::backend::{KeyFacts, WithdrawalFacts};
-use crate::serve::scope::split_ledger_key;
-use crate::serve::tokens::Principal;
+use crate::backend::{KeyFacts, WithdrawalFacts};
+use crate::scope::split_ledger_key;
+use crate::tokens::Principal;
 
 /// A withdrawal as JSON: its fields, amounts as strings.
 pub(crate) fn withdrawal(request: &WithdrawalRequest) -> Value {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
-use super::scope::{ScopeError, check_name};
+use crate::scope::{ScopeError, check_name};
 
 /// Largest tokens file read, in bytes.
 pub const TOKENS_FILE_LEN_MAX: u64 = 1 << 20;
@@ -99,7 +99,7 @@ pub enum TokensError {
 
 impl std::fmt::Display for TokensError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::escape::{Echo, EchoPath};
+        use payonce_model::escape::{Echo, EchoPath};
         match self {
             TokensError::Read { file, error } => {
                 write!(f, "tokens file {}: {error}", EchoPath(file))
@@ -113,7 +113,7 @@ impl std::fmt::Display for TokensError {
                 f,
                 "tokens file {}: {}; it holds [clients] and [operators] tables of name = \"token\"",
                 EchoPath(file),
-                crate::escape::Escaped(message)
+                payonce_model::escape::Escaped(message)
             ),
             TokensError::Name { file, error } => {
                 write!(f, "tokens file {}: {error}", EchoPath(file))

@@ -1,6 +1,6 @@
 //! Creating and submitting withdrawals: the answers a client sees.
 
-use payonce_cli::serve::rail::ScriptedSend;
+use payonce_server::rail::ScriptedSend;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -224,7 +224,7 @@ async fn no_key_or_a_malformed_one_is_400() {
     }
     let long = format!(
         "\"{}\"",
-        "k".repeat(payonce_cli::serve::scope::CLIENT_KEY_LEN_MAX + 1)
+        "k".repeat(payonce_server::scope::CLIENT_KEY_LEN_MAX + 1)
     );
     let response = service
         .http

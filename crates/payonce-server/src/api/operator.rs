@@ -12,9 +12,9 @@ use serde_json::json;
 
 use super::extract::{JsonBody, OperatorCaller, Segments};
 use super::{AppState, views};
-use crate::serve::problem::{self, Problem};
-use crate::serve::scope::{check_name, client_key, ledger_key, split_ledger_key};
-use crate::serve::tokens::Principal;
+use crate::problem::{self, Problem};
+use crate::scope::{check_name, client_key, ledger_key, split_ledger_key};
+use crate::tokens::Principal;
 
 /// `resolve` and `correct`: what the rail shows, and why.
 #[derive(Debug, Deserialize)]

@@ -12,9 +12,9 @@ use payonce::{HolderState, LedgerError, Refusal, SubmitError};
 use payonce_model::{Difference, FieldError};
 use serde_json::{Map, Value, json};
 
-use super::rail::UnknownOutcome;
-use super::scope::{ScopeError, split_ledger_key};
-use super::tokens::Principal;
+use crate::rail::UnknownOutcome;
+use crate::scope::{ScopeError, split_ledger_key};
+use crate::tokens::Principal;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -258,7 +258,7 @@ pub fn unknown_withdrawal(withdrawal: &str) -> Problem {
     )
     .detail(format!(
         "withdrawal {} was not created by this ledger",
-        crate::escape::Echo(withdrawal)
+        payonce_model::escape::Echo(withdrawal)
     ))
 }
 

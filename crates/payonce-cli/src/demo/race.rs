@@ -11,8 +11,8 @@ use std::sync::Arc;
 use payonce::{Config, Ledger, LedgerError, ManualClock, SubmitError, Timestamp};
 use payonce_model::WithdrawalRequest;
 
+use super::story::{Story, failed};
 use crate::cli::DemoWorkerArgs;
-use crate::demo::{Story, failed};
 use crate::env::Status;
 use crate::error::CliError;
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use payonce::{Config, Ledger};
-use payonce_cli::serve::Limits;
 use payonce_log::{Fault, Faults, FaultyStorage, MemStorage};
+use payonce_server::Limits;
 use reqwest::StatusCode;
 
 use super::{ALICE, TestService, problem};

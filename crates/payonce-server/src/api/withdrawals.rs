@@ -10,10 +10,10 @@ use serde::Deserialize;
 
 use super::extract::{Caller, ClientCaller, JsonBody, Segments};
 use super::{AppState, REPLAYED_HEADER, views};
-use crate::serve::backend::WithdrawalFacts;
-use crate::serve::problem::{self, Problem};
-use crate::serve::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
-use crate::serve::tokens::Principal;
+use crate::backend::WithdrawalFacts;
+use crate::problem::{self, Problem};
+use crate::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
+use crate::tokens::Principal;
 
 /// `POST /v1/withdrawals`.
 #[derive(Debug, Deserialize)]
@@ -84,8 +84,12 @@ pub(super) async fn submit(
     JsonBody(SubmitBody {}): JsonBody<SubmitBody>,
 ) -> Result<Response, Problem> {
     let key = ledger_key(&client, &idempotency_key(&headers)?);
-    let facts = known_withdrawal(&state, &id).await?;
-    let fingerprint = facts.fingerprint;
+    let fingerprint = state
+        .backend
+        .fingerprint(&id)
+        .await
+        .map_err(|error| Problem::unavailable(&error))?
+        .ok_or_else(|| problem::unknown_withdrawal(&id))?;
     let requested_by = Actor::new(&client).map_err(|error| Problem::field(&error))?;
     let request = WithdrawalRequest::new(
         fingerprint.id().clone(),
