@@ -71,6 +71,7 @@ mod json;
 mod logdir;
 mod operator;
 mod output;
+mod report;
 mod run;
 mod serve;
 mod shared;
@@ -84,8 +85,8 @@ use payonce_model::escape;
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
     Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs, HeadArgs,
-    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs,
-    VerifyArgs,
+    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ReportArgs, ResolveArgs,
+    StateArgs, VerifyArgs,
 };
 pub use crate::demo::{DemoReport, run_demo, run_demo_postgres};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
@@ -98,6 +99,7 @@ pub use crate::escape::{
 };
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
+pub use crate::report::{REPORT_BYTES_MAX, REPORT_EVENTS_MAX, TIMELINE_LANES_MAX};
 pub use crate::run::run;
 pub use crate::serve::ServeArgs;
 pub use crate::subject::HISTORY_EVENTS_MAX;

@@ -1,0 +1,238 @@
+//! `payonce report`: the page it writes, what it says of the log's
+//! verification, and the windows it refuses without writing anything.
+
+mod browser;
+mod damaged;
+mod hostile;
+mod postgres;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use payonce::{Ledger, ManualClock, SendFailure};
+
+use crate::fixture::{START, arg, config, new_withdrawal, payonce, scenario, sent, snapshot};
+
+/// The text of the element whose id is `id`, up to its first child tag.
+pub fn by_id<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no element #{id} in the page"));
+    let open = at + html[at..].find('>').unwrap() + 1;
+    let close = open + html[open..].find('<').unwrap();
+    &html[open..close]
+}
+
+/// The summary's held funds at the window's end, per currency, as the
+/// page's funds table says.
+pub fn held_at_end(html: &str) -> BTreeMap<String, String> {
+    html.split("<tr data-currency=\"")
+        .skip(1)
+        .map(|row| {
+            let currency = &row[..row.find('"').unwrap()];
+            let cell = &row[row.find("held-end\">").unwrap() + "held-end\">".len()..];
+            (
+                currency.to_owned(),
+                cell[..cell.find('<').unwrap()].to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Runs `payonce report DIR -o OUT` with `rest`; returns the run and the
+/// page, if one was written.
+pub fn report(dir: &str, out: &Path, rest: &[&str]) -> (crate::fixture::Run, Option<String>) {
+    let mut args = vec!["report", dir, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(rest);
+    let run = payonce(&args);
+    let page = std::fs::read_to_string(out).ok();
+    (run, page)
+}
+
+/// The demo's ledger in a new directory, and the directory.
+pub fn demo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let run = payonce(&["demo", &arg(&ledger)]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    dir
+}
+
+// Guards against a summary that counts otherwise than verify, or a page
+// that claims a verification it did not make.
+#[test]
+fn the_whole_logs_report_counts_as_verify_and_names_its_heads() {
+    let dir = demo();
+    let ledger = arg(&dir.path().join("ledger"));
+    let before = snapshot(&dir.path().join("ledger"));
+    let out = dir.path().join("report.html");
+    let (run, page) = report(&ledger, &out, &[]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("report written to"), "{}", run.stdout);
+    let page = page.unwrap();
+    let verify = payonce(&["verify", &ledger, "--json"]).json();
+    assert_eq!(by_id(&page, "count-events"), verify["events"].to_string());
+    assert_eq!(
+        by_id(&page, "count-refusals"),
+        verify["refusals"].to_string()
+    );
+    assert_eq!(by_id(&page, "count-keys"), verify["keys"].to_string());
+    assert_eq!(
+        by_id(&page, "count-in-flight"),
+        verify["in_flight"].to_string()
+    );
+    let held: BTreeMap<String, String> = held_at_end(&page)
+        .into_iter()
+        .filter(|(_, amount)| amount != "0")
+        .collect();
+    let verified: BTreeMap<String, String> =
+        serde_json::from_value(verify["held"].clone()).unwrap();
+    assert_eq!(held, verified);
+    assert_eq!(by_id(&page, "end-head"), verify["head"].as_str().unwrap());
+    assert!(by_id(&page, "start-head").starts_with("none"));
+    assert!(page.contains("Every checksum and chain link verified"));
+    assert!(page.contains("Every recorded decision re-derived"));
+    assert_eq!(
+        snapshot(&dir.path().join("ledger")),
+        before,
+        "nothing written to the log"
+    );
+}
+
+// Guards against a window that leaks events from outside it, or heads that
+// do not bracket it.
+#[test]
+fn a_window_shows_only_its_events_between_the_heads_around_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    scenario(&log);
+    let out = dir.path().join("r.html");
+    // seq 5 is at START + 3 min; 7 and 8 at START + 5 min.
+    let from = START.plus(Duration::from_secs(3 * 60)).to_string();
+    let to = START.plus(Duration::from_secs(5 * 60)).to_string();
+    let (run, page) = report(&arg(&log), &out, &["--from", &from, "--to", &to]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let page = page.unwrap();
+    assert_eq!(by_id(&page, "count-events"), "4");
+    for seq in 5..=8 {
+        assert!(page.contains(&format!("id=\"e-{seq}\"")), "event {seq}");
+    }
+    for seq in [4, 9] {
+        assert!(!page.contains(&format!("id=\"e-{seq}\"")), "event {seq}");
+    }
+    let heads = [by_id(&page, "start-head"), by_id(&page, "end-head")];
+    let (start, end) = (heads[0].split(':').next(), heads[1].split(':').next());
+    let start: u64 = start.unwrap().parse().unwrap();
+    let end: u64 = end.unwrap().parse().unwrap();
+    assert!(start < 5, "the head before the window: {}", heads[0]);
+    assert!(end >= 8, "the head through the window: {}", heads[1]);
+    let pinned = payonce(&["verify", &arg(&log), "--expect-head", heads[1]]);
+    assert_eq!(
+        pinned.code, 0,
+        "the log holds the end head: {}",
+        pinned.stderr
+    );
+    let by_seq = report(&arg(&log), &out, &["--from", "5", "--to", "8"])
+        .1
+        .unwrap();
+    assert_eq!(by_id(&by_seq, "count-events"), "4");
+    assert_eq!(by_id(&by_seq, "end-head"), heads[1]);
+}
+
+// Guards against --key following other keys' events, or the in-flight key
+// left out of the summary.
+#[test]
+fn a_key_keeps_only_its_events_and_its_key_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    let scenario = scenario(&log);
+    let out = dir.path().join("r.html");
+    let (run, page) = report(&arg(&log), &out, &["--key", "req-3"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let page = page.unwrap();
+    // 7 claimed, 8 send_failed, 12 refused (in flight).
+    assert_eq!(by_id(&page, "count-events"), "3");
+    assert_eq!(by_id(&page, "count-in-flight"), "1");
+    assert!(page.contains(&format!("id=\"e-{}\"", scenario.failed_claim_seq)));
+    assert!(!page.contains("id=\"e-3\""));
+}
+
+/// A closed ledger of `withdrawals` withdrawals each created, claimed and
+/// sent, a second apart.
+fn sends(dir: &Path, withdrawals: usize) {
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::init_with(dir, config(clock.clone())).unwrap();
+    for i in 0..withdrawals {
+        clock.advance(Duration::from_secs(1));
+        let request = new_withdrawal(&ledger, "1.00");
+        ledger
+            .submit(format!("k-{i}").as_str(), request, |r| {
+                Ok::<_, SendFailure>(sent(r, "0x1"))
+            })
+            .unwrap();
+    }
+}
+
+// Guards against a refused window that still writes a page, or an error
+// that does not say what to do, or exits with the wrong code.
+#[test]
+fn bad_windows_unknown_subjects_and_oversized_windows_write_nothing_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    let limit = payonce_cli::REPORT_EVENTS_MAX;
+    sends(&log, limit / 3 + 1);
+    let out = dir.path().join("r.html");
+    let after = START.plus(Duration::from_secs(86_400)).to_string();
+    let before = START.minus(Duration::from_secs(60)).to_string();
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (vec!["--from", &after], "outside_log", "outside the log"),
+        (vec!["--to", &before], "outside_log", "outside the log"),
+        (vec!["--from", "999999"], "point_past_end", "past the end"),
+        (
+            vec!["--from", "9", "--to", "3"],
+            "usage",
+            "--from is after --to",
+        ),
+        (vec!["--from", "yesterday"], "bad_point", "yesterday"),
+        (vec!["--key", "nobody"], "unknown_key", "nobody"),
+        (vec!["--withdrawal", "w-0-7"], "unknown_withdrawal", "w-0-7"),
+        (vec![], "report_too_large", "REPORT_EVENTS_MAX"),
+    ];
+    for (rest, kind, says) in &cases {
+        let mut args = rest.clone();
+        args.push("--json");
+        let (run, page) = report(&arg(&log), &out, rest);
+        assert_eq!(run.code, 2, "{rest:?}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(says), "{rest:?}: {}", run.stderr);
+        assert!(run.stderr.contains("Nothing was written") || *kind != "report_too_large");
+        assert!(page.is_none(), "{rest:?} wrote a page");
+        let json = payonce(
+            &[
+                ["report", &arg(&log), "-o", out.to_str().unwrap()].as_slice(),
+                &args,
+            ]
+            .concat(),
+        );
+        assert!(
+            json.stdout.contains(&format!("\"error\":\"{kind}\"")),
+            "{rest:?}: {}",
+            json.stdout
+        );
+        assert!(!out.exists());
+    }
+    assert!(
+        by_id(
+            &report(&arg(&log), &out, &["--from", "2", "--to", "301"])
+                .1
+                .unwrap(),
+            "count-events"
+        )
+        .eq("300")
+    );
+    payonce(&["index", &arg(&log)]);
+    let (run, page) = report(&arg(&log), &dir.path().join("k.html"), &["--key", "nobody"]);
+    assert_eq!(run.code, 2, "with the index too: {}", run.stderr);
+    assert!(page.is_none());
+}
