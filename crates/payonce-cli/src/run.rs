@@ -29,7 +29,7 @@ pub fn run(
         CliCommand::Release(args) => operator::release(&args, env, out, err),
         CliCommand::Snapshot(args) => snapshots::snapshot(&args, env, out, err),
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
-        CliCommand::Demo(args) => demo::demo_command(&args, out),
+        CliCommand::Demo(args) => demo::demo_command(&args, env, out, err),
         CliCommand::Serve(args) => serve::serve_command(&args, out),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),
