@@ -2,9 +2,12 @@
 //! a ledger's log, and how an operator closes keys left in flight.
 //!
 //! - Audit commands, read-only: `verify`, `history`, `state --at`,
-//!   `inflight`, `export`. They never take the writer lock and never change
-//!   the log, so they are safe beside a running service and on a copy of a
-//!   production directory. Untrusted text is printed escaped ([`escape()`]).
+//!   `inflight`, `export`, and `report`, an incident report as one
+//!   self-contained HTML page (at most [`REPORT_EVENTS_MAX`] events). They
+//!   never take the writer lock and never change the log, so they are safe
+//!   beside a running service and on a copy of a production directory.
+//!   Untrusted text is printed escaped ([`escape()`]); in the report, the
+//!   template engine escapes it for HTML too.
 //! - Operator exits, which write: `resolve` (what happened to a key in
 //!   flight), `correct` (the outcome recorded for a key is wrong) and
 //!   `release` (nothing was sent). They check everything they can read-only

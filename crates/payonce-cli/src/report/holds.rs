@@ -11,12 +11,13 @@ use crate::escape::escape;
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 
+use super::axis::Axis;
 use super::replay::{HoldStep, Replayed};
-use super::timeline::{Axis, n};
+use super::timeline::n;
 
 const HEIGHT: f64 = 120.0;
 const LEFT: f64 = 270.0;
-const RIGHT: f64 = 1080.0;
+const RIGHT: f64 = 1050.0;
 const TOP: f64 = 10.0;
 const BOTTOM: f64 = 100.0;
 

@@ -10,6 +10,7 @@
 //! the page: it shows what came before the damage and says where it is,
 //! and the command then exits as `verify` would (4).
 
+mod axis;
 mod holds;
 mod page;
 mod replay;
@@ -32,10 +33,11 @@ use crate::index;
 use crate::logdir::{LogDir, open_log};
 use crate::output::say;
 
+use axis::Axis;
 use page::{Header, Page, Verdict, head_words};
 use replay::Replayed;
 use summary::Summary;
-use timeline::{Axis, Timeline};
+use timeline::Timeline;
 use window::{Ask, Bound, subject_words};
 
 /// Most events one report shows. The page for this many stays under
@@ -118,7 +120,8 @@ fn axis(found: &Replayed, ask: &Ask) -> (Axis, Timestamp) {
         Bound::Time(time) => time,
         _ => last.unwrap_or(t0),
     };
-    let axis = Axis::new(t0, t1.max(t0));
+    let times: Vec<Timestamp> = found.shown.iter().map(|shown| shown.event.at).collect();
+    let axis = Axis::new(t0, t1.max(t0), &times);
     (axis, t1.max(t0))
 }
 

@@ -9,16 +9,18 @@ use std::collections::BTreeMap;
 use crate::escape::escape;
 use payonce::{EventKind, Timestamp};
 
+use crate::duration::format_age;
 use crate::explain::explain;
 
 use super::TIMELINE_LANES_MAX;
+use super::axis::Axis;
 use super::replay::Shown;
 
 /// The drawing's width, in SVG units.
 pub(super) const WIDTH: f64 = 1100.0;
 /// Where lanes' marks start: the labels are left of it.
 const PLOT_LEFT: f64 = 270.0;
-const PLOT_RIGHT: f64 = 1080.0;
+const PLOT_RIGHT: f64 = 1050.0;
 /// The axis's height above the first lane.
 const AXIS: f64 = 34.0;
 const LANE: f64 = 24.0;
@@ -51,6 +53,17 @@ pub(super) struct Span {
     pub(super) title: String,
 }
 
+/// A quiet stretch drawn shorter than it is (see [`super::axis`]).
+#[derive(Debug, Clone)]
+pub(super) struct GapMark {
+    pub(super) x: String,
+    pub(super) width: String,
+    /// Its middle, for its label.
+    pub(super) middle: String,
+    pub(super) label: String,
+    pub(super) title: String,
+}
+
 /// One lane: a withdrawal (or the ledger's own events) and its keys.
 #[derive(Debug, Clone)]
 pub(super) struct Lane {
@@ -74,48 +87,10 @@ pub(super) struct Timeline {
     pub(super) lanes: Vec<Lane>,
     /// Withdrawals beyond [`TIMELINE_LANES_MAX`], listed in the table only.
     pub(super) hidden_lanes: usize,
+    /// The quiet stretches drawn shorter than they are.
+    pub(super) gaps: Vec<GapMark>,
     /// The sequence numbers that have a mark.
     pub(super) marked: std::collections::BTreeSet<u64>,
-}
-
-/// The window's time axis: `t0` at the plot's left, `t1` at its right.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Axis {
-    t0: u64,
-    t1: u64,
-}
-
-impl Axis {
-    /// An axis from `t0` to `t1` (a second wide at least).
-    pub(super) fn new(t0: Timestamp, t1: Timestamp) -> Axis {
-        let t0 = t0.unix_nanos();
-        let t1 = t1.unix_nanos().max(t0.saturating_add(1_000_000_000));
-        Axis { t0, t1 }
-    }
-
-    /// Where `at` is, between `left` and `right`.
-    pub(super) fn x(&self, at: Timestamp, left: f64, right: f64) -> f64 {
-        let at = at.unix_nanos().clamp(self.t0, self.t1);
-        let fraction = (at - self.t0) as f64 / (self.t1 - self.t0) as f64;
-        left + fraction * (right - left)
-    }
-
-    /// Six evenly spaced times with their labels (UTC, to the second).
-    pub(super) fn ticks(&self, left: f64, right: f64) -> Vec<(f64, String)> {
-        (0..=5)
-            .map(|i| {
-                let at = self.t0 + (self.t1 - self.t0) / 5 * i;
-                let text = Timestamp::from_unix_nanos(at).to_string();
-                let label = text.get(11..19).unwrap_or(&text).to_owned();
-                (left + (right - left) * i as f64 / 5.0, label)
-            })
-            .collect()
-    }
-
-    /// The axis's start time.
-    pub(super) fn start(&self) -> Timestamp {
-        Timestamp::from_unix_nanos(self.t0)
-    }
 }
 
 /// A number for SVG: one decimal.
@@ -200,6 +175,28 @@ fn spans(events: &[&Shown], axis: &Axis, y: f64, end: Timestamp) -> Vec<Span> {
         });
     }
     spans
+}
+
+/// The axis's shortened stretches, placed on the plot.
+fn gap_marks(axis: &Axis) -> Vec<GapMark> {
+    let width = PLOT_RIGHT - PLOT_LEFT;
+    axis.gaps()
+        .iter()
+        .map(|gap| {
+            let (x0, x1) = (PLOT_LEFT + gap.from * width, PLOT_LEFT + gap.to * width);
+            let length = format_age(gap.length);
+            GapMark {
+                x: n(x0),
+                width: n(x1 - x0),
+                middle: n((x0 + x1) / 2.0),
+                title: format!(
+                    "{length} without an event here, drawn shorter than it is so the events \
+                     around it can be told apart"
+                ),
+                label: length,
+            }
+        })
+        .collect()
 }
 
 /// The lanes' subjects in order of first appearance: `None` is the
@@ -298,6 +295,7 @@ impl Timeline {
                 .collect(),
             lanes,
             hidden_lanes,
+            gaps: gap_marks(axis),
             marked,
         }
     }
