@@ -48,24 +48,48 @@ fn value_of(held: Decimal) -> f64 {
     held.to_f64().unwrap_or(0.0)
 }
 
-/// The chart of `currency`: start, steps, end.
-fn chart(currency: &Currency, found: &Replayed, axis: &Axis, end: Timestamp) -> HoldsChart {
-    let at_start = found.start.held.get(currency).copied().unwrap_or_default();
-    let at_end = found.end.held.get(currency).copied().unwrap_or_default();
+/// The held totals of `currency` over the axis, from `axis.start()` to
+/// `end`: the total there, after each event between, and at `end`.
+fn values(
+    currency: &Currency,
+    found: &Replayed,
+    axis: &Axis,
+    end: Timestamp,
+) -> Vec<(Timestamp, Decimal, String)> {
+    let start = axis.start();
     let steps: Vec<&HoldStep> = found
         .holds
         .iter()
-        .filter(|step| step.currency == *currency)
+        .filter(|step| step.currency == *currency && step.at <= end)
         .collect();
-    let mut values = vec![(axis.start(), at_start, "at the window's start".to_owned())];
-    for step in &steps {
+    // Before the axis starts (a report that follows some subjects starts
+    // it at their first event), the last step before it is the total.
+    let (before, during): (Vec<&HoldStep>, Vec<&HoldStep>) =
+        steps.into_iter().partition(|step| step.at < start);
+    let at_start = before.last().map_or_else(
+        || found.start.held.get(currency).copied().unwrap_or_default(),
+        |step| step.held,
+    );
+    let mut values = vec![(start, at_start, format!("at {start}"))];
+    for step in during {
         values.push((
             step.at,
             step.held,
             format!("after seq {} ({})", step.seq, step.at),
         ));
     }
-    values.push((end, at_end, "at the window's end".to_owned()));
+    let at_end = values.last().map_or(at_start, |(_, held, _)| *held);
+    values.push((end, at_end, format!("at {end}")));
+    values
+}
+
+/// The chart of `currency`: start, steps, end; `None` if nothing was
+/// held in it over the axis.
+fn chart(currency: &Currency, found: &Replayed, axis: &Axis, end: Timestamp) -> Option<HoldsChart> {
+    let values = values(currency, found, axis, end);
+    if values.iter().all(|(_, held, _)| held.is_zero()) {
+        return None;
+    }
     let max = values
         .iter()
         .map(|(_, held, _)| *held)
@@ -89,7 +113,7 @@ fn chart(currency: &Currency, found: &Replayed, axis: &Axis, end: Timestamp) -> 
             title: format!("{held} {currency} held {when}"),
         });
     }
-    HoldsChart {
+    Some(HoldsChart {
         top_label: format!("{max} {currency}"),
         currency,
         path,
@@ -98,10 +122,10 @@ fn chart(currency: &Currency, found: &Replayed, axis: &Axis, end: Timestamp) -> 
         bottom_y: n(BOTTOM),
         left: n(LEFT),
         right: n(RIGHT),
-    }
+    })
 }
 
-/// One chart per currency held at either edge or during the window.
+/// One chart per currency held at some time over the axis.
 pub(super) fn charts(found: &Replayed, axis: &Axis, end: Timestamp) -> Vec<HoldsChart> {
     let currencies: BTreeSet<&Currency> = found
         .start
@@ -112,7 +136,7 @@ pub(super) fn charts(found: &Replayed, axis: &Axis, end: Timestamp) -> Vec<Holds
         .collect();
     currencies
         .into_iter()
-        .map(|currency| chart(currency, found, axis, end))
+        .filter_map(|currency| chart(currency, found, axis, end))
         .collect()
 }
 

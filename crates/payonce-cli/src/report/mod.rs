@@ -107,11 +107,16 @@ fn check(found: &Replayed, ask: &Ask) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The window's time axis: the bounds asked as times, else its first and
-/// last events' times.
+/// The window's time axis: the bounds asked as times, else the first and
+/// last events shown (those of the window when none is shown).
 fn axis(found: &Replayed, ask: &Ask) -> (Axis, Timestamp) {
-    let first = found.window_first.or(found.log_last).map(|(_, at)| at);
-    let last = found.window_last.or(found.window_first).map(|(_, at)| at);
+    let shown = |i: Option<&replay::Shown>| i.map(|shown| shown.event.at);
+    let first = shown(found.shown.first())
+        .or(found.window_first.map(|(_, at)| at))
+        .or(found.log_last.map(|(_, at)| at));
+    let last = shown(found.shown.last())
+        .or(found.window_last.map(|(_, at)| at))
+        .or(first);
     let t0 = match ask.from {
         Bound::Time(time) => time,
         _ => first.unwrap_or_default(),
@@ -119,10 +124,10 @@ fn axis(found: &Replayed, ask: &Ask) -> (Axis, Timestamp) {
     let t1 = match ask.to {
         Bound::Time(time) => time,
         _ => last.unwrap_or(t0),
-    };
+    }
+    .max(t0);
     let times: Vec<Timestamp> = found.shown.iter().map(|shown| shown.event.at).collect();
-    let axis = Axis::new(t0, t1.max(t0), &times);
-    (axis, t1.max(t0))
+    (Axis::new(t0, t1, &times), t1)
 }
 
 /// The verification result, in words.

@@ -59,6 +59,19 @@ impl Chromium {
         String::from_utf8(self.run(page, &["--dump-dom"]).stdout).unwrap()
     }
 
+    /// The page printed to PDF as its print stylesheet lays it out; the
+    /// PDF's bytes.
+    pub fn print(&self, page: &Path, pdf: &Path) -> Vec<u8> {
+        self.run(
+            page,
+            &[
+                &format!("--print-to-pdf={}", pdf.display()),
+                "--no-pdf-header-footer",
+            ],
+        );
+        std::fs::read(pdf).unwrap()
+    }
+
     /// A screenshot of the page at `width` by `height`; its PNG's bytes.
     pub fn screenshot(&self, page: &Path, png: &Path, width: u32, height: u32) -> Vec<u8> {
         self.run(
@@ -182,6 +195,22 @@ fn the_demos_report_reads_right_in_a_browser() {
     for (currency, held) in charts {
         let expected = state["held_totals"][&currency].as_str().unwrap_or("0");
         assert_eq!(held, expected, "{currency} at the window's end");
+    }
+
+    // Printed, every page is A4 landscape (841.92 by 595.2 points).
+    let pdf = browser.print(&out, &dir.path().join("report.pdf"));
+    let pdf = String::from_utf8_lossy(&pdf);
+    let boxes: Vec<&str> = pdf.split("/MediaBox [").skip(1).collect();
+    assert!(!boxes.is_empty(), "a PDF with pages");
+    for media in boxes {
+        let numbers: Vec<f64> = media[..media.find(']').unwrap()]
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(
+            (numbers[2] - 841.92).abs() < 1.0 && (numbers[3] - 595.2).abs() < 1.0,
+            "{numbers:?}"
+        );
     }
 
     let png = browser.screenshot(&out, &dir.path().join("report.png"), 1280, 1600);

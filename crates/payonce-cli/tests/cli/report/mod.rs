@@ -94,6 +94,18 @@ fn the_whole_logs_report_counts_as_verify_and_names_its_heads() {
     assert!(by_id(&page, "start-head").starts_with("none"));
     assert!(page.contains("Every checksum and chain link verified"));
     assert!(page.contains("Every recorded decision re-derived"));
+    // Without scripts the page reads whole: every row shown, the filter
+    // (which needs the script) hidden; the one script is inline and small,
+    // and nothing is fetched from elsewhere.
+    assert!(page.contains("<p id=\"filter-box\" hidden>"));
+    assert_eq!(page.matches("<tr id=\"e-").count(), 31);
+    assert_eq!(page.matches(" hidden>").count(), 1, "only the filter is hidden");
+    let script = &page[page.find("<script>").unwrap()..page.find("</script>").unwrap()];
+    assert!(script.len() < 1024, "{} bytes of script", script.len());
+    for remote in ["src=", "http://", "https://", "@import", "url("] {
+        let outside = page.replace("http://www.w3.org/2000/svg", "");
+        assert!(!outside.contains(remote), "{remote} in the page");
+    }
     assert_eq!(
         snapshot(&dir.path().join("ledger")),
         before,
@@ -157,6 +169,18 @@ fn a_key_keeps_only_its_events_and_its_key_in_flight() {
     assert_eq!(by_id(&page, "count-in-flight"), "1");
     assert!(page.contains(&format!("id=\"e-{}\"", scenario.failed_claim_seq)));
     assert!(!page.contains("id=\"e-3\""));
+    // The held chart spans the key's events, 00:05 to 00:08: the whole
+    // ledger's USDC from its claim (seq 7), through req-4's (10, 11).
+    let chart = &page[page
+        .find("<svg class=\"holds\" data-currency=\"USDC\"")
+        .unwrap()..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    let held: Vec<&str> = chart
+        .split("data-held=\"")
+        .skip(1)
+        .map(|point| &point[..point.find('"').unwrap()])
+        .collect();
+    assert_eq!(held, ["0", "10", "17.5", "10", "10"]);
 }
 
 /// A closed ledger of `withdrawals` withdrawals each created, claimed and
