@@ -303,11 +303,17 @@ pub(crate) fn report(
         };
         say!(out, "{}", crate::json::to_json(&written))?;
     } else {
+        let about: Vec<String> = ask.subjects.iter().map(subject_words).collect();
+        let about = match about.is_empty() {
+            true => String::new(),
+            false => format!(" about {}", about.join(", ")),
+        };
         say!(
             out,
-            "report written to {}: {} of {}, {}",
+            "report written to {}: {}{} in {}, {}",
             EchoPath(&args.output),
             crate::output::count(found.shown_count, "event"),
+            Escaped(&about),
             EchoPath(&log.dir),
             Escaped(&ask.words())
         )?;

@@ -177,6 +177,44 @@ fn spans(events: &[&Shown], axis: &Axis, y: f64, end: Timestamp) -> Vec<Span> {
     spans
 }
 
+/// How far apart marks of one moment are drawn, side by side in log
+/// order, so they can be told apart (at most three steps from their time).
+const NUDGE: f64 = 8.0;
+
+/// A lane's marks at `y`: each where its time is on `axis`, moved right of
+/// the mark before it if they would overlap.
+fn marks(events: &[&Shown], axis: &Axis, y: f64) -> Vec<Mark> {
+    let mut previous = f64::NEG_INFINITY;
+    events
+        .iter()
+        .map(|shown| {
+            let at = axis.x(shown.event.at, PLOT_LEFT, PLOT_RIGHT);
+            // A burst too long to set side by side is drawn where it is.
+            let x = match previous + NUDGE - at {
+                behind if behind > 0.0 && behind <= 3.0 * NUDGE => previous + NUDGE,
+                _ => at,
+            };
+            previous = x;
+            let (class, d) = shape(&shown.event.kind, x, y);
+            let words = explain(&shown.event, shown.withdrawal.as_ref());
+            Mark {
+                seq: shown.event.seq,
+                d,
+                class: match shown.divergence {
+                    Some(_) => "diverged",
+                    None => class,
+                },
+                title: format!(
+                    "seq {} at {}: {}",
+                    shown.event.seq,
+                    shown.event.at,
+                    escape(&words)
+                ),
+            }
+        })
+        .collect()
+}
+
 /// The axis's shortened stretches, placed on the plot.
 fn gap_marks(axis: &Axis) -> Vec<GapMark> {
     let width = PLOT_RIGHT - PLOT_LEFT;
@@ -247,30 +285,8 @@ impl Timeline {
             .enumerate()
             .map(|(i, (lane, events))| {
                 let y = AXIS + LANE * i as f64 + LANE / 2.0;
-                let marks = events
-                    .iter()
-                    .map(|shown| {
-                        marked.insert(shown.event.seq);
-                        let x = axis.x(shown.event.at, PLOT_LEFT, PLOT_RIGHT);
-                        let (class, d) = shape(&shown.event.kind, x, y);
-                        let words = explain(&shown.event, shown.withdrawal.as_ref());
-                        Mark {
-                            seq: shown.event.seq,
-                            d,
-                            class: if shown.divergence.is_some() {
-                                "diverged"
-                            } else {
-                                class
-                            },
-                            title: format!(
-                                "seq {} at {}: {}",
-                                shown.event.seq,
-                                shown.event.at,
-                                escape(&words)
-                            ),
-                        }
-                    })
-                    .collect();
+                let marks = marks(&events, axis, y);
+                marked.extend(marks.iter().map(|mark| mark.seq));
                 Lane {
                     label: lane
                         .map_or_else(|| "the ledger".to_owned(), |id| escape(&id).into_owned()),

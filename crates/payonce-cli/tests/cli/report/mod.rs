@@ -99,7 +99,11 @@ fn the_whole_logs_report_counts_as_verify_and_names_its_heads() {
     // and nothing is fetched from elsewhere.
     assert!(page.contains("<p id=\"filter-box\" hidden>"));
     assert_eq!(page.matches("<tr id=\"e-").count(), 31);
-    assert_eq!(page.matches(" hidden>").count(), 1, "only the filter is hidden");
+    assert_eq!(
+        page.matches(" hidden>").count(),
+        1,
+        "only the filter is hidden"
+    );
     let script = &page[page.find("<script>").unwrap()..page.find("</script>").unwrap()];
     assert!(script.len() < 1024, "{} bytes of script", script.len());
     for remote in ["src=", "http://", "https://", "@import", "url("] {
