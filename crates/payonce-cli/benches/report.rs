@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p payonce-cli --bench report`. `PAYONCE_BENCH_EVENTS`
 //! sets the log's size (default 1,000,000 events), `PAYONCE_BENCH_DIR`
-//! where it is built (default: the system temp dir).
+//! where it is built (default: the system temp dir), `PAYONCE_BENCH_PAGE`
+//! a path to keep the page at the limit at.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -174,6 +175,9 @@ fn main() {
         PAYONCE,
         &[at_limit.as_slice(), &[full.to_str().unwrap()]].concat(),
     );
+    if let Some(keep) = std::env::var_os("PAYONCE_BENCH_PAGE") {
+        std::fs::copy(&full, keep).unwrap();
+    }
     let blank = temp.path().join("blank.html");
     std::fs::write(&blank, "<!DOCTYPE html><title>blank</title>").unwrap();
     let (mut opened, mut blank_opened) = (Vec::new(), Vec::new());

@@ -44,7 +44,7 @@ use window::{Ask, Bound, subject_words};
 /// [`REPORT_BYTES_MAX`] with events of the usual size and opens in a
 /// browser in well under 2 s (docs/performance.md); past it, a narrower
 /// window or a key is the tool.
-pub const REPORT_EVENTS_MAX: usize = 5_000;
+pub const REPORT_EVENTS_MAX: usize = 4_000;
 
 /// The largest page a report writes: a window whose events' texts (notes,
 /// errors, keys at their longest) would make a larger page is refused.

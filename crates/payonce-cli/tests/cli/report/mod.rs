@@ -264,3 +264,37 @@ fn bad_windows_unknown_subjects_and_oversized_windows_write_nothing_and_exit_2()
     assert_eq!(run.code, 2, "with the index too: {}", run.stderr);
     assert!(page.is_none());
 }
+
+// Guards against a page that grows past its named size: events within the
+// count limit whose texts are at their longest, escaped, are refused.
+#[test]
+fn a_page_over_report_bytes_max_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::init_with(&log, config(clock.clone())).unwrap();
+    // Every `<` is written `&#60;`: five bytes in the page for each.
+    let error = "<".repeat(payonce_model::TEXT_LEN_MAX);
+    for i in 0..800 {
+        clock.advance(Duration::from_secs(1));
+        let request = new_withdrawal(&ledger, "1.00");
+        let failed = ledger.submit(format!("k-{i}").as_str(), request, |_| {
+            Err::<payonce_model::WithdrawalRequest, _>(SendFailure::failed(error.as_str()))
+        });
+        assert!(failed.is_err());
+    }
+    drop(ledger);
+    let out = dir.path().join("r.html");
+    let (run, page) = report(&arg(&log), &out, &["--json"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("REPORT_BYTES_MAX"), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("\"error\":\"report_too_large\""),
+        "{}",
+        run.stdout
+    );
+    assert!(page.is_none());
+    let (run, page) = report(&arg(&log), &out, &["--from", "1", "--to", "301"]);
+    assert_eq!(run.code, 0, "a narrower window fits: {}", run.stderr);
+    assert!(page.unwrap().len() < payonce_cli::REPORT_BYTES_MAX);
+}
