@@ -298,3 +298,26 @@ fn a_page_over_report_bytes_max_is_refused_and_nothing_is_written() {
     assert_eq!(run.code, 0, "a narrower window fits: {}", run.stderr);
     assert!(page.unwrap().len() < payonce_cli::REPORT_BYTES_MAX);
 }
+
+// Guards against a report of an early build's log (format 1 segments,
+// schema 1 events) that loses its heads or the withdrawal of an event that
+// named only its key.
+#[test]
+fn an_early_logs_report_names_its_heads_and_attributes_key_only_events() {
+    let dir = crate::schemas::schema_1_copy();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("r.html");
+    let (run, page) = report(&arg(dir.path()), &out, &["--withdrawal", "w-6"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let page = page.unwrap();
+    let verify = payonce(&["verify", &arg(dir.path()), "--json"]).json();
+    assert_eq!(by_id(&page, "end-head"), verify["head"].as_str().unwrap());
+    // 6 created, 7 claimed, 8 send_rejected and 9 released (these two of
+    // schema 1 name only k-rejected): all in w-6's lane.
+    let lane = &page[page.find("data-lane=\"w-6\"").unwrap()..];
+    let lane = &lane[..lane.find("</g>").unwrap()];
+    for seq in 6..=9 {
+        assert!(lane.contains(&format!("id=\"m-{seq}\"")), "mark {seq}");
+    }
+    assert_eq!(by_id(&page, "count-events"), "4");
+}
