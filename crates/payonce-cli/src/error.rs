@@ -176,8 +176,9 @@ pub enum CliError {
         limit_name: &'static str,
         /// The limit.
         limit: usize,
-        /// What the window held (events, or bytes).
-        found: usize,
+        /// What the window held, where it was counted whole (events; a
+        /// page stops being written at the limit).
+        found: Option<usize>,
         /// What is counted: `events` or `bytes`.
         unit: &'static str,
     },
@@ -634,9 +635,10 @@ impl CliError {
                 unit,
             } => write!(
                 f,
-                "the report would hold {found} {unit}, more than {limit_name} ({limit}): give a \
+                "the report would hold more than {limit_name}, {limit} {unit}{}: give a \
                  narrower window (--from, --to) or name the keys or withdrawals to follow (--key, \
-                 --withdrawal). Nothing was written"
+                 --withdrawal). Nothing was written",
+                found.map_or_else(String::new, |found| format!("; the window holds {found}"))
             ),
             other => other.fmt_query(f),
         }

@@ -100,7 +100,7 @@ fn check(found: &Replayed, ask: &Ask) -> Result<(), CliError> {
         return Err(CliError::ReportTooLarge {
             limit_name: "REPORT_EVENTS_MAX",
             limit: REPORT_EVENTS_MAX,
-            found: found.shown_count,
+            found: Some(found.shown_count),
             unit: "events",
         });
     }
@@ -227,19 +227,16 @@ fn render(log: &LogDir, ask: &Ask, found: &Replayed, env: &Env) -> Result<String
         holds::charts(found, &axis, end),
         rows,
     );
-    let html = page.html().map_err(|error| CliError::Io {
+    let html = page.html(REPORT_BYTES_MAX).map_err(|error| CliError::Io {
         doing: "rendering the report".to_owned(),
         error: std::io::Error::other(error.to_string()),
     })?;
-    if html.len() > REPORT_BYTES_MAX {
-        return Err(CliError::ReportTooLarge {
-            limit_name: "REPORT_BYTES_MAX",
-            limit: REPORT_BYTES_MAX,
-            found: html.len(),
-            unit: "bytes",
-        });
-    }
-    Ok(html)
+    html.ok_or(CliError::ReportTooLarge {
+        limit_name: "REPORT_BYTES_MAX",
+        limit: REPORT_BYTES_MAX,
+        found: None,
+        unit: "bytes",
+    })
 }
 
 /// Writes `html` to `path` whole or not at all: a file beside it, then

@@ -65,6 +65,24 @@ pub(super) struct Page {
     pub(super) holds_height: String,
 }
 
+/// Text that refuses to grow past `limit` bytes.
+struct Bounded {
+    text: String,
+    limit: usize,
+    over: bool,
+}
+
+impl std::fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.text.len() + s.len() > self.limit {
+            self.over = true;
+            return Err(std::fmt::Error);
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
 /// A head as `SEQ:DIGEST`, or what its absence means.
 pub(super) fn head_words(head: Option<Head>, none: &str) -> String {
     head.map_or_else(|| none.to_owned(), |head| head.to_string())
@@ -131,8 +149,18 @@ impl Page {
         }
     }
 
-    /// The page as HTML.
-    pub(super) fn html(&self) -> Result<String, askama::Error> {
-        self.render()
+    /// The page as HTML, or `None` if it would be longer than `limit`
+    /// bytes: the text stops growing at the limit.
+    pub(super) fn html(&self, limit: usize) -> Result<Option<String>, askama::Error> {
+        let mut page = Bounded {
+            text: String::new(),
+            limit,
+            over: false,
+        };
+        match self.render_into(&mut page) {
+            Ok(()) => Ok(Some(page.text)),
+            Err(_) if page.over => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 }

@@ -85,3 +85,47 @@ fn the_same_events_on_postgresql_give_the_same_page() {
         assert!(file_page.contains("id=\"end-head\">12:") || !window.is_empty());
     }
 }
+
+// Guards against a PostgreSQL report that shows events of a batch whose
+// chain does not verify, or hides where the damage is.
+#[test]
+fn a_rewritten_event_on_postgresql_is_damage_and_nothing_from_its_batch_is_shown() {
+    let Some(cluster) = payonce_postgres::cluster::for_tests() else {
+        return;
+    };
+    let url = cluster.database().unwrap();
+    payonce_postgres::migrate(&url).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    scenario(&log);
+    copy_to_postgres(&log, &url);
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "ALTER TABLE payonce.events DISABLE TRIGGER append_only; \
+             UPDATE payonce.events SET payload = payload || '\\x00' WHERE seq = 6;",
+        )
+        .unwrap();
+    let out = dir.path().join("pg.html");
+    let (run, page) = report(&url, &out, &[]);
+    assert_eq!(
+        run.code,
+        payonce_cli::EXIT_DAMAGED,
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    let page = page.expect("the page is written up to the damage");
+    let verdict = &page[page.find("Damage: ").unwrap()..];
+    let verdict = &verdict[..verdict.find("</p>").unwrap()];
+    assert!(verdict.contains("does not chain"), "{verdict}");
+    let from = verdict.split("nothing from seq ").nth(1).unwrap();
+    let from: u64 = from[..from.find(' ').unwrap()].parse().unwrap();
+    assert!((2..=6).contains(&from), "{verdict}");
+    for seq in 1..from {
+        assert!(page.contains(&format!("id=\"e-{seq}\"")), "event {seq}");
+    }
+    for seq in from..=12 {
+        assert!(!page.contains(&format!("id=\"e-{seq}\"")), "event {seq}");
+    }
+}
