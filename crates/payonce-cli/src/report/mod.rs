@@ -67,21 +67,10 @@ fn check_subjects_in_index(log: &LogDir, ask: &Ask, err: &mut dyn Write) -> Resu
     };
     for subject in &ask.subjects {
         if let Ok(false) = index.mentions(subject) {
-            return Err(unknown(subject));
+            return Err(subject.unknown());
         }
     }
     Ok(())
-}
-
-fn unknown(subject: &crate::subject::Subject) -> CliError {
-    match subject {
-        crate::subject::Subject::Key(key) => CliError::UnknownKey {
-            key: key.to_string(),
-        },
-        crate::subject::Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
-            withdrawal: id.to_string(),
-        },
-    }
 }
 
 /// Refuses what the replay shows the page cannot be: a window outside the
@@ -93,7 +82,7 @@ fn check(found: &Replayed, ask: &Ask) -> Result<(), CliError> {
             ask.check_within(first, last)?;
         }
         if let Some(i) = found.mentioned.iter().position(|mentioned| !mentioned) {
-            return Err(unknown(&ask.subjects[i]));
+            return Err(ask.subjects[i].unknown());
         }
     }
     if found.shown_count > REPORT_EVENTS_MAX {

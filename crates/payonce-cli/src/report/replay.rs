@@ -229,20 +229,20 @@ impl Walk<'_> {
     }
 
     /// A head read through the current event: the window's end head is
-    /// the first at or after its last event.
+    /// the first at or after its last event. Inside the window, that is
+    /// the head read with the last event so far if that event ends its
+    /// batch; once it has closed, the first head read that reaches it.
     fn observe(&mut self, head: Option<Head>) {
         if head != self.head {
             self.prior_head = self.head;
         }
         self.head = head;
-        if let (Phase::After, None, Some(head), Some((last, _))) = (
-            self.phase,
-            self.found.end_head,
-            head,
-            self.found.window_last,
-        ) && head.seq >= last
-        {
-            self.found.end_head = Some(head);
+        let last = self.found.window_last.map(|(seq, _)| seq);
+        let reaches = head.filter(|head| last.is_some_and(|last| head.seq >= last));
+        match self.phase {
+            Phase::In => self.found.end_head = reaches,
+            Phase::After if self.found.end_head.is_none() => self.found.end_head = reaches,
+            _ => {}
         }
     }
 }

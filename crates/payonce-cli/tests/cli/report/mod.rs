@@ -144,6 +144,18 @@ fn a_window_shows_only_its_events_between_the_heads_around_it() {
     let end: u64 = end.unwrap().parse().unwrap();
     assert!(start < 5, "the head before the window: {}", heads[0]);
     assert!(end >= 8, "the head through the window: {}", heads[1]);
+    // The nearest heads: the last batch to end before seq 5, the first to
+    // end at or after seq 8.
+    let reader = payonce_log::LogReader::open(
+        Arc::new(payonce_log::FsStorage::new(&log)),
+        payonce_log::LogConfig::default(),
+    )
+    .unwrap();
+    let head_at = |seq: u64| reader.head_at(seq).unwrap();
+    let before = (1..5).rev().find_map(head_at).unwrap();
+    let through = (8..=12).find_map(head_at).unwrap();
+    assert_eq!(heads[0], before.to_string());
+    assert_eq!(heads[1], through.to_string());
     let pinned = payonce(&["verify", &arg(&log), "--expect-head", heads[1]]);
     assert_eq!(
         pinned.code, 0,
