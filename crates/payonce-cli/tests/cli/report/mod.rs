@@ -41,6 +41,24 @@ pub fn held_at_end(html: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The contrast ratio of the colour `#rgb` or `#rrggbb` on white (WCAG 2).
+fn contrast_on_white(hex: &str) -> f64 {
+    let hex: String = match hex.len() {
+        3 => hex.chars().flat_map(|c| [c, c]).collect(),
+        _ => hex.to_owned(),
+    };
+    let channel = |i: usize| {
+        let c = f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap()) / 255.0;
+        if c <= 0.03928 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let luminance = 0.2126 * channel(0) + 0.7152 * channel(2) + 0.0722 * channel(4);
+    1.05 / (luminance + 0.05)
+}
+
 /// Runs `payonce report DIR -o OUT` with `rest`; returns the run and the
 /// page, if one was written.
 pub fn report(dir: &str, out: &Path, rest: &[&str]) -> (crate::fixture::Run, Option<String>) {
@@ -109,6 +127,19 @@ fn the_whole_logs_report_counts_as_verify_and_names_its_heads() {
     for remote in ["src=", "http://", "https://", "@import", "url("] {
         let outside = page.replace("http://www.w3.org/2000/svg", "");
         assert!(!outside.contains(remote), "{remote} in the page");
+    }
+    // Every text colour reads on white at WCAG AA's 4.5:1 at least.
+    let colours = page
+        .match_indices("color:")
+        .filter(|(at, _)| !page[..*at].ends_with('-'))
+        .filter_map(|(at, _)| page[at + "color:".len()..].trim_start().strip_prefix('#'));
+    for hex in colours {
+        let hex: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
+        assert!(
+            contrast_on_white(&hex) >= 4.5,
+            "#{hex}: {}",
+            contrast_on_white(&hex)
+        );
     }
     assert_eq!(
         snapshot(&dir.path().join("ledger")),
