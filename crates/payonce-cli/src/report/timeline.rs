@@ -316,3 +316,54 @@ impl Timeline {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce::{Event, SCHEMA_VERSION};
+
+    fn opened(seq: u64, at: Timestamp) -> Shown {
+        Shown {
+            event: Event {
+                schema: SCHEMA_VERSION,
+                seq,
+                at,
+                kind: EventKind::Opened {
+                    accept_foreign_ids: false,
+                    epoch: None,
+                },
+            },
+            withdrawal: None,
+            divergence: None,
+        }
+    }
+
+    /// Where a mark's path starts: its x.
+    fn x_of(mark: &Mark) -> f64 {
+        mark.d[1..mark.d.find(',').unwrap()].parse().unwrap()
+    }
+
+    // Guards against marks of one moment drawn on top of each other, or a
+    // burst pushed far from its time.
+    #[test]
+    fn marks_of_one_moment_are_side_by_side_and_a_long_burst_stays_put() {
+        let t = Timestamp::from_unix_nanos(1_000_000_000_000);
+        let later = t.plus(std::time::Duration::from_secs(60));
+        let events: Vec<Shown> = (1..=8)
+            .map(|seq| opened(seq, t))
+            .chain([opened(9, later)])
+            .collect();
+        let refs: Vec<&Shown> = events.iter().collect();
+        let axis = Axis::new(t, later, &[t, later]);
+        let xs: Vec<f64> = marks(&refs, &axis, 50.0).iter().map(x_of).collect();
+        let at = axis.x(t, PLOT_LEFT, PLOT_RIGHT);
+        assert_eq!(xs[0], at);
+        assert!((xs[1] - at - NUDGE).abs() < 0.2, "{xs:?}");
+        assert!((xs[3] - at - 3.0 * NUDGE).abs() < 0.2, "{xs:?}");
+        assert!(
+            (xs[4] - at).abs() < 0.2,
+            "past three steps, back to its time: {xs:?}"
+        );
+        assert_eq!(xs[8], axis.x(later, PLOT_LEFT, PLOT_RIGHT));
+    }
+}

@@ -293,15 +293,20 @@ fn bad_windows_unknown_subjects_and_oversized_windows_write_nothing_and_exit_2()
         );
         assert!(!out.exists());
     }
-    assert!(
-        by_id(
-            &report(&arg(&log), &out, &["--from", "2", "--to", "301"])
-                .1
-                .unwrap(),
-            "count-events"
-        )
-        .eq("300")
-    );
+    // 100 withdrawals: the timeline draws TIMELINE_LANES_MAX lanes and
+    // says how many it left to the table, whose rows for them link nowhere.
+    let page = report(&arg(&log), &out, &["--from", "2", "--to", "301"])
+        .1
+        .unwrap();
+    assert_eq!(by_id(&page, "count-events"), "300");
+    let lanes = payonce_cli::TIMELINE_LANES_MAX;
+    assert_eq!(page.matches("<g class=\"lane\"").count(), lanes);
+    assert!(page.contains(&format!("{} more withdrawal(s) are not drawn", 100 - lanes)));
+    let last_drawn = 1 + 3 * lanes as u64;
+    assert!(page.contains(&format!("<a href=\"#m-{last_drawn}\">")));
+    assert!(!page.contains(&format!("<a href=\"#m-{}\">", last_drawn + 1)));
+    assert!(page.contains(&format!("id=\"e-{}\"", last_drawn + 1)));
+    std::fs::remove_file(&out).unwrap();
     payonce(&["index", &arg(&log)]);
     let (run, page) = report(&arg(&log), &dir.path().join("k.html"), &["--key", "nobody"]);
     assert_eq!(run.code, 2, "with the index too: {}", run.stderr);
