@@ -124,8 +124,8 @@ pub enum CliCommand {
     /// the funds held over time, and every event in the window. --from and
     /// --to take a sequence number or an RFC 3339 time; --key and
     /// --withdrawal (each may repeat) keep only what touched them. A window
-    /// of more than REPORT_EVENTS_MAX events is refused and nothing is
-    /// written. Exit code 4 (with the page written up to the damage) if
+    /// of more than REPORT_EVENTS_MAX (4,000) events is refused and nothing
+    /// is written. Exit code 4 (with the page written up to the damage) if
     /// the log is damaged.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Report(ReportArgs),

@@ -137,17 +137,24 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
-    /// `--at` is neither a sequence number nor an RFC 3339 time.
+    /// `--at` (or `report`'s `--from`, `--to`) is neither a sequence
+    /// number nor an RFC 3339 time.
     BadPoint {
+        /// The argument.
+        argument: &'static str,
         /// The text given.
         text: String,
     },
-    /// `--at` is an RFC 3339 time outside the times a ledger records.
+    /// `--at` (or `report`'s `--from`, `--to`) is an RFC 3339 time outside
+    /// the times a ledger records.
     PointOutOfRange {
+        /// The argument.
+        argument: &'static str,
         /// The text given.
         text: String,
     },
-    /// `--at` or `--from` names a sequence number past the end of the log.
+    /// `--at`, `--from` or `--to` names a sequence number past the end of
+    /// the log.
     PointPastEnd {
         /// The argument: `--at` or `--from`.
         argument: &'static str,
@@ -648,15 +655,15 @@ impl CliError {
     /// subjects, files, refusals, the demo and the index.
     fn fmt_query(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::BadPoint { text } => write!(
+            CliError::BadPoint { argument, text } => write!(
                 f,
-                "--at \"{}\" is neither a sequence number (like 42) nor an RFC 3339 time (like \
+                "{argument} \"{}\" is neither a sequence number (like 42) nor an RFC 3339 time (like \
                  2026-11-30T12:03:07Z or 2026-11-30T13:03:07+01:00)",
                 Echo(text)
             ),
-            CliError::PointOutOfRange { text } => write!(
+            CliError::PointOutOfRange { argument, text } => write!(
                 f,
-                "--at \"{}\" is outside the times a ledger records: from {} to {}",
+                "{argument} \"{}\" is outside the times a ledger records: from {} to {}",
                 Echo(text),
                 payonce::Timestamp::from_unix_nanos(0),
                 payonce::Timestamp::from_unix_nanos(u64::MAX)

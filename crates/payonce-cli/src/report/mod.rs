@@ -41,9 +41,9 @@ use timeline::Timeline;
 use window::{Ask, Bound, subject_words};
 
 /// Most events one report shows. The page for this many stays under
-/// [`REPORT_BYTES_MAX`] with events of the usual size and opens in a
-/// browser in well under 2 s (docs/performance.md); past it, a narrower
-/// window or a key is the tool.
+/// [`REPORT_BYTES_MAX`] with events of the usual size (2.1 MB) and opens
+/// in headless Chromium in under 2 s, its start included
+/// (docs/performance.md); past it, a narrower window or a key is the tool.
 pub const REPORT_EVENTS_MAX: usize = 4_000;
 
 /// The largest page a report writes: a window whose events' texts (notes,

@@ -30,8 +30,8 @@ pub(super) struct Ask {
     pub(super) subjects: Vec<Subject>,
 }
 
-fn bound(text: Option<&str>) -> Result<Bound, CliError> {
-    Ok(match parse_point(text)? {
+fn bound(argument: &'static str, text: Option<&str>) -> Result<Bound, CliError> {
+    Ok(match parse_point(argument, text)? {
         Point::End => Bound::Open,
         Point::Seq(seq) => Bound::Seq(seq),
         Point::Time(time) => Bound::Time(time),
@@ -43,8 +43,8 @@ impl Ask {
     /// and withdrawals through the model's rules. A start after the end is
     /// refused before the log is read.
     pub(super) fn parse(args: &ReportArgs) -> Result<Ask, CliError> {
-        let from = bound(args.from.as_deref())?;
-        let to = bound(args.to.as_deref())?;
+        let from = bound("--from", args.from.as_deref())?;
+        let to = bound("--to", args.to.as_deref())?;
         let reversed = match (from, to) {
             (Bound::Seq(from), Bound::Seq(to)) => from > to,
             (Bound::Time(from), Bound::Time(to)) => from > to,
