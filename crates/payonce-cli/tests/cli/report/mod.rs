@@ -266,8 +266,16 @@ fn bad_windows_unknown_subjects_and_oversized_windows_write_nothing_and_exit_2()
             "usage",
             "--from is after --to",
         ),
-        (vec!["--from", "yesterday"], "bad_point", "--from \"yesterday\""),
-        (vec!["--to", "3000-01-01T00:00:00Z"], "point_out_of_range", "--to \"3000"),
+        (
+            vec!["--from", "yesterday"],
+            "bad_point",
+            "--from \"yesterday\"",
+        ),
+        (
+            vec!["--to", "3000-01-01T00:00:00Z"],
+            "point_out_of_range",
+            "--to \"3000",
+        ),
         (vec!["--key", "nobody"], "unknown_key", "nobody"),
         (vec!["--withdrawal", "w-0-7"], "unknown_withdrawal", "w-0-7"),
         (vec![], "report_too_large", "REPORT_EVENTS_MAX"),
@@ -369,4 +377,67 @@ fn an_early_logs_report_names_its_heads_and_attributes_key_only_events() {
         assert!(lane.contains(&format!("id=\"m-{seq}\"")), "mark {seq}");
     }
     assert_eq!(by_id(&page, "count-events"), "4");
+}
+
+// Guards against operator actions or later rail reports missing from the
+// summary or the timeline: a release, a rail's confirmation, a correction.
+#[test]
+fn releases_later_reports_and_corrections_are_in_the_summary_and_the_lanes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = Ledger::init_with(&log, config(clock.clone())).unwrap();
+    let paid = new_withdrawal(&ledger, "5");
+    let sent_out = ledger
+        .submit("k-paid", &paid, |r| Ok(sent(r, "0xa")))
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+    ledger
+        .advance("k-paid", &sent_out.confirm().unwrap())
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+    ledger
+        .correct(
+            "k-paid",
+            &sent(&paid, "0xb"),
+            "the rail's explorer says 0xb",
+            "ops-ann",
+        )
+        .unwrap();
+    let refused = new_withdrawal(&ledger, "6");
+    let failed = ledger.submit("k-refused", &refused, |_| {
+        Err(SendFailure::Rejected("no funds".parse().unwrap()))
+    });
+    assert!(failed.is_err());
+    ledger
+        .release("k-refused", "nothing left custody", "ops-bob")
+        .unwrap();
+    drop(ledger);
+
+    let out = dir.path().join("r.html");
+    let (run, page) = report(&arg(&log), &out, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let page = page.unwrap();
+    let actions = &page[page.find("<table id=\"actions\">").unwrap()..];
+    let actions = &actions[..actions.find("</table>").unwrap()];
+    for expected in [
+        "<td>correct</td>",
+        "<td>ops-ann</td>",
+        "the rail&#39;s explorer says 0xb",
+        "<td>release</td>",
+        "<td>ops-bob</td>",
+        "nothing left custody",
+    ] {
+        assert!(actions.contains(expected), "{expected} in {actions}");
+    }
+    let lane = &page[page.find(&format!("data-lane=\"{}\"", paid.id())).unwrap()..];
+    let lane = &lane[..lane.find("</g>").unwrap()];
+    // Completed and advanced: two outcomes; the correction, an operator's.
+    assert_eq!(lane.matches("class=\"outcome\"").count(), 2, "{lane}");
+    assert_eq!(lane.matches("class=\"operator\"").count(), 1, "{lane}");
+    let other = &page[page
+        .find(&format!("data-lane=\"{}\"", refused.id()))
+        .unwrap()..];
+    let other = &other[..other.find("</g>").unwrap()];
+    assert!(other.contains("class=\"rejected\"") && other.contains("class=\"operator\""));
 }
