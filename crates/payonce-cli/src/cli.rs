@@ -350,8 +350,9 @@ pub struct ReportArgs {
     /// The file to write.
     #[arg(short = 'o', long, default_value = "payonce-report.html")]
     pub output: PathBuf,
-    /// Do not use the audit index to check --key and --withdrawal before
-    /// reading the log.
+    /// Do not use the audit index (a directory's, or a PostgreSQL ledger's
+    /// in its database) to check --key and --withdrawal before reading the
+    /// log.
     #[arg(long)]
     pub no_index: bool,
     /// Print what was written as one JSON object (and a failure as one).

@@ -56,10 +56,21 @@ pub const REPORT_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const TIMELINE_LANES_MAX: usize = 40;
 
 /// Refuses, before the replay, a `--key` or `--withdrawal` the audit index
-/// beside a directory lists no event about. Without a usable index the
+/// lists no event about: the sled index beside a directory, or a
+/// PostgreSQL ledger's index in its database. Without a usable index the
 /// replay finds it out.
 fn check_subjects_in_index(log: &LogDir, ask: &Ask, err: &mut dyn Write) -> Result<(), CliError> {
-    if ask.subjects.is_empty() || log.is_postgres() {
+    if ask.subjects.is_empty() {
+        return Ok(());
+    }
+    if log.is_postgres() {
+        for subject in &ask.subjects {
+            if let Some(listed) = log.events_about_postgres(subject, 1)
+                && listed?.is_empty()
+            {
+                return Err(subject.unknown());
+            }
+        }
         return Ok(());
     }
     let Some(index) = index::open_for_query(log, err)? else {

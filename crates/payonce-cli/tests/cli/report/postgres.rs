@@ -84,6 +84,23 @@ fn the_same_events_on_postgresql_give_the_same_page() {
         assert_eq!(file_page.len(), pg_page.len(), "window {window:?}");
         assert!(file_page.contains("id=\"end-head\">12:") || !window.is_empty());
     }
+    // The database's index refuses an unknown key, as the replay does
+    // without it; neither writes a page.
+    for flags in [
+        vec!["--key", "nobody"],
+        vec!["--key", "nobody", "--no-index"],
+    ] {
+        let out = dir.path().join("unknown.html");
+        let (run, page) = report(&url, &out, &flags);
+        assert_eq!(run.code, 2, "{flags:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("request key nobody appears in no event"),
+            "{}",
+            run.stderr
+        );
+        assert!(page.is_none());
+    }
 }
 
 // Guards against a PostgreSQL report that shows events of a batch whose
