@@ -250,15 +250,17 @@ pub(crate) enum Point {
     End,
 }
 
-/// Reads `--at`: digits are a sequence number, anything else an RFC 3339
-/// time. A well-formed time a ledger cannot record (before 1970, after the
-/// last nanosecond a `Timestamp` holds) is told apart from a malformed one.
-pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
+/// Reads a point given as `argument` (`--at`, or a report's `--from` and
+/// `--to`): digits are a sequence number, anything else an RFC 3339 time.
+/// A well-formed time a ledger cannot record (before 1970, after the last
+/// nanosecond a `Timestamp` holds) is told apart from a malformed one.
+pub(crate) fn parse_point(argument: &'static str, text: Option<&str>) -> Result<Point, CliError> {
     let Some(text) = text else {
         return Ok(Point::End);
     };
     // The whole text: the error echoes it bounded, with its length.
     let refuse = || CliError::BadPoint {
+        argument,
         text: text.to_owned(),
     };
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
@@ -266,6 +268,7 @@ pub(crate) fn parse_point(text: Option<&str>) -> Result<Point, CliError> {
     }
     text.parse().map(Point::Time).map_err(|error| match error {
         TimestampError::OutOfRange { .. } => CliError::PointOutOfRange {
+            argument,
             text: text.to_owned(),
         },
         _ => refuse(),
@@ -320,7 +323,7 @@ pub(crate) fn state(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let point = parse_point(args.at.as_deref())?;
+    let point = parse_point("--at", args.at.as_deref())?;
     let log = open_log(&args.dir, env.progress_for(args.json))?;
     // With an index, a time is placed without reading: the replay then
     // stops at the first event stamped later, at the latest at `bound`.

@@ -137,17 +137,24 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
-    /// `--at` is neither a sequence number nor an RFC 3339 time.
+    /// `--at` (or `report`'s `--from`, `--to`) is neither a sequence
+    /// number nor an RFC 3339 time.
     BadPoint {
+        /// The argument.
+        argument: &'static str,
         /// The text given.
         text: String,
     },
-    /// `--at` is an RFC 3339 time outside the times a ledger records.
+    /// `--at` (or `report`'s `--from`, `--to`) is an RFC 3339 time outside
+    /// the times a ledger records.
     PointOutOfRange {
+        /// The argument.
+        argument: &'static str,
         /// The text given.
         text: String,
     },
-    /// `--at` or `--from` names a sequence number past the end of the log.
+    /// `--at`, `--from` or `--to` names a sequence number past the end of
+    /// the log.
     PointPastEnd {
         /// The argument: `--at` or `--from`.
         argument: &'static str,
@@ -155,6 +162,32 @@ pub enum CliError {
         seq: u64,
         /// The log's last sequence number.
         last_seq: u64,
+    },
+    /// `report --from` or `--to` is a time outside the log's: after its
+    /// last event, or before its first.
+    OutsideLog {
+        /// The argument: `--from` or `--to`.
+        argument: &'static str,
+        /// The time asked for.
+        asked: String,
+        /// The log's first event: sequence number and time.
+        first: (u64, String),
+        /// The log's last event: sequence number and time.
+        last: (u64, String),
+    },
+    /// `report` was asked for more than a page holds: a window with more
+    /// events than `REPORT_EVENTS_MAX`, or a page larger than
+    /// `REPORT_BYTES_MAX`. Nothing was written.
+    ReportTooLarge {
+        /// The limit's name.
+        limit_name: &'static str,
+        /// The limit.
+        limit: usize,
+        /// What the window held, where it was counted whole (events; a
+        /// page stops being written at the limit).
+        found: Option<usize>,
+        /// What is counted: `events` or `bytes`.
+        unit: &'static str,
     },
     /// `history --key` names a request key no event mentions.
     UnknownKey {
@@ -320,6 +353,8 @@ impl CliError {
             CliError::BadPoint { .. } => "bad_point",
             CliError::PointOutOfRange { .. } => "point_out_of_range",
             CliError::PointPastEnd { .. } => "point_past_end",
+            CliError::OutsideLog { .. } => "outside_log",
+            CliError::ReportTooLarge { .. } => "report_too_large",
             CliError::UnknownKey { .. } => "unknown_key",
             CliError::UnknownWithdrawal { .. } => "unknown_withdrawal",
             CliError::OutcomeFile { .. } => "outcome_file",
@@ -535,6 +570,7 @@ impl fmt::Display for CliError {
                 error,
             } => write!(f, "{argument} \"{}\" is refused: {error}", Echo(value)),
             CliError::Usage { message } => write!(f, "{}", Escaped(message)),
+            CliError::OutsideLog { .. } | CliError::ReportTooLarge { .. } => self.fmt_report(f),
             other => other.fmt_query(f),
         }
     }
@@ -581,19 +617,53 @@ fn write_failed_words(
 }
 
 impl CliError {
+    /// The words of the errors about the window a report was asked for.
+    fn fmt_report(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::OutsideLog {
+                argument,
+                asked,
+                first,
+                last,
+            } => write!(
+                f,
+                "{argument} {} is outside the log, whose events run from seq {} ({}) to seq {} \
+                 ({}). Nothing was written",
+                Echo(asked),
+                first.0,
+                first.1,
+                last.0,
+                last.1
+            ),
+            CliError::ReportTooLarge {
+                limit_name,
+                limit,
+                found,
+                unit,
+            } => write!(
+                f,
+                "the report would hold more than {limit_name}, {limit} {unit}{}: give a \
+                 narrower window (--from, --to) or name the keys or withdrawals to follow (--key, \
+                 --withdrawal). Nothing was written",
+                found.map_or_else(String::new, |found| format!("; the window holds {found}"))
+            ),
+            other => other.fmt_query(f),
+        }
+    }
+
     /// The words of the errors about what a command was asked: points,
     /// subjects, files, refusals, the demo and the index.
     fn fmt_query(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::BadPoint { text } => write!(
+            CliError::BadPoint { argument, text } => write!(
                 f,
-                "--at \"{}\" is neither a sequence number (like 42) nor an RFC 3339 time (like \
+                "{argument} \"{}\" is neither a sequence number (like 42) nor an RFC 3339 time (like \
                  2026-11-30T12:03:07Z or 2026-11-30T13:03:07+01:00)",
                 Echo(text)
             ),
-            CliError::PointOutOfRange { text } => write!(
+            CliError::PointOutOfRange { argument, text } => write!(
                 f,
-                "--at \"{}\" is outside the times a ledger records: from {} to {}",
+                "{argument} \"{}\" is outside the times a ledger records: from {} to {}",
                 Echo(text),
                 payonce::Timestamp::from_unix_nanos(0),
                 payonce::Timestamp::from_unix_nanos(u64::MAX)

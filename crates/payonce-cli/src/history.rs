@@ -215,7 +215,7 @@ pub(crate) fn history(
         answered,
     } = found;
     if events.is_empty() {
-        return Err(unknown(subject));
+        return Err(subject.unknown());
     }
     let truncated = keep_listed_max(&mut events, err)?;
     let listed: Vec<EventJson> = events
@@ -251,18 +251,6 @@ pub(crate) fn history(
         print_history(&report, &answered, out)?;
     }
     Ok(status)
-}
-
-/// The error for a subject no event touched.
-fn unknown(subject: Subject) -> CliError {
-    match subject {
-        Subject::Key(key) => CliError::UnknownKey {
-            key: key.to_string(),
-        },
-        Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
-            withdrawal: id.to_string(),
-        },
-    }
 }
 
 /// Keeps the first [`HISTORY_EVENTS_MAX`] events, with a warning on `err`

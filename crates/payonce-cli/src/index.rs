@@ -897,6 +897,17 @@ impl QueryIndex {
         Ok(entries)
     }
 
+    /// Whether the index lists any event about `subject`, without reading
+    /// the log: how `report` refuses an unknown key or withdrawal before
+    /// its replay. `Err` says why the index cannot be trusted for it.
+    pub(crate) fn mentions(&self, subject: &Subject) -> Result<bool, String> {
+        let (kind, text) = match subject {
+            Subject::Key(key) => (KIND_KEY, key.as_str()),
+            Subject::Withdrawal(id) => (KIND_WITHDRAWAL, id.as_str()),
+        };
+        Ok(!self.entries(kind, text)?.is_empty())
+    }
+
     /// Every event that touched `subject`, read back from the log and
     /// verified, each with the withdrawal it is about. `Err` says why the
     /// index cannot be trusted for this answer.

@@ -2,9 +2,12 @@
 //! a ledger's log, and how an operator closes keys left in flight.
 //!
 //! - Audit commands, read-only: `verify`, `history`, `state --at`,
-//!   `inflight`, `export`. They never take the writer lock and never change
-//!   the log, so they are safe beside a running service and on a copy of a
-//!   production directory. Untrusted text is printed escaped ([`escape()`]).
+//!   `inflight`, `export`, and `report`, an incident report as one
+//!   self-contained HTML page (at most [`REPORT_EVENTS_MAX`] events). They
+//!   never take the writer lock and never change the log, so they are safe
+//!   beside a running service and on a copy of a production directory.
+//!   Untrusted text is printed escaped ([`escape()`]); in the report, the
+//!   template engine escapes it for HTML too.
 //! - Operator exits, which write: `resolve` (what happened to a key in
 //!   flight), `correct` (the outcome recorded for a key is wrong) and
 //!   `release` (nothing was sent). They check everything they can read-only
@@ -71,6 +74,7 @@ mod json;
 mod logdir;
 mod operator;
 mod output;
+mod report;
 mod run;
 mod serve;
 mod shared;
@@ -84,8 +88,8 @@ use payonce_model::escape;
 pub use crate::audit::DIVERGENCES_LISTED_MAX;
 pub use crate::cli::{
     Cli, CliCommand, CorrectArgs, DemoArgs, DemoWorkerArgs, EndSessionArgs, ExportArgs, HeadArgs,
-    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ResolveArgs, StateArgs,
-    VerifyArgs,
+    HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ReportArgs, ResolveArgs,
+    StateArgs, VerifyArgs,
 };
 pub use crate::demo::{DemoReport, run_demo, run_demo_postgres};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
@@ -98,6 +102,7 @@ pub use crate::escape::{
 };
 pub use crate::index::{BUCKETS, CHUNK_BYTES_MAX, INDEX_DIR, INDEX_FORMAT, PENDING_EVENTS_MAX};
 pub use crate::operator::OUTCOME_FILE_LEN_MAX;
+pub use crate::report::{REPORT_BYTES_MAX, REPORT_EVENTS_MAX, TIMELINE_LANES_MAX};
 pub use crate::run::run;
 pub use crate::serve::ServeArgs;
 pub use crate::subject::HISTORY_EVENTS_MAX;

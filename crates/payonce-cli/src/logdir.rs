@@ -69,8 +69,10 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// What a walk calls with each event and where it is.
-type Visit<'a> = dyn FnMut(&Event, Position) -> Result<ControlFlow<()>, CliError> + 'a;
+/// What a walk calls with each event, where it is, and the head of the
+/// last whole batch read so far (`None` before the first batch ends).
+type Visit<'a> =
+    dyn FnMut(&Event, Position, Option<Head>) -> Result<ControlFlow<()>, CliError> + 'a;
 
 /// What a walk over the events found.
 #[derive(Debug, Default)]
@@ -343,7 +345,7 @@ impl LogDir {
             Source::Files { event_log, .. } => event_log,
             Source::Postgres(_) => {
                 return self
-                    .walk_postgres(from, &mut |event, _| Ok(visit(event)))
+                    .walk_postgres(from, &mut |event, _, _| Ok(visit(event)))
                     .map(|_| ());
             }
         };
@@ -370,7 +372,7 @@ impl LogDir {
         };
         walked.head = view
             .borrow_mut()
-            .walk(|seq, payload| {
+            .walk_with_heads(|seq, payload, head| {
                 let event = decode_event(seq, payload)
                     .map_err(|error| CliError::from_ledger(&self.dir, error))?;
                 if seq < from {
@@ -378,7 +380,7 @@ impl LogDir {
                 }
                 walked.events += 1;
                 walked.last_seq = seq;
-                visit(&event, position)
+                visit(&event, position, Some(*head))
             })
             .map_err(|error| match error {
                 payonce_postgres::WalkError::Store(error) => {
@@ -446,9 +448,21 @@ impl LogDir {
         from: u64,
         mut visit: impl FnMut(&Event, Position) -> Result<ControlFlow<()>, CliError>,
     ) -> Result<Walked, CliError> {
+        self.walk_with_heads(from, &mut |event, position, _| visit(event, position))
+    }
+
+    /// [`LogDir::walk`], handing `visit` with each event the head of the
+    /// last whole batch read so far, this event's included if it ends its
+    /// batch: what a report names as the heads around its window. From
+    /// the first event, each head was recomputed along the chain.
+    pub(crate) fn walk_with_heads(
+        &self,
+        from: u64,
+        visit: &mut Visit<'_>,
+    ) -> Result<Walked, CliError> {
         let event_log = match &self.source {
             Source::Files { event_log, .. } => event_log,
-            Source::Postgres(_) => return self.walk_postgres(from, &mut visit),
+            Source::Postgres(_) => return self.walk_postgres(from, visit),
         };
         let bar = self.progress_bar()?;
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
@@ -473,7 +487,7 @@ impl LogDir {
             {
                 bar.set_position(offsets.bytes_before(position));
             }
-            match visit(&event, position) {
+            match visit(&event, position, events.last_head()) {
                 Ok(ControlFlow::Continue(())) => {}
                 Ok(ControlFlow::Break(())) => break Ok(()),
                 Err(error) => break Err(error),

@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::cli::{Cli, CliCommand};
 use crate::env::{Env, Status};
 use crate::error::CliError;
-use crate::{audit, demo, head, history, index, operator, serve, shared, snapshots};
+use crate::{audit, demo, head, history, index, operator, report, serve, shared, snapshots};
 
 /// Runs `cli`: reports go to `out`, warnings to `err`. An `Err` is a command
 /// that could not do its job; its [`CliError::exit_code`] says how to exit.
@@ -20,6 +20,7 @@ pub fn run(
         CliCommand::Verify(args) => audit::verify(&args, env, out),
         CliCommand::Head(args) => head::head(&args, env, out, err),
         CliCommand::History(args) => history::history(&args, env, out, err),
+        CliCommand::Report(args) => report::report(&args, env, out, err),
         CliCommand::State(args) => audit::state(&args, env, out, err),
         CliCommand::Inflight(args) => audit::inflight(&args, env, out, err),
         CliCommand::Export(args) => audit::export(&args, env, out, err),
@@ -28,7 +29,7 @@ pub fn run(
         CliCommand::Release(args) => operator::release(&args, env, out, err),
         CliCommand::Snapshot(args) => snapshots::snapshot(&args, env, out, err),
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
-        CliCommand::Demo(args) => demo::demo_command(&args, out),
+        CliCommand::Demo(args) => demo::demo_command(&args, env, out, err),
         CliCommand::Serve(args) => serve::serve_command(&args, out),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),

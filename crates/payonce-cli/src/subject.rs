@@ -9,6 +9,8 @@
 use payonce::EventKind;
 use payonce_model::{RequestKey, WithdrawalId};
 
+use crate::error::CliError;
+
 /// Most events one history lists. A withdrawal that a misbehaving client
 /// retries under fresh keys collects a refusal per attempt; past this many,
 /// `export` with `--from`/`--to` is the tool.
@@ -22,6 +24,20 @@ pub(crate) enum Subject {
     Key(RequestKey),
     /// A withdrawal.
     Withdrawal(WithdrawalId),
+}
+
+impl Subject {
+    /// The error for a subject no event of the log is about.
+    pub(crate) fn unknown(&self) -> CliError {
+        match self {
+            Subject::Key(key) => CliError::UnknownKey {
+                key: key.to_string(),
+            },
+            Subject::Withdrawal(id) => CliError::UnknownWithdrawal {
+                withdrawal: id.to_string(),
+            },
+        }
+    }
 }
 
 /// The request keys an event touches: [`EventKind::keys_touched`], the

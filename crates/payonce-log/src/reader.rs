@@ -284,6 +284,17 @@ impl Records {
         self.cursor.head()
     }
 
+    /// The head of the last whole batch read so far: after a record that
+    /// ends its batch, that batch's head (a segment of format version 1 is
+    /// one batch, whose head is known once the next record, or the end, is
+    /// read). `None` before the first batch ends. Mid-batch, unlike
+    /// [`Records::head`], it never names a record the batch has not
+    /// ended at. For a read from the first record the digest was
+    /// recomputed along the chain; from elsewhere it is the batch header's.
+    pub fn last_head(&self) -> Option<Head> {
+        self.cursor.last_head
+    }
+
     /// What the walk found so far; complete once the records are exhausted.
     pub fn recovery(&self) -> Recovery {
         let (next_seq, _) = self.cursor.end_state();

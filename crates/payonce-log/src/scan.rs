@@ -972,6 +972,7 @@ impl Cursor {
             seq: self.seq - 1,
             digest: self.digest,
         };
+        self.last_head = Some(head);
         self.reach(self.first_seq, head)
     }
 

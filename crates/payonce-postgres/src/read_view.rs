@@ -99,6 +99,16 @@ impl ReadView {
     }
 
     /// [`ReadView::walk`], handing `visit` each event with the head of the
+    /// last whole batch read, this event's included: what an audit of a
+    /// stretch of the log names as the heads around it.
+    pub fn walk_with_heads<E>(
+        &mut self,
+        visit: impl FnMut(u64, &[u8], &Head) -> Result<ControlFlow<()>, E>,
+    ) -> Result<Head, WalkError<E>> {
+        self.follow(visit)
+    }
+
+    /// [`ReadView::walk`], handing `visit` each event with the head of the
     /// last whole batch read, this event's included.
     fn follow<E>(
         &mut self,

@@ -241,4 +241,11 @@ impl Events {
     pub fn head(&self) -> Head {
         self.records.head()
     }
+
+    /// The head of the last whole batch read so far, as the events are
+    /// read: `None` before the first batch ends
+    /// ([`payonce_log::Records::last_head`]).
+    pub fn last_head(&self) -> Option<Head> {
+        self.records.last_head()
+    }
 }

@@ -18,8 +18,8 @@ use payonce::{
 use payonce_model::WithdrawalRequest;
 
 use self::story::{Behaviour, Story, failed};
-use crate::cli::DemoArgs;
-use crate::env::Status;
+use crate::cli::{DemoArgs, ReportArgs};
+use crate::env::{Env, Status};
 use crate::error::CliError;
 use crate::escape::EchoPath;
 use crate::explain::outcome_words;
@@ -96,7 +96,12 @@ fn shell_word(path: &Path) -> String {
 }
 
 /// `payonce demo [DIR]`.
-pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+pub(crate) fn demo_command(
+    args: &DemoArgs,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
     let report = match &args.postgres {
         Some(url) => {
             let exe = std::env::current_exe().map_err(|error| CliError::Io {
@@ -113,10 +118,57 @@ pub(crate) fn demo_command(args: &DemoArgs, out: &mut dyn Write) -> Result<Statu
             run_demo(&dir, out)?
         }
     };
+    write_report(args, &report, env, out, err)?;
     let each_once = report.sends.values().all(|&sends| sends == 1);
     Ok(Status::problem_if(
         !each_once || !report.same_after_reopen || !report.verify.is_clean(),
     ))
+}
+
+/// Where the demo writes the report of its ledger: in its directory, or
+/// for a PostgreSQL ledger under the system's temporary directory.
+fn report_path(args: &DemoArgs, report: &DemoReport) -> PathBuf {
+    match &args.postgres {
+        Some(_) => {
+            std::env::temp_dir().join(format!("payonce-demo-report-{}.html", std::process::id()))
+        }
+        None => report.dir.join("payonce-report.html"),
+    }
+}
+
+/// The demo's last step: `payonce report` of the ledger it played on,
+/// and where the page is.
+fn write_report(
+    args: &DemoArgs,
+    report: &DemoReport,
+    env: &Env,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CliError> {
+    let path = report_path(args, report);
+    let ledger = match &args.postgres {
+        Some(url) => PathBuf::from(url),
+        None => report.dir.clone(),
+    };
+    let report_args = ReportArgs {
+        dir: ledger,
+        from: None,
+        to: None,
+        keys: Vec::new(),
+        withdrawals: Vec::new(),
+        output: path.clone(),
+        no_index: false,
+        json: false,
+    };
+    // The report's own line is not the story's: the path is said below.
+    crate::report::report(&report_args, env, &mut std::io::sink(), err)?;
+    writeln!(out).map_err(CliError::output)?;
+    writeln!(
+        out,
+        "The incident report of this ledger, one HTML page to open in a browser, print or share:"
+    )
+    .map_err(CliError::output)?;
+    writeln!(out, "  {}", shell_word(&path)).map_err(CliError::output)
 }
 
 /// Plays the demo in `dir` (new or empty), printing the story to `out`.
@@ -612,6 +664,10 @@ fn tell_audit_commands(
     ))?;
     story.say(&format!(
         "  payonce state {d} --at {in_flight_at}    # while erin-app-77 was in flight"
+    ))?;
+    story.say(&format!(
+        "  payonce report {d} --withdrawal {} -o timeout.html    # the timeout's incident report",
+        timed_out.id()
     ))?;
     story.say(&format!("  payonce inflight {d}"))?;
     story.say(&format!("  payonce export {d}"))?;

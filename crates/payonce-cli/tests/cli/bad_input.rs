@@ -7,7 +7,8 @@ use payonce::{Event, EventKind, SCHEMA_VERSION};
 use payonce_log::{FsStorage, Log, LogConfig};
 
 use crate::fixture::{
-    START, arg, first_segment, payonce, scenario, sent, snapshot, tear_last_record,
+    START, arg, first_segment, payonce, payonce_test_request, scenario, sent, snapshot,
+    tear_last_record,
 };
 
 /// The audit commands, each as arguments after the directory.
@@ -173,16 +174,6 @@ fn a_divergence_is_reported_with_its_sequence_number_and_exits_1() {
         text.stdout
     );
     assert_eq!(snapshot(dir.path()), before);
-}
-
-fn payonce_test_request() -> payonce_model::WithdrawalRequest {
-    payonce_model::WithdrawalRequest::new(
-        "w-999".parse().unwrap(),
-        "5".parse().unwrap(),
-        "USDC".parse().unwrap(),
-        "0xabc".parse().unwrap(),
-        "alice".parse().unwrap(),
-    )
 }
 
 // Guards against an unknown subject answering with an empty history.

@@ -107,6 +107,18 @@ fn the_demo_binary_runs_and_its_directory_verifies() {
     assert_eq!(payonce(&["verify", &arg(&dir)]).code, 0);
     let queue = payonce(&["inflight", &arg(&dir), "--json"]).json();
     assert_eq!(queue["keys"].as_array().unwrap().len(), 0);
+    // It ends with the report of its ledger, and says where it is.
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let path = lines.last().unwrap().trim();
+    assert!(
+        lines[lines.len() - 2].starts_with("The incident report of this ledger"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(path, arg(&dir.join("payonce-report.html")));
+    let page = std::fs::read_to_string(path).unwrap();
+    assert!(page.contains("payonce incident report"));
+    assert!(page.contains("Every recorded decision re-derived"));
 }
 
 // Guards against the demo writing into a directory that holds something.

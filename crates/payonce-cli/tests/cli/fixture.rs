@@ -113,6 +113,18 @@ pub fn new_withdrawal(ledger: &Ledger, amount: &str) -> WithdrawalRequest {
         .unwrap()
 }
 
+/// A withdrawal the ledger never created (`w-999`, 5 USDC): a claim of it
+/// written straight to a log is a decision the code would not make.
+pub fn payonce_test_request() -> WithdrawalRequest {
+    WithdrawalRequest::new(
+        "w-999".parse().unwrap(),
+        "5".parse().unwrap(),
+        "USDC".parse().unwrap(),
+        "0xabc".parse().unwrap(),
+        "alice".parse().unwrap(),
+    )
+}
+
 /// What [`scenario`] built, to ask about.
 pub struct Scenario {
     pub clock: Arc<ManualClock>,

@@ -24,7 +24,7 @@ fn fixture_segment() -> PathBuf {
 
 /// A copy of the schema-1 fixture, so nothing here changes the committed
 /// file.
-fn schema_1_copy() -> tempfile::TempDir {
+pub fn schema_1_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixture_segment(), dir.path().join(SEGMENT)).unwrap();
     dir

@@ -1,0 +1,227 @@
+//! The report opened in a real browser: Debian's headless Chromium reads
+//! the page the demo's ledger gives, and its DOM and a screenshot are
+//! checked. Under `CI=true` a missing browser fails the test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{by_id, demo, report};
+use crate::fixture::{arg, payonce};
+
+/// Headless Chromium, found on this machine.
+pub struct Chromium {
+    path: PathBuf,
+}
+
+/// The browser, or `None` (with a note on stderr) where there is none and
+/// `CI` is not `true`; under `CI=true` its absence fails the test.
+pub fn chromium() -> Option<Chromium> {
+    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file());
+    match found {
+        Some(path) => Some(Chromium { path }),
+        None if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true and no chromium: install it (apt-get install -y chromium)")
+        }
+        None => {
+            eprintln!("no chromium on this machine: the browser checks did not run");
+            None
+        }
+    }
+}
+
+impl Chromium {
+    fn run(&self, page: &Path, args: &[&str]) -> std::process::Output {
+        let profile = tempfile::tempdir().unwrap();
+        let output = Command::new(&self.path)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(args)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "chromium failed: {output:?}");
+        output
+    }
+
+    /// The DOM after the page loaded and its script ran, serialized.
+    pub fn dom(&self, page: &Path) -> String {
+        String::from_utf8(self.run(page, &["--dump-dom"]).stdout).unwrap()
+    }
+
+    /// The page printed to PDF as its print stylesheet lays it out; the
+    /// PDF's bytes.
+    pub fn print(&self, page: &Path, pdf: &Path) -> Vec<u8> {
+        self.run(
+            page,
+            &[
+                &format!("--print-to-pdf={}", pdf.display()),
+                "--no-pdf-header-footer",
+            ],
+        );
+        std::fs::read(pdf).unwrap()
+    }
+
+    /// A screenshot of the page at `width` by `height`; its PNG's bytes.
+    pub fn screenshot(&self, page: &Path, png: &Path, width: u32, height: u32) -> Vec<u8> {
+        self.run(
+            page,
+            &[
+                &format!("--screenshot={}", png.display()),
+                &format!("--window-size={width},{height}"),
+                "--hide-scrollbars",
+            ],
+        );
+        std::fs::read(png).unwrap()
+    }
+}
+
+/// `text` as a serialized DOM writes a text node.
+pub fn as_dom_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\u{a0}', "&nbsp;")
+}
+
+/// The lane of `withdrawal` in a serialized DOM.
+fn lane<'a>(dom: &'a str, withdrawal: &str) -> &'a str {
+    let at = dom
+        .find(&format!("<g class=\"lane\" data-lane=\"{withdrawal}\">"))
+        .unwrap_or_else(|| panic!("no lane for {withdrawal}"));
+    &dom[at..at + dom[at..].find("</g>").unwrap()]
+}
+
+/// The held total at the last point of each currency's chart.
+fn last_held_points(dom: &str) -> Vec<(String, String)> {
+    dom.split("<svg class=\"holds\" data-currency=\"")
+        .skip(1)
+        .map(|chart| {
+            let currency = chart[..chart.find('"').unwrap()].to_owned();
+            let chart = &chart[..chart.find("</svg>").unwrap()];
+            let last = chart.rsplit("data-held=\"").next().unwrap();
+            (currency, last[..last.find('"').unwrap()].to_owned())
+        })
+        .collect()
+}
+
+// Guards against a page a browser reads otherwise than the file says: a
+// lane or mark missing, counts that differ from verify's, a held chart
+// that ends elsewhere than the state at the window's end, a blank page.
+#[test]
+fn the_demos_report_reads_right_in_a_browser() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let dir = demo();
+    let ledger = arg(&dir.path().join("ledger"));
+    let out = dir.path().join("report.html");
+    let (run, _) = report(&ledger, &out, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let dom = browser.dom(&out);
+    assert!(
+        dom.contains("id=\"filter-box\">"),
+        "the script showed the filter"
+    );
+
+    let exported = payonce(&["export", &ledger]);
+    let events: Vec<serde_json::Value> = exported
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let created: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "created")
+        .map(|e| e["withdrawal"].as_str().unwrap())
+        .collect();
+    assert_eq!(created.len(), 6, "the demo's six incidents");
+    assert_eq!(dom.matches("<g class=\"lane\" data-lane=\"w-").count(), 6);
+    for withdrawal in &created {
+        let history = payonce(&["history", &ledger, "--withdrawal", withdrawal, "--json"]);
+        let lane = lane(&dom, withdrawal);
+        for event in history.json()["events"].as_array().unwrap() {
+            let seq = event["seq"].as_u64().unwrap();
+            let mark = &lane[lane.find(&format!("id=\"m-{seq}\"")).unwrap()..];
+            let mark = &mark[..mark.find("</a>").unwrap()];
+            let words = event["explanation"].as_str().unwrap();
+            let title = format!(
+                "<title>seq {seq} at {}: {}",
+                event["at"].as_str().unwrap(),
+                as_dom_text(words)
+            );
+            assert!(mark.contains(&title), "{withdrawal} seq {seq}: {mark}");
+        }
+    }
+    let timeout = events.iter().find(|e| e["event"] == "resolved").unwrap()["withdrawal"]
+        .as_str()
+        .unwrap();
+    let marks = lane(&dom, timeout);
+    for class in ["created", "claimed", "failed", "refused", "operator"] {
+        assert!(
+            marks.contains(&format!("class=\"{class}\"")),
+            "{class} in {marks}"
+        );
+    }
+    assert_eq!(
+        marks.matches("class=\"refused\"").count(),
+        2,
+        "a retry and a fresh key"
+    );
+
+    let verify = payonce(&["verify", &ledger, "--json"]).json();
+    for (id, field) in [
+        ("count-events", "events"),
+        ("count-refusals", "refusals"),
+        ("count-keys", "keys"),
+        ("count-in-flight", "in_flight"),
+    ] {
+        assert_eq!(by_id(&dom, id), verify[field].to_string(), "{id}");
+    }
+    let end = events.last().unwrap()["at"].as_str().unwrap();
+    let state = payonce(&["state", &ledger, "--at", end, "--json"]).json();
+    let charts = last_held_points(&dom);
+    assert!(!charts.is_empty(), "the demo held funds in the window");
+    for (currency, held) in charts {
+        let expected = state["held_totals"][&currency].as_str().unwrap_or("0");
+        assert_eq!(held, expected, "{currency} at the window's end");
+    }
+
+    // Printed, every page is A4 landscape (841.92 by 595.2 points).
+    let pdf = browser.print(&out, &dir.path().join("report.pdf"));
+    let pdf = String::from_utf8_lossy(&pdf);
+    let boxes: Vec<&str> = pdf.split("/MediaBox [").skip(1).collect();
+    assert!(!boxes.is_empty(), "a PDF with pages");
+    for media in boxes {
+        let numbers: Vec<f64> = media[..media.find(']').unwrap()]
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(
+            (numbers[2] - 841.92).abs() < 1.0 && (numbers[3] - 595.2).abs() < 1.0,
+            "{numbers:?}"
+        );
+    }
+
+    let png = browser.screenshot(&out, &dir.path().join("report.png"), 1280, 1600);
+    let blank_page = dir.path().join("blank.html");
+    std::fs::write(&blank_page, "<!DOCTYPE html><title>blank</title>").unwrap();
+    let blank = browser.screenshot(&blank_page, &dir.path().join("blank.png"), 1280, 1600);
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    assert!(
+        png.len() > 10 * blank.len(),
+        "the screenshot is not blank: {} bytes, a blank page's {}",
+        png.len(),
+        blank.len()
+    );
+}
