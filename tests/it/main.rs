@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod crash;
+mod failover;
 mod fuzz_regressions;
 mod imports;
 mod model;

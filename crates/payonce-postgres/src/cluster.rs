@@ -389,9 +389,37 @@ impl Cluster {
             .to_owned();
         let mut pids = vec![pid.clone()];
         pids.extend(children_of(&pid));
-        let mut kill = Command::new("kill");
-        kill.arg("-KILL").args(&pids);
-        run(step, kill)
+        // A backend may have ended between the listing and the signal, which
+        // `kill` reports as a failure: what counts is that the postmaster
+        // is gone.
+        let _ = Command::new("kill").arg("-KILL").args(&pids).output();
+        let started = Instant::now();
+        while is_alive(&pid) {
+            if started.elapsed() > STREAMING_WAIT_MAX {
+                return Err(cluster_error(
+                    step,
+                    format!("the postmaster {pid} lives on"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A zombie left unreaped (a container's first process may reap
+        // none) still answers `kill -0`, and a server started later on this
+        // socket would take its lock file for a live one's: the dead
+        // server's socket and lock go with it.
+        let socket = self.socket.join(format!(".s.PGSQL.{}", self.settings.port));
+        let lock = self
+            .socket
+            .join(format!(".s.PGSQL.{}.lock", self.settings.port));
+        for file in [socket, lock] {
+            match std::fs::remove_file(&file) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(cluster_error(step, format!("{}: {error}", file.display())));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The socket directory.
@@ -475,7 +503,16 @@ impl Cluster {
             .arg("-l")
             .arg(self.data.join("server.log"))
             .args(["-w", "-o", &options, "start"]);
-        run("pg_ctl start", start)
+        run("pg_ctl start", start).map_err(|error| {
+            // The server's own words, before its directory goes.
+            let log = std::fs::read_to_string(self.data.join("server.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            cluster_error(
+                "pg_ctl start",
+                format!("{error}; server.log ends:\n{}", tail.join("\n")),
+            )
+        })
     }
 
     /// Stops the server as a crash would: `pg_ctl -m immediate stop`, no
@@ -538,6 +575,22 @@ pub fn hosts_url(clusters: &[&Cluster], name: &str) -> String {
         "postgresql://{}/{name}?user=postgres&target_session_attrs=read-write",
         hosts.join(",")
     )
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn is_alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
 }
 
 /// The processes whose parent is `pid`, from `/proc`.
