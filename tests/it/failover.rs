@@ -98,3 +98,177 @@ fn a_synchronous_failover_under_load_loses_no_acknowledged_claim_and_sends_nothi
     assert!(checked.sends <= failovers * WITHDRAWALS);
     assert!(checked.sends > 0, "the load ran");
 }
+
+/// What a worker said when it refused a rewound log: the last event it
+/// read, where the log now ends, and how many events are missing.
+fn how_far(message: &str) -> (u64, u64, u64) {
+    let after = |marker: &str| -> u64 {
+        let (_, rest) = message
+            .split_once(marker)
+            .unwrap_or_else(|| panic!("no {marker:?} in {message}"));
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap()
+    };
+    let short = message
+        .split_once(" events short")
+        .and_then(|(before, _)| before.rsplit(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count of missing events in {message}"));
+    (
+        after("read the log to event "),
+        after("now ends at event "),
+        short,
+    )
+}
+
+#[test]
+fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_the_runbook() {
+    // Guards against workers appending to a promoted standby that lacks commits they saw (a retry would be sent twice), a refusal that does not say how far the log went back, a pinned head that does not report the loss, and a runbook (docs/postgres.md) whose steps do not repair it.
+    let Some(mut pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let url = pair.url().to_owned();
+    let driver = fleet::driver(&url, "driver");
+    let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
+    let mut told = Told::default();
+    let kept = fleet::create(&driver, WITHDRAWALS, 0);
+    // Created while the standby streams: only their claims are lost.
+    let lost = fleet::create(&driver, WITHDRAWALS, 1);
+    drop(driver);
+    fleet.round(&kept);
+    told.add(&fleet.finish_round());
+    pair.cut_standby_off();
+    let shipped = payonce_postgres::head(&url).unwrap();
+    fleet.round(&lost);
+    told.add(&fleet.finish_round());
+    // An auditor pins the head before the failover.
+    let pinned = payonce_postgres::head(&url).unwrap();
+    assert!(pinned.seq > shipped.seq);
+    let sent_before = fleet.sends();
+    pair.kill_and_promote();
+
+    // Step 1: clients retry; every worker refuses, saying how far the log
+    // went back, and sends nothing.
+    fleet.round(&lost);
+    let mut refused = Told::default();
+    refused.add(&fleet.finish_round());
+    assert!(refused.outcomes.is_empty() && refused.lost.is_empty());
+    assert_eq!(refused.rewound.len(), WORKERS * THREADS * WITHDRAWALS);
+    for (key, message) in &refused.rewound {
+        let (read, end, short) = how_far(message);
+        assert_eq!(end, shipped.seq, "{key}: {message}");
+        assert!(read > end && read <= pinned.seq, "{key}: {message}");
+        assert_eq!(short, read - end, "{message}");
+    }
+    assert_eq!(
+        fleet.sends(),
+        sent_before,
+        "a send while the workers refuse"
+    );
+    fleet.stop();
+    runbook(&url, &pinned, &shipped, &sent_before, &told, &lost);
+}
+
+/// The runbook of docs/postgres.md ("Replication and failover"), step by
+/// step from step 2, after an asynchronous failover that lost the commits
+/// after `shipped`; `pinned` was pinned before it.
+fn runbook(
+    url: &str,
+    pinned: &payonce_log::Head,
+    shipped: &payonce_log::Head,
+    sent: &[(String, String)],
+    told: &Told,
+    lost_round: &[payonce_model::WithdrawalRequest],
+) {
+    // Step 2: `payonce head URL --pinned` reports the pinned head gone,
+    // and `payonce head URL` where the log now ends.
+    let (now, through) = payonce_postgres::head_through(url, pinned.seq).unwrap();
+    assert_eq!(through, None, "the log still passes through {pinned}");
+    assert_eq!(now, *shipped);
+    assert_eq!(payonce_postgres::head(url).unwrap(), *shipped);
+    // Step 3: what was lost: sends whose claim the log does not hold, and
+    // outcomes clients were told that it does not record.
+    let (report, _) = payonce_postgres::verify(url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let state = &report.state;
+    let lost_sends: Vec<_> = sent
+        .iter()
+        .filter(|(id, key)| {
+            state
+                .claimed_by(id)
+                .map(|holder| holder.to_string())
+                .as_ref()
+                != Some(key)
+        })
+        .collect();
+    let lost_outcomes: HashSet<_> = told
+        .outcomes
+        .iter()
+        .filter(|(key, _)| state.outcome(key).is_none())
+        .map(|(key, _)| key.as_str())
+        .collect();
+    let lost_ids: HashSet<_> = lost_round
+        .iter()
+        .map(|request| request.id().as_str())
+        .collect();
+    assert_eq!(
+        lost_sends.len(),
+        WITHDRAWALS,
+        "each of the last round's sends"
+    );
+    assert!(
+        lost_sends
+            .iter()
+            .all(|(id, _)| lost_ids.contains(id.as_str()))
+    );
+    let lost_keys: HashSet<_> = lost_sends.iter().map(|(_, key)| key.as_str()).collect();
+    assert_eq!(lost_outcomes, lost_keys, "the outcomes told of those sends");
+    eprintln!(
+        "asynchronous failover: {} events lost ({} to {}), {} acknowledged claims whose send \
+         ran lost, {} outcomes told lost",
+        pinned.seq - shipped.seq,
+        shipped.seq + 1,
+        pinned.seq,
+        lost_sends.len(),
+        lost_outcomes.len()
+    );
+    // Step 4: each lost send recorded under its key with the rail's
+    // outcome, without calling the rail.
+    let ops = payonce_postgres::open(url, "ops-recovery", payonce::Config::default()).unwrap();
+    for (id, key) in &lost_sends {
+        let request = lost_round.iter().find(|r| r.id().as_str() == id).unwrap();
+        ops.submit(
+            key,
+            request,
+            |request| Ok(request.sent(format!("0x{key}"))?),
+        )
+        .unwrap();
+    }
+    drop(ops);
+    // Step 5: pin the new head, start the workers again; clients retry.
+    let repinned = payonce_postgres::head(url).unwrap();
+    let mut fleet = Fleet::start(worker_bin(), url, WORKERS, THREADS);
+    fleet.round(lost_round);
+    let mut again = Told::default();
+    again.add(&fleet.finish_round());
+    assert!(fleet.sends().is_empty(), "a lost send sent again");
+    assert!(again.rewound.is_empty(), "{:?}", again.rewound);
+    for (key, reference) in told
+        .outcomes
+        .iter()
+        .filter(|(key, _)| lost_keys.contains(key.as_str()))
+    {
+        assert!(
+            again.outcomes.contains(&(key.clone(), reference.clone())),
+            "{key}"
+        );
+    }
+    fleet.stop();
+    let (report, head) = payonce_postgres::verify(url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let sends: Vec<_> = sent.to_vec();
+    fleet::check(&report.state, &sends, &again, &[repinned], |seq| {
+        payonce_postgres::head_through(url, seq).unwrap().1
+    });
+    assert!(head.seq > repinned.seq);
+}

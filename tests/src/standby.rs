@@ -98,3 +98,47 @@ impl Pair {
         self.primary_slot = 1 - self.primary_slot;
     }
 }
+
+impl Pair {
+    /// Waits until the standby has replayed everything the primary wrote,
+    /// then cuts it off (it streams nothing more, as an asynchronous
+    /// standby that lags behind): what the primary commits after this, a
+    /// failover loses.
+    pub fn cut_standby_off(&self) {
+        let mut primary = self.primary.admin().unwrap();
+        let lsn: String = primary
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .unwrap()
+            .get(0);
+        let mut standby = self.standby.admin().unwrap();
+        wait_until("the standby replays the primary's WAL", || {
+            standby
+                .query_one(
+                    "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                    &[&lsn],
+                )
+                .unwrap()
+                .get(0)
+        });
+        self.standby.disconnect().unwrap();
+        wait_until("the standby stops streaming", || {
+            let streaming: i64 = primary
+                .query_one("SELECT count(*) FROM pg_stat_replication", &[])
+                .unwrap()
+                .get(0);
+            streaming == 0
+        });
+    }
+}
+
+/// Polls `done` until it holds, for at most a minute.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{what}: not after a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
