@@ -7,5 +7,6 @@ mod failover;
 mod fuzz_regressions;
 mod imports;
 mod model;
+mod network;
 mod postgres;
 mod sim;

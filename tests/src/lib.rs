@@ -6,6 +6,7 @@ pub mod fleet;
 pub mod fuzz;
 pub mod harness;
 pub mod imports;
+pub mod netns;
 pub mod rng;
 pub mod sim;
 pub mod standby;
