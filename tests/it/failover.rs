@@ -10,6 +10,8 @@
 
 use std::collections::HashSet;
 
+use payonce_log::Head;
+use payonce_model::WithdrawalRequest;
 use payonce_postgres::cluster::Replication;
 use payonce_tests::fleet::{self, Checked, Fleet, Told};
 use payonce_tests::rng::{Rng, seed_from_env};
@@ -174,11 +176,11 @@ fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_
 /// after `shipped`; `pinned` was pinned before it.
 fn runbook(
     url: &str,
-    pinned: &payonce_log::Head,
-    shipped: &payonce_log::Head,
+    pinned: &Head,
+    shipped: &Head,
     sent: &[(String, String)],
     told: &Told,
-    lost_round: &[payonce_model::WithdrawalRequest],
+    lost_round: &[WithdrawalRequest],
 ) {
     // Step 2: `payonce head URL --pinned` reports the pinned head gone,
     // and `payonce head URL` where the log now ends.
@@ -186,63 +188,23 @@ fn runbook(
     assert_eq!(through, None, "the log still passes through {pinned}");
     assert_eq!(now, *shipped);
     assert_eq!(payonce_postgres::head(url).unwrap(), *shipped);
-    // Step 3: what was lost: sends whose claim the log does not hold, and
-    // outcomes clients were told that it does not record.
-    let (report, _) = payonce_postgres::verify(url).unwrap();
-    assert!(report.is_clean(), "{:?}", report.divergences);
-    let state = &report.state;
-    let lost_sends: Vec<_> = sent
-        .iter()
-        .filter(|(id, key)| {
-            state
-                .claimed_by(id)
-                .map(|holder| holder.to_string())
-                .as_ref()
-                != Some(key)
-        })
-        .collect();
-    let lost_outcomes: HashSet<_> = told
-        .outcomes
-        .iter()
-        .filter(|(key, _)| state.outcome(key).is_none())
-        .map(|(key, _)| key.as_str())
-        .collect();
-    let lost_ids: HashSet<_> = lost_round
-        .iter()
-        .map(|request| request.id().as_str())
-        .collect();
-    assert_eq!(
-        lost_sends.len(),
-        WITHDRAWALS,
-        "each of the last round's sends"
-    );
-    assert!(
-        lost_sends
-            .iter()
-            .all(|(id, _)| lost_ids.contains(id.as_str()))
-    );
-    let lost_keys: HashSet<_> = lost_sends.iter().map(|(_, key)| key.as_str()).collect();
-    assert_eq!(lost_outcomes, lost_keys, "the outcomes told of those sends");
+    // Step 3: what was lost.
+    let lost = lost_sends(url, sent, told, lost_round);
     eprintln!(
         "asynchronous failover: {} events lost ({} to {}), {} acknowledged claims whose send \
-         ran lost, {} outcomes told lost",
+         ran lost, and as many outcomes told",
         pinned.seq - shipped.seq,
         shipped.seq + 1,
         pinned.seq,
-        lost_sends.len(),
-        lost_outcomes.len()
+        lost.len(),
     );
     // Step 4: each lost send recorded under its key with the rail's
     // outcome, without calling the rail.
     let ops = payonce_postgres::open(url, "ops-recovery", payonce::Config::default()).unwrap();
-    for (id, key) in &lost_sends {
+    for (id, key) in &lost {
         let request = lost_round.iter().find(|r| r.id().as_str() == id).unwrap();
-        ops.submit(
-            key,
-            request,
-            |request| Ok(request.sent(format!("0x{key}"))?),
-        )
-        .unwrap();
+        let recorded = |request: &WithdrawalRequest| Ok(request.sent(format!("0x{key}"))?);
+        ops.submit(key, request, recorded).unwrap();
     }
     drop(ops);
     // Step 5: pin the new head, start the workers again; clients retry.
@@ -253,22 +215,51 @@ fn runbook(
     again.add(&fleet.finish_round());
     assert!(fleet.sends().is_empty(), "a lost send sent again");
     assert!(again.rewound.is_empty(), "{:?}", again.rewound);
-    for (key, reference) in told
+    let lost_keys: HashSet<_> = lost.iter().map(|(_, key)| key).collect();
+    for told in told
         .outcomes
         .iter()
-        .filter(|(key, _)| lost_keys.contains(key.as_str()))
+        .filter(|(key, _)| lost_keys.contains(key))
     {
-        assert!(
-            again.outcomes.contains(&(key.clone(), reference.clone())),
-            "{key}"
-        );
+        assert!(again.outcomes.contains(told), "{told:?} not replayed");
     }
     fleet.stop();
     let (report, head) = payonce_postgres::verify(url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
-    let sends: Vec<_> = sent.to_vec();
-    fleet::check(&report.state, &sends, &again, &[repinned], |seq| {
+    fleet::check(&report.state, sent, &again, &[repinned], |seq| {
         payonce_postgres::head_through(url, seq).unwrap().1
     });
     assert!(head.seq > repinned.seq);
+}
+
+/// The sends (withdrawal, key) whose claim the log at `url` lost, checked
+/// to be those of `lost_round` and to match the outcomes clients were
+/// told that it lost.
+fn lost_sends(
+    url: &str,
+    sent: &[(String, String)],
+    told: &Told,
+    lost_round: &[WithdrawalRequest],
+) -> Vec<(String, String)> {
+    let (report, _) = payonce_postgres::verify(url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let state = &report.state;
+    let holder = |id: &str| state.claimed_by(id).map(|key| key.to_string());
+    let lost: Vec<_> = sent
+        .iter()
+        .filter(|(id, key)| holder(id).as_ref() != Some(key))
+        .cloned()
+        .collect();
+    let ids: HashSet<_> = lost_round.iter().map(|r| r.id().to_string()).collect();
+    assert_eq!(lost.len(), WITHDRAWALS, "each of the last round's sends");
+    assert!(lost.iter().all(|(id, _)| ids.contains(id)));
+    let lost_outcomes: HashSet<_> = told
+        .outcomes
+        .iter()
+        .filter(|(key, _)| state.outcome(key).is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    let lost_keys: HashSet<_> = lost.iter().map(|(_, key)| key.clone()).collect();
+    assert_eq!(lost_outcomes, lost_keys, "the outcomes told of those sends");
+    lost
 }

@@ -8,7 +8,15 @@
 //!
 //! `PAYONCE_PARTITIONS` sets how many partitions (20 by default; the long
 //! mode of docs/reliability.md runs 500), `PAYONCE_PARTITION_SEED` replays
-//! the moments and delays chosen.
+//! the moments and delays chosen, and `PAYONCE_RACE_WITHDRAWALS` how many
+//! withdrawals the race over the slow link has (8 by default).
+//!
+//! The workers are in this process's namespace and the database in the
+//! test's: a test process cannot move itself into another namespace
+//! without `setns`, which is unsafe, and cutting the link anywhere cuts
+//! both sides off from each other all the same. Every worker shares the
+//! one link, so a cut cuts them all: the one whose batch crossed the
+//! marker mid-batch or mid-COMMIT, the others wherever they were.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +68,31 @@ fn ledger_over(link: &Link, cluster: &payonce_postgres::cluster::Cluster) -> Str
     url
 }
 
+/// Starts a round of `withdrawals` with the link cut at `moment`; what
+/// the workers said before the cut, and the cut's name if it waits for a
+/// marker.
+fn start_round_cut(
+    link: &Link,
+    fleet: &mut Fleet,
+    moment: Moment,
+    withdrawals: &[payonce_model::WithdrawalRequest],
+    rng: &mut Rng,
+) -> (Vec<payonce_tests::fleet::Said>, Option<String>) {
+    if moment == Moment::BetweenBatches {
+        link.partition();
+        fleet.round(withdrawals);
+        return (Vec::new(), None);
+    }
+    fleet.round(withdrawals);
+    let answers = WORKERS * THREADS * WITHDRAWALS;
+    let said = fleet.answers(rng.below(answers as u64 / 4) as usize);
+    let marker = match moment {
+        Moment::MidBatch => "pg_advisory_xact_lock",
+        _ => "COMMIT",
+    };
+    (said, Some(link.cut_after(marker)))
+}
+
 #[test]
 fn partitions_between_batches_mid_batch_and_mid_commit_lose_nothing_and_the_workers_serve_again() {
     // Guards against a send without a committed claim, a claim answered twice, an acknowledged outcome lost, or a worker that needs a restart, when the link to the database is cut at any moment of a batch, its COMMIT included, and healed later.
@@ -82,24 +115,7 @@ fn partitions_between_batches_mid_batch_and_mid_commit_lose_nothing_and_the_work
         let moment = MOMENTS[n % MOMENTS.len()];
         let withdrawals = fleet::create(&driver, WITHDRAWALS, n);
         let heal_after = Duration::from_millis(100 + rng.below(HEAL_AFTER_MAX_MS));
-        let mut said = Vec::new();
-        let cut = match moment {
-            Moment::BetweenBatches => {
-                link.partition();
-                fleet.round(&withdrawals);
-                None
-            }
-            Moment::MidBatch | Moment::MidCommit => {
-                fleet.round(&withdrawals);
-                let answers = WORKERS * THREADS * WITHDRAWALS;
-                said = fleet.answers(rng.below(answers as u64 / 4) as usize);
-                let marker = match moment {
-                    Moment::MidBatch => "pg_advisory_xact_lock",
-                    _ => "COMMIT",
-                };
-                Some(link.cut_after(marker))
-            }
-        };
+        let (mut said, cut) = start_round_cut(&link, &mut fleet, moment, &withdrawals, &mut rng);
         // The fault's length, not a wait for anything.
         std::thread::sleep(heal_after);
         let cut_fired = cut.as_ref().is_none_or(|cut| link.fired(cut));
@@ -133,4 +149,37 @@ fn partitions_between_batches_mid_batch_and_mid_commit_lose_nothing_and_the_work
         told.slowest_error_ms
     );
     assert!(fired.iter().all(|&count| count > 0) || partitions < MOMENTS.len());
+}
+
+/// The link's latency each way, and the share of packets it loses each
+/// way, in the race over a slow, lossy link.
+const DELAY: Duration = Duration::from_millis(50);
+const LOSS_PERCENT: u32 = 5;
+
+#[test]
+fn workers_racing_over_a_link_with_50_ms_delay_and_5_percent_loss_send_each_once_and_tell_losers_the_holder()
+ {
+    // Guards against a slow, lossy link between workers and the database letting two workers both win a withdrawal, or telling a loser a key that does not hold it.
+    let withdrawals = count_from_env("PAYONCE_RACE_WITHDRAWALS", 8);
+    let Some(link) = Link::make_or_skip() else {
+        return;
+    };
+    let cluster = link.cluster();
+    ledger_over(&link, &cluster);
+    link.lose(LOSS_PERCENT);
+    let database = format!("{}:5432", link.inside_addr).parse().unwrap();
+    let relay = payonce_tests::relay::Relay::start(database, DELAY);
+    let slow = format!(
+        "postgresql://postgres@{}/custody?sslmode=disable",
+        relay.addr
+    );
+    let started = Instant::now();
+    crate::postgres::race(&slow, withdrawals);
+    eprintln!(
+        "the 8x8 race over {} ms each way and {LOSS_PERCENT}% loss each way: {withdrawals} \
+         withdrawals, {} submissions, in {:?}",
+        DELAY.as_millis(),
+        withdrawals * 64,
+        started.elapsed()
+    );
 }

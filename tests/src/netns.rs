@@ -195,13 +195,19 @@ impl Link {
     /// Drops `percent` of the packets each way at random, in the
     /// namespace (nft's `numgen`).
     pub fn lose(&self, percent: u32) {
-        let rule = format!(
-            "table inet loss {{ \
-               chain input {{ type filter hook input priority 0; numgen random mod 100 < {percent} drop; }} \
-               chain output {{ type filter hook output priority 0; numgen random mod 100 < {percent} drop; }} \
-             }}"
-        );
-        self.in_netns(&["nft", &rule]).unwrap();
+        let below = percent.to_string();
+        self.in_netns(&["nft", "add", "table", "inet", "loss"])
+            .unwrap();
+        for hook in ["input", "output"] {
+            let chain = format!("{{ type filter hook {hook} priority 0; }}");
+            self.in_netns(&["nft", "add", "chain", "inet", "loss", hook, &chain])
+                .unwrap();
+            self.in_netns(&[
+                "nft", "add", "rule", "inet", "loss", hook, "numgen", "random", "mod", "100", "<",
+                &below, "drop",
+            ])
+            .unwrap();
+        }
     }
 
     /// Heals every cut: the link carries everything again (random loss
