@@ -3,8 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod crash;
+mod failover;
 mod fuzz_regressions;
 mod imports;
 mod model;
+mod network;
 mod postgres;
 mod sim;

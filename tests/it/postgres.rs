@@ -19,11 +19,26 @@ fn workers_racing_on_the_same_withdrawals_send_each_once_and_tell_losers_the_hol
         return;
     };
     drop(payonce_postgres::init(&url, Config::default()).unwrap());
-    let setup = payonce_postgres::open(&url, "setup", Config::default()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ids = dir.path().join("withdrawals.jsonl");
-    let mut file = std::fs::File::create(&ids).unwrap();
-    for n in 0..WITHDRAWALS {
+    race(&url, WITHDRAWALS);
+}
+
+/// Runs `WORKERS` worker processes of `THREADS` threads each on the ledger
+/// at `url` (created, without withdrawals), racing on `withdrawals` new
+/// withdrawals, and checks each was sent once, by its winner, and every
+/// loser was told the real holder.
+pub(crate) fn race(url: &str, withdrawals: usize) {
+    let ids = tempfile::NamedTempFile::new().unwrap();
+    write_withdrawals(url, ids.path(), withdrawals);
+    let lines = run_workers(url, ids.path());
+    check_race(url, &lines, withdrawals);
+}
+
+/// Creates `count` withdrawals in the ledger at `url`, one JSON line each
+/// in `ids`.
+fn write_withdrawals(url: &str, ids: &std::path::Path, count: usize) {
+    let setup = payonce_postgres::open(url, "setup", Config::default()).unwrap();
+    let mut file = std::fs::File::create(ids).unwrap();
+    for n in 0..count {
         let request = setup
             .create(NewWithdrawal {
                 amount: format!("{}", n + 1).parse().unwrap(),
@@ -34,13 +49,15 @@ fn workers_racing_on_the_same_withdrawals_send_each_once_and_tell_losers_the_hol
             .unwrap();
         writeln!(file, "{}", serde_json::to_string(&request).unwrap()).unwrap();
     }
-    drop(setup);
+}
 
+/// The lines every worker wrote, once every one has ended.
+fn run_workers(url: &str, ids: &std::path::Path) -> Vec<String> {
     let mut children: Vec<_> = (0..WORKERS)
         .map(|n| {
             Command::new(env!("CARGO_BIN_EXE_pg_worker"))
-                .args([&url, &format!("api-{n}"), &THREADS.to_string()])
-                .arg(&ids)
+                .args([url, &format!("api-{n}"), &THREADS.to_string()])
+                .arg(ids)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -67,10 +84,14 @@ fn workers_racing_on_the_same_withdrawals_send_each_once_and_tell_losers_the_hol
     for mut child in children {
         assert!(child.wait().unwrap().success());
     }
+    lines
+}
 
+/// Checks what the workers said and the ledger the race left.
+fn check_race(url: &str, lines: &[String], withdrawals: usize) {
     let (mut sends, mut winners) = (HashMap::new(), HashMap::new());
     let mut losers = Vec::new();
-    for line in &lines {
+    for line in lines {
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
             ["send", id, key] => {
@@ -90,17 +111,17 @@ fn workers_racing_on_the_same_withdrawals_send_each_once_and_tell_losers_the_hol
             _ => panic!("a worker answered {line}"),
         }
     }
-    assert_eq!(sends.len(), WITHDRAWALS, "every withdrawal sent");
+    assert_eq!(sends.len(), withdrawals, "every withdrawal sent");
     assert_eq!(sends, winners, "each sent once, by its winner");
-    assert_eq!(losers.len(), WITHDRAWALS * (WORKERS * THREADS - 1));
+    assert_eq!(losers.len(), withdrawals * (WORKERS * THREADS - 1));
     for (id, key, holder) in &losers {
         assert_eq!(
             &winners[id], holder,
             "{key} lost {id} and was told the wrong holder"
         );
     }
-    let (report, head) = payonce_postgres::verify(&url).unwrap();
+    let (report, head) = payonce_postgres::verify(url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
-    assert_eq!(report.state.claims().count(), WITHDRAWALS);
+    assert_eq!(report.state.claims().count(), withdrawals);
     assert_eq!(head.seq, report.events);
 }

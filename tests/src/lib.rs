@@ -2,11 +2,15 @@
 //! the helpers every scenario needs. Nothing here is part of any public API.
 
 pub mod crash;
+pub mod fleet;
 pub mod fuzz;
 pub mod harness;
 pub mod imports;
+pub mod netns;
+pub mod relay;
 pub mod rng;
 pub mod sim;
+pub mod standby;
 
 use payonce_model::{Actor, Amount, Currency, Destination, WithdrawalId, WithdrawalRequest};
 

@@ -7,12 +7,23 @@
 //! stop`) and removes its directories, and a watchdog process does the
 //! same when this process ends any other way (a panic that aborts, a
 //! kill): it waits on a pipe only this process holds.
+//!
+//! For failover tests, a cluster can be given a streaming standby
+//! ([`Cluster::standby`]: `pg_basebackup`, `primary_conninfo`), synchronous
+//! or asynchronous ([`Replication`]), which can be promoted
+//! ([`Cluster::promote`]), and a primary can be killed as a crash would
+//! kill it ([`Cluster::kill`], SIGKILL to every process of the server).
+//! [`Settings`] puts a server on a port and socket directory of the
+//! caller's (so a standby made later can take a dead server's place in a
+//! URL that names both: [`hosts_url`]), in a network namespace, listening
+//! on a TCP address there.
 
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use payonce::StoreError;
 use postgres::{Client, NoTls};
@@ -50,11 +61,54 @@ fn cluster_error(step: &str, detail: impl fmt::Display) -> ClusterError {
     }
 }
 
+/// Where a cluster's server listens, and in which network namespace it
+/// runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The port its socket is named after, and its TCP port.
+    pub port: u16,
+    /// The socket directory, the caller's (not removed with the cluster);
+    /// `None`: one of its own from `mktemp -d`.
+    pub socket: Option<PathBuf>,
+    /// The network namespace (`ip netns`) the server runs in.
+    pub netns: Option<String>,
+    /// A TCP address to listen on besides the socket (in `netns`), which
+    /// takes connections from any client with trust.
+    pub listen: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            port: PORT,
+            socket: None,
+            netns: None,
+            listen: None,
+        }
+    }
+}
+
+/// How a standby follows its primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// The primary's commits wait until the standby has flushed them
+    /// (`synchronous_standby_names` naming it, `synchronous_commit = on`).
+    Synchronous,
+    /// The primary ships its WAL after each commit, without waiting.
+    Asynchronous,
+}
+
+/// How long a standby has to catch up and start streaming.
+const STREAMING_WAIT_MAX: Duration = Duration::from_secs(60);
+
 /// A running throwaway cluster.
 pub struct Cluster {
     bin: PathBuf,
     data: PathBuf,
     socket: PathBuf,
+    /// Whether `socket` is this cluster's own, removed with it.
+    socket_owned: bool,
+    settings: Settings,
     as_postgres: bool,
     /// Closing it (by dropping it, or by this process ending) stops the
     /// cluster from the watchdog.
@@ -149,13 +203,25 @@ fn quoted(text: &Path) -> String {
 impl Cluster {
     /// Makes and starts a new cluster; about two seconds.
     pub fn start() -> Result<Cluster, ClusterError> {
+        Cluster::start_with(Settings::default())
+    }
+
+    /// A cluster not yet made: its directories, owned by the server's
+    /// user, and its watchdog.
+    fn prepare(settings: Settings) -> Result<Cluster, ClusterError> {
         let bin = find_bin()?;
         let as_postgres = is_root();
-        let (data, socket) = (mktemp_dir()?, mktemp_dir()?);
+        let data = mktemp_dir()?;
+        let (socket, socket_owned) = match &settings.socket {
+            Some(socket) => (socket.clone(), false),
+            None => (mktemp_dir()?, true),
+        };
         let mut cluster = Cluster {
             bin,
             data,
             socket,
+            socket_owned,
+            settings,
             as_postgres,
             watchdog: None,
             databases: AtomicU64::new(0),
@@ -169,6 +235,12 @@ impl Cluster {
             run("chown postgres", chown)?;
         }
         cluster.watchdog = Some(cluster.spawn_watchdog()?);
+        Ok(cluster)
+    }
+
+    /// Makes and starts a new cluster as `settings` say.
+    pub fn start_with(settings: Settings) -> Result<Cluster, ClusterError> {
+        let cluster = Cluster::prepare(settings)?;
         let mut initdb = cluster.tool("initdb");
         initdb
             .arg("-D")
@@ -183,22 +255,203 @@ impl Cluster {
             .open(&conf)
             .and_then(|mut file| file.write_all(b"\nfsync = on\nsynchronous_commit = on\n"))
             .map_err(|error| cluster_error("writing postgresql.conf", error))?;
+        if cluster.settings.listen.is_some() {
+            // Inside the test's own network namespace: no one else there.
+            append(
+                &cluster.data.join("pg_hba.conf"),
+                "\nhost all all 0.0.0.0/0 trust\n",
+            )?;
+        }
         cluster.start_server()?;
         Ok(cluster)
+    }
+
+    /// Makes a standby of this cluster as `settings` say, streaming from
+    /// it (`pg_basebackup`, then `primary_conninfo`), and starts it; once
+    /// it streams, and for [`Replication::Synchronous`] once this cluster
+    /// names it in `synchronous_standby_names` and counts it synchronous,
+    /// returns it.
+    pub fn standby(
+        &self,
+        settings: Settings,
+        replication: Replication,
+    ) -> Result<Cluster, ClusterError> {
+        static STANDBYS: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "standby_{}_{}",
+            std::process::id(),
+            STANDBYS.fetch_add(1, Ordering::Relaxed)
+        );
+        let standby = Cluster::prepare(settings)?;
+        let mut backup = standby.tool("pg_basebackup");
+        backup
+            .arg("-D")
+            .arg(&standby.data)
+            .arg("-h")
+            .arg(&self.socket)
+            .args(["-p", &self.settings.port.to_string(), "-U", "postgres"])
+            .args(["-X", "stream", "-R", "--no-sync", "-c", "fast"]);
+        run("pg_basebackup", backup)?;
+        // After what `-R` wrote: the last setting of a name wins.
+        append(
+            &standby.data.join("postgresql.auto.conf"),
+            &format!(
+                "\nprimary_conninfo = 'host={} port={} user=postgres application_name={name}'\n",
+                self.socket.display(),
+                self.settings.port
+            ),
+        )?;
+        standby.start_server()?;
+        if replication == Replication::Synchronous {
+            self.set(&format!("synchronous_standby_names = '\"{name}\"'"))?;
+        }
+        let wanted = match replication {
+            Replication::Synchronous => "sync",
+            Replication::Asynchronous => "async",
+        };
+        self.wait_for_standby(&name, wanted)?;
+        Ok(standby)
+    }
+
+    /// Waits until this cluster's standby `name` streams, in `sync_state`
+    /// `wanted`.
+    fn wait_for_standby(&self, name: &str, wanted: &str) -> Result<(), ClusterError> {
+        let started = Instant::now();
+        let step = "waiting for the standby to stream";
+        let mut admin = self.admin().map_err(|error| cluster_error(step, error))?;
+        loop {
+            let row = admin
+                .query_opt(
+                    "SELECT state, sync_state FROM pg_stat_replication WHERE application_name = $1",
+                    &[&name],
+                )
+                .map_err(|error| cluster_error(step, error))?;
+            let state = row.map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)));
+            if state
+                .as_ref()
+                .is_some_and(|(state, sync)| state == "streaming" && sync == wanted)
+            {
+                return Ok(());
+            }
+            if started.elapsed() > STREAMING_WAIT_MAX {
+                return Err(cluster_error(step, format!("{name} is {state:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sets `setting` (`name = value`) with `ALTER SYSTEM`, and reloads.
+    fn set(&self, setting: &str) -> Result<(), ClusterError> {
+        let step = format!("ALTER SYSTEM SET {setting}");
+        self.admin()
+            .and_then(|mut admin| {
+                // Two statements: ALTER SYSTEM runs in no transaction block,
+                // which a multi-statement query is.
+                admin.batch_execute(&step).map_err(failed)?;
+                admin
+                    .batch_execute("SELECT pg_reload_conf()")
+                    .map_err(failed)
+            })
+            .map_err(|error| cluster_error(&step, error))
+    }
+
+    /// Promotes this standby (`pg_ctl promote`, waiting until it takes
+    /// writes). It copied its primary's `synchronous_standby_names`, and
+    /// has no standby of its own: every commit would wait forever, so it is
+    /// cleared, as a failover manager does when no synchronous candidate
+    /// is left.
+    pub fn promote(&self) -> Result<(), ClusterError> {
+        let mut promote = self.tool("pg_ctl");
+        promote.arg("-D").arg(&self.data).args(["-w", "promote"]);
+        run("pg_ctl promote", promote)?;
+        self.set("synchronous_standby_names = ''")
+    }
+
+    /// Cuts this standby off from its primary (`primary_conninfo` cleared):
+    /// it receives nothing more, as an asynchronous standby that lags.
+    pub fn disconnect(&self) -> Result<(), ClusterError> {
+        self.set("primary_conninfo = ''")
+    }
+
+    /// Kills the server as a crash would: SIGKILL to the postmaster and to
+    /// every process it started, at once. Nothing is flushed, nothing is
+    /// answered, and the server is not restarted.
+    pub fn kill(&self) -> Result<(), ClusterError> {
+        let step = "killing the server";
+        let pid_file = std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .map_err(|error| cluster_error(step, error))?;
+        let pid = pid_file
+            .lines()
+            .next()
+            .map(str::trim)
+            .filter(|pid| pid.parse::<u32>().is_ok())
+            .ok_or_else(|| cluster_error(step, "no pid in postmaster.pid"))?
+            .to_owned();
+        let mut pids = vec![pid.clone()];
+        pids.extend(children_of(&pid));
+        // A backend may have ended between the listing and the signal, which
+        // `kill` reports as a failure: what counts is that the postmaster
+        // is gone.
+        let _ = Command::new("kill").arg("-KILL").args(&pids).output();
+        let started = Instant::now();
+        while is_alive(&pid) {
+            if started.elapsed() > STREAMING_WAIT_MAX {
+                return Err(cluster_error(
+                    step,
+                    format!("the postmaster {pid} lives on"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A zombie left unreaped (a container's first process may reap
+        // none) still answers `kill -0`, and a server started later on this
+        // socket would take its lock file for a live one's: the dead
+        // server's socket and lock go with it.
+        let socket = self.socket.join(format!(".s.PGSQL.{}", self.settings.port));
+        let lock = self
+            .socket
+            .join(format!(".s.PGSQL.{}.lock", self.settings.port));
+        for file in [socket, lock] {
+            match std::fs::remove_file(&file) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(cluster_error(step, format!("{}: {error}", file.display())));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The socket directory.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The URL of database `name` on the TCP address the server listens
+    /// on ([`Settings::listen`]), as reached from its network namespace.
+    pub fn tcp_url(&self, name: &str) -> Option<String> {
+        let address = self.settings.listen.as_ref()?;
+        Some(format!(
+            "postgresql://postgres@{address}:{}/{name}?sslmode=disable",
+            self.settings.port
+        ))
     }
 
     /// `name`, one of the server's tools, run as the `postgres` user when
     /// this process is root.
     fn tool(&self, name: &str) -> Command {
         let path = self.bin.join(name);
-        match self.as_postgres {
-            true => {
-                let mut command = Command::new("runuser");
-                command.args(["-u", "postgres", "--"]).arg(path);
-                command
-            }
-            false => Command::new(path),
+        let mut words: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(netns) = &self.settings.netns {
+            words.extend(["ip", "netns", "exec", netns].map(Into::into));
         }
+        if self.as_postgres {
+            words.extend(["runuser", "-u", "postgres", "--"].map(Into::into));
+        }
+        words.push(path.into_os_string());
+        let mut command = Command::new(&words[0]);
+        command.args(&words[1..]);
+        command
     }
 
     fn stop_command(&self, mode: &str) -> Command {
@@ -213,10 +466,13 @@ impl Cluster {
     /// stops the cluster and removes its directories.
     fn spawn_watchdog(&self) -> Result<(Child, ChildStdin), ClusterError> {
         let stop = format!("{:?}", self.stop_command("fast"));
+        let socket = match self.socket_owned {
+            true => quoted(&self.socket),
+            false => String::new(),
+        };
         let script = format!(
-            "cat >/dev/null; {stop} >/dev/null 2>&1; rm -rf {} {}",
+            "cat >/dev/null; {stop} >/dev/null 2>&1; rm -rf {} {socket}",
             quoted(&self.data),
-            quoted(&self.socket)
         );
         let mut child = Command::new("sh")
             .args(["-c", &script])
@@ -235,8 +491,10 @@ impl Cluster {
     /// Starts the server (again).
     pub fn start_server(&self) -> Result<(), ClusterError> {
         let options = format!(
-            "-k {} -p {PORT} -c listen_addresses='' -c max_connections=300",
-            self.socket.display()
+            "-k {} -p {} -c listen_addresses='{}' -c max_connections=300",
+            self.socket.display(),
+            self.settings.port,
+            self.settings.listen.as_deref().unwrap_or("")
         );
         let mut start = self.tool("pg_ctl");
         start
@@ -245,7 +503,16 @@ impl Cluster {
             .arg("-l")
             .arg(self.data.join("server.log"))
             .args(["-w", "-o", &options, "start"]);
-        run("pg_ctl start", start)
+        run("pg_ctl start", start).map_err(|error| {
+            // The server's own words, before its directory goes.
+            let log = std::fs::read_to_string(self.data.join("server.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            cluster_error(
+                "pg_ctl start",
+                format!("{error}; server.log ends:\n{}", tail.join("\n")),
+            )
+        })
     }
 
     /// Stops the server as a crash would: `pg_ctl -m immediate stop`, no
@@ -257,8 +524,9 @@ impl Cluster {
     /// The URL of database `name` (a Unix socket, as the `postgres` user).
     pub fn url(&self, name: &str) -> String {
         format!(
-            "postgresql:///{name}?host={}&port={PORT}&user=postgres",
-            self.socket.display()
+            "postgresql:///{name}?host={}&port={}&user=postgres",
+            self.socket.display(),
+            self.settings.port
         )
     }
 
@@ -282,12 +550,73 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.stop_command("fast").output();
         let _ = std::fs::remove_dir_all(&self.data);
-        let _ = std::fs::remove_dir_all(&self.socket);
+        if self.socket_owned {
+            let _ = std::fs::remove_dir_all(&self.socket);
+        }
         if let Some((mut child, stdin)) = self.watchdog.take() {
             drop(stdin);
             let _ = child.wait();
         }
     }
+}
+
+/// The URL of database `name` on every one of `clusters`, in order, in
+/// the authority form (`postgresql://%2Fsocket:port,.../name`), on their
+/// sockets: a worker given it connects to whichever accepts writes.
+pub fn hosts_url(clusters: &[&Cluster], name: &str) -> String {
+    let hosts: Vec<String> = clusters
+        .iter()
+        .map(|cluster| {
+            let socket = cluster.socket.display().to_string().replace('/', "%2F");
+            format!("{socket}:{}", cluster.settings.port)
+        })
+        .collect();
+    format!(
+        "postgresql://{}/{name}?user=postgres&target_session_attrs=read-write",
+        hosts.join(",")
+    )
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn is_alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children_of(pid: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`: comm may hold spaces.
+            let after = stat.rsplit_once(')')?.1;
+            let parent = after.split_whitespace().nth(1)?;
+            (parent == pid).then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// Appends `text` to the file at `path`.
+fn append(path: &Path, text: &str) -> Result<(), ClusterError> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|error| cluster_error(&format!("writing {}", path.display()), error))
 }
 
 /// Whether tests must fail, not skip, when no cluster can be started: on

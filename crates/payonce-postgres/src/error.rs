@@ -24,8 +24,24 @@ pub(crate) fn describe(error: &postgres::Error) -> String {
             Some(detail) => format!("{}: {detail}", db.message()),
             None => db.message().to_owned(),
         },
-        None => error.to_string(),
+        None => chain(error),
     }
+}
+
+/// `error` and every error under it (`source()`), joined by `: `:
+/// tokio-postgres prints only the outermost (`invalid configuration`), and
+/// keeps what went wrong (`invalid number of ports`) beneath it.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text = format!("{text}: {said}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// A store that refuses to be written as it is.

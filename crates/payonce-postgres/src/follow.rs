@@ -28,6 +28,10 @@ pub(crate) struct Row<'a> {
 pub(crate) struct Follower {
     pub(crate) head: Head,
     partial: Option<Partial>,
+    /// The furthest head this process ever read or committed, kept when
+    /// it reads the log again from elsewhere: a log that no longer passes
+    /// through it was rewound under this process.
+    reached: Head,
 }
 
 /// A batch read in part: its digest so far, not its events.
@@ -42,15 +46,50 @@ struct Partial {
 }
 
 impl Follower {
-    /// Follows on from `head`, the end of a batch the log holds, without
-    /// having read the batches before it.
-    pub(crate) fn at(head: Head) -> Follower {
-        Follower {
-            head,
-            partial: None,
+    /// Follows on from `head` (the start of the log, or the end of a batch
+    /// the log holds), keeping the furthest head read so far.
+    pub(crate) fn restart(&mut self, head: Head) {
+        self.head = head;
+        self.partial = None;
+    }
+
+    /// Refuses a log that ends before the furthest head this process
+    /// read: `self` has read the log to its end.
+    pub(crate) fn check_reached(&self) -> Result<(), StoreError> {
+        match self.head.seq < self.reached.seq {
+            true => Err(rewound(&self.reached, self.head.seq)),
+            false => Ok(()),
         }
     }
 
+    /// The furthest head this process read or committed.
+    pub(crate) fn reached(&self) -> &Head {
+        &self.reached
+    }
+
+    /// `head`, a whole batch's, was just read or committed.
+    fn passed(&mut self, first_seq: u64, head: Head) -> Result<(), StoreError> {
+        let reached = self.reached;
+        let other_batch = (first_seq..head.seq).contains(&reached.seq)
+            || (head.seq == reached.seq && head.digest != reached.digest);
+        if other_batch {
+            return Err(damaged(
+                reached.seq,
+                format!(
+                    "this process read the log to event {} (head {reached}), and the log now \
+                     holds another batch there (events {first_seq} to {}): the log was \
+                     rewritten or rewound under it (a failover that lost commits, or a \
+                     restore), and it appends nothing more",
+                    reached.seq, head.seq
+                ),
+            ));
+        }
+        self.head = head;
+        if head.seq > reached.seq {
+            self.reached = head;
+        }
+        Ok(())
+    }
     /// The last event read, whole batch or not.
     pub(crate) fn position(&self) -> u64 {
         match &self.partial {
@@ -136,11 +175,13 @@ impl Follower {
                 ),
             ));
         }
-        self.head = Head {
-            seq: whole.last_seq,
-            digest,
-        };
-        Ok(())
+        self.passed(
+            whole.first_seq,
+            Head {
+                seq: whole.last_seq,
+                digest,
+            },
+        )
     }
 
     fn start_batch(
@@ -204,7 +245,24 @@ impl Follower {
             "a batch commits after whole batches"
         );
         self.head = head;
+        self.reached = head;
     }
+}
+
+/// The error of a log that ends at event `end`, before `reached`, the
+/// furthest head a process read of it.
+pub(crate) fn rewound(reached: &Head, end: u64) -> StoreError {
+    damaged(
+        reached.seq,
+        format!(
+            "the log was rewound under this process (a failover that lost commits, or a \
+             restore): it read the log to event {} (head {reached}), and the log now ends at \
+             event {end}, {} events short; it appends nothing more (docs/postgres.md, \
+             \"Replication and failover\")",
+            reached.seq,
+            reached.seq.saturating_sub(end)
+        ),
+    )
 }
 
 /// A sequence number as the database holds it (a `CHECK` keeps it
@@ -281,7 +339,8 @@ pub(crate) fn scan(
     match flow {
         ControlFlow::Continue(()) => {
             rows.check_ended()?;
-            follower.check_whole()
+            follower.check_whole()?;
+            follower.check_reached()
         }
         ControlFlow::Break(()) => Ok(()),
     }

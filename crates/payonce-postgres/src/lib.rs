@@ -30,6 +30,7 @@ mod copy;
 mod error;
 mod follow;
 mod index;
+mod reach;
 mod read_view;
 mod schema;
 mod session;
@@ -43,6 +44,9 @@ use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
 use payonce_model::WorkerName;
 
 pub use crate::index::Subject;
+pub use crate::reach::{
+    CONNECT_TIMEOUT, DEAD_PEER_MAX, LOOKUP_PATIENCE, RECONNECT_DELAY_MAX, RECONNECT_DELAY_MIN,
+};
 pub use crate::read_view::{ReadView, WalkError};
 pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};

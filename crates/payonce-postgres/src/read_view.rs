@@ -10,6 +10,7 @@ use payonce::{StoreError, Visit};
 use crate::error::failed;
 use crate::follow::{Follower, scan};
 use crate::index::{Subject, events_about};
+use crate::reach::Target;
 use crate::session::Session;
 use payonce_log::chain::Head;
 
@@ -33,7 +34,7 @@ impl ReadView {
     /// database without a payonce schema of this build's version is
     /// refused.
     pub fn open(url: &str) -> Result<ReadView, StoreError> {
-        let mut session = crate::schema::connect(url)?;
+        let mut session = crate::schema::connect(url, Target::AsGiven)?;
         // Ended when the session goes: a read-only transaction writes
         // nothing to keep or undo.
         session

@@ -31,6 +31,7 @@ use postgres::{Client, Transaction};
 
 use crate::error::{failed, unsafe_store};
 use crate::index;
+use crate::reach::Target;
 use crate::session::Session;
 use payonce::StoreError;
 
@@ -326,8 +327,8 @@ fn grant_as_events(transaction: &mut Transaction<'_>) -> Result<(), StoreError> 
 /// transaction on it, or a [`PgLog`](crate::PgLog)'s pipelining session.
 /// A session on the database at `url`, once the server is found safe to
 /// write (`fsync` and `synchronous_commit` on) and its schema this build's.
-pub(crate) fn connect(url: &str) -> Result<Session, StoreError> {
-    let mut session = Session::connect(url)?;
+pub(crate) fn connect(url: &str, target: Target) -> Result<Session, StoreError> {
+    let mut session = Session::connect(url, target)?;
     check_durability(&mut session)?;
     check(&mut session)?;
     Ok(session)

@@ -20,6 +20,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Error, NoTls, Row, Statement, ToStatement};
 
 use crate::error::failed;
+use crate::reach::{self, Target};
 
 /// A connection and the runtime that drives it.
 pub(crate) struct Session {
@@ -75,18 +76,19 @@ pub(crate) enum Pipelined {
 }
 
 impl Session {
-    /// Connects to `url`. Whether the server is safe to write, and its
-    /// schema this build's, is `schema::connect`'s to check.
-    pub(crate) fn connect(url: &str) -> Result<Session, StoreError> {
+    /// Connects to `url` (to its host that accepts writes, for
+    /// [`Target::Primary`], with a writer's settings). Whether the server
+    /// is safe to write, and its schema this build's, is
+    /// `schema::connect`'s to check.
+    pub(crate) fn connect(url: &str, target: Target) -> Result<Session, StoreError> {
+        let config = reach::config(url, target)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|error| StoreError::Failed {
                 detail: format!("no runtime for the connection: {error}"),
             })?;
-        let (client, connection) = runtime
-            .block_on(tokio_postgres::connect(url, NoTls))
-            .map_err(failed)?;
+        let (client, connection) = runtime.block_on(config.connect(NoTls)).map_err(failed)?;
         // Runs whenever the session waits on the runtime: every request
         // below does.
         let connection = Some(runtime.spawn(connection));
@@ -99,6 +101,11 @@ impl Session {
         // the log in order once: compiling one costs more than it saves (a
         // scan of 3M events took 1.5 s with JIT, 1.0 s without).
         session.batch_execute("SET jit = off").map_err(failed)?;
+        if target == Target::Primary {
+            session
+                .batch_execute(reach::WRITER_SETTINGS)
+                .map_err(failed)?;
+        }
         Ok(session)
     }
 

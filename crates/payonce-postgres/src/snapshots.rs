@@ -24,6 +24,7 @@ pub const SNAPSHOT_CHUNK_LEN: usize = 16 << 20;
 /// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
 /// own.
 pub struct PgSnapshots {
+    url: String,
     shown: String,
     writer: String,
     client: Mutex<Client>,
@@ -40,16 +41,25 @@ impl PgSnapshots {
     /// name, or an operator's command).
     pub fn connect(url: &str, writer: &str) -> Result<PgSnapshots, payonce::StoreError> {
         Ok(PgSnapshots {
+            url: url.to_owned(),
             shown: redacted(url),
             writer: writer.to_owned(),
             client: Mutex::new(connect(url)?),
         })
     }
 
+    /// The snapshots' connection, made again (to whichever host takes
+    /// writes: after a failover, the promoted standby) if it was lost.
     fn client(&self) -> Result<MutexGuard<'_, Client>, SnapshotError> {
-        self.client.lock().map_err(|_| SnapshotError::Store {
+        let mut client = self.client.lock().map_err(|_| SnapshotError::Store {
             detail: "a thread panicked with the snapshots' connection".to_owned(),
-        })
+        })?;
+        if client.is_closed() {
+            *client = connect(&self.url).map_err(|error| SnapshotError::Store {
+                detail: format!("connecting again for snapshots: {error}"),
+            })?;
+        }
+        Ok(client)
     }
 
     fn name(seq: u64) -> String {

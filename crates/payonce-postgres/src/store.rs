@@ -17,11 +17,20 @@
 //! committed only if every insert and the `COMMIT` succeeded. A connection
 //! lost before every answer came, or a failed `COMMIT`, leaves the outcome
 //! unknown. Before it answers, [`PgLog`] takes the lock on a new
-//! connection, which waits for the old transaction to end, and looks for
-//! the batch's last event: the answer is what it finds.
+//! connection to whichever host accepts writes (after a failover, the
+//! promoted standby), which waits for the old transaction to end, and
+//! looks for the batch's last event: the answer is what it finds, once the
+//! lookup's own commit, after it, is acknowledged.
+//!
+//! A lost connection is made again on the next use, to whichever of the
+//! URL's hosts accepts writes, with bounded backoff (the `reach` module);
+//! meanwhile every batch fails at once. A log that no longer holds what
+//! this process read (an asynchronous standby promoted without the last
+//! commits) is refused, saying how far it was rewound.
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::Instant;
 
 use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError, Visit};
 use payonce_model::WorkerName;
@@ -30,8 +39,9 @@ use postgres::{Client, NoTls, Statement};
 use tracing::{info, warn};
 
 use crate::error::{damaged, describe, failed, unsafe_store};
-use crate::follow::{Follower, Row, scan, signed, unsigned};
+use crate::follow::{Follower, Row, rewound, scan, signed, unsigned};
 use crate::index;
+use crate::reach::{self, Backoff, LOOKUP_PATIENCE, Target};
 use crate::schema::{self, LOCK_CLASS, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
@@ -42,8 +52,9 @@ const LOCK_TIMEOUT: &str = "2s";
 
 /// How long a worker that lost its connection waits to take its own lock
 /// again, which its old connection may hold until the server notices it
-/// is gone.
-const RELOCK_TIMEOUT: &str = "10s";
+/// is gone (at most `reach::DEAD_PEER_MAX` on TCP); if it cannot, the
+/// attempt fails and the next is made after the backoff.
+const RELOCK_TIMEOUT: &str = "1s";
 
 /// Who writes through a [`PgLog`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +96,8 @@ struct Connection {
     follower: Follower,
     /// Whether a batch's transaction is open.
     in_batch: bool,
+    /// When to try connecting again, after a connection was lost.
+    backoff: Backoff,
 }
 
 /// The statements of a batch, prepared on one connection.
@@ -111,10 +124,12 @@ impl fmt::Debug for PgLog {
     }
 }
 
-/// Connects to `url` and checks the server is safe to write: `fsync` and
-/// `synchronous_commit` on, the schema of this build's version.
+/// Connects to `url`'s host that accepts writes and checks the server is
+/// safe to write: `fsync` and `synchronous_commit` on, the schema of this
+/// build's version.
 pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
-    let mut client = Client::connect(url, NoTls).map_err(failed)?;
+    let config = postgres::Config::from(reach::config(url, Target::Primary)?);
+    let mut client = config.connect(NoTls).map_err(failed)?;
     schema::check_durability(&mut client)?;
     schema::check(&mut client)?;
     Ok(client)
@@ -149,7 +164,7 @@ impl PgLog {
     /// may lose an acknowledged commit, a schema of another version, and a
     /// worker some other process runs as.
     pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
-        let mut client = schema::connect(url)?;
+        let mut client = schema::connect(url, Target::Primary)?;
         if let Some(worker) = role.locked() {
             lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
         }
@@ -162,6 +177,7 @@ impl PgLog {
                 statements: Some(statements),
                 follower: Follower::default(),
                 in_batch: false,
+                backoff: Backoff::default(),
             }),
         })
     }
@@ -175,23 +191,30 @@ impl PgLog {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.connection.lock().map_err(|_| StoreError::Failed {
-            detail: "a panic while the connection was in use".to_owned(),
-        })
+        self.connection.lock().map_err(|_| poisoned())
     }
 
     /// The connection, made again (and the worker's lock taken again) if
-    /// it was lost.
+    /// it was lost: at once, then with bounded backoff while attempts
+    /// fail, before which this fails at once with the last attempt's
+    /// error.
     fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Session, StoreError> {
         if connection.client.as_ref().is_none_or(Session::is_closed) {
             connection.client = None;
-            let mut client = schema::connect(&self.url)?;
-            if let Some(worker) = self.role.locked() {
-                lock_worker(&mut client, worker, RELOCK_TIMEOUT)?;
+            connection.backoff.due()?;
+            match self.reconnect() {
+                Ok((client, statements)) => {
+                    info!(log = ?self, "connected again");
+                    connection.backoff.connected();
+                    connection.statements = Some(statements);
+                    connection.client = Some(client);
+                }
+                Err(error) => {
+                    warn!(log = ?self, %error, "could not connect again");
+                    connection.backoff.failed(&error);
+                    return Err(error);
+                }
             }
-            info!(log = ?self, "connected again");
-            connection.statements = Some(Statements::prepare(&mut client)?);
-            connection.client = Some(client);
         }
         connection
             .client
@@ -199,6 +222,57 @@ impl PgLog {
             .ok_or_else(|| StoreError::Failed {
                 detail: "no connection".to_owned(),
             })
+    }
+
+    /// A new connection to the host that accepts writes, with the worker's
+    /// lock and the batch's statements.
+    fn reconnect(&self) -> Result<(Session, Statements), StoreError> {
+        let mut client = schema::connect(&self.url, Target::Primary)?;
+        if let Some(worker) = self.role.locked() {
+            lock_worker(&mut client, worker, RELOCK_TIMEOUT).map_err(|error| match error {
+                // Its own lost connection may hold it a little longer.
+                StoreError::Unsafe { detail } => StoreError::Failed {
+                    detail: format!(
+                        "the worker's lock is held, by this worker's lost connection until the \
+                         server sees it gone, or by another process: {detail}"
+                    ),
+                },
+                error => error,
+            })?;
+        }
+        let statements = Statements::prepare(&mut client)?;
+        Ok((client, statements))
+    }
+
+    /// [`SharedLog::reachable`]: its connection answers as a primary, or
+    /// one can be made (with the backoff of a lost one). While a batch
+    /// holds the connection, `Ok`: the batch's own answer tells.
+    fn probe(&self) -> Result<(), StoreError> {
+        let mut connection = match self.connection.try_lock() {
+            Ok(connection) => connection,
+            Err(TryLockError::WouldBlock) => return Ok(()),
+            Err(TryLockError::Poisoned(_)) => return Err(poisoned()),
+        };
+        if connection.in_batch {
+            return Ok(());
+        }
+        let in_recovery = self
+            .client(&mut connection)?
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .map_err(failed);
+        match in_recovery {
+            Ok(row) if !row.get::<_, bool>(0) => Ok(()),
+            Ok(_) => {
+                connection.client = None;
+                Err(StoreError::Failed {
+                    detail: "the server is a standby now; the next batch connects again".to_owned(),
+                })
+            }
+            Err(error) => {
+                connection.client = None;
+                Err(error)
+            }
+        }
     }
 
     /// Ends the open transaction without writing, after a failure; drops a
@@ -239,9 +313,19 @@ impl PgLog {
             let last_seq = row.get::<_, Option<i64>>(5)?;
             Some((unsigned(last_seq), row.get::<_, Option<Vec<u8>>>(6)?))
         });
-        connection.follower.check_head(head)?;
+        if let Err(error) = connection.follower.check_head(head) {
+            let end = live(connection)
+                .ok()
+                .and_then(|(client, _)| log_end(client));
+            return Err(match end {
+                Some(end) => rewound(connection.follower.reached(), end),
+                None => error,
+            });
+        }
         let records = follow_all(&mut connection.follower, &rows)?;
         connection.follower.check_whole()?;
+        // Read under the lock to the log's end.
+        connection.follower.check_reached()?;
         Ok(records)
     }
 
@@ -253,7 +337,7 @@ impl PgLog {
             return Ok(());
         }
         if after == 0 {
-            connection.follower = Follower::default();
+            connection.follower.restart(Head::default());
             return Ok(());
         }
         let row = self
@@ -272,7 +356,7 @@ impl PgLog {
                     format!("no batch of the log ends at event {after}, where a read was to begin"),
                 )
             })?;
-        connection.follower = Follower::at(Head {
+        connection.follower.restart(Head {
             seq: after,
             digest: payonce_log::chain::Digest(digest),
         });
@@ -328,26 +412,32 @@ impl PgLog {
     }
 
     /// Whether the batch ending with `last`, whose `COMMIT` failed with
-    /// `error`, was committed all the same: asked on a new connection,
-    /// under the lock, so the old transaction has ended either way.
+    /// `error`, was committed all the same: asked on a new connection to
+    /// whichever host accepts writes, under the lock, so the old
+    /// transaction has ended either way. The host may be a standby being
+    /// promoted: asked again with backoff for up to [`LOOKUP_PATIENCE`].
     fn landed(&self, last: &Appended, error: &str) -> Result<(), StoreError> {
-        let unknown = |why: StoreError| StoreError::Unknown {
-            detail: format!(
-                "the commit failed ({error}), and asking whether it landed failed: {why}"
-            ),
+        let started = Instant::now();
+        let mut backoff = Backoff::default();
+        let found = loop {
+            match self.look_up(last.seq) {
+                Ok(found) => break found,
+                Err(why) if started.elapsed() < LOOKUP_PATIENCE => {
+                    warn!(seq = last.seq, %why, "could not ask whether a batch landed; asking again");
+                    backoff.failed(&why);
+                    std::thread::sleep(backoff.wait());
+                }
+                Err(why) => {
+                    return Err(StoreError::Unknown {
+                        detail: format!(
+                            "the commit failed ({error}), and asking whether it landed failed \
+                             for {} ms: {why}",
+                            started.elapsed().as_millis()
+                        ),
+                    });
+                }
+            }
         };
-        let mut client = connect(&self.url).map_err(unknown)?;
-        let found = (|| {
-            let mut transaction = client.transaction()?;
-            transaction.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])?;
-            let row = transaction.query_opt(
-                "SELECT payload FROM payonce.events WHERE seq = $1",
-                &[&signed(last.seq)],
-            )?;
-            transaction.commit()?;
-            Ok::<_, postgres::Error>(row.map(|row| row.get::<_, Vec<u8>>(0)))
-        })()
-        .map_err(|error| unknown(failed(error)))?;
         match found {
             Some(payload) if payload == last.payload => {
                 warn!(
@@ -360,6 +450,49 @@ impl PgLog {
                 detail: format!("the commit failed ({error}) and did not land"),
             }),
         }
+    }
+}
+
+impl PgLog {
+    /// The payload of event `seq`, if the log holds it, read under the
+    /// ledger-wide lock. The lookup's transaction takes a transaction id,
+    /// so its commit waits, as a batch's does, for the synchronous
+    /// standby: an event found is answered as committed only once the
+    /// standby holds it too, even one whose own wait was cancelled.
+    fn look_up(&self, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut client = connect(&self.url)?;
+        let mut transaction = client.transaction().map_err(failed)?;
+        transaction
+            .execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])
+            .map_err(failed)?;
+        transaction
+            .execute("SELECT pg_current_xact_id()", &[])
+            .map_err(failed)?;
+        let row = transaction
+            .query_opt(
+                "SELECT payload FROM payonce.events WHERE seq = $1",
+                &[&signed(seq)],
+            )
+            .map_err(failed)?;
+        transaction.commit().map_err(failed)?;
+        Ok(row.map(|row| row.get::<_, Vec<u8>>(0)))
+    }
+}
+
+/// The last event of the log `session` reads, `None` if it cannot tell.
+fn log_end(session: &mut Session) -> Option<u64> {
+    let row = session
+        .query_one(
+            "SELECT coalesce(max(last_seq), 0) FROM payonce.batches",
+            &[],
+        )
+        .ok()?;
+    Some(unsigned(row.get::<_, i64>(0)))
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Failed {
+        detail: "a panic while the connection was in use".to_owned(),
     }
 }
 
@@ -626,6 +759,10 @@ impl SharedLog for PgLog {
 
     fn head(&self) -> Result<Head, StoreError> {
         Ok(self.lock()?.follower.head)
+    }
+
+    fn reachable(&self) -> Result<(), StoreError> {
+        self.probe()
     }
 
     fn log_id(&self) -> Result<Option<u64>, StoreError> {

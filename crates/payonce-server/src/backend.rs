@@ -105,6 +105,10 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), LedgerError>>;
     /// Waits until everything decided is on stable storage.
     fn sync(&self) -> BoxFuture<'_, Result<(), LedgerError>>;
+    /// Whether the ledger can record a decision now (a worker of a shared
+    /// ledger: whether it reaches a database that accepts writes), for the
+    /// health check; never waits longer than one attempt to connect.
+    fn reachable(&self) -> BoxFuture<'_, Result<(), LedgerError>>;
 }
 
 /// The payonce library in the service's process, through [`AsyncLedger`]:
@@ -307,5 +311,9 @@ impl Backend for Embedded {
 
     fn sync(&self) -> BoxFuture<'_, Result<(), LedgerError>> {
         Box::pin(self.ledger.sync())
+    }
+
+    fn reachable(&self) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(self.read_off_executor(Ledger::reachable))
     }
 }

@@ -9,6 +9,7 @@
     unreachable_pub
 )]
 
+mod failover;
 mod faults;
 mod ledger;
 mod migration;

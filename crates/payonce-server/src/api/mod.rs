@@ -111,8 +111,28 @@ async fn method_not_allowed() -> Problem {
     )
 }
 
-async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({"status": "ok"}))
+/// 200 while the ledger can record a decision; 503 while it cannot (a
+/// worker that reaches no database accepting writes), saying why, so a load
+/// balancer sends no submission to a worker that would answer it 503.
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.backend.reachable().await {
+        Ok(()) => axum::Json(serde_json::json!({"status": "ok"})).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "health check: the ledger cannot record");
+            // The route takes no token: the cause (hosts, users) stays in
+            // the service's log.
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-unreachable",
+                "The ledger cannot record a decision now",
+            )
+            .detail(
+                "no database that accepts writes is reachable; submissions are answered 503 \
+                 until one is, and the service's log says why",
+            )
+            .into_response()
+        }
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -100,3 +100,78 @@ fn a_decision_through_one_worker_is_read_and_replayed_through_another_at_once() 
     drop(runtime);
     assert_eq!(rail.calls().len(), 2, "{:?}", rail.calls());
 }
+
+/// `GET /healthz` through `service`: its status and body.
+async fn health(service: &TestService) -> (StatusCode, Value) {
+    let response = service
+        .http
+        .get(service.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    (response.status(), body(response).await)
+}
+
+// Guards against a health check that says a worker can serve while it
+// reaches no database that takes writes (a load balancer would keep
+// sending it submissions it answers 503), one that stays unhealthy once
+// the database is back, and a submission sent while nothing can record
+// its claim.
+#[test]
+fn healthz_says_503_while_the_worker_reaches_no_primary_and_200_once_it_does_again() {
+    let cluster = match payonce_postgres::cluster::Cluster::start() {
+        Ok(cluster) => cluster,
+        Err(error) if payonce_postgres::cluster::required() => panic!("{error}"),
+        Err(error) => return payonce_postgres::cluster::shout(&format!("SKIPPING: {error}")),
+    };
+    let url = cluster.database().unwrap();
+    payonce_postgres::migrate(&url).unwrap();
+    drop(payonce_postgres::init(&url, Config::default()).unwrap());
+    let ledger = payonce_postgres::open(&url, "api-a", Config::default()).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rail = Arc::new(ScriptedRail::default());
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let api =
+            TestService::start_sending_to(ledger.clone(), dir, Limits::default(), rail.clone())
+                .await;
+        assert_eq!(health(&api).await.0, StatusCode::OK);
+        let id = api.create(ALICE).await;
+
+        cluster.stop_immediate().unwrap();
+        let (status, said) = health(&api).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{said}");
+        assert!(
+            said["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("ledger-unreachable"),
+            "{said}"
+        );
+        let refused = api.submit(ALICE, &id, "k-1").await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(rail.calls().is_empty(), "a send without a committed claim");
+        assert_eq!(health(&api).await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+        cluster.start_server().unwrap();
+        // Healthy again once the next attempt to connect is due.
+        let started = std::time::Instant::now();
+        while health(&api).await.0 != StatusCode::OK {
+            assert!(
+                started.elapsed() < payonce_postgres::RECONNECT_DELAY_MAX * 3,
+                "still unhealthy"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (status, replayed, sent) = submit(&api, &id, "k-1").await;
+        assert_eq!((status, replayed), (StatusCode::OK, false), "{sent}");
+        api.server.unwrap().shut_down().await;
+    });
+    drop(runtime);
+    drop(ledger);
+    assert_eq!(rail.calls().len(), 1, "{:?}", rail.calls());
+}

@@ -912,6 +912,16 @@ impl Ledger {
         }
     }
 
+    /// Whether this process can write its log now, for a health check: on
+    /// a shared log, whether the store is reachable
+    /// ([`SharedLog::reachable`]); a file ledger answers `Ok`.
+    pub fn reachable(&self) -> Result<(), LedgerError> {
+        match &self.inner.store {
+            Store::File(_) => Ok(()),
+            Store::Shared(shared) => Ok(shared.log.reachable()?),
+        }
+    }
+
     /// A copy of the whole state: for audits and tests.
     pub fn state(&self) -> State {
         self.read(State::clone)

@@ -97,6 +97,14 @@ pub trait SharedLog: Send + Sync + fmt::Debug {
     /// as every committed batch is.
     fn head(&self) -> Result<Head, StoreError>;
 
+    /// Whether the store can be written now (a database: a host that
+    /// accepts writes answers), for a health check; `Ok` (the default)
+    /// for a store that cannot tell. Never waits long: a store that is
+    /// busy writing answers `Ok`, and its writes say the rest.
+    fn reachable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The log's identity, which a snapshot of the projections names; `None`
     /// (the default) for a log that vouches for no snapshot, whose ledger
     /// then replays every event at every opening.

@@ -1,0 +1,265 @@
+//! A primary lost under load and its standby promoted: four worker
+//! processes of four threads each submit, in rounds, withdrawals they
+//! race on, against a rail that records every send durably; the primary
+//! is SIGKILLed at a random moment of a round, and the workers carry on
+//! against the promoted standby through the URL that names both.
+//!
+//! `PAYONCE_FAILOVERS` sets how many failovers the synchronous test makes
+//! (3 by default; the long mode of docs/reliability.md runs 50), and
+//! `PAYONCE_FAILOVER_SEED` replays the moments it chose.
+
+use std::collections::HashSet;
+
+use payonce_log::Head;
+use payonce_model::WithdrawalRequest;
+use payonce_postgres::cluster::Replication;
+use payonce_tests::fleet::{self, Checked, Fleet, Told};
+use payonce_tests::rng::{Rng, seed_from_env};
+use payonce_tests::standby::Pair;
+
+const WORKERS: usize = 4;
+const THREADS: usize = 4;
+/// Withdrawals per round, each raced on by every thread of every worker.
+const WITHDRAWALS: usize = 16;
+
+/// How many of something a test makes: `name` from the environment, or
+/// `default`.
+fn count_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|text| text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
+        .unwrap_or(default)
+}
+
+fn worker_bin() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_failover_worker"))
+}
+
+#[test]
+fn a_synchronous_failover_under_load_loses_no_acknowledged_claim_and_sends_nothing_twice() {
+    // Guards against a failover to a synchronous standby losing a claim whose send ran or an outcome a client was told, a withdrawal sent twice across it, a head read before it that the promoted log no longer passes through, and workers that do not carry on against the promoted standby.
+    let failovers = count_from_env("PAYONCE_FAILOVERS", 3);
+    let seed = seed_from_env("PAYONCE_FAILOVER_SEED");
+    eprintln!("PAYONCE_FAILOVER_SEED={seed} PAYONCE_FAILOVERS={failovers}");
+    let mut rng = Rng::new(seed);
+    let Some(mut pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    let url = pair.url().to_owned();
+    let driver = fleet::driver(&url, "driver");
+    let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
+    let (mut told, mut heads_read) = (Told::default(), Vec::new());
+    let mut checked = Checked::default();
+    let answers = WORKERS * THREADS * WITHDRAWALS;
+    for round in 0..failovers {
+        let withdrawals = fleet::create(&driver, WITHDRAWALS, round);
+        heads_read.push(driver.head().unwrap());
+        fleet.round(&withdrawals);
+        // A random moment of the round's first half.
+        let before = fleet.answers(1 + rng.below(answers as u64 / 2) as usize);
+        heads_read.push(payonce_postgres::head(&url).unwrap());
+        pair.kill_and_promote();
+        let rest = fleet.finish_round();
+        told.add(&before);
+        told.add(&rest);
+        assert!(told.rewound.is_empty(), "{:?}", told.rewound);
+
+        let (report, head) = payonce_postgres::verify(&url).unwrap();
+        assert!(report.is_clean(), "{:?}", report.divergences);
+        assert_eq!(head.seq, report.events);
+        let heads: Vec<_> = told.heads.iter().chain(&heads_read).copied().collect();
+        checked = fleet::check(&report.state, &fleet.sends(), &told, &heads, |seq| {
+            payonce_postgres::head_through(&url, seq).unwrap().1
+        });
+        let claimed: HashSet<_> = withdrawals
+            .iter()
+            .filter(|request| report.state.claimed_by(request.id()).is_some())
+            .collect();
+        assert_eq!(
+            claimed.len(),
+            withdrawals.len(),
+            "a withdrawal nobody claimed"
+        );
+        // The next failover needs a synchronous standby again.
+        pair.replace_dead_primary();
+    }
+    fleet.stop();
+    drop(driver);
+    eprintln!(
+        "failovers {failovers}: {} sends checked, {} outcomes told, {} losers told the holder, \
+         {} heads read; {} answers \"cannot record\", the slowest {} ms",
+        checked.sends,
+        checked.outcomes,
+        checked.losers,
+        checked.heads,
+        told.errors,
+        told.slowest_error_ms
+    );
+    // A claim whose commit answer was lost and could not be looked up is
+    // recorded as never sent, for an operator: at most one send each.
+    assert!(checked.sends <= failovers * WITHDRAWALS);
+    assert!(checked.sends > 0, "the load ran");
+}
+
+/// What a worker said when it refused a rewound log: the last event it
+/// read, where the log now ends, and how many events are missing.
+fn how_far(message: &str) -> (u64, u64, u64) {
+    let after = |marker: &str| -> u64 {
+        let (_, rest) = message
+            .split_once(marker)
+            .unwrap_or_else(|| panic!("no {marker:?} in {message}"));
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap()
+    };
+    let short = message
+        .split_once(" events short")
+        .and_then(|(before, _)| before.rsplit(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count of missing events in {message}"));
+    (
+        after("read the log to event "),
+        after("now ends at event "),
+        short,
+    )
+}
+
+#[test]
+fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_the_runbook() {
+    // Guards against workers appending to a promoted standby that lacks commits they saw (a retry would be sent twice), a refusal that does not say how far the log went back, a pinned head that does not report the loss, and a runbook (docs/postgres.md) whose steps do not repair it.
+    let Some(mut pair) = Pair::start(Replication::Asynchronous) else {
+        return;
+    };
+    let url = pair.url().to_owned();
+    let driver = fleet::driver(&url, "driver");
+    let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
+    let mut told = Told::default();
+    let kept = fleet::create(&driver, WITHDRAWALS, 0);
+    // Created while the standby streams: only their claims are lost.
+    let lost = fleet::create(&driver, WITHDRAWALS, 1);
+    drop(driver);
+    fleet.round(&kept);
+    told.add(&fleet.finish_round());
+    pair.cut_standby_off();
+    let shipped = payonce_postgres::head(&url).unwrap();
+    fleet.round(&lost);
+    told.add(&fleet.finish_round());
+    // An auditor pins the head before the failover.
+    let pinned = payonce_postgres::head(&url).unwrap();
+    assert!(pinned.seq > shipped.seq);
+    let sent_before = fleet.sends();
+    pair.kill_and_promote();
+
+    // Step 1: clients retry; every worker refuses, saying how far the log
+    // went back, and sends nothing.
+    fleet.round(&lost);
+    let mut refused = Told::default();
+    refused.add(&fleet.finish_round());
+    assert!(refused.outcomes.is_empty() && refused.lost.is_empty());
+    assert_eq!(refused.rewound.len(), WORKERS * THREADS * WITHDRAWALS);
+    for (key, message) in &refused.rewound {
+        let (read, end, short) = how_far(message);
+        assert_eq!(end, shipped.seq, "{key}: {message}");
+        assert!(read > end && read <= pinned.seq, "{key}: {message}");
+        assert_eq!(short, read - end, "{message}");
+    }
+    assert_eq!(
+        fleet.sends(),
+        sent_before,
+        "a send while the workers refuse"
+    );
+    fleet.stop();
+    runbook(&url, &pinned, &shipped, &sent_before, &told, &lost);
+}
+
+/// The runbook of docs/postgres.md ("Replication and failover"), step by
+/// step from step 2, after an asynchronous failover that lost the commits
+/// after `shipped`; `pinned` was pinned before it.
+fn runbook(
+    url: &str,
+    pinned: &Head,
+    shipped: &Head,
+    sent: &[(String, String)],
+    told: &Told,
+    lost_round: &[WithdrawalRequest],
+) {
+    // Step 2: `payonce head URL --pinned` reports the pinned head gone,
+    // and `payonce head URL` where the log now ends.
+    let (now, through) = payonce_postgres::head_through(url, pinned.seq).unwrap();
+    assert_eq!(through, None, "the log still passes through {pinned}");
+    assert_eq!(now, *shipped);
+    assert_eq!(payonce_postgres::head(url).unwrap(), *shipped);
+    // Step 3: what was lost.
+    let lost = lost_sends(url, sent, told, lost_round);
+    eprintln!(
+        "asynchronous failover: {} events lost ({} to {}), {} acknowledged claims whose send \
+         ran lost, and as many outcomes told",
+        pinned.seq - shipped.seq,
+        shipped.seq + 1,
+        pinned.seq,
+        lost.len(),
+    );
+    // Step 4: each lost send recorded under its key with the rail's
+    // outcome, without calling the rail.
+    let ops = payonce_postgres::open(url, "ops-recovery", payonce::Config::default()).unwrap();
+    for (id, key) in &lost {
+        let request = lost_round.iter().find(|r| r.id().as_str() == id).unwrap();
+        let recorded = |request: &WithdrawalRequest| Ok(request.sent(format!("0x{key}"))?);
+        ops.submit(key, request, recorded).unwrap();
+    }
+    drop(ops);
+    // Step 5: pin the new head, start the workers again; clients retry.
+    let repinned = payonce_postgres::head(url).unwrap();
+    let mut fleet = Fleet::start(worker_bin(), url, WORKERS, THREADS);
+    fleet.round(lost_round);
+    let mut again = Told::default();
+    again.add(&fleet.finish_round());
+    assert!(fleet.sends().is_empty(), "a lost send sent again");
+    assert!(again.rewound.is_empty(), "{:?}", again.rewound);
+    let lost_keys: HashSet<_> = lost.iter().map(|(_, key)| key).collect();
+    for told in told
+        .outcomes
+        .iter()
+        .filter(|(key, _)| lost_keys.contains(key))
+    {
+        assert!(again.outcomes.contains(told), "{told:?} not replayed");
+    }
+    fleet.stop();
+    let (report, head) = payonce_postgres::verify(url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    fleet::check(&report.state, sent, &again, &[repinned], |seq| {
+        payonce_postgres::head_through(url, seq).unwrap().1
+    });
+    assert!(head.seq > repinned.seq);
+}
+
+/// The sends (withdrawal, key) whose claim the log at `url` lost, checked
+/// to be those of `lost_round` and to match the outcomes clients were
+/// told that it lost.
+fn lost_sends(
+    url: &str,
+    sent: &[(String, String)],
+    told: &Told,
+    lost_round: &[WithdrawalRequest],
+) -> Vec<(String, String)> {
+    let (report, _) = payonce_postgres::verify(url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let state = &report.state;
+    let holder = |id: &str| state.claimed_by(id).map(|key| key.to_string());
+    let lost: Vec<_> = sent
+        .iter()
+        .filter(|(id, key)| holder(id).as_ref() != Some(key))
+        .cloned()
+        .collect();
+    let ids: HashSet<_> = lost_round.iter().map(|r| r.id().to_string()).collect();
+    assert_eq!(lost.len(), WITHDRAWALS, "each of the last round's sends");
+    assert!(lost.iter().all(|(id, _)| ids.contains(id)));
+    let lost_outcomes: HashSet<_> = told
+        .outcomes
+        .iter()
+        .filter(|(key, _)| state.outcome(key).is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    let lost_keys: HashSet<_> = lost.iter().map(|(_, key)| key.clone()).collect();
+    assert_eq!(lost_outcomes, lost_keys, "the outcomes told of those sends");
+    lost
+}
