@@ -31,6 +31,27 @@ fn count_from_env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Runs the `payonce` command line with `args` as its binary does, and
+/// returns its exit code and what it printed.
+fn payonce(args: &[&str]) -> (i32, String) {
+    use clap::Parser;
+    let words = std::iter::once("payonce").chain(args.iter().copied());
+    let cli = payonce_cli::Cli::try_parse_from(words).unwrap();
+    let env = payonce_cli::Env::quiet(payonce::Timestamp::default());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = match payonce_cli::run(cli, &env, &mut out, &mut err) {
+        Ok(status) => status.code(),
+        Err(error) => error.exit_code(),
+    };
+    (code, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `payonce verify URL` finds the log clean.
+fn assert_verify_clean(url: &str) {
+    let (code, out) = payonce(&["verify", url]);
+    assert_eq!(code, payonce_cli::EXIT_OK, "payonce verify: {out}");
+}
+
 fn worker_bin() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_BIN_EXE_failover_worker"))
 }
@@ -67,6 +88,7 @@ fn a_synchronous_failover_under_load_loses_no_acknowledged_claim_and_sends_nothi
         let (report, head) = payonce_postgres::verify(&url).unwrap();
         assert!(report.is_clean(), "{:?}", report.divergences);
         assert_eq!(head.seq, report.events);
+        assert_verify_clean(&url);
         let heads: Vec<_> = told.heads.iter().chain(&heads_read).copied().collect();
         checked = fleet::check(&report.state, &fleet.sends(), &told, &heads, |seq| {
             payonce_postgres::head_through(&url, seq).unwrap().1
@@ -184,10 +206,24 @@ fn runbook(
 ) {
     // Step 2: `payonce head URL --pinned` reports the pinned head gone,
     // and `payonce head URL` where the log now ends.
-    let (now, through) = payonce_postgres::head_through(url, pinned.seq).unwrap();
-    assert_eq!(through, None, "the log still passes through {pinned}");
-    assert_eq!(now, *shipped);
-    assert_eq!(payonce_postgres::head(url).unwrap(), *shipped);
+    let (code, out) = payonce(&["head", url, "--pinned", &pinned.to_string()]);
+    assert_eq!(
+        code,
+        payonce_cli::EXIT_PROBLEM,
+        "payonce head --pinned: {out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&shipped.to_string().as_str()), "{out}");
+    let expected = format!("no batch of the log ends at event {}", pinned.seq);
+    assert!(
+        lines[1].starts_with("PINNED HEAD NOT FOUND") && lines[1].contains(&expected),
+        "{out}"
+    );
+    let (code, out) = payonce(&["head", url]);
+    assert_eq!(
+        (code, out.trim_end()),
+        (payonce_cli::EXIT_OK, shipped.to_string().as_str())
+    );
     // Step 3: what was lost.
     let lost = lost_sends(url, sent, told, lost_round);
     eprintln!(
@@ -224,6 +260,7 @@ fn runbook(
         assert!(again.outcomes.contains(told), "{told:?} not replayed");
     }
     fleet.stop();
+    assert_verify_clean(url);
     let (report, head) = payonce_postgres::verify(url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
     fleet::check(&report.state, sent, &again, &[repinned], |seq| {
