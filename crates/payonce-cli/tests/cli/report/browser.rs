@@ -16,13 +16,20 @@ pub struct Chromium {
 /// The browser, or `None` (with a note on stderr) where there is none and
 /// `CI` is not `true`; under `CI=true` its absence fails the test.
 pub fn chromium() -> Option<Chromium> {
-    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    find_chromium(&["/usr/bin/chromium", "/usr/bin/chromium-browser"], ci)
+}
+
+/// The first of `candidates` that is a file; where none is, a panic when
+/// `ci`, else `None` with a note on stderr.
+fn find_chromium(candidates: &[&str], ci: bool) -> Option<Chromium> {
+    let found = candidates
+        .iter()
         .map(PathBuf::from)
         .find(|path| path.is_file());
     match found {
         Some(path) => Some(Chromium { path }),
-        None if std::env::var("CI").as_deref() == Ok("true") => {
+        None if ci => {
             panic!("CI=true and no chromium: install it (apt-get install -y chromium)")
         }
         None => {
@@ -30,6 +37,19 @@ pub fn chromium() -> Option<Chromium> {
             None
         }
     }
+}
+
+// Guards against the browser test passing under CI=true on a machine
+// without a browser, by skipping instead of failing.
+#[test]
+fn under_ci_a_missing_browser_fails_and_elsewhere_skips() {
+    let missing = ["/nonexistent/chromium"];
+    let failed = std::panic::catch_unwind(|| find_chromium(&missing, true));
+    assert!(failed.is_err(), "CI=true and no browser did not fail");
+    assert!(find_chromium(&missing, false).is_none());
+    let here = std::env::current_exe().unwrap();
+    let found = find_chromium(&[missing[0], here.to_str().unwrap()], true).unwrap();
+    assert_eq!(found.path, here);
 }
 
 impl Chromium {
