@@ -109,6 +109,25 @@ fn every_audit_and_operator_command_takes_a_postgres_url() {
     assert_eq!(released.code, 0, "{}", released.stderr);
     let verify = payonce(&["verify", &url]);
     assert_eq!(verify.code, 0, "{}", verify.stdout);
+
+    // The incident report names each operator action, on what, by whom
+    // and why: the session ended among them.
+    let out = tempfile::tempdir().unwrap();
+    let page = out.path().join("report.html");
+    let report = payonce(&["report", &url, "-o", page.to_str().unwrap()]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let page = std::fs::read_to_string(&page).unwrap();
+    let actions = &page[page.find("<table id=\"actions\">").unwrap()..];
+    let actions = &actions[..actions.find("</table>").unwrap()];
+    for (action, on, note) in [
+        ("release", "request key k-stuck", "rail: none"),
+        ("end-session", "worker api-1", "host gone"),
+        ("release", "request key k-running", "none"),
+    ] {
+        let row =
+            format!("<td>{action}</td><td class=\"mono\">{on}</td><td>ops</td><td>{note}</td>");
+        assert!(actions.contains(&row), "{row} not in {actions}");
+    }
 }
 
 #[test]
