@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{by_id, demo, report};
+use super::{by_id, demo, report, sends};
 use crate::fixture::{arg, payonce};
 
 /// Headless Chromium, found on this machine.
@@ -135,6 +135,56 @@ fn last_held_points(dom: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The printed timeline is whole on one page: the page of the PDF (read
+/// by poppler's `pdftotext`) that holds its heading and legend holds its
+/// axis and every withdrawal's lane too. Under `CI=true` a missing
+/// `pdftotext` fails the test.
+fn timeline_prints_on_one_page(pdf: &Path, dom: &str) {
+    let text = match Command::new("pdftotext").arg(pdf).arg("-").output() {
+        Ok(output) if output.status.success() => String::from_utf8(output.stdout).unwrap(),
+        found if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true and no pdftotext (apt-get install -y poppler-utils): {found:?}")
+        }
+        _ => {
+            eprintln!("no pdftotext on this machine: the printed timeline was not read");
+            return;
+        }
+    };
+    let lanes: Vec<&str> = dom
+        .split("<g class=\"lane\" data-lane=\"")
+        .skip(1)
+        .map(|lane| &lane[..lane.find('"').unwrap()])
+        .filter(|lane| lane.starts_with("w-"))
+        .collect();
+    assert!(lanes.len() >= 3, "the demo's withdrawals: {lanes:?}");
+    let pages: Vec<&str> = text.split('\u{c}').collect();
+    let page = pages
+        .iter()
+        .find(|page| page.contains("Timeline") && page.contains("created"))
+        .expect("a page with the timeline's heading and legend");
+    for lane in &lanes {
+        assert!(
+            page.contains(lane),
+            "lane {lane} is not on the timeline's page: {page}"
+        );
+    }
+    let ticks: Vec<&str> = dom
+        .split("<line class=\"tick\"")
+        .skip(1)
+        .map(|tick| {
+            let label = &tick[tick.find("<text").unwrap()..];
+            &label[label.find('>').unwrap() + 1..label.find("</text>").unwrap()]
+        })
+        .collect();
+    assert!(!ticks.is_empty(), "a time axis");
+    for tick in ticks {
+        assert!(
+            page.contains(tick),
+            "the axis's {tick} is not on the timeline's page"
+        );
+    }
+}
+
 // Guards against a page a browser reads otherwise than the file says: a
 // lane or mark missing, counts that differ from verify's, a held chart
 // that ends elsewhere than the state at the window's end, a blank page.
@@ -233,6 +283,8 @@ fn the_demos_report_reads_right_in_a_browser() {
         );
     }
 
+    timeline_prints_on_one_page(&dir.path().join("report.pdf"), &dom);
+
     let png = browser.screenshot(&out, &dir.path().join("report.png"), 1280, 1600);
     let blank_page = dir.path().join("blank.html");
     std::fs::write(&blank_page, "<!DOCTYPE html><title>blank</title>").unwrap();
@@ -244,4 +296,25 @@ fn the_demos_report_reads_right_in_a_browser() {
         png.len(),
         blank.len()
     );
+}
+
+// Guards against a timeline that a printer cuts across pages: the most
+// lanes a page draws, far taller than a page at full width, printed.
+#[test]
+fn a_timeline_of_the_most_lanes_prints_on_one_a4_page() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    sends(&log, payonce_cli::TIMELINE_LANES_MAX + 5);
+    let out = dir.path().join("r.html");
+    let (run, _) = report(&arg(&log), &out, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let dom = browser.dom(&out);
+    let lanes = dom.matches("<g class=\"lane\"").count();
+    assert_eq!(lanes, payonce_cli::TIMELINE_LANES_MAX);
+    let pdf = dir.path().join("r.pdf");
+    browser.print(&out, &pdf);
+    timeline_prints_on_one_page(&pdf, &dom);
 }

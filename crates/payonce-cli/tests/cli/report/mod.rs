@@ -232,7 +232,7 @@ fn a_key_keeps_only_its_events_and_its_key_in_flight() {
 
 /// A closed ledger of `withdrawals` withdrawals each created, claimed and
 /// sent, a second apart.
-fn sends(dir: &Path, withdrawals: usize) {
+pub fn sends(dir: &Path, withdrawals: usize) {
     let clock = Arc::new(ManualClock::new(START));
     let ledger = Ledger::init_with(dir, config(clock.clone())).unwrap();
     for i in 0..withdrawals {
