@@ -43,6 +43,21 @@ fn copy_to_postgres(dir: &std::path::Path, url: &str) {
     assert!(batch.is_empty(), "the file log ends with a whole batch");
 }
 
+/// The scenario's file ledger in a temporary directory, and the same
+/// events copied batch for batch into a migrated database of a throwaway
+/// cluster: the database's URL, the directory and the ledger's path. `None` where no cluster can be
+/// started outside CI.
+fn scenario_on_both() -> Option<(String, tempfile::TempDir, std::path::PathBuf)> {
+    let cluster = payonce_postgres::cluster::for_tests()?;
+    let url = cluster.database().unwrap();
+    payonce_postgres::migrate(&url).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ledger");
+    scenario(&log);
+    copy_to_postgres(&log, &url);
+    Some((url, dir, log))
+}
+
 /// `page` without what names the ledger or the moment it was made.
 fn without_name(page: &str, ledger: &str) -> String {
     let page = page.replace(ledger, "LEDGER");
@@ -55,15 +70,9 @@ fn without_name(page: &str, ledger: &str) -> String {
 // heads, other words.
 #[test]
 fn the_same_events_on_postgresql_give_the_same_page() {
-    let Some(cluster) = payonce_postgres::cluster::for_tests() else {
+    let Some((url, dir, log)) = scenario_on_both() else {
         return;
     };
-    let url = cluster.database().unwrap();
-    payonce_postgres::migrate(&url).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("ledger");
-    scenario(&log);
-    copy_to_postgres(&log, &url);
 
     for window in [
         vec![],
@@ -107,15 +116,9 @@ fn the_same_events_on_postgresql_give_the_same_page() {
 // chain does not verify, or hides where the damage is.
 #[test]
 fn a_rewritten_event_on_postgresql_is_damage_and_nothing_from_its_batch_is_shown() {
-    let Some(cluster) = payonce_postgres::cluster::for_tests() else {
+    let Some((url, dir, _)) = scenario_on_both() else {
         return;
     };
-    let url = cluster.database().unwrap();
-    payonce_postgres::migrate(&url).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("ledger");
-    scenario(&log);
-    copy_to_postgres(&log, &url);
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     admin
         .batch_execute(
