@@ -14,9 +14,13 @@
 //!   size, and how long taking it held the ledger's lock and took.
 //! - Resident bytes per claimed withdrawal, beyond the text of their keys
 //!   and ids.
+//! - What taking snapshots costs durable submits: 64 threads creating and
+//!   submitting for 30 s a run on copies of one ledger, the default
+//!   snapshot policy alternated with none.
 //!
 //! `PAYONCE_BENCH_DIR` picks the directory (default: the system temp dir);
-//! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3);
+//! `PAYONCE_BENCH_SECS` the seconds per durable measurement (default 3;
+//! `PAYONCE_BENCH_SNAPSHOT_SECS` for the snapshots' cost, default 30);
 //! `PAYONCE_BENCH_EVENTS` the replay sizes (default `1000000,3000000,10000000`:
 //! the second holds 1M claimed withdrawals);
 //! `PAYONCE_BENCH_THREADS` the thread counts (default `1,8,64`); `none`
@@ -94,7 +98,7 @@ fn main() {
     }
     let snapshot_threads = numbers("PAYONCE_BENCH_SNAPSHOTS", "64");
     if let Some(&threads) = snapshot_threads.first() {
-        snapshot_cost_table(dir.path(), threads, duration);
+        snapshot_cost_table(dir.path(), threads);
     }
 }
 
@@ -137,42 +141,47 @@ fn durable_table(dir: &Path, thread_counts: Vec<usize>, duration: Duration) {
     }
 }
 
-/// Claimed withdrawals in the ledger whose submits [`snapshot_cost_table`]
-/// measures: each snapshot there is about 40 MiB.
+/// Claimed withdrawals in the ledger each run of [`snapshot_cost_table`]
+/// starts from.
 const SNAPSHOT_COST_HELD: u64 = 200_000;
-
-/// Events between snapshots while [`snapshot_cost_table`] measures: a few
-/// each run, as the default share of time allows.
-const SNAPSHOT_COST_EVENTS: u64 = 100_000;
 
 /// Rounds of [`snapshot_cost_table`], each a run without snapshots and one
 /// with.
 const SNAPSHOT_COST_ROUNDS: usize = 3;
 
-/// Durable submits at `threads` threads on a ledger holding
-/// [`SNAPSHOT_COST_HELD`] claimed withdrawals, with snapshots taken beside
-/// them (every [`SNAPSHOT_COST_EVENTS`] events, as often as the default
-/// share of the time allows) and without, alternated on the same ledger.
-fn snapshot_cost_table(dir: &Path, threads: usize, duration: Duration) {
-    let ledger_dir = dir.join("snapshot-cost");
-    let per_run =
-        ((duration.as_secs_f64() * SUBMITS_PER_SEC_MAX / 4.0) as usize / threads).max(2_000);
-    let runs = 2 * SNAPSHOT_COST_ROUNDS;
-    let prepared = prefilled(&ledger_dir, threads, per_run * runs);
+/// Seconds per run of [`snapshot_cost_table`] by default
+/// (`PAYONCE_BENCH_SNAPSHOT_SECS`): long enough for the default policy to
+/// pace its snapshots as it does in a running service, where a snapshot
+/// that took `t` is followed by none for `19 t` (at 200,000 to 2M
+/// withdrawals under this load, `t` is 1 to 3 s).
+const SNAPSHOT_COST_SECS: u64 = 30;
+
+/// Durable creates and submits at `threads` threads, each run on a fresh
+/// copy of a ledger holding [`SNAPSHOT_COST_HELD`] claimed withdrawals,
+/// alternating the default snapshot policy with no snapshots.
+fn snapshot_cost_table(dir: &Path, threads: usize) {
+    let secs: u64 = std::env::var("PAYONCE_BENCH_SNAPSHOT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SNAPSHOT_COST_SECS);
+    let base = dir.join("snapshot-cost");
+    held_ledger(&base);
     println!(
-        "| durable submits, {threads} threads, {SNAPSHOT_COST_HELD} claimed withdrawals held | submits/s | snapshots taken | lock held at most | taking them, all told |"
+        "| {secs} s runs, {threads} threads creating and submitting, from {SNAPSHOT_COST_HELD} claimed withdrawals | submits/s | snapshots taken | lock held at most | taking them, all told |"
     );
     println!("| --- | ---: | ---: | ---: | ---: |");
     let mut rates = [Vec::new(), Vec::new()];
-    for round in 0..runs {
+    for round in 0..2 * SNAPSHOT_COST_ROUNDS {
         let on = round % 2 == 1;
         let snapshots = match on {
             true => SnapshotPolicy {
-                events: SNAPSHOT_COST_EVENTS,
+                at_close: false,
                 ..SnapshotPolicy::default()
             },
             false => SnapshotPolicy::never(),
         };
+        let ledger_dir = dir.join(format!("snapshot-cost-{round}"));
+        copy_dir(&base, &ledger_dir);
         let ledger = Ledger::open_with(
             &ledger_dir,
             Config {
@@ -181,13 +190,7 @@ fn snapshot_cost_table(dir: &Path, threads: usize, duration: Duration) {
             },
         )
         .unwrap();
-        let slices: Vec<&[WithdrawalRequest]> = prepared
-            .iter()
-            .map(|withdrawals| &withdrawals[round * per_run..(round + 1) * per_run])
-            .collect();
-        // Keys of their own per round: `t{thread}-{index}` from thread
-        // numbers no earlier round used.
-        let (rate, _, _) = submit_all(&ledger, &slices, round * threads, duration);
+        let rate = create_and_submit(&ledger, threads, Duration::from_secs(secs));
         let stats = ledger.snapshot_stats().unwrap();
         drop(ledger);
         rates[usize::from(on)].push(rate);
@@ -211,9 +214,8 @@ fn snapshot_cost_table(dir: &Path, threads: usize, duration: Duration) {
 }
 
 /// A ledger in `dir` holding [`SNAPSHOT_COST_HELD`] claimed and sent
-/// withdrawals, built without syncs, and `per_thread` more withdrawals
-/// created for each of `threads` threads to submit.
-fn prefilled(dir: &Path, threads: usize, per_thread: usize) -> Vec<Vec<WithdrawalRequest>> {
+/// withdrawals, built without syncs, with a snapshot at its end; synced.
+fn held_ledger(dir: &Path) {
     let creating = Config {
         log: LogConfig {
             durability: Durability::Never,
@@ -229,13 +231,53 @@ fn prefilled(dir: &Path, threads: usize, per_thread: usize) -> Vec<Vec<Withdrawa
             .submit(&format!("held-{index:08}"), request, rail)
             .unwrap();
     }
-    let prepared = (0..threads)
-        .map(|_| (0..per_thread).map(|_| new_withdrawal(&ledger)).collect())
-        .collect();
     ledger.snapshot().unwrap();
     drop(ledger);
     sync_dir_files(dir);
-    prepared
+    sync_dir_files(&dir.join("snapshots"));
+}
+
+/// Copies the ledger directory `from` (its files and its `snapshots/`) to
+/// `to`, synced.
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        match entry.file_type().unwrap().is_dir() {
+            true => copy_dir(&entry.path(), &target),
+            false => {
+                fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    sync_dir_files(to);
+}
+
+/// `threads` threads each creating a withdrawal and submitting it under a
+/// new key, durably, until `duration` has passed: submits a second.
+fn create_and_submit(ledger: &Ledger, threads: usize, duration: Duration) -> f64 {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let submits: usize = thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| {
+                scope.spawn(move || {
+                    let mut count = 0;
+                    while Instant::now() < deadline {
+                        let request = new_withdrawal(ledger);
+                        ledger
+                            .submit(&format!("t{thread}-{count}"), request, rail)
+                            .unwrap();
+                        count += 1;
+                    }
+                    count
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    submits as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Submits every thread's slice of withdrawals on `ledger` until `duration`
