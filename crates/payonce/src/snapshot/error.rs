@@ -105,6 +105,18 @@ pub enum SnapshotError {
     },
 }
 
+impl SnapshotError {
+    /// A name listed twice in a section starting at `offset`.
+    pub(crate) fn listed_twice(field: &'static str, offset: u64, name: String) -> SnapshotError {
+        SnapshotError::Invalid {
+            field,
+            offset,
+            expected: "each name listed once".to_owned(),
+            found: format!("{name:?} twice"),
+        }
+    }
+}
+
 impl fmt::Display for SnapshotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

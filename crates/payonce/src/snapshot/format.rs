@@ -170,6 +170,17 @@ impl<'a> In<'a> {
         In { bytes: body, at: 0 }
     }
 
+    /// Reads `body` from its byte `at` on.
+    pub(crate) fn starting_at(body: &'a [u8], at: usize) -> Self {
+        assert!(at <= body.len(), "a reading starts inside the body");
+        In { bytes: body, at }
+    }
+
+    /// The place of the next field in the body.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
     /// The offset of the next field from the snapshot's first byte.
     pub(crate) fn offset(&self) -> u64 {
         (SNAPSHOT_HEADER_LEN + self.at) as u64

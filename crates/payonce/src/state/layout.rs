@@ -44,6 +44,23 @@ pub(super) struct TextRef {
     len: NonZeroU16,
 }
 
+impl TextRef {
+    /// This reference after the buffer it points into was appended to
+    /// another, `shift` bytes on ([`Texts::append`]).
+    pub(super) fn shifted(self, shift: usize) -> TextRef {
+        let offset = ((usize::from(self.offset_high) << 32) | self.offset_low as usize) + shift;
+        assert!(
+            offset >> 48 == 0,
+            "the state's text buffer outgrew 48-bit offsets"
+        );
+        TextRef {
+            offset_low: offset as u32,
+            offset_high: (offset >> 32) as u16,
+            len: self.len,
+        }
+    }
+}
+
 /// Every piece of text the state holds, end to end in chunks of
 /// [`TEXT_CHUNK_LEN`] bytes, shared copy-on-write like [`Chunks`]: a text
 /// never straddles two chunks, and only the newest chunk is appended to.
@@ -96,6 +113,17 @@ impl Texts {
     }
 
     #[inline]
+    /// Puts every chunk of `other` after this buffer's: a reference into
+    /// `other`, [`TextRef::shifted`] by the returned count, names the same
+    /// text here.
+    pub(super) fn append(&mut self, other: Texts) -> usize {
+        let shift = self.chunks.len() << TEXT_CHUNK_BITS;
+        self.chunks.extend(other.chunks);
+        self.used += other.used;
+        self.garbage += other.garbage;
+        shift
+    }
+
     pub(super) fn get(&self, at: TextRef) -> &str {
         let offset = (usize::from(at.offset_high) << 32) | at.offset_low as usize;
         let start = offset & TEXT_CHUNK_MASK;

@@ -31,6 +31,7 @@ mod index;
 mod layout;
 mod sessions;
 mod snapshot;
+mod snapshot_keys;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -8,18 +8,15 @@
 //! Slot numbers are not kept: a withdrawal is named by its place in the
 //! body, and the indexes are built again under this process's hash key.
 
-use payonce_model::{
-    Actor, Amount, Currency, Destination, Progress, REPLACED_MAX, Reason, Reference, RequestKey,
-    WithdrawalId, WithdrawalState, WorkerName,
-};
+use payonce_model::{Amount, Currency, Destination, WithdrawalId, WithdrawalState, WorkerName};
 use rust_decimal::Decimal;
 
 use super::State;
 use super::chunks::Chunks;
-use super::layout::{Funds, KeySlot, NO_HOLDER, SLOTS_MAX, Slots, TextRef, WithdrawalSlot, stored};
+use super::layout::{Funds, NO_HOLDER, SLOTS_MAX, Slots, TextRef, WithdrawalSlot, stored};
+use super::snapshot_keys::{Body, KeysSection, SEND_WORKER, keys_start};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out};
-use crate::time::Timestamp;
 
 /// The fewest bytes a currency takes in a body: a one-letter code, two totals.
 const CURRENCY_LEN_MIN: usize = 2 + 1 + 2 * 17;
@@ -28,21 +25,12 @@ const SESSION_LEN_MIN: usize = 2 + 1 + 8;
 /// The fewest bytes a withdrawal takes: one-letter id and destination,
 /// amount, currency, flags.
 const WITHDRAWAL_LEN_MIN: usize = 2 * 3 + 17 + 4 + 1;
-/// The fewest bytes a key takes: a one-letter key, its fixed fields, four
-/// empty texts and no replaced reference.
-const KEY_LEN_MIN: usize = 3 + 4 + 8 + 8 + 1 + 1 + 4 * 2 + 1;
 
 /// A withdrawal's flags byte: bit 0, minted here; bits 1 and 2, where its
 /// funds are.
 const CREATED: u8 = 1;
 const FUNDS_SHIFT: u8 = 1;
 const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
-
-/// A key's flags byte: bit 0, its send may be running; bit 1, a worker's
-/// name follows.
-const SEND_RUNNING: u8 = 1;
-const SEND_WORKER: u8 = 2;
-const KEY_FLAGS: u8 = SEND_RUNNING | SEND_WORKER;
 
 impl State {
     /// A copy of this state for a snapshot to encode: its entries and text
@@ -221,11 +209,50 @@ impl State {
         state.refusals = input.u64("refusals")?;
         state.read_currencies(&mut input)?;
         state.read_sessions(&mut input)?;
-        state.read_withdrawals(&mut input)?;
-        state.read_keys(&mut input)?;
+        let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
+        let section = state.read_withdrawals_and_keys(&mut input, (body, count))?;
+        let input = In::starting_at(body, section.end);
+        state.adopt_keys(section);
         input.finish()?;
         state.check_funds()?;
         Ok(state)
+    }
+
+    /// Reads the `count` withdrawals at `input` on this thread and the keys
+    /// after them on another; a refused withdrawal is named before a
+    /// refused key, as the body orders them.
+    fn read_withdrawals_and_keys(
+        &mut self,
+        input: &mut In<'_>,
+        (body, count): (&[u8], usize),
+    ) -> Result<KeysSection, SnapshotError> {
+        let keys_at = keys_start(body, input.at(), count);
+        let hasher = self.hasher.clone();
+        let keys_body = Body {
+            bytes: body,
+            seq: self.last_seq,
+            hasher: &hasher,
+        };
+        let (withdrawals, keys) = std::thread::scope(|scope| {
+            let keys =
+                keys_at.map(|at| scope.spawn(move || KeysSection::read(keys_body, at, count)));
+            (
+                self.read_withdrawals(input, count),
+                keys.map(|keys| keys.join()),
+            )
+        });
+        withdrawals?;
+        let keys = match keys {
+            Some(Ok(keys)) => keys,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => unreachable!("the withdrawals were read past the end of the body"),
+        };
+        assert_eq!(
+            Some(input.at()),
+            keys_at,
+            "the withdrawals end where their lengths say"
+        );
+        keys.map_err(|refused| refused.named(self))
     }
 
     fn read_currencies(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
@@ -279,8 +306,7 @@ impl State {
         Ok(())
     }
 
-    fn read_withdrawals(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
-        let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
+    fn read_withdrawals(&mut self, input: &mut In<'_>, count: usize) -> Result<(), SnapshotError> {
         let at = input.offset();
         let mut entries = Chunks::default();
         let mut hashes = Vec::with_capacity(count);
@@ -290,7 +316,7 @@ impl State {
             hashes.push(hash);
         }
         self.withdrawals = Slots::built(entries, &hashes, &self.texts)
-            .map_err(|id| listed_twice("withdrawal id", at, id))?;
+            .map_err(|id| SnapshotError::listed_twice("withdrawal id", at, id))?;
         Ok(())
     }
 
@@ -344,91 +370,6 @@ impl State {
         Ok((entry, self.hasher.hash(id)))
     }
 
-    fn read_keys(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
-        let count = input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1)?;
-        let at = input.offset();
-        let mut entries = Chunks::default();
-        let mut hashes = Vec::with_capacity(count);
-        for slot in 0..count as u32 {
-            let (entry, record) = self.read_key(input)?;
-            let withdrawal = &mut self.withdrawals[entry.withdrawal];
-            if withdrawal.named_by > 0 {
-                let id = self.texts.get(withdrawal.id).to_owned();
-                let expected = "a withdrawal no other key holds".to_owned();
-                return Err(input.invalid("key withdrawal", expected, id));
-            }
-            withdrawal.named_by = 1;
-            withdrawal.holder = slot;
-            if entry.send_running {
-                self.sending += 1;
-                self.running.push(slot);
-            }
-            if let Some(worker) = record.worker {
-                self.sessions.senders.insert(slot, worker);
-            }
-            if let Some(error) = record.last_error {
-                self.last_errors.insert(slot, error);
-            }
-            if !record.replaced.is_empty() {
-                self.replaced.insert(slot, record.replaced.into());
-            }
-            hashes.push(self.hasher.hash(self.texts.get(entry.key)));
-            entries.push(entry);
-        }
-        self.keys = Slots::built(entries, &hashes, &self.texts)
-            .map_err(|key| listed_twice("key", at, key))?;
-        Ok(())
-    }
-
-    /// Reads one record; its text pushed into the state's buffer.
-    fn read_key(&mut self, input: &mut In<'_>) -> Result<(KeySlot, KeyExtras), SnapshotError> {
-        let key = input.text::<RequestKey>("key")?;
-        let withdrawal = input.u32("key withdrawal")?;
-        if withdrawal as usize >= self.withdrawals.entries.len() {
-            let expected = format!("a withdrawal below {}", self.withdrawals.entries.len());
-            return Err(input.invalid("key withdrawal", expected, withdrawal.to_string()));
-        }
-        let claimed_seq = input.u64("key claimed_seq")?;
-        if claimed_seq == 0 || claimed_seq > self.last_seq {
-            let expected = format!("a seq from 1 to {}", self.last_seq);
-            return Err(input.invalid("key claimed_seq", expected, claimed_seq.to_string()));
-        }
-        let claimed_at = Timestamp::from_unix_nanos(input.u64("key claimed_at")?);
-        let state = read_state(input)?;
-        let flags = input.u8("key flags")?;
-        if flags & !KEY_FLAGS != 0 || flags & SEND_WORKER != 0 && flags & SEND_RUNNING == 0 {
-            let expected = "bit 0, and bit 1 only with bit 0".to_owned();
-            return Err(input.invalid("key flags", expected, flags.to_string()));
-        }
-        let outcome = read_outcome(input, state)?;
-        let last_error = input.optional::<Reason>("key last_error")?;
-        let worker = match flags & SEND_WORKER {
-            0 => None,
-            _ => Some(stored(
-                input.text::<WorkerName>("key send_worker")?,
-                WorkerName::new,
-            )),
-        };
-        let replaced = read_replaced(input, state, outcome)?;
-        let entry = KeySlot {
-            key: self.texts.push(key),
-            withdrawal,
-            claimed_seq,
-            claimed_at,
-            state,
-            send_running: flags & SEND_RUNNING != 0,
-            reference: outcome.reference.map(|text| self.texts.push(text)),
-            reason: outcome.reason.map(|text| self.texts.push(text)),
-            requested_by: outcome.requested_by.map(|text| self.texts.push(text)),
-        };
-        let extras = KeyExtras {
-            last_error: last_error.map(|text| self.texts.push(text)),
-            worker,
-            replaced,
-        };
-        Ok((entry, extras))
-    }
-
     /// Checks what only the whole body shows: a foreign withdrawal is kept
     /// only while a key holds it, funds are held or captured only under a
     /// claim, and each currency's totals are the sums of its funds.
@@ -472,123 +413,11 @@ impl State {
     }
 }
 
-/// A name listed twice in a section starting at `offset`.
-fn listed_twice(field: &'static str, offset: u64, name: String) -> SnapshotError {
-    SnapshotError::Invalid {
-        field,
-        offset,
-        expected: "each name listed once".to_owned(),
-        found: format!("{name:?} twice"),
-    }
-}
-
-/// What a record holds beside its slot.
-struct KeyExtras {
-    last_error: Option<TextRef>,
-    worker: Option<WorkerName>,
-    replaced: Vec<Reference>,
-}
-
-/// An outcome's texts, checked under its state's rules.
-#[derive(Clone, Copy)]
-struct OutcomeTexts<'a> {
-    reference: Option<&'a str>,
-    reason: Option<&'a str>,
-    requested_by: Option<&'a str>,
-}
-
 fn state_number(state: WithdrawalState) -> u8 {
     let number = WithdrawalState::ALL
         .iter()
         .position(|&known| known == state);
     number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
-}
-
-fn read_state(input: &mut In<'_>) -> Result<Option<WithdrawalState>, SnapshotError> {
-    let number = input.u8("key state")?;
-    match number {
-        0 => Ok(None),
-        _ => match WithdrawalState::ALL.get(usize::from(number) - 1) {
-            Some(&state) => Ok(Some(state)),
-            None => Err(input.invalid(
-                "key state",
-                format!("0 to {}", WithdrawalState::ALL.len()),
-                number.to_string(),
-            )),
-        },
-    }
-}
-
-/// Reads an outcome's texts: all absent while in flight; a requester, and
-/// a reference and a reason as the state requires, once settled.
-fn read_outcome<'a>(
-    input: &mut In<'a>,
-    state: Option<WithdrawalState>,
-) -> Result<OutcomeTexts<'a>, SnapshotError> {
-    let outcome = OutcomeTexts {
-        reference: input.optional::<Reference>("key reference")?,
-        reason: input.optional::<Reason>("key reason")?,
-        requested_by: input.optional::<Actor>("key requested_by")?,
-    };
-    let (has_reference, has_reason) = (outcome.reference.is_some(), outcome.reason.is_some());
-    let checked = match state {
-        None if has_reference || has_reason || outcome.requested_by.is_some() => {
-            Err("no outcome text while in flight".to_owned())
-        }
-        None => Ok(()),
-        Some(_) if outcome.requested_by.is_none() => {
-            Err("a requester beside an outcome".to_owned())
-        }
-        Some(state) => state
-            .check_fields(has_reference, has_reason)
-            .map_err(|error| error.to_string()),
-    };
-    checked.map_err(|expected| input.invalid("key outcome", expected, format!("{state:?}")))?;
-    Ok(outcome)
-}
-
-/// Reads the references a bumped outcome replaced, checked under the
-/// outcome's rules (distinct, not the current one, at most `REPLACED_MAX`).
-fn read_replaced(
-    input: &mut In<'_>,
-    state: Option<WithdrawalState>,
-    outcome: OutcomeTexts<'_>,
-) -> Result<Vec<Reference>, SnapshotError> {
-    let count = usize::from(input.u8("key replaced")?);
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    let (Some(state), Some(requested_by)) = (state, outcome.requested_by) else {
-        return Err(input.invalid(
-            "key replaced",
-            "none while in flight".to_owned(),
-            count.to_string(),
-        ));
-    };
-    if count > REPLACED_MAX {
-        return Err(input.invalid(
-            "key replaced",
-            format!("at most {REPLACED_MAX}"),
-            count.to_string(),
-        ));
-    }
-    let mut replaced = Vec::with_capacity(count);
-    for _ in 0..count {
-        replaced.push(stored(
-            input.text::<Reference>("key replaced reference")?,
-            Reference::new,
-        ));
-    }
-    let progress = Progress::new(
-        state,
-        outcome.reference.map(|text| stored(text, Reference::new)),
-        outcome.reason.map(|text| stored(text, Reason::new)),
-        stored(requested_by, Actor::new),
-        replaced.clone(),
-    );
-    progress
-        .map_err(|error| input.invalid("key replaced", error.to_string(), count.to_string()))?;
-    Ok(replaced)
 }
 
 /// A total: a non-negative decimal's mantissa and scale.
@@ -608,4 +437,3 @@ fn read_total(input: &mut In<'_>, field: &'static str) -> Result<Decimal, Snapsh
 }
 
 const _: () = assert!(WithdrawalState::ALL.len() < u8::MAX as usize);
-const _: () = assert!(REPLACED_MAX <= u8::MAX as usize);

@@ -441,3 +441,90 @@ fn an_ended_session_ends_its_sends_and_an_opening_ends_every_session() {
     assert!(!state.is_sending("k-1"));
     assert_eq!(state.sessions().count(), 0);
 }
+
+/// w-1 claimed by k-1 and sent, w-2 claimed by k-2 and in flight, and the
+/// body of its snapshot.
+fn two_claimed_body() -> (State, Vec<u8>) {
+    let (mut state, w1, w2) = two_created();
+    run(
+        &mut state,
+        [
+            claimed("k-1", &w1),
+            claimed("k-2", &w2),
+            EventKind::Completed {
+                key: key("k-1"),
+                outcome: sent(&w1, "0xfeed"),
+            },
+        ],
+    );
+    let body = state.snapshot_body().unwrap_or_else(|e| panic!("{e}"));
+    (state, body)
+}
+
+/// Where `text`'s length is in `body`.
+fn text_at(body: &[u8], text: &str) -> usize {
+    let field = [&(text.len() as u16).to_le_bytes()[..], text.as_bytes()].concat();
+    body.windows(field.len())
+        .position(|window| window == field)
+        .unwrap_or_else(|| panic!("{text:?} is in the body"))
+}
+
+fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
+    match State::from_snapshot_body(state.last_seq(), body) {
+        Err(crate::snapshot::error::SnapshotError::Invalid { field, found, .. }) => (field, found),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a damaged body was read"),
+    }
+}
+
+#[test]
+fn a_body_whose_keys_are_read_beside_its_withdrawals_is_the_state_it_was_taken_of() {
+    // Guards against the keys' text, records or holders going astray when
+    // the keys section read on its own thread joins the withdrawals.
+    let (state, body) = two_claimed_body();
+    let read = State::from_snapshot_body(state.last_seq(), &body).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(state.difference(&read), None);
+    assert_eq!(read.claimed_by("w-2").as_deref(), Some("k-2"));
+    assert_eq!(
+        read.record("k-1").and_then(|record| record.outcome()),
+        Some(sent(&withdrawal("w-1"), "0xfeed"))
+    );
+}
+
+#[test]
+fn a_key_naming_a_withdrawal_another_key_holds_is_refused_naming_its_id() {
+    // Guards against the keys' thread, which has no withdrawal text, naming
+    // the withdrawal by its number or not at all.
+    let (state, mut body) = two_claimed_body();
+    let number = |body: &[u8], key: &str| text_at(body, key) + 2 + key.len();
+    let (k1, k2) = (number(&body, "k-1"), number(&body, "k-2"));
+    let held = body[k1..k1 + 4].to_vec();
+    body[k2..k2 + 4].copy_from_slice(&held);
+    assert_eq!(
+        refused_field(&state, &body),
+        ("key withdrawal", "w-1".to_owned())
+    );
+}
+
+#[test]
+fn a_refused_withdrawal_is_named_before_a_refused_key_as_the_body_orders_them() {
+    // Guards against the keys' thread's refusal, read at the same time,
+    // hiding the first field the body gets wrong.
+    let (state, mut body) = two_claimed_body();
+    let claimed_seq = text_at(&body, "k-2") + 2 + 3 + 4;
+    body[claimed_seq..claimed_seq + 8].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(refused_field(&state, &body).0, "key claimed_seq");
+    let currency = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 17;
+    body[currency..currency + 4].copy_from_slice(&99u32.to_le_bytes());
+    assert_eq!(refused_field(&state, &body).0, "withdrawal currency");
+}
+
+#[test]
+fn a_body_cut_inside_its_withdrawals_is_refused_there() {
+    // Guards against a panic when the withdrawals' lengths run past the
+    // end of the body, where the keys section cannot be found.
+    let (state, body) = two_claimed_body();
+    // Five bytes into w-2's amount, past its texts.
+    let cut = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 5;
+    assert_eq!(refused_field(&state, &body[..cut]).0, "withdrawal amount");
+}
