@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Events after the last snapshot at which a ledger takes the next, by
 /// default: the most a reopening replays past its newest snapshot
-/// (docs/performance.md: about 0.4 s of replay).
+/// (docs/performance.md: about 0.25 s of replay).
 pub const SNAPSHOT_EVENTS: u64 = 1_000_000;
 
 /// Time after the last snapshot at which a ledger with new events takes
