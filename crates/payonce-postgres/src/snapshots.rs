@@ -12,6 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use payonce::{SNAPSHOT_LEN_MAX, SnapshotError, SnapshotStore, StoredSnapshot, snapshots};
 use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
 
 use crate::error::describe;
 use crate::redacted;
@@ -122,27 +123,34 @@ impl SnapshotStore for PgSnapshots {
                 max: SNAPSHOT_LEN_MAX,
             });
         }
-        let rows = client
-            .query(
+        // Row by row, so only the snapshot's bytes are held, not every
+        // row beside them.
+        let mut rows = client
+            .query_raw(
                 "SELECT chunk, bytes FROM payonce.snapshot_chunks WHERE seq = $1 ORDER BY chunk",
-                &[&seq],
+                [seq],
             )
             .map_err(|error| store_error("reading a snapshot's chunks", &error))?;
-        if rows.len() != usize::try_from(chunks).unwrap_or(usize::MAX) {
-            return Err(SnapshotError::Store {
-                detail: format!("{} chunks where the row says {chunks}", rows.len()),
-            });
-        }
         let mut bytes = Vec::new();
-        for (expected, row) in (0i32..).zip(&rows) {
+        let mut read = 0i32;
+        while let Some(row) = rows
+            .next()
+            .map_err(|error| store_error("reading a snapshot's chunks", &error))?
+        {
             let (chunk, part): (i32, &[u8]) = (row.get(0), row.get(1));
-            if chunk != expected || bytes.len() as u64 + part.len() as u64 > len {
+            if chunk != read || bytes.len() as u64 + part.len() as u64 > len {
                 return Err(SnapshotError::Length {
                     expected: len,
                     found: bytes.len() as u64 + part.len() as u64,
                 });
             }
             bytes.extend_from_slice(part);
+            read += 1;
+        }
+        if read != chunks {
+            return Err(SnapshotError::Store {
+                detail: format!("{read} chunks where the row says {chunks}"),
+            });
         }
         Ok(bytes)
     }

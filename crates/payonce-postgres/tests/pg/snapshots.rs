@@ -232,3 +232,64 @@ fn a_worker_takes_no_snapshot_while_another_worker_wrote_a_fresh_one() {
     );
     assert!(second.snapshot_stats().unwrap().taken >= 1);
 }
+
+/// Writes a snapshot row at seq 1,000 whose row says `chunks` chunks of
+/// `len` bytes in all, with `stored` as its chunks, numbered as given.
+fn stored_chunks(url: &str, (len, chunks): (i64, i32), stored: &[(i32, Vec<u8>)]) {
+    let mut admin = client(url);
+    let mut transaction = admin.transaction().unwrap();
+    transaction
+        .execute(
+            "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
+             VALUES (1000, $1, 1, $2, $3, 'test')",
+            &[&vec![7u8; 32], &len, &chunks],
+        )
+        .unwrap();
+    for (chunk, bytes) in stored {
+        transaction
+            .execute(
+                "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES (1000, $1, $2)",
+                &[chunk, bytes],
+            )
+            .unwrap();
+    }
+    transaction.commit().unwrap();
+}
+
+fn read_stored(url: &str) -> Result<Vec<u8>, SnapshotError> {
+    let store = PgSnapshots::connect(url, "test").unwrap();
+    store.read(&payonce::StoredSnapshot {
+        seq: 1000,
+        name: "seq 1000".to_owned(),
+    })
+}
+
+#[test]
+fn a_snapshots_chunks_are_read_in_order_and_a_missing_one_is_refused() {
+    // Guards against chunks read row by row being joined out of order, or
+    // a snapshot short of a chunk being read as whole.
+    let url = database!();
+    drop(worked(&url));
+    let parts = [vec![1u8; 5], vec![2u8; 3], vec![3u8; 4]];
+    let numbered: Vec<(i32, Vec<u8>)> = (0..).zip(parts.iter().cloned()).collect();
+    stored_chunks(&url, (12, 3), &numbered);
+    assert_eq!(read_stored(&url).unwrap(), parts.concat());
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (12, 3), &numbered[..2]);
+    assert!(
+        matches!(read_stored(&url), Err(SnapshotError::Store { ref detail }) if detail.contains("2 chunks where the row says 3")),
+        "{:?}",
+        read_stored(&url)
+    );
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (12, 3), &[numbered[0].clone(), numbered[2].clone()]);
+    assert!(
+        matches!(read_stored(&url), Err(SnapshotError::Length { .. })),
+        "{:?}",
+        read_stored(&url)
+    );
+}
