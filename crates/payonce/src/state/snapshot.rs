@@ -234,12 +234,19 @@ impl State {
             hasher: &hasher,
         };
         let (withdrawals, keys) = std::thread::scope(|scope| {
-            let keys =
-                keys_at.map(|at| scope.spawn(move || KeysSection::read(keys_body, at, count)));
-            (
-                self.read_withdrawals(input, count),
-                keys.map(|keys| keys.join()),
-            )
+            let keys = keys_at.map(|at| {
+                let reading = std::thread::Builder::new()
+                    .name("snapshot-keys".into())
+                    .spawn_scoped(scope, move || KeysSection::read(keys_body, at, count));
+                (at, reading)
+            });
+            let withdrawals = self.read_withdrawals(input, count);
+            let keys = keys.map(|(at, reading)| match reading {
+                Ok(reading) => reading.join(),
+                // No thread to be had: the keys are read here, after.
+                Err(_) => Ok(KeysSection::read(keys_body, at, count)),
+            });
+            (withdrawals, keys)
         });
         withdrawals?;
         let keys = match keys {
