@@ -1,15 +1,7 @@
 //! Bad input: each with a clear message, a non-zero exit, and the log's
 //! bytes unchanged.
 
-use std::sync::Arc;
-
-use payonce::{Event, EventKind, SCHEMA_VERSION};
-use payonce_log::{FsStorage, Log, LogConfig};
-
-use crate::fixture::{
-    START, arg, first_segment, payonce, payonce_test_request, scenario, sent, snapshot,
-    tear_last_record,
-};
+use crate::fixture::{arg, diverged, first_segment, payonce, scenario, snapshot, tear_last_record};
 
 /// The audit commands, each as arguments after the directory.
 fn audit_commands() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -123,37 +115,9 @@ fn a_torn_tail_is_reported_not_repaired_and_exits_1() {
 #[test]
 fn a_divergence_is_reported_with_its_sequence_number_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(FsStorage::new(dir.path()));
-    let (log, _) = Log::open(storage, LogConfig::default()).unwrap();
     // A claim for a withdrawal the ledger never created: the code would
     // refuse it.
-    let request = sent(&payonce_test_request(), "0x1");
-    let events = [
-        EventKind::Opened {
-            accept_foreign_ids: false,
-            epoch: None,
-        },
-        EventKind::Claimed {
-            key: "req-x".parse().unwrap(),
-            request: payonce_test_request(),
-            worker: None,
-        },
-        EventKind::Completed {
-            key: "req-x".parse().unwrap(),
-            outcome: request,
-        },
-    ];
-    for (index, kind) in events.into_iter().enumerate() {
-        let event = Event {
-            schema: SCHEMA_VERSION,
-            seq: index as u64 + 1,
-            at: START,
-            kind,
-        };
-        let seq = log.append(&event.encode().unwrap()).unwrap();
-        log.wait_durable(seq).unwrap();
-    }
-    drop(log);
+    diverged(dir.path());
     let before = snapshot(dir.path());
     let run = payonce(&["verify", &arg(dir.path()), "--json"]);
     assert_eq!(run.code, 1);

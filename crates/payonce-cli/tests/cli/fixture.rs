@@ -234,6 +234,41 @@ pub fn tear_last_record(dir: &Path, bytes: &[u8]) -> u64 {
     end
 }
 
+/// A log in `dir` holding an opening, a claim under `req-x` for a
+/// withdrawal the ledger never created, and its outcome: the claim (seq 2)
+/// is a decision the code would not make.
+pub fn diverged(dir: &Path) {
+    use payonce::{Event, EventKind, SCHEMA_VERSION};
+    let storage = Arc::new(payonce_log::FsStorage::new(dir));
+    let (log, _) = payonce_log::Log::open(storage, LogConfig::default()).unwrap();
+    let request = payonce_test_request();
+    let kinds = [
+        EventKind::Opened {
+            accept_foreign_ids: false,
+            epoch: None,
+        },
+        EventKind::Claimed {
+            key: "req-x".parse().unwrap(),
+            request: request.clone(),
+            worker: None,
+        },
+        EventKind::Completed {
+            key: "req-x".parse().unwrap(),
+            outcome: sent(&request, "0x1"),
+        },
+    ];
+    for (index, kind) in kinds.into_iter().enumerate() {
+        let event = Event {
+            schema: SCHEMA_VERSION,
+            seq: index as u64 + 1,
+            at: START,
+            kind,
+        };
+        let seq = log.append(&event.encode().unwrap()).unwrap();
+        log.wait_durable(seq).unwrap();
+    }
+}
+
 /// Writes `content` as an outcome file in `dir` and returns its path.
 pub fn outcome_file(dir: &Path, name: &str, content: &str) -> String {
     let path = dir.join(name);

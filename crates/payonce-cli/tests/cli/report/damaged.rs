@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use payonce::{Event, EventKind, SCHEMA_VERSION};
-use payonce_log::{FRAME_HEADER_LEN, FsStorage, Log, LogConfig, LogReader};
+use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader};
 
 use super::{by_id, report};
-use crate::fixture::{START, arg, first_segment, scenario, sent, tear_last_record};
+use crate::fixture::{arg, diverged, first_segment, scenario, tear_last_record};
 
 // Guards against a page that shows events read past damage, or hides
 // where the damage is.
@@ -78,36 +77,8 @@ fn a_torn_tail_is_said_as_such_and_the_page_is_written() {
 #[test]
 fn a_divergence_is_shown_at_its_event() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(FsStorage::new(dir.path()));
-    let (log, _) = Log::open(storage, LogConfig::default()).unwrap();
     // A claim for a withdrawal the ledger never created: the code refuses it.
-    let request = crate::fixture::payonce_test_request();
-    let kinds = [
-        EventKind::Opened {
-            accept_foreign_ids: false,
-            epoch: None,
-        },
-        EventKind::Claimed {
-            key: "req-x".parse().unwrap(),
-            request: request.clone(),
-            worker: None,
-        },
-        EventKind::Completed {
-            key: "req-x".parse().unwrap(),
-            outcome: sent(&request, "0x1"),
-        },
-    ];
-    for (index, kind) in kinds.into_iter().enumerate() {
-        let event = Event {
-            schema: SCHEMA_VERSION,
-            seq: index as u64 + 1,
-            at: START,
-            kind,
-        };
-        let seq = log.append(&event.encode().unwrap()).unwrap();
-        log.wait_durable(seq).unwrap();
-    }
-    drop(log);
+    diverged(dir.path());
     let out = tempfile::tempdir().unwrap();
     let out = out.path().join("r.html");
     let (run, page) = report(&arg(dir.path()), &out, &[]);
