@@ -129,6 +129,19 @@ pub trait Storage: Send + Sync + fmt::Debug {
     }
     /// Up to `len` bytes from `offset`; fewer at the end of the file.
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// The same as [`Storage::read_range`], appended to `into`: a file
+    /// read a piece at a time reuses one buffer. On error `into` holds
+    /// anything.
+    fn read_range_into(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+        into: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        into.extend_from_slice(&self.read_range(name, offset, len)?);
+        Ok(())
+    }
     /// Creates a new, empty file for appending; fails if it exists.
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
     /// Opens an existing file for appending.
@@ -227,11 +240,23 @@ impl Storage for FsStorage {
     }
 
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut bytes = Vec::with_capacity(len);
+        self.read_range_into(name, offset, len, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn read_range_into(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+        into: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let mut file = File::open(self.path(name))?;
         file.seek(SeekFrom::Start(offset))?;
-        let mut bytes = Vec::with_capacity(len);
-        file.take(len as u64).read_to_end(&mut bytes)?;
-        Ok(bytes)
+        into.reserve(len);
+        file.take(len as u64).read_to_end(into)?;
+        Ok(())
     }
 
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {

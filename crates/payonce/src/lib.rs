@@ -98,12 +98,12 @@ pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::snapshot::{
     DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
     SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck,
-    SnapshotError, SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict, StoredSnapshot,
-    verify_snapshots,
+    SnapshotError, SnapshotFile, SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict,
+    StoredSnapshot, verify_snapshots,
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {
-    pub use crate::snapshot::{checked, decode, encode, info};
+    pub use crate::snapshot::{checked, checked_file, decode, encode, info};
 }
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,

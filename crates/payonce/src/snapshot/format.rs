@@ -157,33 +157,58 @@ impl Out {
 }
 
 /// Reads a body's fields in order, each checked, every failure naming the
-/// field and its offset in the snapshot.
+/// field and its offset in the snapshot. It reads from bytes in memory:
+/// the whole body, or a window of it ([`In::window`], which
+/// [`super::reader::Reader`] moves along a body read in pieces).
 #[derive(Debug)]
 pub(crate) struct In<'a> {
     bytes: &'a [u8],
+    /// The next field's index in `bytes`.
     at: usize,
+    /// Where `bytes` starts in the body.
+    base: usize,
+    /// The body's length: `bytes` may end before the body does.
+    body_len: usize,
+    /// Whether a field ran past the end of `bytes` but not of the body.
+    short: bool,
 }
 
 impl<'a> In<'a> {
-    /// Reads `body`, which starts after the header.
-    pub(crate) fn new(body: &'a [u8]) -> Self {
-        In { bytes: body, at: 0 }
-    }
-
-    /// Reads `body` from its byte `at` on.
-    pub(crate) fn starting_at(body: &'a [u8], at: usize) -> Self {
-        assert!(at <= body.len(), "a reading starts inside the body");
-        In { bytes: body, at }
+    /// Reads `bytes`, which start at byte `base` of a body of `body_len`
+    /// bytes.
+    pub(crate) fn window(bytes: &'a [u8], base: usize, body_len: usize) -> Self {
+        assert!(
+            base + bytes.len() <= body_len,
+            "a window ends inside its body"
+        );
+        In {
+            bytes,
+            at: 0,
+            base,
+            body_len,
+            short: false,
+        }
     }
 
     /// The place of the next field in the body.
     pub(crate) fn at(&self) -> usize {
-        self.at
+        self.base + self.at
     }
 
     /// The offset of the next field from the snapshot's first byte.
     pub(crate) fn offset(&self) -> u64 {
-        (SNAPSHOT_HEADER_LEN + self.at) as u64
+        (SNAPSHOT_HEADER_LEN + self.at()) as u64
+    }
+
+    /// Whether a field was refused only because the window ended: more of
+    /// the body would have held it.
+    pub(crate) fn ran_short(&self) -> bool {
+        self.short
+    }
+
+    /// Bytes of the body after the next field's place.
+    fn body_left(&self) -> usize {
+        self.body_len - self.at()
     }
 
     pub(crate) fn invalid(
@@ -201,8 +226,9 @@ impl<'a> In<'a> {
     }
 
     fn take(&mut self, field: &'static str, len: usize) -> Result<&'a [u8], SnapshotError> {
-        let left = self.bytes.len() - self.at;
-        if len > left {
+        if len > self.bytes.len() - self.at {
+            let left = self.body_left();
+            self.short = len <= left;
             return Err(self.invalid(
                 field,
                 format!("{len} more bytes"),
@@ -255,7 +281,7 @@ impl<'a> In<'a> {
         max: usize,
     ) -> Result<usize, SnapshotError> {
         let count = self.u64(field)?;
-        let left = (self.bytes.len() - self.at) as u64;
+        let left = self.body_left() as u64;
         let fits = count
             .checked_mul(entry_len_min as u64)
             .is_some_and(|len| len <= left);
@@ -309,9 +335,14 @@ impl<'a> In<'a> {
         }
     }
 
-    /// Ends the reading: every byte of the body was read.
-    pub(crate) fn finish(self) -> Result<(), SnapshotError> {
-        let left = self.bytes.len() - self.at;
+    /// Skips `len` bytes.
+    pub(crate) fn skip(&mut self, field: &'static str, len: usize) -> Result<(), SnapshotError> {
+        self.take(field, len).map(|_| ())
+    }
+
+    /// Checks that every byte of the body was read.
+    pub(crate) fn ended(&self) -> Result<(), SnapshotError> {
+        let left = self.body_left();
         if left > 0 {
             return Err(self.invalid(
                 "end of body",

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::error::SnapshotError;
 use super::store::{SnapshotStore, StoredSnapshot};
-use super::{SnapshotInfo, checked};
+use super::{SnapshotInfo, checked, checked_file};
 use crate::error::LedgerError;
 use crate::recovery::{SnapshotLoaded, SnapshotRefused};
 use crate::state::State;
@@ -104,11 +104,15 @@ fn try_load(
     head_at: &HeadAt<'_>,
     candidate: &StoredSnapshot,
 ) -> Result<Result<(SnapshotInfo, State), SnapshotError>, LedgerError> {
-    let bytes = match store.read(candidate) {
-        Ok(bytes) => bytes,
-        Err(error) => return Ok(Err(error)),
+    let bytes = match store.open(candidate) {
+        Ok(Some(file)) => return checked_file(&*file, log_id, head_at),
+        Ok(None) => store.read(candidate),
+        Err(error) => Err(error),
     };
-    checked(&bytes, log_id, head_at)
+    match bytes {
+        Ok(bytes) => checked(&bytes, log_id, head_at),
+        Err(error) => Ok(Err(error)),
+    }
 }
 
 /// Sets a refused snapshot aside and says so; one that could not be read

@@ -24,6 +24,7 @@ pub(crate) mod error;
 pub(crate) mod format;
 mod load;
 mod policy;
+pub(crate) mod reader;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,8 @@ use self::format::Header;
 pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 pub(crate) use self::load::{Loaded, load_newest, load_newest_of};
 pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
+pub use self::reader::SnapshotFile;
+use self::reader::{BodyBytes, READ_LEN, Reader};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
 use crate::state::State;
@@ -91,7 +94,11 @@ pub fn encode(state: &State, log_id: u64, head: Head) -> Result<Vec<u8>, Snapsho
 /// build's format and schema, and the length matches: no field of the body
 /// is read.
 pub fn info(bytes: &[u8]) -> Result<SnapshotInfo, SnapshotError> {
-    let len = bytes.len() as u64;
+    info_of(bytes, bytes.len() as u64)
+}
+
+/// [`info`] of a snapshot of `len` bytes that starts with `bytes`.
+fn info_of(bytes: &[u8], len: u64) -> Result<SnapshotInfo, SnapshotError> {
     if len > SNAPSHOT_LEN_MAX {
         return Err(SnapshotError::TooLong {
             len,
@@ -143,6 +150,42 @@ pub fn checked<E>(
         Ok(info) => info,
         Err(error) => return Ok(Err(error)),
     };
+    if let Err(error) = vouched(&info, log_id, head_at)? {
+        return Ok(Err(error));
+    }
+    Ok(decode(bytes))
+}
+
+/// [`checked`] of a snapshot read from `file` a piece at a time, so that
+/// loading it never holds all of its bytes in memory: the checksum is
+/// taken as the fields are read, and a checksum that differs is the
+/// refusal, whatever else was found.
+pub fn checked_file<E>(
+    file: &dyn SnapshotFile,
+    log_id: u64,
+    head_at: impl FnOnce(u64) -> Result<Option<Head>, E>,
+) -> Result<Result<(SnapshotInfo, State), SnapshotError>, E> {
+    let mut header = Vec::with_capacity(SNAPSHOT_HEADER_LEN);
+    let read = file
+        .read_at(0, SNAPSHOT_HEADER_LEN, &mut header)
+        .and_then(|()| info_of(&header, file.byte_len()));
+    let info = match read {
+        Ok(info) => info,
+        Err(error) => return Ok(Err(error)),
+    };
+    if let Err(error) = vouched(&info, log_id, head_at)? {
+        return Ok(Err(error));
+    }
+    Ok(decode_file(file, &header, info))
+}
+
+/// Whether the log `log_id` vouches for the snapshot `info` describes:
+/// it names that log, and the log holds the head it names.
+fn vouched<E>(
+    info: &SnapshotInfo,
+    log_id: u64,
+    head_at: impl FnOnce(u64) -> Result<Option<Head>, E>,
+) -> Result<Result<(), SnapshotError>, E> {
     if info.log_id != log_id {
         return Ok(Err(SnapshotError::OtherLog {
             found: info.log_id,
@@ -156,7 +199,40 @@ pub fn checked<E>(
             found,
         }));
     }
-    Ok(decode(bytes))
+    Ok(Ok(()))
+}
+
+/// The state in `file`, whose `header` [`info_of`] read as `info`.
+fn decode_file(
+    file: &dyn SnapshotFile,
+    header: &[u8],
+    info: SnapshotInfo,
+) -> Result<(SnapshotInfo, State), SnapshotError> {
+    let header = Header::decode(header)?;
+    let body = BodyBytes::File {
+        file,
+        at: SNAPSHOT_HEADER_LEN as u64,
+        len: (info.len - SNAPSHOT_HEADER_LEN as u64) as usize,
+        piece: READ_LEN,
+    };
+    let checksum = |computed: u32| match computed == header.body_crc {
+        true => Ok(()),
+        false => Err(SnapshotError::Checksum {
+            part: "body",
+            stored: header.body_crc,
+            computed,
+        }),
+    };
+    match State::from_snapshot_body(info.seq, body, true) {
+        Ok((state, Some(computed))) => {
+            checksum(computed)?;
+            assert_eq!(state.last_seq(), info.seq);
+            Ok((info, state))
+        }
+        Ok((_, None)) => unreachable!("a reading that hashes returns its checksum"),
+        // A damaged body is named by its checksum, as a body in memory is.
+        Err(error) => checksum(Reader::checksum(body)?).and(Err(error)),
+    }
 }
 
 /// The state `bytes` hold, and what the snapshot says of itself: the header
@@ -175,7 +251,7 @@ pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
             computed,
         });
     }
-    let state = State::from_snapshot_body(info.seq, body)?;
+    let (state, _) = State::from_snapshot_body(info.seq, BodyBytes::Slice(body), false)?;
     assert_eq!(state.last_seq(), info.seq);
     Ok((info, state))
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use payonce_log::{FsStorage, Storage};
 
 use super::error::SnapshotError;
+use super::reader::SnapshotFile;
 
 /// The directory beside a file ledger's segments that holds its snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -38,6 +39,17 @@ pub trait SnapshotStore: Send + Sync + fmt::Debug {
     fn list(&self) -> Result<Vec<StoredSnapshot>, SnapshotError>;
     /// The bytes of `snapshot`, whole.
     fn read(&self, snapshot: &StoredSnapshot) -> Result<Vec<u8>, SnapshotError>;
+    /// `snapshot`, to be read a piece at a time, where this store can: an
+    /// opening then loads it without holding all of its bytes in memory.
+    /// `None` (the default): an opening reads it whole
+    /// ([`SnapshotStore::read`]).
+    fn open(
+        &self,
+        snapshot: &StoredSnapshot,
+    ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
+        let _ = snapshot;
+        Ok(None)
+    }
     /// Stores `bytes`, the snapshot of the state after event `seq`, durably
     /// and whole or not at all.
     fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError>;
@@ -162,6 +174,21 @@ impl SnapshotStore for DirSnapshots {
             .map_err(|error| self.io("read", &snapshot.name, error))
     }
 
+    fn open(
+        &self,
+        snapshot: &StoredSnapshot,
+    ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
+        let len = self
+            .storage
+            .len(&snapshot.name)
+            .map_err(|error| self.io("stat", &snapshot.name, error))?;
+        Ok(Some(Box::new(StoredFile {
+            store: self,
+            name: snapshot.name.clone(),
+            len,
+        })))
+    }
+
     fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
         self.make_dir()?;
         let name = file_name(seq);
@@ -222,5 +249,24 @@ impl SnapshotStore for DirSnapshots {
                 .map_err(|error| self.io("sync directory", "", error))?;
         }
         Ok(old)
+    }
+}
+
+/// A snapshot file of a [`DirSnapshots`], read a piece at a time.
+struct StoredFile<'a> {
+    store: &'a DirSnapshots,
+    name: String,
+    len: u64,
+}
+
+impl SnapshotFile for StoredFile<'_> {
+    fn byte_len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        (self.store.storage)
+            .read_range_into(&self.name, offset, len, into)
+            .map_err(|error| self.store.io("read", &self.name, error))
     }
 }

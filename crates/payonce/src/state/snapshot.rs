@@ -14,9 +14,11 @@ use rust_decimal::Decimal;
 use super::State;
 use super::chunks::Chunks;
 use super::layout::{Funds, NO_HOLDER, SLOTS_MAX, Slots, TextRef, WithdrawalSlot, stored};
-use super::snapshot_keys::{Body, KeysSection, SEND_WORKER, keys_start};
+use super::snapshot_keys::{Body, KeysSection, SEND_WORKER};
+use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out};
+use crate::snapshot::reader::{BodyBytes, Reader};
 
 /// The fewest bytes a currency takes in a body: a one-letter code, two totals.
 const CURRENCY_LEN_MIN: usize = 2 + 1 + 2 * 17;
@@ -192,133 +194,167 @@ impl State {
     }
 
     /// The state a snapshot's `body` holds, after event `seq`: every field
-    /// checked, the first one refused named with its offset.
-    pub(crate) fn from_snapshot_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
-        let mut input = In::new(body);
+    /// checked, the first one refused named with its offset. With `hash`,
+    /// also the checksum of the body's bytes, taken as they are read.
+    pub(crate) fn from_snapshot_body(
+        seq: u64,
+        body: BodyBytes<'_>,
+        hash: bool,
+    ) -> Result<(State, Option<u32>), SnapshotError> {
+        let mut input = Reader::new(body);
+        if hash {
+            input.hash_from_here();
+        }
         let mut state = State {
             last_seq: seq,
             ..State::default()
         };
-        state.accept_foreign_ids = input.bool("accept_foreign_ids")?;
+        input.record(|input| state.read_counters(input))?;
+        state.read_currencies(&mut input)?;
+        state.read_sessions(&mut input)?;
+        let count =
+            input.record(|input| input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1))?;
+        let (section, keys_crc) = state.read_withdrawals_and_keys(input, body, (count, hash))?;
+        state.adopt_keys(section);
+        state.check_funds()?;
+        Ok((state, keys_crc))
+    }
+
+    /// The fields before the currencies.
+    fn read_counters(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let accept_foreign_ids = input.bool("accept_foreign_ids")?;
         let has_epoch = input.bool("epoch present")?;
         let epoch = input.u64("epoch")?;
-        state.epoch = has_epoch.then_some(epoch);
         if !has_epoch && epoch != 0 {
             return Err(input.invalid("epoch", "0 with no epoch".to_owned(), epoch.to_string()));
         }
-        state.refusals = input.u64("refusals")?;
-        state.read_currencies(&mut input)?;
-        state.read_sessions(&mut input)?;
-        let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
-        let section = state.read_withdrawals_and_keys(&mut input, (body, count))?;
-        let input = In::starting_at(body, section.end);
-        state.adopt_keys(section);
-        input.finish()?;
-        state.check_funds()?;
-        Ok(state)
+        self.refusals = input.u64("refusals")?;
+        self.accept_foreign_ids = accept_foreign_ids;
+        self.epoch = has_epoch.then_some(epoch);
+        Ok(())
     }
 
     /// Reads the `count` withdrawals at `input` on this thread and the keys
-    /// after them on another; a refused withdrawal is named before a
-    /// refused key, as the body orders them.
+    /// after them on another, which reads the body from its start on its
+    /// own; a refused withdrawal is named before a refused key, as the
+    /// body orders them. With `hash`, the checksum of the whole body: the
+    /// part `input` hashed, then the keys'.
     fn read_withdrawals_and_keys(
         &mut self,
-        input: &mut In<'_>,
-        (body, count): (&[u8], usize),
-    ) -> Result<KeysSection, SnapshotError> {
-        let keys_at = keys_start(body, input.at(), count);
+        mut input: Reader<'_>,
+        body: BodyBytes<'_>,
+        (count, hash): (usize, bool),
+    ) -> Result<(KeysSection, Option<u32>), SnapshotError> {
         let hasher = self.hasher.clone();
         let keys_body = Body {
             bytes: body,
             seq: self.last_seq,
             hasher: &hasher,
         };
+        let withdrawals_at = input.at();
+        let read_keys = move || KeysSection::read(keys_body, withdrawals_at, (count, hash));
         let (withdrawals, keys) = std::thread::scope(|scope| {
-            let keys = keys_at.map(|at| {
-                let reading = std::thread::Builder::new()
-                    .name("snapshot-keys".into())
-                    .spawn_scoped(scope, move || KeysSection::read(keys_body, at, count));
-                (at, reading)
-            });
-            let withdrawals = self.read_withdrawals(input, count);
-            let keys = keys.map(|(at, reading)| match reading {
+            let reading = std::thread::Builder::new()
+                .name("snapshot-keys".into())
+                .spawn_scoped(scope, read_keys);
+            let withdrawals = self.read_withdrawals(&mut input, count);
+            let keys = match reading {
                 Ok(reading) => reading.join(),
                 // No thread to be had: the keys are read here, after.
-                Err(_) => Ok(KeysSection::read(keys_body, at, count)),
-            });
+                Err(_) => Ok(read_keys()),
+            };
             (withdrawals, keys)
         });
         withdrawals?;
-        let keys = match keys {
-            Some(Ok(keys)) => keys,
-            Some(Err(panic)) => std::panic::resume_unwind(panic),
-            None => unreachable!("the withdrawals were read past the end of the body"),
+        let (section, keys_crc) = match keys {
+            Ok(Ok(read)) => read,
+            Ok(Err(refused)) => return Err(refused.named(self)),
+            Err(panic) => std::panic::resume_unwind(panic),
         };
         assert_eq!(
-            Some(input.at()),
-            keys_at,
+            input.at(),
+            section.start,
             "the withdrawals end where their lengths say"
         );
-        keys.map_err(|refused| refused.named(self))
+        let crc = keys_crc.map(|keys_crc| {
+            let mut crc = input.hashed();
+            crc.combine(&keys_crc);
+            crc.finalize()
+        });
+        Ok((section, crc))
     }
 
-    fn read_currencies(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
-        let count = input.count("currencies", CURRENCY_LEN_MIN, u32::MAX as usize)?;
+    fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
+        let count =
+            input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, u32::MAX as usize))?;
         for number in 0..count as u32 {
-            let code = input.text::<Currency>("currency code")?;
-            let held = read_total(input, "held total")?;
-            let captured = read_total(input, "captured total")?;
-            let currency = Currency::new(code).map_err(|error| {
-                input.invalid("currency code", error.to_string(), code.to_owned())
-            })?;
-            if self
-                .currency_numbers
-                .insert(currency.clone(), number)
-                .is_some()
-            {
-                return Err(input.invalid(
-                    "currency code",
-                    "a code listed once".to_owned(),
-                    code.to_owned(),
-                ));
-            }
-            self.currencies.push(currency);
-            self.held.push(held);
-            self.captured.push(captured);
+            input.record(|input| self.read_currency(input, number))?;
         }
         Ok(())
     }
 
-    fn read_sessions(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
-        let count = input.count("sessions", SESSION_LEN_MIN, usize::MAX)?;
+    fn read_currency(&mut self, input: &mut In<'_>, number: u32) -> Result<(), SnapshotError> {
+        let code = input.text::<Currency>("currency code")?;
+        let held = read_total(input, "held total")?;
+        let captured = read_total(input, "captured total")?;
+        let currency = Currency::new(code)
+            .map_err(|error| input.invalid("currency code", error.to_string(), code.to_owned()))?;
+        if self
+            .currency_numbers
+            .insert(currency.clone(), number)
+            .is_some()
+        {
+            return Err(input.invalid(
+                "currency code",
+                "a code listed once".to_owned(),
+                code.to_owned(),
+            ));
+        }
+        self.currencies.push(currency);
+        self.held.push(held);
+        self.captured.push(captured);
+        Ok(())
+    }
+
+    fn read_sessions(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
+        let count = input.record(|input| input.count("sessions", SESSION_LEN_MIN, usize::MAX))?;
         for _ in 0..count {
-            let name = input.text::<WorkerName>("session worker")?;
-            let epoch = input.u64("session epoch")?;
-            if self
-                .sessions
-                .live
-                .last_key_value()
-                .is_some_and(|(last, _)| last.as_str() >= name)
-            {
-                return Err(input.invalid(
-                    "session worker",
-                    "workers in ascending order, each once".to_owned(),
-                    name.to_owned(),
-                ));
-            }
-            self.sessions
-                .live
-                .insert(stored(name, WorkerName::new), epoch);
+            input.record(|input| self.read_session(input))?;
         }
         Ok(())
     }
 
-    fn read_withdrawals(&mut self, input: &mut In<'_>, count: usize) -> Result<(), SnapshotError> {
-        let at = input.offset();
+    fn read_session(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let name = input.text::<WorkerName>("session worker")?;
+        let epoch = input.u64("session epoch")?;
+        if self
+            .sessions
+            .live
+            .last_key_value()
+            .is_some_and(|(last, _)| last.as_str() >= name)
+        {
+            return Err(input.invalid(
+                "session worker",
+                "workers in ascending order, each once".to_owned(),
+                name.to_owned(),
+            ));
+        }
+        self.sessions
+            .live
+            .insert(stored(name, WorkerName::new), epoch);
+        Ok(())
+    }
+
+    fn read_withdrawals(
+        &mut self,
+        input: &mut Reader<'_>,
+        count: usize,
+    ) -> Result<(), SnapshotError> {
+        let at = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
         let mut entries = Chunks::default();
         let mut hashes = Vec::with_capacity(count);
         for _ in 0..count {
-            let (entry, hash) = self.read_withdrawal(input)?;
+            let (entry, hash) = input.record(|input| self.read_withdrawal(input))?;
             entries.push(entry);
             hashes.push(hash);
         }

@@ -13,8 +13,10 @@ use payonce_model::{
 use super::State;
 use super::chunks::Chunks;
 use super::layout::{KeySlot, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, stored};
+use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::In;
+use crate::snapshot::reader::{BodyBytes, Reader};
 use crate::time::Timestamp;
 
 /// The fewest bytes a key takes: a one-letter key, its fixed fields, four
@@ -31,7 +33,7 @@ const KEY_FLAGS: u8 = SEND_RUNNING | SEND_WORKER;
 /// holds comes after, and how its names are hashed.
 #[derive(Clone, Copy)]
 pub(super) struct Body<'a> {
-    pub(super) bytes: &'a [u8],
+    pub(super) bytes: BodyBytes<'a>,
     pub(super) seq: u64,
     pub(super) hasher: &'a NameHasher,
 }
@@ -48,8 +50,8 @@ pub(super) struct KeysSection {
     replaced: HashMap<u32, Box<[Reference]>>,
     senders: HashMap<u32, WorkerName>,
     running: Vec<u32>,
-    /// Where in the body the section ends.
-    pub(super) end: usize,
+    /// Where in the body the section starts.
+    pub(super) start: usize,
 }
 
 /// Why the keys section was refused.
@@ -82,45 +84,54 @@ impl KeysRefused {
     }
 }
 
-/// Where the keys section starts when the `count` withdrawals start at
-/// `at`: only the lengths of their texts read. `None` if the body ends
-/// first, which the withdrawals' own reading then refuses.
-pub(super) fn keys_start(body: &[u8], mut at: usize, count: usize) -> Option<usize> {
-    // An id and a destination, each a length and its bytes; then amount
-    // (16 + 1), currency (4) and flags (1).
-    const FIXED_LEN: usize = 16 + 1 + 4 + 1;
-    for _ in 0..count {
-        for _ in 0..2 {
-            let len = body.get(at..at.checked_add(2)?)?;
-            at += 2 + usize::from(u16::from_le_bytes([len[0], len[1]]));
-        }
-        at = at.checked_add(FIXED_LEN)?;
+/// An id and a destination, each a length and its bytes; then amount
+/// (16 + 1), currency (4) and flags (1).
+const WITHDRAWAL_FIXED_LEN: usize = 16 + 1 + 4 + 1;
+
+/// Moves past one withdrawal, reading only the lengths of its texts.
+fn skip_withdrawal(input: &mut In<'_>) -> Result<(), SnapshotError> {
+    for field in ["withdrawal id", "withdrawal destination"] {
+        let len = input.u16(field)?;
+        input.skip(field, usize::from(len))?;
     }
-    (at <= body.len()).then_some(at)
+    input.skip("withdrawal fields", WITHDRAWAL_FIXED_LEN)
 }
 
 impl KeysSection {
-    /// Reads the keys section starting at byte `at` of `body`, which lists
-    /// `withdrawals` withdrawals before it.
+    /// Reads the keys section of `body`, after the `withdrawals` that
+    /// start at byte `withdrawals_at` (only the lengths of their texts
+    /// read, to find where the keys start), and checks that the body ends
+    /// with it. With `hash`, also the checksum of the body from the
+    /// section's start on.
     pub(super) fn read(
         body: Body<'_>,
-        at: usize,
-        withdrawals: usize,
-    ) -> Result<KeysSection, KeysRefused> {
-        let mut input = In::starting_at(body.bytes, at);
-        let count = input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1)?;
-        let section_at = input.offset();
+        withdrawals_at: usize,
+        (withdrawals, hash): (usize, bool),
+    ) -> Result<(KeysSection, Option<crc32fast::Hasher>), KeysRefused> {
+        let mut input = Reader::new(body.bytes);
+        input.skip_to(withdrawals_at)?;
+        for _ in 0..withdrawals {
+            input.record(skip_withdrawal)?;
+        }
+        if hash {
+            input.hash_from_here();
+        }
+        let start = input.at();
+        let count = input.record(|input| input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1))?;
+        let section_at = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
         let mut section = KeysSection {
             holders: vec![NO_HOLDER; withdrawals],
+            start,
             ..KeysSection::default()
         };
         let mut entries = Chunks::default();
         let mut hashes = Vec::with_capacity(count);
         for slot in 0..count as u32 {
-            let (entry, record) = section.read_key(&mut input, body.seq)?;
+            let (entry, record) = input.record(|input| section.read_key(input, body.seq))?;
             let holder = &mut section.holders[entry.withdrawal as usize];
             if *holder != NO_HOLDER {
-                let (withdrawal, offset) = (entry.withdrawal, input.offset());
+                let offset = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
+                let withdrawal = entry.withdrawal;
                 return Err(KeysRefused::HeldTwice { withdrawal, offset });
             }
             *holder = slot;
@@ -141,8 +152,8 @@ impl KeysSection {
         }
         section.keys = Slots::built(entries, &hashes, &section.texts)
             .map_err(|key| SnapshotError::listed_twice("key", section_at, key))?;
-        section.end = input.at();
-        Ok(section)
+        input.record(|input| input.ended())?;
+        Ok((section, hash.then(|| input.hashed())))
     }
 
     /// Reads one record; its text pushed into the section's buffer.

@@ -6,6 +6,9 @@ use payonce_model::{Note, Reference};
 use super::layout::GARBAGE_MIN;
 use super::*;
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::snapshot::SnapshotFile;
+use crate::snapshot::error::SnapshotError;
+use crate::snapshot::reader::BodyBytes;
 
 /// Applies events made by `kinds`, numbering them after the last.
 fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
@@ -469,8 +472,45 @@ fn text_at(body: &[u8], text: &str) -> usize {
         .unwrap_or_else(|| panic!("{text:?} is in the body"))
 }
 
+/// The state `body` holds, read from memory.
+fn read_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
+    State::from_snapshot_body(seq, BodyBytes::Slice(body), false).map(|(state, _)| state)
+}
+
+/// A body in a file, read a piece at a time.
+struct InFile(Vec<u8>);
+
+impl SnapshotFile for InFile {
+    fn byte_len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        let start = (offset as usize).min(self.0.len());
+        into.extend_from_slice(&self.0[start..(start + len).min(self.0.len())]);
+        Ok(())
+    }
+}
+
+/// The state `body` holds, read from a file `piece` bytes at a time, and
+/// the checksum taken as it was read.
+fn read_in_pieces(seq: u64, body: &[u8], piece: usize) -> Result<(State, u32), SnapshotError> {
+    let file = InFile(body.to_vec());
+    let bytes = BodyBytes::File {
+        file: &file,
+        at: 0,
+        len: body.len(),
+        piece,
+    };
+    let (state, crc) = State::from_snapshot_body(seq, bytes, true)?;
+    Ok((
+        state,
+        crc.unwrap_or_else(|| panic!("a hashing read returns a checksum")),
+    ))
+}
+
 fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
-    match State::from_snapshot_body(state.last_seq(), body) {
+    match read_body(state.last_seq(), body) {
         Err(crate::snapshot::error::SnapshotError::Invalid { field, found, .. }) => (field, found),
         Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("a damaged body was read"),
@@ -482,7 +522,7 @@ fn a_body_whose_keys_are_read_beside_its_withdrawals_is_the_state_it_was_taken_o
     // Guards against the keys' text, records or holders going astray when
     // the keys section read on its own thread joins the withdrawals.
     let (state, body) = two_claimed_body();
-    let read = State::from_snapshot_body(state.last_seq(), &body).unwrap_or_else(|e| panic!("{e}"));
+    let read = read_body(state.last_seq(), &body).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(state.difference(&read), None);
     assert_eq!(read.claimed_by("w-2").as_deref(), Some("k-2"));
     assert_eq!(
@@ -527,4 +567,42 @@ fn a_body_cut_inside_its_withdrawals_is_refused_there() {
     // Five bytes into w-2's amount, past its texts.
     let cut = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 5;
     assert_eq!(refused_field(&state, &body[..cut]).0, "withdrawal amount");
+}
+
+#[test]
+fn a_body_read_from_a_file_in_pieces_of_any_length_is_the_state_it_was_taken_of() {
+    // Guards against a field that straddles two pieces being read wrong,
+    // skipped or read twice, against a record half read before a piece
+    // ended changing the state, and against a checksum that misses or
+    // repeats bytes where the pieces meet or where the keys' thread takes
+    // over.
+    let (state, body) = two_claimed_body();
+    for piece in (1..=64).chain([body.len() - 1, body.len(), 1 << 20]) {
+        let (read, crc) = read_in_pieces(state.last_seq(), &body, piece)
+            .unwrap_or_else(|e| panic!("pieces of {piece}: {e}"));
+        assert_eq!(state.difference(&read), None, "pieces of {piece}");
+        assert_eq!(crc, crc32fast::hash(&body), "pieces of {piece}");
+    }
+}
+
+#[test]
+fn a_body_read_from_a_file_in_pieces_is_refused_where_it_is_in_memory() {
+    // Guards against an error found in a window being reported at the
+    // window's place rather than the body's, or a short window taken for
+    // the end of the body.
+    let (state, mut body) = two_claimed_body();
+    let claimed_seq = text_at(&body, "k-2") + 2 + 3 + 4;
+    body[claimed_seq..claimed_seq + 8].copy_from_slice(&0u64.to_le_bytes());
+    let cut = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 5;
+    for damaged in [&body[..], &body[..cut]] {
+        let in_memory = read_body(state.last_seq(), damaged).map(|_| ());
+        for piece in [1, 3, 7, 16] {
+            let in_pieces = read_in_pieces(state.last_seq(), damaged, piece).map(|_| ());
+            assert_eq!(
+                format!("{in_pieces:?}"),
+                format!("{in_memory:?}"),
+                "pieces of {piece}"
+            );
+        }
+    }
 }
