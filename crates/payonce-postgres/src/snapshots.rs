@@ -8,9 +8,12 @@
 //! the chunks of all but the newest two are pruned. A snapshot an opening
 //! refused is set aside by a row of `payonce.snapshot_refusals`.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
-use payonce::{SNAPSHOT_LEN_MAX, SnapshotError, SnapshotStore, StoredSnapshot, snapshots};
+use payonce::{
+    SNAPSHOT_LEN_MAX, SnapshotError, SnapshotFile, SnapshotStore, StoredSnapshot, snapshots,
+};
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -155,6 +158,34 @@ impl SnapshotStore for PgSnapshots {
         Ok(bytes)
     }
 
+    fn open(
+        &self,
+        snapshot: &StoredSnapshot,
+    ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
+        let seq = signed(snapshot.seq)?;
+        let row = self
+            .client()?
+            .query_one(
+                "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
+                &[&seq],
+            )
+            .map_err(|error| store_error("reading a snapshot's row", &error))?;
+        let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
+        let len = len.unsigned_abs();
+        let needed = len.div_ceil(SNAPSHOT_CHUNK_LEN as u64).max(1);
+        if i64::from(chunks) != needed as i64 {
+            return Err(SnapshotError::Store {
+                detail: format!("{chunks} chunks where a length of {len} bytes needs {needed}"),
+            });
+        }
+        Ok(Some(Box::new(ChunkedFile {
+            store: self,
+            seq,
+            len,
+            last: Mutex::new(Vec::new()),
+        })))
+    }
+
     fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
         let info = snapshots::info(bytes)?;
         assert_eq!(info.seq, seq, "a snapshot is stored under its own seq");
@@ -233,5 +264,89 @@ impl SnapshotStore for PgSnapshots {
                 .map_err(|error| store_error("pruning a snapshot's chunks", &error))?;
         }
         Ok(old)
+    }
+}
+
+/// A snapshot in the database, read a chunk at a time: each thread reading
+/// it keeps the last chunk it fetched, so reading on in order fetches each
+/// chunk once per thread.
+struct ChunkedFile<'a> {
+    store: &'a PgSnapshots,
+    seq: i64,
+    len: u64,
+    /// By thread, the last chunk fetched.
+    last: Mutex<Vec<Fetched>>,
+}
+
+/// A chunk a thread fetched: the thread, the chunk's number, its bytes.
+type Fetched = (ThreadId, u64, Arc<Vec<u8>>);
+
+impl ChunkedFile<'_> {
+    /// Chunk `chunk`'s bytes: this thread's last, or fetched.
+    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
+        let thread = std::thread::current().id();
+        let poisoned = |_| SnapshotError::Store {
+            detail: "a thread panicked reading a snapshot".to_owned(),
+        };
+        let kept = (self.last.lock().map_err(poisoned)?.iter())
+            .find(|(by, at, _)| *by == thread && *at == chunk)
+            .map(|(_, _, bytes)| bytes.clone());
+        if let Some(bytes) = kept {
+            return Ok(bytes);
+        }
+        let bytes = Arc::new(self.fetch(chunk)?);
+        let mut last = self.last.lock().map_err(poisoned)?;
+        last.retain(|(by, _, _)| *by != thread);
+        last.push((thread, chunk, bytes.clone()));
+        Ok(bytes)
+    }
+
+    /// Chunk `chunk` from the database, checked to be as long as the
+    /// snapshot's length says.
+    fn fetch(&self, chunk: u64) -> Result<Vec<u8>, SnapshotError> {
+        let number = i32::try_from(chunk).map_err(|_| SnapshotError::Store {
+            detail: format!("chunk {chunk} is past what an integer holds"),
+        })?;
+        let row = (self.store.client()?)
+            .query_opt(
+                "SELECT bytes FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = $2",
+                &[&self.seq, &number],
+            )
+            .map_err(|error| store_error("reading a snapshot's chunk", &error))?;
+        let Some(row) = row else {
+            return Err(SnapshotError::Store {
+                detail: format!("chunk {chunk} of snapshot {} is missing", self.seq),
+            });
+        };
+        let bytes: Vec<u8> = row.get(0);
+        let start = chunk * SNAPSHOT_CHUNK_LEN as u64;
+        let expected = (self.len - start).min(SNAPSHOT_CHUNK_LEN as u64);
+        if bytes.len() as u64 != expected {
+            return Err(SnapshotError::Length {
+                expected: self.len,
+                found: start + bytes.len() as u64,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+impl SnapshotFile for ChunkedFile<'_> {
+    fn byte_len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        let end = offset.saturating_add(len as u64).min(self.len);
+        let mut at = offset;
+        while at < end {
+            let chunk = at / SNAPSHOT_CHUNK_LEN as u64;
+            let bytes = self.chunk(chunk)?;
+            let within = (at % SNAPSHOT_CHUNK_LEN as u64) as usize;
+            let taken = (bytes.len() - within).min((end - at) as usize);
+            into.extend_from_slice(&bytes[within..within + taken]);
+            at += taken as u64;
+        }
+        Ok(())
     }
 }

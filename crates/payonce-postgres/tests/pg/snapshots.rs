@@ -293,3 +293,64 @@ fn a_snapshots_chunks_are_read_in_order_and_a_missing_one_is_refused() {
         read_stored(&url)
     );
 }
+
+/// The snapshot at seq 1,000, opened as an opening opens it and read in
+/// pieces of 7 MiB, which straddle its chunks.
+fn opened_stored(url: &str) -> Result<Vec<u8>, SnapshotError> {
+    let store = PgSnapshots::connect(url, "test").unwrap();
+    let snapshot = payonce::StoredSnapshot {
+        seq: 1000,
+        name: "seq 1000".to_owned(),
+    };
+    let file = store.open(&snapshot)?.expect("read a chunk at a time");
+    let (mut bytes, mut at) = (Vec::new(), 0);
+    while at < file.byte_len() {
+        file.read_at(at, 7 << 20, &mut bytes)?;
+        at += 7 << 20;
+    }
+    Ok(bytes)
+}
+
+#[test]
+fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_short_one_is_refused()
+ {
+    // Guards against pieces that straddle two chunks being joined wrong,
+    // and a snapshot short of a chunk, or with a chunk shorter than its
+    // place says, being read as whole.
+    const CHUNK: usize = payonce_postgres::SNAPSHOT_CHUNK_LEN;
+    let len = (CHUNK + 10) as i64;
+    let first: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    let parts = [(0, first), (1, vec![7u8; 10])];
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (len, 2), &parts);
+    let whole = [parts[0].1.clone(), parts[1].1.clone()].concat();
+    assert!(opened_stored(&url).unwrap() == whole);
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (len, 2), &parts[..1]);
+    let missing = opened_stored(&url);
+    assert!(
+        matches!(missing, Err(SnapshotError::Store { ref detail }) if detail.contains("chunk 1 of snapshot 1000 is missing")),
+        "{missing:?}"
+    );
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (len, 2), &[(0, vec![1u8; 5]), parts[1].clone()]);
+    let short = opened_stored(&url);
+    assert!(
+        matches!(short, Err(SnapshotError::Length { .. })),
+        "{short:?}"
+    );
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (len, 3), &parts);
+    let miscounted = opened_stored(&url);
+    assert!(
+        matches!(miscounted, Err(SnapshotError::Store { ref detail }) if detail.contains("3 chunks where")),
+        "{miscounted:?}"
+    );
+}
