@@ -97,9 +97,9 @@ pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::snapshot::{
     DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
-    SNAPSHOT_LEN_MAX, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck,
-    SnapshotError, SnapshotFile, SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict,
-    StoredSnapshot, verify_snapshots,
+    SNAPSHOT_LEN_MAX, SNAPSHOT_READ_LEN, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT,
+    SnapshotCheck, SnapshotError, SnapshotFile, SnapshotInfo, SnapshotPolicy, SnapshotStore,
+    SnapshotVerdict, StoredSnapshot, verify_snapshots,
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {

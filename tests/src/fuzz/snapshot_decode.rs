@@ -4,10 +4,14 @@
 //! allocating; `fuzz/run` enforces a per-allocation limit under
 //! AddressSanitizer); and what it accepts is exactly the state it encodes:
 //! encoding the decoded state again gives the same bytes, and decoding
-//! those the same state.
+//! those the same state. Read a piece at a time, as an opening reads a
+//! snapshot in storage, in pieces of any length, it is judged exactly as
+//! it is read whole: the same state, or the same refusal.
 
-use payonce::SNAPSHOT_HEADER_LEN;
-use payonce::snapshots::{decode, encode};
+use std::convert::Infallible;
+
+use payonce::snapshots::{checked_file, decode, encode, info};
+use payonce::{SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotFile};
 
 /// The seq a wrapped body's header names: far past any claim a body holds.
 const WRAPPED_SEQ: u64 = 1 << 40;
@@ -44,7 +48,50 @@ pub fn wrapped(body: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// A snapshot in storage, read `piece` bytes at a time.
+struct InPieces<'a> {
+    bytes: &'a [u8],
+    piece: usize,
+}
+
+impl SnapshotFile for InPieces<'_> {
+    fn byte_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        let start = usize::try_from(offset).map_or(self.bytes.len(), |at| at.min(self.bytes.len()));
+        into.extend_from_slice(&self.bytes[start..start.saturating_add(len).min(self.bytes.len())]);
+        Ok(())
+    }
+
+    fn piece_len(&self) -> usize {
+        self.piece
+    }
+}
+
+/// `data` read a piece at a time, as the log it names vouches for it,
+/// against `data` read whole.
+fn check_in_pieces(data: &[u8]) {
+    let Ok(said) = info(data) else {
+        return;
+    };
+    let whole = decode(data);
+    for piece in [1, 7, 64, 4096] {
+        let file = InPieces { bytes: data, piece };
+        let read = checked_file::<Infallible>(&file, said.log_id, |_| Ok(Some(said.head)))
+            .unwrap_or_else(|never| match never {});
+        match (&whole, &read) {
+            (Ok((_, whole)), Ok((_, read))) => assert_eq!(whole.difference(read), None),
+            (Err(whole), Err(read)) => assert_eq!(whole.to_string(), read.to_string()),
+            (Ok(_), Err(error)) => panic!("refused in pieces of {piece} only: {error}"),
+            (Err(error), Ok(_)) => panic!("refused whole only, in pieces of {piece}: {error}"),
+        }
+    }
+}
+
 fn check(data: &[u8]) {
+    check_in_pieces(data);
     let Ok((info, state)) = decode(data) else {
         return;
     };

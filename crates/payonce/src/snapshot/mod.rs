@@ -37,8 +37,8 @@ use self::format::Header;
 pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 pub(crate) use self::load::{Loaded, load_newest, load_newest_of};
 pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
-pub use self::reader::SnapshotFile;
-use self::reader::{BodyBytes, READ_LEN, Reader};
+use self::reader::{BodyBytes, Reader};
+pub use self::reader::{SNAPSHOT_READ_LEN, SnapshotFile};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
 use crate::state::State;
@@ -213,7 +213,7 @@ fn decode_file(
         file,
         at: SNAPSHOT_HEADER_LEN as u64,
         len: (info.len - SNAPSHOT_HEADER_LEN as u64) as usize,
-        piece: READ_LEN,
+        piece: file.piece_len().max(1),
     };
     let checksum = |computed: u32| match computed == header.body_crc {
         true => Ok(()),

@@ -7,8 +7,11 @@
 use super::error::SnapshotError;
 use super::format::In;
 
-/// Bytes read from storage at a time.
-pub(crate) const READ_LEN: usize = 8 << 20;
+/// Bytes of a snapshot read from storage at a time, unless its
+/// [`SnapshotFile`] says otherwise: enough that a read costs its copying
+/// and little more, and a small buffer beside a snapshot (about 2 GB at
+/// 10M withdrawals).
+pub const SNAPSHOT_READ_LEN: usize = 8 << 20;
 
 /// A snapshot in storage that can be read a piece at a time
 /// ([`super::SnapshotStore::open`]).
@@ -18,6 +21,10 @@ pub trait SnapshotFile: Send + Sync {
     /// Appends to `into` the `len` bytes from `offset` on; fewer only at
     /// the end of the file.
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError>;
+    /// How many bytes a reading asks for at a time: [`SNAPSHOT_READ_LEN`].
+    fn piece_len(&self) -> usize {
+        SNAPSHOT_READ_LEN
+    }
 }
 
 /// Where a body's bytes are.
@@ -26,7 +33,7 @@ pub(crate) enum BodyBytes<'a> {
     /// In memory, whole.
     Slice(&'a [u8]),
     /// In `file`, from byte `at` on, `len` bytes, read `piece` bytes at
-    /// a time ([`READ_LEN`]).
+    /// a time ([`SNAPSHOT_READ_LEN`]).
     File {
         file: &'a dyn SnapshotFile,
         at: u64,

@@ -106,8 +106,8 @@ impl NameIndex {
     /// put in the order of the group each starts at, so filling the
     /// groups writes them in order rather than missing the cache once per
     /// slot. Names alike hash alike and start at one group: `same` is asked
-    /// of slots whose hashes are equal, and the first two it finds named
-    /// alike are the error.
+    /// of slots whose hashes are equal, and the error is the lowest slot
+    /// named like a lower one, with that one.
     pub(super) fn build(
         hashes: &[u32],
         mut same: impl FnMut(u32, u32) -> bool,
@@ -121,16 +121,26 @@ impl NameIndex {
             used: 0,
         };
         let order = index.by_first_group(hashes);
+        // Of the slots named like an earlier one, the lowest: the same
+        // whatever the hash key, so a refusal names the same name each time.
+        let mut repeated: Option<(u32, u32)> = None;
         for run in order.chunk_by(|a, b| a >> 32 == b >> 32) {
             for (at, &first) in run.iter().enumerate() {
                 let first = first as u32;
                 for &second in &run[at + 1..] {
                     let second = second as u32;
-                    if hashes[first as usize] == hashes[second as usize] && same(first, second) {
-                        return Err((first, second));
+                    let lower = repeated.is_none_or(|(_, known)| second < known);
+                    if lower
+                        && hashes[first as usize] == hashes[second as usize]
+                        && same(first, second)
+                    {
+                        repeated = Some((first, second));
                     }
                 }
             }
+        }
+        if let Some(pair) = repeated {
+            return Err(pair);
         }
         for entry in order {
             let slot = entry as u32;
@@ -361,6 +371,21 @@ mod tests {
                 });
                 prop_assert_eq!(found.err().map(|(a, b)| (a.min(b), a.max(b))), Some((0, named as u32)));
             }
+        }
+    }
+
+    #[test]
+    fn of_several_names_listed_twice_the_one_named_is_the_first_repeated_in_slot_order() {
+        // Guards against the name a refusal gives depending on the hash
+        // key, which differs in every process: slots 1 and 3 share one
+        // name, slots 0 and 2 another (2 < 3), under hashes whose groups
+        // come in either order.
+        for (low, high) in [(1u32, 2u32), (2, 1), (5, 900), (900, 5)] {
+            // Sixty more slots of names of their own spread them over groups.
+            let fillers = (0..60).map(|n| 1000 + n);
+            let hashes: Vec<u32> = [low, high, low, high].into_iter().chain(fillers).collect();
+            let same = |a: u32, b: u32| a < 4 && b < 4 && a % 2 == b % 2;
+            assert_eq!(NameIndex::build(&hashes, same).err(), Some((0, 2)));
         }
     }
 
