@@ -112,11 +112,25 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Moves to byte `at` of the body, reading past what lies between.
+    /// Moves to byte `at` of the body, reading past what lies between a
+    /// piece at a time, so the window never holds more than a piece.
     pub(crate) fn skip_to(&mut self, at: usize) -> Result<(), SnapshotError> {
         assert!(at >= self.pos, "a reader skips forward");
-        let len = at - self.pos;
-        self.record(|input| input.skip("body", len))
+        while self.pos < at {
+            let step = match self.body {
+                BodyBytes::Slice(_) => at - self.pos,
+                BodyBytes::File { piece, .. } => (at - self.pos).min(piece),
+            };
+            self.record(|input| input.skip("body", step))?;
+        }
+        Ok(())
+    }
+
+    /// The bytes the window holds, for a test of how far a reading
+    /// reached into memory.
+    #[cfg(test)]
+    pub(crate) fn window_capacity(&self) -> usize {
+        self.window.capacity()
     }
 
     /// Keeps a checksum of the body's bytes from the next one on.
