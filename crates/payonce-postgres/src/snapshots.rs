@@ -78,6 +78,19 @@ fn store_error(doing: &str, error: &postgres::Error) -> SnapshotError {
     }
 }
 
+/// What the row of the snapshot at `seq` says: its length in bytes and
+/// its number of chunks.
+fn row_of(client: &mut Client, seq: i64) -> Result<(u64, i32), SnapshotError> {
+    let row = client
+        .query_one(
+            "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
+            &[&seq],
+        )
+        .map_err(|error| store_error("reading a snapshot's row", &error))?;
+    let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
+    Ok((len.unsigned_abs(), chunks))
+}
+
 /// A seq as the database keeps it.
 fn signed(seq: u64) -> Result<i64, SnapshotError> {
     i64::try_from(seq).map_err(|_| SnapshotError::Store {
@@ -112,14 +125,7 @@ impl SnapshotStore for PgSnapshots {
     fn read(&self, snapshot: &StoredSnapshot) -> Result<Vec<u8>, SnapshotError> {
         let mut client = self.client()?;
         let seq = signed(snapshot.seq)?;
-        let row = client
-            .query_one(
-                "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
-                &[&seq],
-            )
-            .map_err(|error| store_error("reading a snapshot's row", &error))?;
-        let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
-        let len = len.unsigned_abs();
+        let (len, chunks) = row_of(&mut client, seq)?;
         if len > SNAPSHOT_LEN_MAX {
             return Err(SnapshotError::TooLong {
                 len,
@@ -163,15 +169,7 @@ impl SnapshotStore for PgSnapshots {
         snapshot: &StoredSnapshot,
     ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
         let seq = signed(snapshot.seq)?;
-        let row = self
-            .client()?
-            .query_one(
-                "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
-                &[&seq],
-            )
-            .map_err(|error| store_error("reading a snapshot's row", &error))?;
-        let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
-        let len = len.unsigned_abs();
+        let (len, chunks) = row_of(&mut *self.client()?, seq)?;
         let needed = len.div_ceil(SNAPSHOT_CHUNK_LEN as u64).max(1);
         if i64::from(chunks) != needed as i64 {
             return Err(SnapshotError::Store {
