@@ -7,6 +7,7 @@
 //! cargo run --release -p payonce-bench --bin serve_bench            # the full run
 //! cargo run --release -p payonce-bench --bin serve_bench -- --quick # seconds
 //! cargo run --release -p payonce-bench --bin serve_bench -- --postgres # and 4 workers on PostgreSQL
+//! perf stat -e context-switches,task-clock target/release/serve_bench --only http # one side's costs
 //! ```
 //!
 //! With `--postgres` it also runs both sides on a throwaway PostgreSQL
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use payonce::{AsyncLedger, Config, Ledger, NewWithdrawal};
 use payonce_bench::pg::{self, Measured, Side};
 use payonce_model::WithdrawalRequest;
@@ -54,7 +55,8 @@ struct Args {
     /// Submissions per round (default 20000; quick 640).
     #[arg(long)]
     submissions: Option<usize>,
-    /// Rounds per side, alternating (default 3; quick 1).
+    /// Rounds per side, alternating, the order swapped each round (default
+    /// 4: each side first twice; quick 1).
     #[arg(long)]
     rounds: Option<usize>,
     /// Also run on 4 workers sharing a PostgreSQL ledger, on a throwaway
@@ -64,6 +66,20 @@ struct Args {
     /// Seconds each round of the plain protocol runs (default 5; quick 1).
     #[arg(long)]
     plain_secs: Option<f64>,
+    /// Runs one side alone (its ledgers still prepared round by round), so
+    /// that a profiler or `perf stat` around the process sees that side's
+    /// costs; no ratio is printed.
+    #[arg(long, value_enum)]
+    only: Option<Through>,
+}
+
+/// The way a round's submissions go: one side of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Through {
+    /// `AsyncLedger::submit` called directly.
+    Library,
+    /// `payonce serve` over HTTP.
+    Http,
 }
 
 /// Workers sharing the PostgreSQL ledger.
@@ -319,10 +335,16 @@ fn plain_round(cluster: &Cluster, secs: f64) -> anyhow::Result<Round> {
     })
 }
 
+/// The median of `figure` over `rounds`: of an even number, the mean of
+/// the middle two.
 fn median(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> f64 {
     let mut values: Vec<f64> = rounds.iter().map(figure).collect();
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    let middle = values.len() / 2;
+    match values.len() % 2 {
+        1 => values[middle],
+        _ => (values[middle - 1] + values[middle]) / 2.0,
+    }
 }
 
 /// Every round of each side on one kind of ledger.
@@ -350,6 +372,16 @@ fn print_row(ledger: &str, path: &str, rounds: &[Round]) -> (f64, f64, f64) {
 }
 
 fn print_rows(ledger: &str, sides: &Sides) {
+    if sides.http.is_empty() || sides.library.is_empty() {
+        // One side alone (`--only`): its figures, and nothing to divide.
+        if !sides.library.is_empty() {
+            print_row(ledger, "library (`AsyncLedger::submit`)", &sides.library);
+        }
+        if !sides.http.is_empty() {
+            print_row(ledger, "`payonce serve` over HTTP", &sides.http);
+        }
+        return;
+    }
     let lib = print_row(ledger, "library (`AsyncLedger::submit`)", &sides.library);
     let web = print_row(ledger, "`payonce serve` over HTTP", &sides.http);
     println!(
@@ -371,36 +403,48 @@ fn print_rows(ledger: &str, sides: &Sides) {
     );
 }
 
-/// `rounds` rounds of each side on `at`, alternating; with `plain`, the
-/// protocol written plainly on that cluster too, for that many seconds.
+/// `rounds` rounds of each side on `at` (or of the `only` one), the
+/// order of the two sides swapped from one round to the next (library
+/// first in odd rounds, HTTP first in even ones): the side run second in a
+/// round was measured slower, so each side takes each place in turn. With
+/// `plain`, the protocol written plainly on that cluster too, for that many
+/// seconds, after both.
 fn measure(
     runtime: &tokio::runtime::Runtime,
     at: Where<'_>,
-    (count, rounds): (usize, usize),
+    (count, rounds, only): (usize, usize, Option<Through>),
     plain: Option<(&Cluster, f64)>,
     kept: &mut Vec<Prepared>,
 ) -> anyhow::Result<Sides> {
     let mut sides = Sides::default();
-    for round in 0..rounds {
-        let prepared = ledger_with(runtime, at, count)?;
-        sides
-            .library
-            .push(runtime.block_on(library_round(&prepared, count))?);
-        kept.push(prepared);
-        let prepared = ledger_with(runtime, at, count)?;
-        sides
-            .http
-            .push(runtime.block_on(http_round(&prepared, count))?);
-        kept.push(prepared);
-        if let Some((cluster, secs)) = plain {
+    for round in 1..=rounds {
+        let order = match round % 2 {
+            1 => [Through::Library, Through::Http],
+            _ => [Through::Http, Through::Library],
+        };
+        for side in order
+            .into_iter()
+            .filter(|&side| only.is_none_or(|o| o == side))
+        {
+            let prepared = ledger_with(runtime, at, count)?;
+            match side {
+                Through::Library => sides
+                    .library
+                    .push(runtime.block_on(library_round(&prepared, count))?),
+                Through::Http => sides
+                    .http
+                    .push(runtime.block_on(http_round(&prepared, count))?),
+            }
+            kept.push(prepared);
+        }
+        if let (Some((cluster, secs)), None) = (plain, only) {
             sides.plain.push(plain_round(cluster, secs)?);
         }
         eprintln!(
-            "round {} of {rounds}: library {:?}, http {:?}, plain {:?}",
-            round + 1,
-            sides.library[round],
-            sides.http[round],
-            sides.plain.get(round)
+            "round {round} of {rounds}: library {:?}, http {:?}, plain {:?}",
+            sides.library.last(),
+            sides.http.last(),
+            sides.plain.last()
         );
     }
     Ok(sides)
@@ -411,7 +455,7 @@ fn main() -> anyhow::Result<()> {
     let count = args
         .submissions
         .unwrap_or(if args.quick { 640 } else { 20_000 });
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 4 });
     let plain_secs = args
         .plain_secs
         .unwrap_or(if args.quick { 1.0 } else { 5.0 });
@@ -426,7 +470,7 @@ fn main() -> anyhow::Result<()> {
     let file = measure(
         &runtime,
         Where::File(&base),
-        (count, rounds),
+        (count, rounds, args.only),
         None,
         &mut kept,
     )?;
@@ -436,7 +480,7 @@ fn main() -> anyhow::Result<()> {
                 .map_err(|error| anyhow::anyhow!("starting PostgreSQL: {error}"))?;
             let at = Where::Postgres(&cluster);
             let plain = Some((&cluster, plain_secs));
-            let measured = measure(&runtime, at, (count, rounds), plain, &mut kept)?;
+            let measured = measure(&runtime, at, (count, rounds, args.only), plain, &mut kept)?;
             drop(runtime);
             drop(kept);
             Some(measured)
