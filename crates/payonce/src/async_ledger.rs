@@ -1,6 +1,13 @@
 //! The ledger from tokio: every call that waits for the disk runs on the
 //! runtime's blocking pool, so no executor thread blocks on a sync.
 //!
+//! Many callers grow that pool toward its limit (tokio's
+//! `Builder::max_blocking_threads`, 512 by default): a caller's next call
+//! often comes before the thread of its last is idle again. 64 callers
+//! submitting in a loop keep about 500 threads (docs/performance.md, "A
+//! runtime per round"); a service sharing its runtime with other work can
+//! bound the pool there.
+//!
 //! Cancellation keeps the ledger's promises. A future dropped while its
 //! claim is being made does not cancel the claim: the blocking task goes
 //! on, and the ticket it hands back, dropped with nobody to take it,

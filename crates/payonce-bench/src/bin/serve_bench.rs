@@ -18,6 +18,10 @@
 //! connections each driven by a thread of its own, one transaction to
 //! claim and one to record the outcome, for `--plain-secs` seconds a round.
 //!
+//! Each round runs on a ledger and a tokio runtime of its own, the two
+//! sides' order swapped every round, so that no round inherits another
+//! side's threads or place (docs/performance.md).
+//!
 //! The rail is the simulated one with no latency and no rail log, so the
 //! figures are the ledger's and the service's own. Both sides share the
 //! machine's cores with their load generator (64 tokio tasks; over HTTP,
@@ -403,6 +407,30 @@ fn print_rows(ledger: &str, sides: &Sides) {
     );
 }
 
+/// One round of `side` on a new ledger at `at` (kept in `kept`), on a
+/// runtime of its own, dropped after the round: a round inherits no
+/// threads from the one before. The library's rounds grow tokio's blocking
+/// pool to hundreds of threads (a caller's next call often comes before
+/// the thread of its last is idle again), and a round of the service run
+/// after one on the same runtime measured slower.
+fn side_round(
+    side: Through,
+    at: Where<'_>,
+    count: usize,
+    kept: &mut Vec<Prepared>,
+) -> anyhow::Result<Round> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let prepared = ledger_with(&runtime, at, count)?;
+    let measured = match side {
+        Through::Library => runtime.block_on(library_round(&prepared, count)),
+        Through::Http => runtime.block_on(http_round(&prepared, count)),
+    };
+    // The runtime first, then (at the end) the ledger: see `ledger_with`.
+    drop(runtime);
+    kept.push(prepared);
+    measured
+}
+
 /// `rounds` rounds of each side on `at` (or of the `only` one), the
 /// order of the two sides swapped from one round to the next (library
 /// first in odd rounds, HTTP first in even ones): the side run second in a
@@ -410,7 +438,6 @@ fn print_rows(ledger: &str, sides: &Sides) {
 /// `plain`, the protocol written plainly on that cluster too, for that many
 /// seconds, after both.
 fn measure(
-    runtime: &tokio::runtime::Runtime,
     at: Where<'_>,
     (count, rounds, only): (usize, usize, Option<Through>),
     plain: Option<(&Cluster, f64)>,
@@ -426,16 +453,11 @@ fn measure(
             .into_iter()
             .filter(|&side| only.is_none_or(|o| o == side))
         {
-            let prepared = ledger_with(runtime, at, count)?;
+            let measured = side_round(side, at, count, kept)?;
             match side {
-                Through::Library => sides
-                    .library
-                    .push(runtime.block_on(library_round(&prepared, count))?),
-                Through::Http => sides
-                    .http
-                    .push(runtime.block_on(http_round(&prepared, count))?),
+                Through::Library => sides.library.push(measured),
+                Through::Http => sides.http.push(measured),
             }
-            kept.push(prepared);
         }
         if let (Some((cluster, secs)), None) = (plain, only) {
             sides.plain.push(plain_round(cluster, secs)?);
@@ -464,11 +486,10 @@ fn main() -> anyhow::Result<()> {
         "--submissions and --rounds must be at least 1"
     );
     let base = args.dir.unwrap_or_else(std::env::temp_dir);
-    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    // Every round's ledgers, dropped only once the runtime is.
+    // Every round's ledgers, dropped only at the end, once their runtimes
+    // are.
     let mut kept = Vec::new();
     let file = measure(
-        &runtime,
         Where::File(&base),
         (count, rounds, args.only),
         None,
@@ -480,8 +501,7 @@ fn main() -> anyhow::Result<()> {
                 .map_err(|error| anyhow::anyhow!("starting PostgreSQL: {error}"))?;
             let at = Where::Postgres(&cluster);
             let plain = Some((&cluster, plain_secs));
-            let measured = measure(&runtime, at, (count, rounds, args.only), plain, &mut kept)?;
-            drop(runtime);
+            let measured = measure(at, (count, rounds, args.only), plain, &mut kept)?;
             drop(kept);
             Some(measured)
         }
