@@ -8,6 +8,7 @@
 //! the chunks of all but the newest two are pruned. A snapshot an opening
 //! refused is set aside by a row of `payonce.snapshot_refusals`.
 
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -55,12 +56,16 @@ impl PgSnapshots {
     /// The snapshots' connection, made again (to whichever host takes
     /// writes: after a failover, the promoted standby) if it was lost.
     fn client(&self) -> Result<MutexGuard<'_, Client>, SnapshotError> {
-        let mut client = self.client.lock().map_err(|_| SnapshotError::Store {
-            detail: "a thread panicked with the snapshots' connection".to_owned(),
+        let mut client = self.client.lock().map_err(|_| SnapshotError::Io {
+            op: "taking the snapshots' connection",
+            file: self.shown.clone(),
+            source: io::Error::other("a thread panicked with it"),
         })?;
         if client.is_closed() {
-            *client = connect(&self.url).map_err(|error| SnapshotError::Store {
-                detail: format!("connecting again for snapshots: {error}"),
+            *client = connect(&self.url).map_err(|error| SnapshotError::Io {
+                op: "connecting again for snapshots to",
+                file: self.shown.clone(),
+                source: io::Error::other(error.to_string()),
             })?;
         }
         Ok(client)
@@ -71,10 +76,15 @@ impl PgSnapshots {
     }
 }
 
-/// A database error as a snapshot's.
-fn store_error(doing: &str, error: &postgres::Error) -> SnapshotError {
-    SnapshotError::Store {
-        detail: format!("{doing}: {}", describe(error)),
+/// A database that failed `doing` something to the snapshots: an error
+/// reading, as a file's would be, so an opening leaves the snapshot in
+/// place rather than set it aside (a dropped connection or a timeout says
+/// nothing of the snapshot's bytes).
+fn store_error(doing: &'static str, error: &postgres::Error) -> SnapshotError {
+    SnapshotError::Io {
+        op: doing,
+        file: "payonce.snapshots".to_owned(),
+        source: io::Error::other(describe(error)),
     }
 }
 

@@ -354,3 +354,57 @@ fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_
         "{miscounted:?}"
     );
 }
+
+/// Ends every other session on the database at `url`: the snapshots'
+/// connection of a store made there, once no worker is open.
+fn end_other_sessions(url: &str) {
+    client(url)
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_snapshot_the_database_fails_to_serve_is_left_for_the_next_opening() {
+    // Guards against a dropped connection or a timeout, which say nothing
+    // of a snapshot's bytes, being taken for a refusal that sets a good
+    // snapshot aside for every worker.
+    let url = database!();
+    let worker = worked(&url);
+    let taken = worker.snapshot().unwrap().unwrap();
+    drop(worker);
+    let store = PgSnapshots::connect(&url, "test").unwrap();
+    end_other_sessions(&url);
+    let failed = store.open(&taken.stored).map(|_| ());
+    assert!(
+        matches!(failed, Err(SnapshotError::Io { .. })),
+        "{failed:?}"
+    );
+    let file = store.open(&taken.stored).unwrap().expect("read in chunks");
+    end_other_sessions(&url);
+    let mut bytes = Vec::new();
+    let failed = file.read_at(0, 100, &mut bytes);
+    assert!(
+        matches!(failed, Err(SnapshotError::Io { .. })),
+        "{failed:?}"
+    );
+    file.read_at(0, 100, &mut bytes).unwrap();
+    assert_eq!(&bytes[..8], b"PAYONSS\0");
+
+    // Failing set nothing aside: the next worker opens from it.
+    drop(file);
+    drop(store);
+    let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
+    assert_eq!(
+        reopened.recovery().snapshot.as_ref().map(|s| s.seq),
+        Some(taken.stored.seq)
+    );
+    let refusals: i64 = client(&url)
+        .query_one("SELECT count(*) FROM payonce.snapshot_refusals", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(refusals, 0);
+}

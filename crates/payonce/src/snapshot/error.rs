@@ -13,7 +13,9 @@ use payonce_log::Head;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SnapshotError {
-    /// Reading, writing, syncing, listing or renaming failed.
+    /// Reading, writing, syncing, listing or renaming failed, in a file
+    /// or in the database that keeps it: nothing is known of the snapshot,
+    /// and an opening leaves it in place.
     Io {
         /// What was being done.
         op: &'static str,
@@ -97,8 +99,9 @@ pub enum SnapshotError {
         /// The withdrawal.
         withdrawal: String,
     },
-    /// The snapshot was refused by the store that keeps it (a row that
-    /// does not fit its table, say).
+    /// The store cannot keep or give the snapshot as asked: it holds one
+    /// wrongly (a chunk missing, more or fewer chunks than its length
+    /// needs), or the log it would be taken of vouches for none.
     Store {
         /// What the store said.
         detail: String,

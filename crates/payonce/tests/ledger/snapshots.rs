@@ -10,7 +10,7 @@ use std::sync::Arc;
 use payonce::NewWithdrawal;
 use payonce::{
     Config, DirSnapshots, Ledger, LedgerError, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy,
-    SnapshotStore, SnapshotVerdict, State,
+    SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
 use payonce_model::{Actor, Amount, Currency, Destination};
@@ -480,4 +480,64 @@ fn snapshots_are_taken_in_the_background_every_so_many_events() {
         std::thread::yield_now();
     }
     drop(ledger);
+}
+
+/// A store whose snapshots cannot be read for now: every read fails as a
+/// disk's or a database's would; listing and setting aside work.
+#[derive(Debug)]
+struct Unreadable(DirSnapshots);
+
+impl SnapshotStore for Unreadable {
+    fn list(&self) -> Result<Vec<StoredSnapshot>, SnapshotError> {
+        self.0.list()
+    }
+
+    fn read(&self, snapshot: &StoredSnapshot) -> Result<Vec<u8>, SnapshotError> {
+        Err(SnapshotError::Io {
+            op: "reading",
+            file: snapshot.name.clone(),
+            source: std::io::Error::other("the device is gone for now"),
+        })
+    }
+
+    fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
+        self.0.write(seq, bytes)
+    }
+
+    fn set_aside(&self, snapshot: &StoredSnapshot) -> Result<String, SnapshotError> {
+        self.0.set_aside(snapshot)
+    }
+
+    fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError> {
+        self.0.prune(kept)
+    }
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can() {
+    // Guards against a failed read, which says nothing of a snapshot's
+    // bytes, setting a good snapshot aside for every later opening.
+    let setup = Setup::new();
+    let (_, newer) = two_snapshots(&setup);
+    let held = setup.held();
+    let config = Config {
+        snapshot_store: Some(Arc::new(Unreadable(setup.store()))),
+        ..setup.config.clone()
+    };
+    let ledger = Ledger::open_on(Arc::new(setup.log.clone()), config).unwrap();
+    let recovery = ledger.recovery().clone();
+    assert_eq!(recovery.snapshot.as_ref().map(|s| s.seq), None);
+    assert_eq!(recovery.refused_snapshots.len(), 2, "{recovery:?}");
+    for refused in &recovery.refused_snapshots {
+        assert!(matches!(*refused.error, SnapshotError::Io { .. }));
+        assert_eq!(refused.set_aside_as, None, "{refused:?}");
+    }
+    assert_eq!(ledger.state().difference(&setup.replayed()), None);
+    drop(ledger);
+    assert_eq!(setup.held(), held, "both left in place");
+    let reopened = setup.open().unwrap();
+    assert_eq!(
+        reopened.recovery().snapshot.as_ref().map(|s| s.seq),
+        Some(newer)
+    );
 }
