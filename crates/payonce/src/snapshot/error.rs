@@ -86,7 +86,10 @@ pub enum SnapshotError {
     Invalid {
         /// Which field, as docs/snapshot-format.md names it.
         field: &'static str,
-        /// Its offset from the snapshot's first byte.
+        /// Its offset from the snapshot's first byte: where the field
+        /// starts (a text, at its length). 0 for a check across records,
+        /// made once all are read (a currency's totals against its
+        /// withdrawals' funds, funds outside a claim).
         offset: u64,
         /// What it should be.
         expected: String,

@@ -171,6 +171,9 @@ pub(crate) struct In<'a> {
     body_len: usize,
     /// Whether a field ran past the end of `bytes` but not of the body.
     short: bool,
+    /// Where the field read last, or being read, starts in `bytes`: the
+    /// offset a refusal of it names.
+    field_at: usize,
 }
 
 impl<'a> In<'a> {
@@ -187,6 +190,7 @@ impl<'a> In<'a> {
             base,
             body_len,
             short: false,
+            field_at: 0,
         }
     }
 
@@ -211,21 +215,41 @@ impl<'a> In<'a> {
         self.body_len - self.at()
     }
 
+    /// The offset from the snapshot's first byte of the field read last:
+    /// what a check made on it names.
+    pub(crate) fn field_offset(&self) -> u64 {
+        (SNAPSHOT_HEADER_LEN + self.base + self.field_at) as u64
+    }
+
+    /// A refusal of `field`, the one read last.
     pub(crate) fn invalid(
         &self,
         field: &'static str,
         expected: String,
         found: String,
     ) -> SnapshotError {
+        self.invalid_at(self.field_offset(), field, expected, found)
+    }
+
+    /// A refusal of `field`, which starts at `offset`: a field of several
+    /// parts, checked once all are read.
+    pub(crate) fn invalid_at(
+        &self,
+        offset: u64,
+        field: &'static str,
+        expected: String,
+        found: String,
+    ) -> SnapshotError {
         SnapshotError::Invalid {
             field,
-            offset: self.offset(),
+            offset,
             expected,
             found,
         }
     }
 
     fn take(&mut self, field: &'static str, len: usize) -> Result<&'a [u8], SnapshotError> {
+        self.field_at = self.at;
         if len > self.bytes.len() - self.at {
             let left = self.body_left();
             self.short = len <= left;
@@ -344,7 +368,8 @@ impl<'a> In<'a> {
     pub(crate) fn ended(&self) -> Result<(), SnapshotError> {
         let left = self.body_left();
         if left > 0 {
-            return Err(self.invalid(
+            return Err(self.invalid_at(
+                self.offset(),
                 "end of body",
                 "no more bytes".to_owned(),
                 format!("{left} bytes more"),

@@ -294,21 +294,20 @@ impl State {
     }
 
     fn read_currency(&mut self, input: &mut In<'_>, number: u32) -> Result<(), SnapshotError> {
+        let code_at = input.offset();
         let code = input.text::<Currency>("currency code")?;
         let held = read_total(input, "held total")?;
         let captured = read_total(input, "captured total")?;
-        let currency = Currency::new(code)
-            .map_err(|error| input.invalid("currency code", error.to_string(), code.to_owned()))?;
+        let refuse = |expected: String| {
+            input.invalid_at(code_at, "currency code", expected, code.to_owned())
+        };
+        let currency = Currency::new(code).map_err(|error| refuse(error.to_string()))?;
         if self
             .currency_numbers
             .insert(currency.clone(), number)
             .is_some()
         {
-            return Err(input.invalid(
-                "currency code",
-                "a code listed once".to_owned(),
-                code.to_owned(),
-            ));
+            return Err(refuse("a code listed once".to_owned()));
         }
         self.currencies.push(currency);
         self.held.push(held);
@@ -325,6 +324,7 @@ impl State {
     }
 
     fn read_session(&mut self, input: &mut In<'_>) -> Result<(), SnapshotError> {
+        let name_at = input.offset();
         let name = input.text::<WorkerName>("session worker")?;
         let epoch = input.u64("session epoch")?;
         if self
@@ -333,7 +333,8 @@ impl State {
             .last_key_value()
             .is_some_and(|(last, _)| last.as_str() >= name)
         {
-            return Err(input.invalid(
+            return Err(input.invalid_at(
+                name_at,
                 "session worker",
                 "workers in ascending order, each once".to_owned(),
                 name.to_owned(),
@@ -371,11 +372,12 @@ impl State {
     ) -> Result<(WithdrawalSlot, u32), SnapshotError> {
         let id = input.text::<WithdrawalId>("withdrawal id")?;
         let destination = input.text::<Destination>("withdrawal destination")?;
+        let amount_at = input.offset();
         let mantissa = input.u128("withdrawal amount")?;
         let scale = input.u8("withdrawal amount scale")?;
         let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
             let found = format!("{mantissa}e-{scale}");
-            input.invalid("withdrawal amount", error.to_string(), found)
+            input.invalid_at(amount_at, "withdrawal amount", error.to_string(), found)
         })?;
         let currency = input.u32("withdrawal currency")?;
         if currency as usize >= self.currencies.len() {
@@ -465,13 +467,15 @@ fn state_number(state: WithdrawalState) -> u8 {
 
 /// A total: a non-negative decimal's mantissa and scale.
 fn read_total(input: &mut In<'_>, field: &'static str) -> Result<Decimal, SnapshotError> {
+    let at = input.offset();
     let mantissa = input.u128(field)?;
     let scale = input.u8(field)?;
     i128::try_from(mantissa)
         .ok()
         .and_then(|mantissa| Decimal::try_from_i128_with_scale(mantissa, u32::from(scale)).ok())
         .ok_or_else(|| {
-            input.invalid(
+            input.invalid_at(
+                at,
                 field,
                 "a decimal of at most 96 bits and scale 28".to_owned(),
                 format!("{mantissa}e-{scale}"),

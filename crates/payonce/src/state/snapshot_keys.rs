@@ -127,10 +127,13 @@ impl KeysSection {
         let mut entries = Chunks::default();
         let mut hashes = Vec::with_capacity(count);
         for slot in 0..count as u32 {
+            let record_at = input.at();
             let (entry, record) = input.record(|input| section.read_key(input, body.seq))?;
             let holder = &mut section.holders[entry.withdrawal as usize];
             if *holder != NO_HOLDER {
-                let offset = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
+                // The record's withdrawal follows its key's length and text.
+                let key_len = section.texts.get(entry.key).len();
+                let offset = (SNAPSHOT_HEADER_LEN + record_at + 2 + key_len) as u64;
                 let withdrawal = entry.withdrawal;
                 return Err(KeysRefused::HeldTwice { withdrawal, offset });
             }
@@ -277,11 +280,13 @@ fn read_state(input: &mut In<'_>) -> Result<Option<WithdrawalState>, SnapshotErr
 }
 
 /// Reads an outcome's texts: all absent while in flight; a requester, and
-/// a reference and a reason as the state requires, once settled.
+/// a reference and a reason as the state requires, once settled. A
+/// refusal names where the texts start.
 fn read_outcome<'a>(
     input: &mut In<'a>,
     state: Option<WithdrawalState>,
 ) -> Result<OutcomeTexts<'a>, SnapshotError> {
+    let at = input.offset();
     let outcome = OutcomeTexts {
         reference: input.optional::<Reference>("key reference")?,
         reason: input.optional::<Reason>("key reason")?,
@@ -300,7 +305,8 @@ fn read_outcome<'a>(
             .check_fields(has_reference, has_reason)
             .map_err(|error| error.to_string()),
     };
-    checked.map_err(|expected| input.invalid("key outcome", expected, format!("{state:?}")))?;
+    checked
+        .map_err(|expected| input.invalid_at(at, "key outcome", expected, format!("{state:?}")))?;
     Ok(outcome)
 }
 
@@ -311,6 +317,7 @@ fn read_replaced(
     state: Option<WithdrawalState>,
     outcome: OutcomeTexts<'_>,
 ) -> Result<Vec<Reference>, SnapshotError> {
+    let count_at = input.offset();
     let count = usize::from(input.u8("key replaced")?);
     if count == 0 {
         return Ok(Vec::new());
@@ -343,8 +350,14 @@ fn read_replaced(
         stored(requested_by, Actor::new),
         replaced.clone(),
     );
-    progress
-        .map_err(|error| input.invalid("key replaced", error.to_string(), count.to_string()))?;
+    progress.map_err(|error| {
+        input.invalid_at(
+            count_at,
+            "key replaced",
+            error.to_string(),
+            count.to_string(),
+        )
+    })?;
     Ok(replaced)
 }
 

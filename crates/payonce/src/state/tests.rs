@@ -632,3 +632,49 @@ fn skipping_through_a_body_in_a_file_holds_a_piece_at_a_time_and_hashes_every_by
     let whole = crate::snapshot::reader::Reader::checksum(bytes).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(whole, crc32fast::hash(&body));
 }
+
+/// The field and offset (from the snapshot's first byte) a damaged body
+/// is refused at.
+fn refused_at(state: &State, body: &[u8]) -> (&'static str, u64) {
+    match read_body(state.last_seq(), body) {
+        Err(SnapshotError::Invalid { field, offset, .. }) => (field, offset),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a damaged body was read"),
+    }
+}
+
+#[test]
+fn a_refusal_names_the_offset_where_its_field_starts() {
+    // Guards against a refusal checked after its field was read naming the
+    // next field's place, or the end of its record.
+    let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
+    let (state, body) = two_claimed_body();
+    let mut damaged = body.clone();
+    damaged[0] = 2;
+    assert_eq!(refused_at(&state, &damaged), ("accept_foreign_ids", header));
+
+    let currency = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 17;
+    let mut damaged = body.clone();
+    damaged[currency..currency + 4].copy_from_slice(&99u32.to_le_bytes());
+    assert_eq!(
+        refused_at(&state, &damaged),
+        ("withdrawal currency", header + currency as u64)
+    );
+
+    let amount = currency - 17;
+    let mut damaged = body.clone();
+    damaged[amount + 16] = 200;
+    assert_eq!(
+        refused_at(&state, &damaged),
+        ("withdrawal amount", header + amount as u64)
+    );
+
+    let number = |key: &str| text_at(&body, key) + 2 + key.len();
+    let mut damaged = body.clone();
+    let held = damaged[number("k-1")..number("k-1") + 4].to_vec();
+    damaged[number("k-2")..number("k-2") + 4].copy_from_slice(&held);
+    assert_eq!(
+        refused_at(&state, &damaged),
+        ("key withdrawal", header + number("k-2") as u64)
+    );
+}

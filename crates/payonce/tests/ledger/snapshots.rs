@@ -298,7 +298,7 @@ fn a_snapshot_whose_counts_pass_its_bytes_is_refused_before_allocating() {
         },
         |error| {
             assert!(
-                matches!(error, SnapshotError::Invalid { field: "currencies", offset, .. } if *offset == (SNAPSHOT_HEADER_LEN + 26) as u64),
+                matches!(error, SnapshotError::Invalid { field: "currencies", offset, .. } if *offset == (SNAPSHOT_HEADER_LEN + 18) as u64),
                 "{error}"
             )
         },
