@@ -24,6 +24,12 @@ use crate::snapshot::reader::{BodyBytes, Reader};
 const CURRENCY_LEN_MIN: usize = 2 + 1 + 2 * 17;
 /// The fewest bytes a session takes: a one-letter worker, its epoch.
 const SESSION_LEN_MIN: usize = 2 + 1 + 8;
+/// The most currencies a body lists: a withdrawal names its currency by a
+/// `u32` number.
+const CURRENCIES_MAX: usize = u32::MAX as usize;
+/// The most sessions a body lists: no rule of the state bounds them (one
+/// per worker name), so only the bytes left do.
+const SESSIONS_MAX: usize = usize::MAX;
 /// The fewest bytes a withdrawal takes: one-letter id and destination,
 /// amount, currency, flags.
 const WITHDRAWAL_LEN_MIN: usize = 2 * 3 + 17 + 4 + 1;
@@ -286,7 +292,7 @@ impl State {
 
     fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
         let count =
-            input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, u32::MAX as usize))?;
+            input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, CURRENCIES_MAX))?;
         for number in 0..count as u32 {
             input.record(|input| self.read_currency(input, number))?;
         }
@@ -316,7 +322,7 @@ impl State {
     }
 
     fn read_sessions(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
-        let count = input.record(|input| input.count("sessions", SESSION_LEN_MIN, usize::MAX))?;
+        let count = input.record(|input| input.count("sessions", SESSION_LEN_MIN, SESSIONS_MAX))?;
         for _ in 0..count {
             input.record(|input| self.read_session(input))?;
         }
