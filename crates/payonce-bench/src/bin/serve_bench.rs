@@ -376,18 +376,15 @@ fn print_row(ledger: &str, path: &str, rounds: &[Round]) -> (f64, f64, f64) {
 }
 
 fn print_rows(ledger: &str, sides: &Sides) {
-    if sides.http.is_empty() || sides.library.is_empty() {
-        // One side alone (`--only`): its figures, and nothing to divide.
-        if !sides.library.is_empty() {
-            print_row(ledger, "library (`AsyncLedger::submit`)", &sides.library);
-        }
-        if !sides.http.is_empty() {
-            print_row(ledger, "`payonce serve` over HTTP", &sides.http);
-        }
+    let row = |path: &str, rounds: &[Round]| {
+        (!rounds.is_empty()).then(|| print_row(ledger, path, rounds))
+    };
+    let lib = row("library (`AsyncLedger::submit`)", &sides.library);
+    let web = row("`payonce serve` over HTTP", &sides.http);
+    // One side alone (`--only`) has nothing to divide.
+    let (Some(lib), Some(web)) = (lib, web) else {
         return;
-    }
-    let lib = print_row(ledger, "library (`AsyncLedger::submit`)", &sides.library);
-    let web = print_row(ledger, "`payonce serve` over HTTP", &sides.http);
+    };
     println!(
         "| {ledger} | HTTP / library | {:.2} | {:.2} | {:.2} |",
         web.0 / lib.0,

@@ -26,6 +26,15 @@ fn worked(url: &str) -> payonce::Ledger {
     worker
 }
 
+/// The snapshot of a ledger at `url` worked as [`worked`] does, taken by
+/// its worker, which is then closed.
+fn snapshotted(url: &str) -> payonce::SnapshotTaken {
+    let worker = worked(url);
+    let taken = worker.snapshot().unwrap().unwrap();
+    drop(worker);
+    taken
+}
+
 #[test]
 fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
     // Guards against snapshots a worker writes that the next worker cannot use, or uses to a different state.
@@ -55,9 +64,7 @@ fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
 fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
     // Guards against a snapshot row that is not a snapshot of this ledger reaching a worker, or being deleted unnoticed.
     let url = database!();
-    let worker = worked(&url);
-    let good = worker.snapshot().unwrap().unwrap();
-    drop(worker);
+    let good = snapshotted(&url);
     let forged_seq: i64 = client(&url)
         .query_one("SELECT max(seq) + 1 FROM payonce.snapshots", &[])
         .unwrap()
@@ -373,9 +380,7 @@ fn a_snapshot_the_database_fails_to_serve_is_left_for_the_next_opening() {
     // of a snapshot's bytes, being taken for a refusal that sets a good
     // snapshot aside for every worker.
     let url = database!();
-    let worker = worked(&url);
-    let taken = worker.snapshot().unwrap().unwrap();
-    drop(worker);
+    let taken = snapshotted(&url);
     let store = PgSnapshots::connect(&url, "test").unwrap();
     end_other_sessions(&url);
     let failed = store.open(&taken.stored).map(|_| ());
