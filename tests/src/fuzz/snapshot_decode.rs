@@ -28,7 +28,7 @@ pub fn snapshot_decode(data: &[u8]) {
     check(&wrapped(body));
 }
 
-/// `body` behind a whole header of format 1 and this build's schema
+/// `body` behind a whole header of this build's format and schema
 /// (docs/snapshot-format.md), its checksums computed.
 pub fn wrapped(body: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len());

@@ -12,7 +12,7 @@ use super::error::SnapshotError;
 pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
 
 /// The snapshot format this build reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
 
 /// Bytes of the header, before the body.
 pub const SNAPSHOT_HEADER_LEN: usize = 88;
@@ -208,6 +208,11 @@ impl<'a> In<'a> {
     /// the body would have held it.
     pub(crate) fn ran_short(&self) -> bool {
         self.short
+    }
+
+    /// The body's length.
+    pub(crate) fn body_len(&self) -> usize {
+        self.body_len
     }
 
     /// Bytes of the body after the next field's place.

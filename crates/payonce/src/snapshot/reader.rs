@@ -126,11 +126,30 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// Moves to byte `at` of the body without reading what lies between:
+    /// where a section starts that another reader reads the bytes before.
+    /// Only before the reader hashes, as the bytes passed over are not.
+    pub(crate) fn jump_to(&mut self, at: usize) {
+        assert!(self.crc.is_none(), "a hashing reader reads every byte");
+        assert!(
+            at >= self.pos && at <= self.body.len(),
+            "a reader jumps forward, within its body"
+        );
+        self.window.clear();
+        self.start = at;
+        self.pos = at;
+    }
+
     /// The bytes the window holds, for a test of how far a reading
     /// reached into memory.
     #[cfg(test)]
     pub(crate) fn window_capacity(&self) -> usize {
         self.window.capacity()
+    }
+
+    /// Whether the reader keeps a checksum ([`Reader::hash_from_here`]).
+    pub(crate) fn hashes(&self) -> bool {
+        self.crc.is_some()
     }
 
     /// Keeps a checksum of the body's bytes from the next one on.

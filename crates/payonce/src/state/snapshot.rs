@@ -107,8 +107,9 @@ impl State {
         Ok(())
     }
 
-    /// Writes the withdrawals in slot order; the number each slot has in
-    /// the body (`u32::MAX` for a free one).
+    /// Writes the withdrawals in slot order, after their count and where
+    /// the keys after them start; the number each slot has in the body
+    /// (`u32::MAX` for a free one).
     fn write_withdrawals(&self, out: &mut Out) -> Result<Vec<u32>, SnapshotError> {
         let entries = &self.withdrawals.entries;
         let mut numbers = vec![u32::MAX; entries.len()];
@@ -116,6 +117,8 @@ impl State {
             numbers[slot as usize] = u32::MAX - 1;
         }
         out.count(entries.len() - self.withdrawals.free.len());
+        let keys_at = out.bytes.len();
+        out.u64(0);
         let mut next = 0u32;
         for (slot, entry) in entries.iter().enumerate() {
             if numbers[slot] == u32::MAX - 1 {
@@ -149,6 +152,8 @@ impl State {
             entries.len() - self.withdrawals.free.len(),
             "every listed withdrawal is written"
         );
+        let end = out.bytes.len() as u64;
+        out.bytes[keys_at..keys_at + 8].copy_from_slice(&end.to_le_bytes());
         Ok(numbers)
     }
 
@@ -218,9 +223,8 @@ impl State {
         input.record(|input| state.read_counters(input))?;
         state.read_currencies(&mut input)?;
         state.read_sessions(&mut input)?;
-        let count =
-            input.record(|input| input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1))?;
-        let (section, keys_crc) = state.read_withdrawals_and_keys(input, body, (count, hash))?;
+        let (count, keys_at) = input.record(read_withdrawals_head)?;
+        let (section, keys_crc) = state.read_withdrawals_and_keys(input, body, (count, keys_at))?;
         state.adopt_keys(section);
         state.check_funds()?;
         Ok((state, keys_crc))
@@ -241,24 +245,25 @@ impl State {
     }
 
     /// Reads the `count` withdrawals at `input` on this thread and the keys
-    /// after them on another, which reads the body from its start on its
-    /// own; a refused withdrawal is named before a refused key, as the
-    /// body orders them. With `hash`, the checksum of the whole body: the
-    /// part `input` hashed, then the keys'.
+    /// on another, from `keys_at` as the body says; a refused withdrawal is
+    /// named before a `keys_at` that is not where the withdrawals end, and
+    /// that before a refused key, as the body orders them. With the
+    /// checksum `input` keeps, the checksum of the whole body: the part
+    /// `input` hashed, then the keys'.
     fn read_withdrawals_and_keys(
         &mut self,
         mut input: Reader<'_>,
         body: BodyBytes<'_>,
-        (count, hash): (usize, bool),
+        (count, keys_at): (usize, KeysAt),
     ) -> Result<(KeysSection, Option<u32>), SnapshotError> {
+        let hash = input.hashes();
         let hasher = self.hasher.clone();
         let keys_body = Body {
             bytes: body,
             seq: self.last_seq,
             hasher: &hasher,
         };
-        let withdrawals_at = input.at();
-        let read_keys = move || KeysSection::read(keys_body, withdrawals_at, (count, hash));
+        let read_keys = move || KeysSection::read(keys_body, keys_at.at, (count, hash));
         let (withdrawals, keys) = std::thread::scope(|scope| {
             let reading = std::thread::Builder::new()
                 .name("snapshot-keys".into())
@@ -272,6 +277,7 @@ impl State {
             (withdrawals, keys)
         });
         withdrawals?;
+        keys_at.check(input.at())?;
         let (section, keys_crc) = match keys {
             Ok(Ok(read)) => read,
             Ok(Err(refused)) => return Err(refused.named(self)),
@@ -280,7 +286,7 @@ impl State {
         assert_eq!(
             input.at(),
             section.start,
-            "the withdrawals end where their lengths say"
+            "the keys start where the withdrawals end"
         );
         let crc = keys_crc.map(|keys_crc| {
             let mut crc = input.hashed();
@@ -461,6 +467,47 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// Where a body says its keys start: `at`, in the field at `offset`.
+#[derive(Debug, Clone, Copy)]
+struct KeysAt {
+    at: usize,
+    offset: u64,
+}
+
+impl KeysAt {
+    /// Refuses a `keys_at` that is not `end`, where the withdrawals end.
+    fn check(self, end: usize) -> Result<(), SnapshotError> {
+        if self.at == end {
+            return Ok(());
+        }
+        Err(SnapshotError::Invalid {
+            field: "keys_at",
+            offset: self.offset,
+            expected: format!("{end}, where the withdrawals end"),
+            found: self.at.to_string(),
+        })
+    }
+}
+
+/// The withdrawals' count and where the keys after them start, checked to
+/// leave room for the withdrawals before and the keys' count after.
+fn read_withdrawals_head(input: &mut In<'_>) -> Result<(usize, KeysAt), SnapshotError> {
+    let count = input.count("withdrawals", WITHDRAWAL_LEN_MIN, SLOTS_MAX - 1)?;
+    let at = input.u64("keys_at")?;
+    let offset = input.field_offset();
+    // `count` fitted in the bytes left, so this sum does not overflow.
+    let first = input.at() + count * WITHDRAWAL_LEN_MIN;
+    let last = input.body_len().saturating_sub(8);
+    match usize::try_from(at) {
+        Ok(at) if (first..=last).contains(&at) => Ok((count, KeysAt { at, offset })),
+        _ => Err(input.invalid(
+            "keys_at",
+            format!("a place from {first} to {last} in the body"),
+            at.to_string(),
+        )),
     }
 }
 

@@ -562,11 +562,56 @@ fn a_refused_withdrawal_is_named_before_a_refused_key_as_the_body_orders_them() 
 #[test]
 fn a_body_cut_inside_its_withdrawals_is_refused_there() {
     // Guards against a panic when the withdrawals' lengths run past the
-    // end of the body, where the keys section cannot be found.
+    // end of the body, and against the keys being looked for past it.
     let (state, body) = two_claimed_body();
     // Five bytes into w-2's amount, past its texts.
     let cut = text_at(&body, "dest-of-w-2") + 2 + "dest-of-w-2".len() + 5;
-    assert_eq!(refused_field(&state, &body[..cut]).0, "withdrawal amount");
+    assert_eq!(refused_field(&state, &body[..cut]).0, "keys_at");
+    let mut long = body.clone();
+    let destination = text_at(&long, "dest-of-w-2");
+    long[destination..destination + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+    assert_eq!(refused_field(&state, &long).0, "withdrawal destination");
+}
+
+/// Where the body says its keys start, and where that field is.
+fn keys_at(body: &[u8]) -> (u64, usize) {
+    // The field follows the withdrawals' count; the first withdrawal, w-1,
+    // follows the field.
+    let field = text_at(body, "w-1") - 8;
+    let at = u64::from_le_bytes(body[field..field + 8].try_into().unwrap_or_default());
+    (at, field)
+}
+
+#[test]
+fn a_body_whose_keys_are_not_where_it_says_is_refused_for_that() {
+    // Guards against the keys' thread reading from a place the
+    // withdrawals do not end at, and its refusal of what it found there
+    // standing for the body's first wrong field.
+    let (state, body) = two_claimed_body();
+    let (at, field) = keys_at(&body);
+    assert_eq!(at as usize, text_at(&body, "k-1") - 8, "the keys' count");
+    let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
+    for wrong in [at - 1, at + 1, at + 8, body.len() as u64 - 8] {
+        let mut moved = body.clone();
+        moved[field..field + 8].copy_from_slice(&wrong.to_le_bytes());
+        match read_body(state.last_seq(), &moved) {
+            Err(SnapshotError::Invalid {
+                field: "keys_at",
+                offset,
+                found,
+                ..
+            }) => {
+                assert_eq!(offset, header + field as u64);
+                assert_eq!(found, wrong.to_string());
+            }
+            other => panic!("keys at {wrong}: {other:?}"),
+        }
+    }
+    for past in [body.len() as u64 - 7, u64::MAX] {
+        let mut moved = body.clone();
+        moved[field..field + 8].copy_from_slice(&past.to_le_bytes());
+        assert_eq!(refused_field(&state, &moved), ("keys_at", past.to_string()));
+    }
 }
 
 #[test]

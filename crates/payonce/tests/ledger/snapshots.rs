@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use payonce::NewWithdrawal;
 use payonce::{
-    Config, DirSnapshots, Ledger, LedgerError, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy,
-    SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
+    Config, DirSnapshots, Ledger, LedgerError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN,
+    SnapshotError, SnapshotPolicy, SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
 use payonce_model::{Actor, Amount, Currency, Destination};
@@ -247,19 +247,31 @@ fn a_snapshot_of_another_ledger_is_refused() {
 #[test]
 fn a_snapshot_of_a_newer_format_is_refused() {
     // Guards against reading a format this build does not know as if it were its own.
+    refused_in_format(SNAPSHOT_FORMAT_VERSION + 1);
+}
+
+#[test]
+fn a_snapshot_of_an_older_format_is_refused_and_the_log_replayed_instead() {
+    // Guards against a build reading format 1's body, which has no
+    // `keys_at`, as its own: after an upgrade, the opening replays.
+    refused_in_format(1);
+}
+
+/// Opens after the newest snapshot's format version was made `version`:
+/// refused for it, and the older snapshot loaded.
+fn refused_in_format(version: u32) {
+    assert_ne!(version, SNAPSHOT_FORMAT_VERSION);
     refused_then_older(
         |bytes| {
-            bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+            bytes[8..12].copy_from_slice(&version.to_le_bytes());
             reseal(bytes);
         },
         |error| {
             assert!(
                 matches!(
                     error,
-                    SnapshotError::Version {
-                        found: 2,
-                        supported: 1
-                    }
+                    SnapshotError::Version { found, supported: SNAPSHOT_FORMAT_VERSION }
+                        if *found == version
                 ),
                 "{error}"
             )
