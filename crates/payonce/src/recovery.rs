@@ -45,7 +45,9 @@ pub struct SnapshotRefused {
     /// Where it was, for a person.
     pub name: String,
     /// Where it was set aside (renamed, never deleted); `None` if it could
-    /// not be read at all, or setting it aside failed too.
+    /// not be read at all, a newer build wrote it
+    /// ([`SnapshotError::needs_a_newer_build`]), or setting it aside
+    /// failed too.
     pub set_aside_as: Option<String>,
     /// Why it was refused.
     pub error: Arc<SnapshotError>,

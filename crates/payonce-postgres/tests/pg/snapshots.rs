@@ -108,6 +108,66 @@ fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
 }
 
 #[test]
+fn a_snapshot_of_a_newer_format_gets_no_refusal_row_and_stays_for_a_newer_worker() {
+    // Guards against an old worker, in a rolling deploy, setting aside for
+    // every worker a snapshot a new worker wrote: it is refused, and left.
+    let url = database!();
+    let good = snapshotted(&url);
+    let mut admin = client(&url);
+    let (digest, mut bytes): (Vec<u8>, Vec<u8>) = {
+        let row = admin
+            .query_one(
+                "SELECT s.digest, c.bytes FROM payonce.snapshots s \
+                 JOIN payonce.snapshot_chunks c ON c.seq = s.seq AND c.chunk = 0 WHERE s.seq = $1",
+                &[&(good.stored.seq as i64)],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let newer = payonce::SNAPSHOT_FORMAT_VERSION + 1;
+    bytes[8..12].copy_from_slice(&newer.to_le_bytes());
+    let header = crc32fast::hash(&bytes[..84]);
+    bytes[84..88].copy_from_slice(&header.to_le_bytes());
+    let seq: i64 = admin
+        .query_one("SELECT max(seq) + 1 FROM payonce.snapshots", &[])
+        .unwrap()
+        .get(0);
+    let mut transaction = admin.transaction().unwrap();
+    transaction
+        .execute(
+            "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
+             VALUES ($1, $2, $3, $4, 1, 'api-new')",
+            &[&seq, &digest, &(newer as i32), &(bytes.len() as i64)],
+        )
+        .unwrap();
+    transaction
+        .execute(
+            "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, 0, $2)",
+            &[&seq, &bytes],
+        )
+        .unwrap();
+    transaction.commit().unwrap();
+    for _ in 0..2 {
+        let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
+        let recovery = reopened.recovery().clone();
+        assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+        let refused = &recovery.refused_snapshots[0];
+        assert!(
+            matches!(&*refused.error, SnapshotError::Version { found, .. } if *found == newer),
+            "{:?}",
+            refused.error
+        );
+        assert_eq!(refused.set_aside_as, None);
+        assert_eq!(recovery.snapshot.map(|s| s.seq), Some(good.stored.seq));
+    }
+    let refusals: i64 = client(&url)
+        .query_one("SELECT count(*) FROM payonce.snapshot_refusals", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(refusals, 0, "no row sets the newer snapshot aside");
+}
+
+#[test]
 fn the_bytes_of_all_but_the_newest_two_are_pruned_and_every_row_stays() {
     // Guards against snapshots' bytes piling up in the database, and against a snapshot's record disappearing.
     let url = database!();

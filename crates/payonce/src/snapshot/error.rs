@@ -112,6 +112,18 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
+    /// Whether the snapshot was written by a newer build than this one (a
+    /// later format or event schema): nothing says it is wrong, and a
+    /// build that reads it may open the ledger next, as in a rolling
+    /// deploy. An opening refuses it but leaves it in place.
+    pub fn needs_a_newer_build(&self) -> bool {
+        match *self {
+            SnapshotError::Version { found, supported }
+            | SnapshotError::Schema { found, supported } => found > supported,
+            _ => false,
+        }
+    }
+
     /// A name listed twice in a section starting at `offset`.
     pub(crate) fn listed_twice(field: &'static str, offset: u64, name: String) -> SnapshotError {
         SnapshotError::Invalid {

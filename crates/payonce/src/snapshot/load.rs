@@ -115,8 +115,8 @@ fn try_load(
     }
 }
 
-/// Sets a refused snapshot aside and says so; one that could not be read
-/// stays where it is.
+/// Sets a refused snapshot aside and says so; one that could not be read,
+/// or that a newer build wrote, stays where it is.
 fn refuse(
     store: &dyn SnapshotStore,
     candidate: StoredSnapshot,
@@ -124,6 +124,7 @@ fn refuse(
 ) -> SnapshotRefused {
     let set_aside_as = match error {
         SnapshotError::Io { .. } => None,
+        _ if error.needs_a_newer_build() => None,
         _ => match store.set_aside(&candidate) {
             Ok(aside) => Some(aside),
             Err(aside_error) => {

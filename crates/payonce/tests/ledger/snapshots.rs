@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use payonce::NewWithdrawal;
 use payonce::{
-    Config, DirSnapshots, Ledger, LedgerError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN,
-    SnapshotError, SnapshotPolicy, SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
+    Config, DirSnapshots, Ledger, LedgerError, SCHEMA_VERSION, SNAPSHOT_FORMAT_VERSION,
+    SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotStore, SnapshotVerdict, State,
+    StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
 use payonce_model::{Actor, Amount, Currency, Destination};
@@ -245,36 +246,70 @@ fn a_snapshot_of_another_ledger_is_refused() {
 }
 
 #[test]
-fn a_snapshot_of_a_newer_format_is_refused() {
-    // Guards against reading a format this build does not know as if it were its own.
-    refused_in_format(SNAPSHOT_FORMAT_VERSION + 1);
+fn a_snapshot_of_a_newer_format_or_schema_is_refused_and_left_for_a_build_that_reads_it() {
+    // Guards against reading a format this build does not know as if it
+    // were its own, and against setting aside, for every later opening, a
+    // snapshot this build is only too old to read: in a rolling deploy an
+    // old worker's refusal would hide a new worker's snapshot.
+    for (at, found) in [
+        (8, SNAPSHOT_FORMAT_VERSION + 1),
+        (12, u32::from(SCHEMA_VERSION) + 1),
+    ] {
+        let setup = Setup::new();
+        let (older, _) = two_snapshots(&setup);
+        let newest = setup.held()[0].clone();
+        let mut bytes = setup.bytes(&newest);
+        bytes[at..at + 4].copy_from_slice(&found.to_le_bytes());
+        reseal(&mut bytes);
+        setup.put(&newest, &bytes);
+        let ledger = setup.open().unwrap();
+        let recovery = ledger.recovery().clone();
+        assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+        let refused = &recovery.refused_snapshots[0];
+        assert!(refused.error.needs_a_newer_build(), "{}", refused.error);
+        assert!(
+            matches!(
+                *refused.error,
+                SnapshotError::Version { found: f, .. } | SnapshotError::Schema { found: f, .. }
+                    if f == found
+            ),
+            "{}",
+            refused.error
+        );
+        assert_eq!(refused.set_aside_as, None);
+        assert_eq!(
+            recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
+            Some(older)
+        );
+        let state = ledger.state();
+        drop(ledger);
+        assert_eq!(state.difference(&setup.replayed()), None);
+        assert_eq!(setup.bytes(&newest), bytes, "left in place, as it was");
+    }
 }
 
 #[test]
 fn a_snapshot_of_an_older_format_is_refused_and_the_log_replayed_instead() {
     // Guards against a build reading format 1's body, which has no
-    // `keys_at`, as its own: after an upgrade, the opening replays.
-    refused_in_format(1);
-}
-
-/// Opens after the newest snapshot's format version was made `version`:
-/// refused for it, and the older snapshot loaded.
-fn refused_in_format(version: u32) {
-    assert_ne!(version, SNAPSHOT_FORMAT_VERSION);
+    // `keys_at`, as its own: after an upgrade, the opening sets it aside
+    // and replays.
     refused_then_older(
         |bytes| {
-            bytes[8..12].copy_from_slice(&version.to_le_bytes());
+            bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
             reseal(bytes);
         },
         |error| {
             assert!(
                 matches!(
                     error,
-                    SnapshotError::Version { found, supported: SNAPSHOT_FORMAT_VERSION }
-                        if *found == version
+                    SnapshotError::Version {
+                        found: 1,
+                        supported: SNAPSHOT_FORMAT_VERSION
+                    }
                 ),
                 "{error}"
-            )
+            );
+            assert!(!error.needs_a_newer_build());
         },
     );
 }
