@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use payonce::NewWithdrawal;
 use payonce_model::codec::CodecError;
@@ -69,10 +69,7 @@ impl SledStore {
         sync: SledSync,
     ) -> Result<SledStore, BenchError> {
         let error = |step| BenchError::sled(step, None);
-        let db = sled::Config::new()
-            .path(dir)
-            .open()
-            .map_err(error("open"))?;
+        let db = open_after_close(dir).map_err(error("open"))?;
         let withdrawals = db
             .open_tree("withdrawals")
             .map_err(error("open withdrawals"))?;
@@ -185,6 +182,32 @@ impl Store for SledStore {
         self.data_file
             .sync_data()
             .map_err(BenchError::io(&self.data_path))
+    }
+}
+
+/// How long an open waits for the lock of a database this process has
+/// just closed.
+const LOCK_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Opens the database in `dir`, waiting up to [`LOCK_WAIT_MAX`] for its
+/// file lock: dropping a `sled::Db` does not release the lock at once
+/// (sled's flusher thread holds it until it ends, spacejam/sled#1234), so
+/// reopening what was just closed, as a run does after preparing its
+/// withdrawals, can find it still held on a loaded machine.
+fn open_after_close(dir: &Path) -> sled::Result<sled::Db> {
+    let start = Instant::now();
+    loop {
+        match sled::Config::new().path(dir).open() {
+            // sled 0.34.7 reports the lock held as an error of kind Other
+            // whose text says so.
+            Err(sled::Error::Io(error))
+                if error.to_string().starts_with("could not acquire lock")
+                    && start.elapsed() < LOCK_WAIT_MAX =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => return opened,
+        }
     }
 }
 
