@@ -64,6 +64,8 @@ mod async_ledger;
 mod audit;
 mod command;
 mod decide;
+#[cfg(test)]
+mod documented;
 mod epoch;
 mod error;
 mod event;

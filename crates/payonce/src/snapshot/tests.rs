@@ -6,6 +6,7 @@ use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
 use super::{decode, encode};
+use crate::documented::{SNAPSHOT_FORMAT, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::state::{State, apply};
 use crate::time::Timestamp;
@@ -77,44 +78,8 @@ fn the_documented_snapshot_is_the_bytes_the_document_gives() {
         documented_head(),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(hex(&bytes), documented_hex(DOCUMENT));
+    assert_eq!(hex(&bytes), worked_example_hex(SNAPSHOT_FORMAT));
     let (info, state) = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(info.seq, 4);
     assert_eq!(state.difference(&documented_state()), None);
-}
-
-#[test]
-fn the_documented_table_is_read_as_written() {
-    // Guards against the reading of the document's table missing a row or
-    // a repetition, which would let the document drift unseen.
-    let table = "## A worked example\n\n| bytes (hex) | field |\n| --- | --- |\n\
-                 | `01 02` | a |\n| `ab` × 3 `00` | b |\n\n## Next\n| `ff` | not read |\n";
-    assert_eq!(documented_hex(table), "0102ababab00");
-}
-
-/// docs/snapshot-format.md.
-const DOCUMENT: &str = include_str!("../../../../docs/snapshot-format.md");
-
-/// The bytes the worked example's table gives, in hex: the first cell of
-/// each row, its `` `hex` `` groups in order, a group followed by `× n`
-/// repeated n times.
-fn documented_hex(document: &str) -> String {
-    let section = document
-        .split("## A worked example")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .unwrap_or_else(|| panic!("the document has a worked example"));
-    let mut hex = String::new();
-    for row in section.lines().filter(|line| line.starts_with("| `")) {
-        let cell = row.split(" | ").next().unwrap_or_default();
-        let mut parts = cell.trim_start_matches("| ").split('`').skip(1);
-        while let (Some(group), rest) = (parts.next(), parts.next().unwrap_or_default()) {
-            let times = rest
-                .trim()
-                .strip_prefix("× ")
-                .map_or(1, |n| n.parse().unwrap_or_else(|e| panic!("{n:?}: {e}")));
-            hex.push_str(&group.replace(' ', "").repeat(times));
-        }
-    }
-    hex
 }
