@@ -60,31 +60,51 @@ fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
     );
 }
 
-#[test]
-fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
-    // Guards against a snapshot row that is not a snapshot of this ledger reaching a worker, or being deleted unnoticed.
-    let url = database!();
-    let good = snapshotted(&url);
-    let forged_seq: i64 = client(&url)
+/// Inserts a snapshot of one chunk, `bytes`, after the newest, as a
+/// writer of `format_version` would: its row and its chunk in one
+/// transaction. Returns its seq.
+fn insert_snapshot(
+    url: &str,
+    digest: &[u8],
+    format_version: u32,
+    bytes: &[u8],
+    writer: &str,
+) -> i64 {
+    let mut admin = client(url);
+    let seq: i64 = admin
         .query_one("SELECT max(seq) + 1 FROM payonce.snapshots", &[])
         .unwrap()
         .get(0);
-    let mut admin = client(&url);
     let mut transaction = admin.transaction().unwrap();
     transaction
         .execute(
             "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
-             VALUES ($1, $2, 1, 200, 1, 'mallory')",
-            &[&forged_seq, &vec![7u8; 32]],
+             VALUES ($1, $2, $3, $4, 1, $5)",
+            &[
+                &seq,
+                &digest,
+                &(format_version as i32),
+                &(bytes.len() as i64),
+                &writer,
+            ],
         )
         .unwrap();
     transaction
         .execute(
             "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, 0, $2)",
-            &[&forged_seq, &vec![0xEEu8; 200]],
+            &[&seq, &bytes],
         )
         .unwrap();
     transaction.commit().unwrap();
+    seq
+}
+
+#[test]
+fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
+    // Guards against a snapshot row that is not a snapshot of this ledger reaching a worker, or being deleted unnoticed.
+    let url = database!();
+    let good = snapshotted(&url);
+    let forged_seq = insert_snapshot(&url, &[7u8; 32], 1, &[0xEEu8; 200], "mallory");
     let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
     let recovery = reopened.recovery().clone();
     assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
@@ -113,9 +133,8 @@ fn a_snapshot_of_a_newer_format_gets_no_refusal_row_and_stays_for_a_newer_worker
     // every worker a snapshot a new worker wrote: it is refused, and left.
     let url = database!();
     let good = snapshotted(&url);
-    let mut admin = client(&url);
     let (digest, mut bytes): (Vec<u8>, Vec<u8>) = {
-        let row = admin
+        let row = client(&url)
             .query_one(
                 "SELECT s.digest, c.bytes FROM payonce.snapshots s \
                  JOIN payonce.snapshot_chunks c ON c.seq = s.seq AND c.chunk = 0 WHERE s.seq = $1",
@@ -128,25 +147,7 @@ fn a_snapshot_of_a_newer_format_gets_no_refusal_row_and_stays_for_a_newer_worker
     bytes[8..12].copy_from_slice(&newer.to_le_bytes());
     let header = crc32fast::hash(&bytes[..84]);
     bytes[84..88].copy_from_slice(&header.to_le_bytes());
-    let seq: i64 = admin
-        .query_one("SELECT max(seq) + 1 FROM payonce.snapshots", &[])
-        .unwrap()
-        .get(0);
-    let mut transaction = admin.transaction().unwrap();
-    transaction
-        .execute(
-            "INSERT INTO payonce.snapshots (seq, digest, format_version, len, chunks, written_by) \
-             VALUES ($1, $2, $3, $4, 1, 'api-new')",
-            &[&seq, &digest, &(newer as i32), &(bytes.len() as i64)],
-        )
-        .unwrap();
-    transaction
-        .execute(
-            "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, 0, $2)",
-            &[&seq, &bytes],
-        )
-        .unwrap();
-    transaction.commit().unwrap();
+    insert_snapshot(&url, &digest, newer, &bytes, "api-new");
     for _ in 0..2 {
         let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
         let recovery = reopened.recovery().clone();

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use payonce::NewWithdrawal;
 use payonce::{
     Config, DirSnapshots, Ledger, LedgerError, SCHEMA_VERSION, SNAPSHOT_FORMAT_VERSION,
-    SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotStore, SnapshotVerdict, State,
-    StoredSnapshot,
+    SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotRefused, SnapshotStore,
+    SnapshotVerdict, State, StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
 use payonce_model::{Actor, Amount, Currency, Destination};
@@ -128,30 +128,29 @@ fn reseal(bytes: &mut [u8]) {
     bytes[84..88].copy_from_slice(&header.to_le_bytes());
 }
 
-/// Opens after the newest snapshot was edited by `edit`: the newest is
-/// refused with an error `check` accepts and set aside, the older one is
-/// loaded, and the state is the full replay's.
-fn refused_then_older(edit: impl FnOnce(&mut Vec<u8>), check: impl FnOnce(&SnapshotError)) {
+/// What opening after an edit of the newest of two snapshots gave.
+struct EditedNewest {
+    setup: Setup,
+    /// The newest snapshot's name, its seq, and its bytes as edited.
+    name: String,
+    seq: u64,
+    bytes: Vec<u8>,
+    refused: SnapshotRefused,
+}
+
+/// Opens after the newest of two snapshots was edited by `edit`: that one
+/// is refused, the older one is loaded, and the state is the full
+/// replay's.
+fn open_with_newest_edited(edit: impl FnOnce(&mut Vec<u8>)) -> EditedNewest {
     let setup = Setup::new();
     let (older, newer) = two_snapshots(&setup);
-    let newest = setup.held()[0].clone();
-    let mut bytes = setup.bytes(&newest);
+    let name = setup.held()[0].clone();
+    let mut bytes = setup.bytes(&name);
     edit(&mut bytes);
-    setup.put(&newest, &bytes);
+    setup.put(&name, &bytes);
     let ledger = setup.open().unwrap();
     let recovery = ledger.recovery().clone();
     assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
-    let refused = &recovery.refused_snapshots[0];
-    assert_eq!(refused.name, newest);
-    check(&refused.error);
-    let aside = refused
-        .set_aside_as
-        .clone()
-        .expect("a refused snapshot is set aside");
-    assert!(
-        aside.ends_with(&format!("{newer:020}.snapshot.refused")),
-        "{aside}"
-    );
     assert_eq!(
         recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
         Some(older)
@@ -159,7 +158,33 @@ fn refused_then_older(edit: impl FnOnce(&mut Vec<u8>), check: impl FnOnce(&Snaps
     let state = ledger.state();
     drop(ledger);
     assert_eq!(state.difference(&setup.replayed()), None);
-    let names = payonce_log::Storage::list(&setup.snapshots).unwrap();
+    let refused = recovery.refused_snapshots[0].clone();
+    EditedNewest {
+        setup,
+        name,
+        seq: newer,
+        bytes,
+        refused,
+    }
+}
+
+/// Opens after the newest snapshot was edited by `edit`: the newest is
+/// refused with an error `check` accepts and set aside, the older one is
+/// loaded, and the state is the full replay's.
+fn refused_then_older(edit: impl FnOnce(&mut Vec<u8>), check: impl FnOnce(&SnapshotError)) {
+    let opened = open_with_newest_edited(edit);
+    let refused = &opened.refused;
+    assert_eq!(refused.name, opened.name);
+    check(&refused.error);
+    let aside = refused
+        .set_aside_as
+        .clone()
+        .expect("a refused snapshot is set aside");
+    assert!(
+        aside.ends_with(&format!("{:020}.snapshot.refused", opened.seq)),
+        "{aside}"
+    );
+    let names = payonce_log::Storage::list(&opened.setup.snapshots).unwrap();
     assert!(
         names.iter().any(|name| name.ends_with(".refused")),
         "never deleted: {names:?}"
@@ -255,17 +280,11 @@ fn a_snapshot_of_a_newer_format_or_schema_is_refused_and_left_for_a_build_that_r
         (8, SNAPSHOT_FORMAT_VERSION + 1),
         (12, u32::from(SCHEMA_VERSION) + 1),
     ] {
-        let setup = Setup::new();
-        let (older, _) = two_snapshots(&setup);
-        let newest = setup.held()[0].clone();
-        let mut bytes = setup.bytes(&newest);
-        bytes[at..at + 4].copy_from_slice(&found.to_le_bytes());
-        reseal(&mut bytes);
-        setup.put(&newest, &bytes);
-        let ledger = setup.open().unwrap();
-        let recovery = ledger.recovery().clone();
-        assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
-        let refused = &recovery.refused_snapshots[0];
+        let opened = open_with_newest_edited(|bytes| {
+            bytes[at..at + 4].copy_from_slice(&found.to_le_bytes());
+            reseal(bytes);
+        });
+        let refused = &opened.refused;
         assert!(refused.error.needs_a_newer_build(), "{}", refused.error);
         assert!(
             matches!(
@@ -278,13 +297,10 @@ fn a_snapshot_of_a_newer_format_or_schema_is_refused_and_left_for_a_build_that_r
         );
         assert_eq!(refused.set_aside_as, None);
         assert_eq!(
-            recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
-            Some(older)
+            opened.setup.bytes(&opened.name),
+            opened.bytes,
+            "left in place, as it was"
         );
-        let state = ledger.state();
-        drop(ledger);
-        assert_eq!(state.difference(&setup.replayed()), None);
-        assert_eq!(setup.bytes(&newest), bytes, "left in place, as it was");
     }
 }
 
