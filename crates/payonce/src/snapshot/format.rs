@@ -12,7 +12,7 @@ use super::error::SnapshotError;
 pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
 
 /// The snapshot format this build reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
 
 /// Bytes of the header, before the body.
 pub const SNAPSHOT_HEADER_LEN: usize = 88;
@@ -368,18 +368,18 @@ impl<'a> In<'a> {
     pub(crate) fn skip(&mut self, field: &'static str, len: usize) -> Result<(), SnapshotError> {
         self.take(field, len).map(|_| ())
     }
+}
 
-    /// Checks that every byte of the body was read.
-    pub(crate) fn ended(&self) -> Result<(), SnapshotError> {
-        let left = self.body_left();
-        if left > 0 {
-            return Err(self.invalid_at(
-                self.offset(),
-                "end of body",
-                "no more bytes".to_owned(),
-                format!("{left} bytes more"),
-            ));
-        }
-        Ok(())
+/// Refuses bytes after the body's last field, which ends at body byte
+/// `ends`.
+pub(crate) fn ended(ends: usize, body_len: usize) -> Result<(), SnapshotError> {
+    if ends == body_len {
+        return Ok(());
     }
+    Err(SnapshotError::Invalid {
+        field: "end of body",
+        offset: (SNAPSHOT_HEADER_LEN + ends) as u64,
+        expected: "no more bytes".to_owned(),
+        found: format!("{} bytes more", body_len.saturating_sub(ends)),
+    })
 }

@@ -147,11 +147,6 @@ impl<'a> Reader<'a> {
         self.window.capacity()
     }
 
-    /// Whether the reader keeps a checksum ([`Reader::hash_from_here`]).
-    pub(crate) fn hashes(&self) -> bool {
-        self.crc.is_some()
-    }
-
     /// Keeps a checksum of the body's bytes from the next one on.
     pub(crate) fn hash_from_here(&mut self) {
         self.crc = Some(crc32fast::Hasher::new());

@@ -45,6 +45,19 @@ impl<T: Clone> Chunks<T> {
         self.len += 1;
     }
 
+    /// Puts `other`'s entries after these: its chunks as they are when
+    /// these fill their last chunk, else entry by entry.
+    pub(super) fn append(&mut self, other: Chunks<T>) {
+        if self.len & CHUNK_MASK == 0 {
+            self.chunks.extend(other.chunks);
+            self.len += other.len;
+        } else {
+            for value in other.iter() {
+                self.push(value.clone());
+            }
+        }
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flat_map(|chunk| chunk.iter())
     }

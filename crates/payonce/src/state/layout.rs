@@ -117,6 +117,11 @@ impl Texts {
     /// `other`, [`TextRef::shifted`] by the returned count, names the same
     /// text here.
     pub(super) fn append(&mut self, other: Texts) -> usize {
+        // This last chunk is appended to no more: what it does not hold
+        // goes back to the allocator.
+        if let Some(last) = self.chunks.last_mut() {
+            Arc::make_mut(last).shrink_to_fit();
+        }
         let shift = self.chunks.len() << TEXT_CHUNK_BITS;
         self.chunks.extend(other.chunks);
         self.used += other.used;

@@ -28,6 +28,7 @@ mod apply;
 mod chunks;
 mod compare;
 mod index;
+mod jobs;
 mod layout;
 mod sessions;
 mod snapshot;
@@ -770,3 +771,5 @@ impl State {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_key_parts;

@@ -11,13 +11,18 @@
 use payonce_model::{Amount, Currency, Destination, WithdrawalId, WithdrawalState, WorkerName};
 use rust_decimal::Decimal;
 
+use std::sync::atomic::AtomicU32;
+
 use super::State;
 use super::chunks::Chunks;
-use super::layout::{Funds, NO_HOLDER, SLOTS_MAX, Slots, TextRef, WithdrawalSlot, stored};
-use super::snapshot_keys::{Body, KeysSection, SEND_WORKER};
+use super::jobs::{self, run_jobs};
+use super::layout::{
+    Funds, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, WithdrawalSlot, stored,
+};
+use super::snapshot_keys::{Body, KeysHead, PartRead, SEND_WORKER, read_part};
 use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::{In, Out};
+use crate::snapshot::format::{In, Out, ended};
 use crate::snapshot::reader::{BodyBytes, Reader};
 
 /// The fewest bytes a currency takes in a body: a one-letter code, two totals.
@@ -39,6 +44,12 @@ const WITHDRAWAL_LEN_MIN: usize = 2 * 3 + 17 + 4 + 1;
 const CREATED: u8 = 1;
 const FUNDS_SHIFT: u8 = 1;
 const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
+
+/// Keys a part of a body's keys section holds, as this build writes them:
+/// enough parts at 1M keys (4) for two threads to share them evenly, few
+/// enough at 10M (39) that their heads cost nothing. A multiple of the
+/// state's chunks of entries, so a part's entries are taken over whole.
+pub(super) const KEYS_PART_LEN: usize = 1 << 18;
 
 impl State {
     /// A copy of this state for a snapshot to encode: its entries and text
@@ -70,6 +81,15 @@ impl State {
     /// The body of a snapshot of this state. Refuses a state only a
     /// diverged log leaves, which the ledger never holds.
     pub(crate) fn snapshot_body(&self) -> Result<Vec<u8>, SnapshotError> {
+        self.snapshot_body_in_parts(KEYS_PART_LEN)
+    }
+
+    /// [`State::snapshot_body`] with `part_len` keys a part.
+    pub(super) fn snapshot_body_in_parts(&self, part_len: usize) -> Result<Vec<u8>, SnapshotError> {
+        assert!(
+            (1..=u32::MAX as usize).contains(&part_len),
+            "a part holds from 1 to 2^32 - 1 keys"
+        );
         let mut out = Out::default();
         out.bytes
             .reserve(self.texts.used + 64 * self.keys.entries.len());
@@ -84,7 +104,7 @@ impl State {
             out.u64(epoch);
         }
         let numbers = self.write_withdrawals(&mut out)?;
-        self.write_keys(&mut out, &numbers);
+        self.write_keys(&mut out, &numbers, part_len);
         Ok(out.bytes)
     }
 
@@ -157,18 +177,32 @@ impl State {
         Ok(numbers)
     }
 
-    /// Writes the records in slot order.
-    fn write_keys(&self, out: &mut Out, numbers: &[u32]) {
+    /// Writes the records in slot order, in parts of `part_len`, after
+    /// their count, the part length and where each part after the first
+    /// starts.
+    fn write_keys(&self, out: &mut Out, numbers: &[u32], part_len: usize) {
         let mut free = vec![false; self.keys.entries.len()];
         for &slot in &self.keys.free {
             free[slot as usize] = true;
         }
-        out.count(self.keys.entries.len() - self.keys.free.len());
+        let count = self.keys.entries.len() - self.keys.free.len();
+        out.count(count);
+        out.u32(part_len as u32);
+        let starts_at = out.bytes.len();
+        let parts = count.div_ceil(part_len);
+        out.bytes.resize(starts_at + 8 * parts.saturating_sub(1), 0);
         let text = |at: Option<TextRef>| at.map(|at| self.texts.get(at));
+        let mut written = 0;
         for (slot, entry) in self.keys.entries.iter().enumerate() {
             if free[slot] {
                 continue;
             }
+            if written > 0 && written % part_len == 0 {
+                let field = starts_at + 8 * (written / part_len - 1);
+                let start = out.bytes.len() as u64;
+                out.bytes[field..field + 8].copy_from_slice(&start.to_le_bytes());
+            }
+            written += 1;
             let slot = slot as u32;
             out.text(self.texts.get(entry.key));
             let number = numbers[entry.withdrawal as usize];
@@ -202,11 +236,13 @@ impl State {
                 out.text(reference.as_str());
             }
         }
+        assert_eq!(written, count, "every key in use is written");
     }
 
     /// The state a snapshot's `body` holds, after event `seq`: every field
-    /// checked, the first one refused named with its offset. With `hash`,
-    /// also the checksum of the body's bytes, taken as they are read.
+    /// checked, the first one refused, in body order, named with its
+    /// offset. With `hash`, also the checksum of the body's bytes, taken as
+    /// they are read.
     pub(crate) fn from_snapshot_body(
         seq: u64,
         body: BodyBytes<'_>,
@@ -224,10 +260,10 @@ impl State {
         state.read_currencies(&mut input)?;
         state.read_sessions(&mut input)?;
         let (count, keys_at) = input.record(read_withdrawals_head)?;
-        let (section, keys_crc) = state.read_withdrawals_and_keys(input, body, (count, keys_at))?;
-        state.adopt_keys(section);
-        state.check_funds()?;
-        Ok((state, keys_crc))
+        let at = input.at();
+        let head_crc = hash.then(|| input.hashed());
+        let crc = state.read_withdrawals_and_keys(body, (at, count, keys_at), head_crc)?;
+        Ok((state, crc))
     }
 
     /// The fields before the currencies.
@@ -244,58 +280,95 @@ impl State {
         Ok(())
     }
 
-    /// Reads the `count` withdrawals at `input` on this thread and the keys
-    /// on another, from `keys_at` as the body says; a refused withdrawal is
-    /// named before a `keys_at` that is not where the withdrawals end, and
-    /// that before a refused key, as the body orders them. With the
-    /// checksum `input` keeps, the checksum of the whole body: the part
-    /// `input` hashed, then the keys'.
+    /// Reads the `count` withdrawals from body byte `at` and the keys from
+    /// `keys_at` on, the withdrawals and each part of the keys a job of
+    /// its own ([`run_jobs`]), then takes them over. With `crc`, the
+    /// checksum of the bytes before `at`, the checksum of the whole body.
     fn read_withdrawals_and_keys(
         &mut self,
-        mut input: Reader<'_>,
         body: BodyBytes<'_>,
-        (count, keys_at): (usize, KeysAt),
-    ) -> Result<(KeysSection, Option<u32>), SnapshotError> {
-        let hash = input.hashes();
+        (at, count, keys_at): (usize, usize, KeysAt),
+        crc: Option<crc32fast::Hasher>,
+    ) -> Result<Option<u32>, SnapshotError> {
+        let hash = crc.is_some();
         let hasher = self.hasher.clone();
-        let keys_body = Body {
+        let body = Body {
             bytes: body,
             seq: self.last_seq,
             hasher: &hasher,
         };
-        let read_keys = move || KeysSection::read(keys_body, keys_at.at, (count, hash));
-        let (withdrawals, keys) = std::thread::scope(|scope| {
-            let reading = std::thread::Builder::new()
-                .name("snapshot-keys".into())
-                .spawn_scoped(scope, read_keys);
-            let withdrawals = self.read_withdrawals(&mut input, count);
-            let keys = match reading {
-                Ok(reading) => reading.join(),
-                // No thread to be had: the keys are read here, after.
-                Err(_) => Ok(read_keys()),
-            };
-            (withdrawals, keys)
-        });
-        withdrawals?;
-        keys_at.check(input.at())?;
-        let (section, keys_crc) = match keys {
-            Ok(Ok(read)) => read,
-            Ok(Err(refused)) => return Err(refused.named(self)),
-            Err(panic) => std::panic::resume_unwind(panic),
+        let keys_head = KeysHead::read(body, keys_at.at, hash);
+        let parts = keys_head.as_ref().map_or(0, KeysHead::parts);
+        let holders: Vec<AtomicU32> = (0..count).map(|_| AtomicU32::new(NO_HOLDER)).collect();
+        let currencies = self.currencies.len();
+        let mut read = run_jobs(1 + parts, |job| match (job, &keys_head) {
+            (0, _) => Job::Withdrawals(read_withdrawals(body, (at, count), currencies, hash)),
+            (part, Ok(head)) => Job::Keys(Box::new(read_part(
+                body,
+                head.part(part - 1),
+                &holders,
+                hash,
+            ))),
+            (_, Err(_)) => unreachable!("no part is read of a head refused"),
+        })
+        .into_iter();
+        let Some(Job::Withdrawals(withdrawals)) = read.next() else {
+            unreachable!("the first job reads the withdrawals")
         };
-        assert_eq!(
-            input.at(),
-            section.start,
-            "the keys start where the withdrawals end"
-        );
-        let crc = keys_crc.map(|keys_crc| {
-            let mut crc = input.hashed();
-            crc.combine(&keys_crc);
+        let withdrawals = withdrawals?;
+        let mut parts: Vec<PartRead> = read.map(Job::into_part).collect();
+        let keys_head = match checked_keys(body, &withdrawals, (keys_at, keys_head), &mut parts) {
+            Ok(head) => head,
+            // A withdrawal listed twice comes before the keys in the body.
+            Err(refused) => return Err(withdrawals.listed_twice().err().unwrap_or(refused)),
+        };
+        let crc = crc.map(|mut crc| {
+            let keys = [withdrawals.crc.as_ref(), keys_head.crc()]
+                .into_iter()
+                .flatten();
+            for part in keys.chain(parts.iter().filter_map(|part| part.crc.as_ref())) {
+                crc.combine(part);
+            }
             crc.finalize()
         });
-        Ok((section, crc))
+        let ends = parts.last().map_or(keys_head.end(), PartRead::end);
+        let sums = self.adopt(withdrawals, (parts, holders), &keys_head)?;
+        ended(ends, body.bytes.len())?;
+        self.check_funds()?;
+        self.check_sums(sums)?;
+        Ok(crc)
     }
 
+    /// Takes over the withdrawals and keys read, and builds their
+    /// indexes at once, a withdrawal listed twice refused before a key.
+    /// Answers the sums of the withdrawals' funds, by currency.
+    fn adopt(
+        &mut self,
+        withdrawals: WithdrawalsRead,
+        (parts, holders): (Vec<PartRead>, Vec<AtomicU32>),
+        keys_head: &KeysHead,
+    ) -> Result<Vec<(Decimal, Decimal)>, SnapshotError> {
+        let WithdrawalsRead {
+            texts,
+            mut entries,
+            hashes,
+            sums,
+            first_at,
+            ..
+        } = withdrawals;
+        self.texts = texts;
+        let (keys, key_hashes) = self.adopt_keys(parts, holders, &mut entries);
+        let texts = &self.texts;
+        let (built, keys_built) = jobs::both(
+            || Slots::built(entries, &hashes, texts),
+            || Slots::built(keys, &key_hashes, texts),
+        );
+        self.withdrawals =
+            built.map_err(|id| SnapshotError::listed_twice("withdrawal id", first_at, id))?;
+        let first_key = keys_head.first_key_offset();
+        self.keys = keys_built.map_err(|key| SnapshotError::listed_twice("key", first_key, key))?;
+        Ok(sums)
+    }
     fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
         let count =
             input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, CURRENCIES_MAX))?;
@@ -358,98 +431,27 @@ impl State {
         Ok(())
     }
 
-    fn read_withdrawals(
-        &mut self,
-        input: &mut Reader<'_>,
-        count: usize,
-    ) -> Result<(), SnapshotError> {
-        let at = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
-        let mut entries = Chunks::default();
-        let mut hashes = Vec::with_capacity(count);
-        for _ in 0..count {
-            let (entry, hash) = input.record(|input| self.read_withdrawal(input))?;
-            entries.push(entry);
-            hashes.push(hash);
-        }
-        self.withdrawals = Slots::built(entries, &hashes, &self.texts)
-            .map_err(|id| SnapshotError::listed_twice("withdrawal id", at, id))?;
-        Ok(())
-    }
-
-    /// Reads one withdrawal, its text pushed into the state's buffer, and
-    /// its id's hash.
-    fn read_withdrawal(
-        &mut self,
-        input: &mut In<'_>,
-    ) -> Result<(WithdrawalSlot, u32), SnapshotError> {
-        let id = input.text::<WithdrawalId>("withdrawal id")?;
-        let destination = input.text::<Destination>("withdrawal destination")?;
-        let amount_at = input.offset();
-        let mantissa = input.u128("withdrawal amount")?;
-        let scale = input.u8("withdrawal amount scale")?;
-        let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
-            let found = format!("{mantissa}e-{scale}");
-            input.invalid_at(amount_at, "withdrawal amount", error.to_string(), found)
-        })?;
-        let currency = input.u32("withdrawal currency")?;
-        if currency as usize >= self.currencies.len() {
-            let expected = format!("a currency below {}", self.currencies.len());
-            return Err(input.invalid("withdrawal currency", expected, currency.to_string()));
-        }
-        let flags = input.u8("withdrawal flags")?;
-        let funds = match (flags >> FUNDS_SHIFT) & 0b11 {
-            0 => Funds::Free,
-            1 => Funds::Held,
-            2 => Funds::Captured,
-            _ => {
-                return Err(input.invalid(
-                    "withdrawal flags",
-                    "funds 0, 1 or 2".to_owned(),
-                    flags.to_string(),
-                ));
-            }
-        };
-        if flags & !WITHDRAWAL_FLAGS != 0 {
-            let expected = format!("only bits {WITHDRAWAL_FLAGS:#04b}");
-            return Err(input.invalid("withdrawal flags", expected, flags.to_string()));
-        }
-        let entry = WithdrawalSlot {
-            id: self.texts.push(id),
-            destination: self.texts.push(destination),
-            amount,
-            currency,
-            holder: NO_HOLDER,
-            named_by: 0,
-            created: flags & CREATED != 0,
-            funds,
-            listed: true,
-        };
-        Ok((entry, self.hasher.hash(id)))
-    }
-
     /// Checks what only the whole body shows: a foreign withdrawal is kept
-    /// only while a key holds it, funds are held or captured only under a
-    /// claim, and each currency's totals are the sums of its funds.
+    /// only while a key holds it, and funds are held or captured only
+    /// under a claim.
     fn check_funds(&self) -> Result<(), SnapshotError> {
-        let mut sums = vec![(Decimal::ZERO, Decimal::ZERO); self.currencies.len()];
         for entry in self.withdrawals.entries.iter() {
-            let id = || self.texts.get(entry.id).to_owned();
             if entry.named_by == 0 && (!entry.created || entry.funds != Funds::Free) {
                 return Err(SnapshotError::Invalid {
                     field: "withdrawal flags",
                     offset: 0,
                     expected: "a foreign withdrawal, or held or captured funds, only under a claim"
                         .to_owned(),
-                    found: format!("withdrawal {} unclaimed", id()),
+                    found: format!("withdrawal {} unclaimed", self.texts.get(entry.id)),
                 });
             }
-            let (held, captured) = &mut sums[entry.currency as usize];
-            match entry.funds {
-                Funds::Held => *held = held.saturating_add(entry.amount.value()),
-                Funds::Captured => *captured = captured.saturating_add(entry.amount.value()),
-                Funds::Free => {}
-            }
         }
+        Ok(())
+    }
+
+    /// Checks that each currency's totals are `sums`, the sums of its
+    /// withdrawals' funds held and captured.
+    fn check_sums(&self, sums: Vec<(Decimal, Decimal)>) -> Result<(), SnapshotError> {
         for (number, (held, captured)) in sums.into_iter().enumerate() {
             let stored = (self.held[number], self.captured[number]);
             // A total saturates at the most a decimal holds; below it, it is the exact sum.
@@ -468,6 +470,158 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// What one job of a load reads.
+enum Job {
+    Withdrawals(Result<WithdrawalsRead, SnapshotError>),
+    Keys(Box<PartRead>),
+}
+
+impl Job {
+    fn into_part(self) -> PartRead {
+        match self {
+            Job::Keys(part) => *part,
+            Job::Withdrawals(_) => unreachable!("one job reads the withdrawals"),
+        }
+    }
+}
+
+/// The withdrawals section, read.
+struct WithdrawalsRead {
+    texts: Texts,
+    entries: Chunks<WithdrawalSlot>,
+    hashes: Vec<u32>,
+    /// By currency number, the funds held and captured.
+    sums: Vec<(Decimal, Decimal)>,
+    /// The snapshot offset of the first withdrawal.
+    first_at: u64,
+    /// Where the section ends in the body.
+    end: usize,
+    crc: Option<crc32fast::Hasher>,
+}
+
+impl WithdrawalsRead {
+    /// Refuses an id listed twice, as building the index does.
+    fn listed_twice(self) -> Result<(), SnapshotError> {
+        let WithdrawalsRead {
+            texts,
+            entries,
+            hashes,
+            first_at,
+            ..
+        } = self;
+        Slots::built(entries, &hashes, &texts)
+            .map(drop)
+            .map_err(|id| SnapshotError::listed_twice("withdrawal id", first_at, id))
+    }
+}
+
+/// Reads the `count` withdrawals from body byte `at` on, each naming one
+/// of `currencies`.
+fn read_withdrawals(
+    body: Body<'_>,
+    (at, count): (usize, usize),
+    currencies: usize,
+    hash: bool,
+) -> Result<WithdrawalsRead, SnapshotError> {
+    let mut input = Reader::new(body.bytes);
+    input.jump_to(at);
+    if hash {
+        input.hash_from_here();
+    }
+    let mut read = WithdrawalsRead {
+        texts: Texts::default(),
+        entries: Chunks::default(),
+        hashes: Vec::with_capacity(count),
+        sums: vec![(Decimal::ZERO, Decimal::ZERO); currencies],
+        first_at: (SNAPSHOT_HEADER_LEN + at) as u64,
+        end: at,
+        crc: None,
+    };
+    for _ in 0..count {
+        let texts = &mut read.texts;
+        let (entry, hash) =
+            input.record(|input| read_withdrawal(input, (currencies, body.hasher), texts))?;
+        let (held, captured) = &mut read.sums[entry.currency as usize];
+        match entry.funds {
+            Funds::Held => *held = held.saturating_add(entry.amount.value()),
+            Funds::Captured => *captured = captured.saturating_add(entry.amount.value()),
+            Funds::Free => {}
+        }
+        read.hashes.push(hash);
+        read.entries.push(entry);
+    }
+    read.end = input.at();
+    read.crc = hash.then(|| input.hashed());
+    Ok(read)
+}
+
+/// Reads one withdrawal naming one of `currencies`, its text pushed into
+/// `texts`, and its id's hash.
+fn read_withdrawal(
+    input: &mut In<'_>,
+    (currencies, hasher): (usize, &NameHasher),
+    texts: &mut Texts,
+) -> Result<(WithdrawalSlot, u32), SnapshotError> {
+    let id = input.text::<WithdrawalId>("withdrawal id")?;
+    let destination = input.text::<Destination>("withdrawal destination")?;
+    let amount_at = input.offset();
+    let mantissa = input.u128("withdrawal amount")?;
+    let scale = input.u8("withdrawal amount scale")?;
+    let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
+        let found = format!("{mantissa}e-{scale}");
+        input.invalid_at(amount_at, "withdrawal amount", error.to_string(), found)
+    })?;
+    let currency = input.u32("withdrawal currency")?;
+    if currency as usize >= currencies {
+        let expected = format!("a currency below {currencies}");
+        return Err(input.invalid("withdrawal currency", expected, currency.to_string()));
+    }
+    let flags = input.u8("withdrawal flags")?;
+    let funds = match (flags >> FUNDS_SHIFT) & 0b11 {
+        0 => Funds::Free,
+        1 => Funds::Held,
+        2 => Funds::Captured,
+        _ => {
+            return Err(input.invalid(
+                "withdrawal flags",
+                "funds 0, 1 or 2".to_owned(),
+                flags.to_string(),
+            ));
+        }
+    };
+    if flags & !WITHDRAWAL_FLAGS != 0 {
+        let expected = format!("only bits {WITHDRAWAL_FLAGS:#04b}");
+        return Err(input.invalid("withdrawal flags", expected, flags.to_string()));
+    }
+    let entry = WithdrawalSlot {
+        id: texts.push(id),
+        destination: texts.push(destination),
+        amount,
+        currency,
+        holder: NO_HOLDER,
+        named_by: 0,
+        created: flags & CREATED != 0,
+        funds,
+        listed: true,
+    };
+    Ok((entry, hasher.hash(id)))
+}
+
+/// The keys' head, once `keys_at` is checked to be where the withdrawals
+/// end, and the first refusal among the keys' parts, named.
+fn checked_keys(
+    body: Body<'_>,
+    withdrawals: &WithdrawalsRead,
+    (keys_at, head): (KeysAt, Result<KeysHead, SnapshotError>),
+    parts: &mut [PartRead],
+) -> Result<KeysHead, SnapshotError> {
+    keys_at.check(withdrawals.end)?;
+    let head = head?;
+    head.first_refusal(body, parts)
+        .map_err(|refused| refused.named(&withdrawals.texts, &withdrawals.entries))?;
+    Ok(head)
 }
 
 /// Where a body says its keys start: `at`, in the field at `offset`.

@@ -1,11 +1,13 @@
-//! A snapshot body's keys section, read on a thread of its own from where
-//! the body says it starts, while the withdrawals before it are read on
-//! the opening's: every record checked as replay would check it, its text
-//! kept in a buffer of its own that the state then takes over
-//! ([`State::adopt_keys`]). What needs the withdrawals' text (naming a
-//! withdrawal two keys hold) waits for them.
+//! A snapshot body's keys section: a head saying where each part of the
+//! keys starts, so that the parts are read at once, each on whichever
+//! thread is free, beside the withdrawals before them. Every record is
+//! checked as replay would check it, its text kept in a buffer of its
+//! part's own that the state then takes over ([`State::adopt_keys`]). Two
+//! keys naming one withdrawal are found across parts, and the refusal is
+//! the one a reading from the first byte would meet first.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use payonce_model::{
     Actor, Progress, REPLACED_MAX, Reason, Reference, RequestKey, WithdrawalState, WorkerName,
@@ -13,7 +15,9 @@ use payonce_model::{
 
 use super::State;
 use super::chunks::Chunks;
-use super::layout::{KeySlot, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, stored};
+use super::layout::{
+    KeySlot, NO_HOLDER, NameHasher, SLOTS_MAX, TextRef, Texts, WithdrawalSlot, stored,
+};
 use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::In;
@@ -39,29 +43,207 @@ pub(super) struct Body<'a> {
     pub(super) hasher: &'a NameHasher,
 }
 
-/// The keys section, read.
-#[derive(Default)]
-pub(super) struct KeysSection {
-    texts: Texts,
-    keys: Slots<KeySlot>,
-    /// By withdrawal number, the slot of the key naming it, or
-    /// [`NO_HOLDER`].
-    holders: Vec<u32>,
-    last_errors: HashMap<u32, TextRef>,
-    replaced: HashMap<u32, Box<[Reference]>>,
-    senders: HashMap<u32, WorkerName>,
-    running: Vec<u32>,
-    /// Where in the body the section starts.
-    pub(super) start: usize,
+/// The keys section's head: how many keys, how many a part holds, and
+/// where each part starts.
+pub(super) struct KeysHead {
+    count: usize,
+    part_len: usize,
+    /// Where each part starts in the body, and the offset of the field
+    /// that says so (of the first part, which starts where the head ends:
+    /// the offset of the part length).
+    starts: Vec<(usize, u64)>,
+    /// Where the head ends.
+    end: usize,
+    /// The checksum of the head's bytes, if asked for.
+    crc: Option<crc32fast::Hasher>,
+}
+
+/// Keys `first..first + count`, from body byte `start` on: what one job
+/// reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeyPart {
+    first: u32,
+    count: usize,
+    start: usize,
+}
+
+impl KeysHead {
+    /// Reads the head of the keys section, which starts at body byte
+    /// `keys_at`: each part's start is refused unless it leaves room for
+    /// the keys of the part before it and of the parts from it on.
+    pub(super) fn read(body: Body<'_>, keys_at: usize, hash: bool) -> Result<Self, SnapshotError> {
+        let mut input = Reader::new(body.bytes);
+        input.jump_to(keys_at);
+        if hash {
+            input.hash_from_here();
+        }
+        let count = input.record(|input| input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1))?;
+        let (part_len, len_at) = input.record(|input| {
+            let part_len = input.u32("key part_len")?;
+            if part_len == 0 {
+                return Err(input.invalid("key part_len", "at least 1".to_owned(), "0".to_owned()));
+            }
+            Ok((part_len as usize, input.field_offset()))
+        })?;
+        let parts = count.div_ceil(part_len);
+        // `count` keys fit in the bytes left, so this does too.
+        let mut starts = Vec::with_capacity(parts);
+        if parts > 0 {
+            starts.push((0, len_at));
+        }
+        for _ in 1..parts {
+            starts.push(input.record(|input| {
+                let at = input.u64("key part")?;
+                Ok((
+                    usize::try_from(at).unwrap_or(usize::MAX),
+                    input.field_offset(),
+                ))
+            })?);
+        }
+        let end = input.at();
+        if let Some(first) = starts.first_mut() {
+            first.0 = end;
+        }
+        let head = KeysHead {
+            count,
+            part_len,
+            starts,
+            end,
+            crc: None,
+        };
+        head.check_starts(body.bytes.len())?;
+        Ok(KeysHead {
+            crc: hash.then(|| input.hashed()),
+            ..head
+        })
+    }
+
+    /// Refuses a part's start that leaves too little room for the keys
+    /// before or after it.
+    fn check_starts(&self, body_len: usize) -> Result<(), SnapshotError> {
+        for (part, pair) in self.starts.windows(2).enumerate() {
+            let (before, (at, field)) = (pair[0].0, pair[1]);
+            let after = self.count - (part + 1) * self.part_len;
+            // Both sums are bounded by the body's length, as the count is.
+            let first = before + self.part_len * KEY_LEN_MIN;
+            let last = body_len.saturating_sub(after * KEY_LEN_MIN);
+            if !(first..=last).contains(&at) {
+                return Err(SnapshotError::Invalid {
+                    field: "key part",
+                    offset: field,
+                    expected: format!("a place from {first} to {last} in the body"),
+                    found: at.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// How many parts the keys are in.
+    pub(super) fn parts(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Part `part`.
+    pub(super) fn part(&self, part: usize) -> KeyPart {
+        let first = part * self.part_len;
+        KeyPart {
+            first: first as u32,
+            count: self.part_len.min(self.count - first),
+            start: self.starts[part].0,
+        }
+    }
+
+    /// Where the head ends: the first part's start, or the body's end.
+    pub(super) fn end(&self) -> usize {
+        self.end
+    }
+
+    /// The checksum of the head's bytes, if it was asked for.
+    pub(super) fn crc(&self) -> Option<&crc32fast::Hasher> {
+        self.crc.as_ref()
+    }
+
+    /// The snapshot offset of the first key, where a key listed twice is
+    /// refused.
+    pub(super) fn first_key_offset(&self) -> u64 {
+        (SNAPSHOT_HEADER_LEN + self.end) as u64
+    }
+
+    /// The first refusal among `parts`, read, in body order: a part's
+    /// refused key, then whether the next part starts where it ended. The
+    /// later of two keys naming one withdrawal is found by whichever of
+    /// them was read second, maybe by a part before its own.
+    pub(super) fn first_refusal(
+        &self,
+        body: Body<'_>,
+        parts: &mut [PartRead],
+    ) -> Result<(), KeysRefused> {
+        let mut first: Option<(u32, u8, KeysRefused)> = None;
+        let mut consider = |slot: u32, rank: u8, refused: KeysRefused| {
+            if first
+                .as_ref()
+                .is_none_or(|(at, r, _)| (slot, rank) < (*at, *r))
+            {
+                first = Some((slot, rank, refused));
+            }
+        };
+        let withdrawals = parts.first().map_or(0, |read| read.keys.withdrawals);
+        for (part, read) in parts.iter_mut().enumerate() {
+            let whole = match read.refused.take() {
+                Some((slot, refused)) => {
+                    let whole = matches!(refused, KeysRefused::HeldTwice { offset: None, .. });
+                    consider(slot, 1, refused);
+                    whole
+                }
+                None => true,
+            };
+            if let Some(&(next, field)) = self.starts.get(part + 1)
+                && whole
+                && read.end != next
+            {
+                let refused = SnapshotError::Invalid {
+                    field: "key part",
+                    offset: field,
+                    expected: format!("{}, where part {part} ends", read.end),
+                    found: next.to_string(),
+                };
+                consider(self.part(part + 1).first, 0, KeysRefused::Field(refused));
+            }
+        }
+        let Some((slot, _, refused)) = first else {
+            return Ok(());
+        };
+        match refused {
+            KeysRefused::HeldTwice {
+                withdrawal,
+                offset: None,
+                ..
+            } => {
+                let part = self.part(slot as usize / self.part_len);
+                let offset = withdrawal_offset(body, part, slot, withdrawals)?;
+                Err(KeysRefused::HeldTwice {
+                    withdrawal,
+                    offset: Some(offset),
+                })
+            }
+            refused => Err(refused),
+        }
+    }
 }
 
 /// Why the keys section was refused.
 pub(super) enum KeysRefused {
     /// A field, named.
     Field(SnapshotError),
-    /// A second key names withdrawal `withdrawal`; the error names its id
-    /// once the withdrawals are read.
-    HeldTwice { withdrawal: u32, offset: u64 },
+    /// A key names withdrawal `withdrawal`, which a lower key names too;
+    /// its field is at `offset`, where the reading that found it had read
+    /// that key. The error names the withdrawal's id once the withdrawals
+    /// are read.
+    HeldTwice {
+        withdrawal: u32,
+        offset: Option<u64>,
+    },
 }
 
 impl From<SnapshotError> for KeysRefused {
@@ -72,87 +254,167 @@ impl From<SnapshotError> for KeysRefused {
 
 impl KeysRefused {
     /// The error, the withdrawal a second key names given by its id.
-    pub(super) fn named(self, state: &State) -> SnapshotError {
+    pub(super) fn named(
+        self,
+        texts: &Texts,
+        withdrawals: &Chunks<WithdrawalSlot>,
+    ) -> SnapshotError {
         match self {
             KeysRefused::Field(error) => error,
-            KeysRefused::HeldTwice { withdrawal, offset } => SnapshotError::Invalid {
+            KeysRefused::HeldTwice {
+                withdrawal, offset, ..
+            } => SnapshotError::Invalid {
                 field: "key withdrawal",
-                offset,
+                offset: offset.unwrap_or(0),
                 expected: "a withdrawal no other key holds".to_owned(),
-                found: state.texts.get(state.withdrawals[withdrawal].id).to_owned(),
+                found: texts.get(withdrawals[withdrawal as usize].id).to_owned(),
             },
         }
     }
 }
 
-impl KeysSection {
-    /// Reads the keys section of `body`, which starts at byte `keys_at`
-    /// (the bytes before it are not read), after `withdrawals` withdrawals,
-    /// and checks that the body ends with it. With `hash`, also the
-    /// checksum of the body from the section's start on.
-    pub(super) fn read(
-        body: Body<'_>,
-        keys_at: usize,
-        (withdrawals, hash): (usize, bool),
-    ) -> Result<(KeysSection, Option<crc32fast::Hasher>), KeysRefused> {
-        let mut input = Reader::new(body.bytes);
-        input.jump_to(keys_at);
-        if hash {
-            input.hash_from_here();
-        }
-        let start = input.at();
-        let count = input.record(|input| input.count("keys", KEY_LEN_MIN, SLOTS_MAX - 1))?;
-        let section_at = (SNAPSHOT_HEADER_LEN + input.at()) as u64;
-        let mut section = KeysSection {
-            holders: vec![NO_HOLDER; withdrawals],
-            start,
-            ..KeysSection::default()
+/// The records of some keys, read: their text in a buffer of their own,
+/// and what each holds beside its slot, by slot.
+pub(super) struct KeysRead {
+    /// How many withdrawals the body lists: what a record may name.
+    withdrawals: usize,
+    pub(super) texts: Texts,
+    pub(super) entries: Chunks<KeySlot>,
+    pub(super) hashes: Vec<u32>,
+    pub(super) last_errors: HashMap<u32, TextRef>,
+    pub(super) replaced: HashMap<u32, Box<[Reference]>>,
+    pub(super) senders: HashMap<u32, WorkerName>,
+    pub(super) running: Vec<u32>,
+}
+
+/// A part of the keys, read as far as its first refused key.
+pub(super) struct PartRead {
+    pub(super) keys: KeysRead,
+    /// Where the part ended, if it was read whole.
+    end: usize,
+    /// The checksum of its bytes, if asked for.
+    pub(super) crc: Option<crc32fast::Hasher>,
+    /// Its lowest key refused, or found the later of two naming one
+    /// withdrawal, and why.
+    refused: Option<(u32, KeysRefused)>,
+}
+
+impl PartRead {
+    /// Where the part ended, if it was read whole.
+    pub(super) fn end(&self) -> usize {
+        self.end
+    }
+}
+
+/// Reads the keys of `part`, each claiming its withdrawal in `holders`
+/// (by withdrawal number, the lowest key naming it), until one is
+/// refused. A key naming a withdrawal a higher key claimed first is not
+/// refused: the higher key is, once this part is read.
+pub(super) fn read_part(
+    body: Body<'_>,
+    part: KeyPart,
+    holders: &[AtomicU32],
+    hash: bool,
+) -> PartRead {
+    let mut input = Reader::new(body.bytes);
+    input.jump_to(part.start);
+    if hash {
+        input.hash_from_here();
+    }
+    let mut read = PartRead {
+        keys: KeysRead::new(holders.len(), part.count),
+        end: part.start,
+        crc: None,
+        refused: None,
+    };
+    for slot in part.first..part.first + part.count as u32 {
+        let record_at = input.at();
+        let entry = match input.record(|input| read.keys.read_key(input, body.seq, slot)) {
+            Ok(entry) => entry,
+            Err(error) => {
+                read.refused = Some((slot, KeysRefused::Field(error)));
+                return read;
+            }
         };
-        let mut entries = Chunks::default();
-        let mut hashes = Vec::with_capacity(count);
-        for slot in 0..count as u32 {
-            let record_at = input.at();
-            let (entry, record) = input.record(|input| section.read_key(input, body.seq))?;
-            let holder = &mut section.holders[entry.withdrawal as usize];
-            if *holder != NO_HOLDER {
-                // The record's withdrawal follows its key's length and text.
-                let key_len = section.texts.get(entry.key).len();
-                let offset = (SNAPSHOT_HEADER_LEN + record_at + 2 + key_len) as u64;
-                let withdrawal = entry.withdrawal;
-                return Err(KeysRefused::HeldTwice { withdrawal, offset });
-            }
-            *holder = slot;
-            if entry.send_running {
-                section.running.push(slot);
-            }
-            if let Some(worker) = record.worker {
-                section.senders.insert(slot, worker);
-            }
-            if let Some(error) = record.last_error {
-                section.last_errors.insert(slot, error);
-            }
-            if !record.replaced.is_empty() {
-                section.replaced.insert(slot, record.replaced.into());
-            }
-            hashes.push(body.hasher.hash(section.texts.get(entry.key)));
-            entries.push(entry);
+        let withdrawal = entry.withdrawal;
+        let held = holders[withdrawal as usize].fetch_min(slot, Ordering::Relaxed);
+        if held != NO_HOLDER && held < slot {
+            let key_len = read.keys.texts.get(entry.key).len();
+            let offset = Some(withdrawal_field_offset(record_at, key_len));
+            read.refused = Some((slot, KeysRefused::HeldTwice { withdrawal, offset }));
+            return read;
         }
-        section.keys = Slots::built(entries, &hashes, &section.texts)
-            .map_err(|key| SnapshotError::listed_twice("key", section_at, key))?;
-        input.record(|input| input.ended())?;
-        Ok((section, hash.then(|| input.hashed())))
+        if held != NO_HOLDER && read.refused.as_ref().is_none_or(|(at, _)| held < *at) {
+            let refused = KeysRefused::HeldTwice {
+                withdrawal,
+                offset: None,
+            };
+            read.refused = Some((held, refused));
+        }
+        read.keys
+            .hashes
+            .push(body.hasher.hash(read.keys.texts.get(entry.key)));
+        read.keys.entries.push(entry);
+    }
+    read.end = input.at();
+    read.crc = hash.then(|| input.hashed());
+    read
+}
+
+/// The offset of key `slot`'s withdrawal field, read again from the start
+/// of its `part`: the key was read, so reading it again succeeds.
+fn withdrawal_offset(
+    body: Body<'_>,
+    part: KeyPart,
+    slot: u32,
+    withdrawals: usize,
+) -> Result<u64, SnapshotError> {
+    let mut input = Reader::new(body.bytes);
+    input.jump_to(part.start);
+    let mut scratch = KeysRead::new(withdrawals, 0);
+    for at in part.first..=slot {
+        let record_at = input.at();
+        let entry = input.record(|input| scratch.read_key(input, body.seq, at))?;
+        if at == slot {
+            let key_len = scratch.texts.get(entry.key).len();
+            return Ok(withdrawal_field_offset(record_at, key_len));
+        }
+    }
+    unreachable!("key {slot} is in its part")
+}
+
+/// The snapshot offset of the withdrawal field of the record at body byte
+/// `record_at`, whose key is `key_len` bytes: it follows the key.
+fn withdrawal_field_offset(record_at: usize, key_len: usize) -> u64 {
+    (SNAPSHOT_HEADER_LEN + record_at + 2 + key_len) as u64
+}
+
+impl KeysRead {
+    fn new(withdrawals: usize, count: usize) -> Self {
+        KeysRead {
+            withdrawals,
+            texts: Texts::default(),
+            entries: Chunks::default(),
+            hashes: Vec::with_capacity(count),
+            last_errors: HashMap::new(),
+            replaced: HashMap::new(),
+            senders: HashMap::new(),
+            running: Vec::new(),
+        }
     }
 
-    /// Reads one record; its text pushed into the section's buffer.
+    /// Reads the record of key `slot`: its text pushed into this buffer,
+    /// what it holds beside its slot kept by `slot`.
     fn read_key(
         &mut self,
         input: &mut In<'_>,
         seq: u64,
-    ) -> Result<(KeySlot, KeyExtras), SnapshotError> {
+        slot: u32,
+    ) -> Result<KeySlot, SnapshotError> {
         let key = input.text::<RequestKey>("key")?;
         let withdrawal = input.u32("key withdrawal")?;
-        if withdrawal as usize >= self.holders.len() {
-            let expected = format!("a withdrawal below {}", self.holders.len());
+        if withdrawal as usize >= self.withdrawals {
+            let expected = format!("a withdrawal below {}", self.withdrawals);
             return Err(input.invalid("key withdrawal", expected, withdrawal.to_string()));
         }
         let claimed_seq = input.u64("key claimed_seq")?;
@@ -188,56 +450,81 @@ impl KeysSection {
             reason: outcome.reason.map(|text| self.texts.push(text)),
             requested_by: outcome.requested_by.map(|text| self.texts.push(text)),
         };
-        let extras = KeyExtras {
-            last_error: last_error.map(|text| self.texts.push(text)),
-            worker,
-            replaced,
-        };
-        Ok((entry, extras))
+        if let Some(error) = last_error {
+            self.last_errors.insert(slot, self.texts.push(error));
+        }
+        if let Some(worker) = worker {
+            self.senders.insert(slot, worker);
+        }
+        if !replaced.is_empty() {
+            self.replaced.insert(slot, replaced.into());
+        }
+        if entry.send_running {
+            self.running.push(slot);
+        }
+        Ok(entry)
     }
-}
 
-impl State {
-    /// Takes over the keys `section` read beside this state's withdrawals:
-    /// its text after this state's, its records, and which withdrawal each
-    /// holds.
-    pub(super) fn adopt_keys(&mut self, section: KeysSection) {
-        assert_eq!(
-            section.holders.len(),
-            self.withdrawals.entries.len(),
-            "the keys were read against the withdrawals listed"
-        );
-        let shift = self.texts.append(section.texts);
+    /// Puts `other`'s keys after these, its text after this text.
+    fn append(&mut self, other: KeysRead) {
+        let shift = self.texts.append(other.texts);
         let moved = |at: Option<TextRef>| at.map(|at| at.shifted(shift));
-        self.keys = section.keys;
-        for entry in self.keys.entries.iter_mut() {
+        let mut entries = other.entries;
+        for entry in entries.iter_mut() {
             entry.key = entry.key.shifted(shift);
             entry.reference = moved(entry.reference);
             entry.reason = moved(entry.reason);
             entry.requested_by = moved(entry.requested_by);
         }
-        let holders = self.withdrawals.entries.iter_mut().zip(&section.holders);
-        for (withdrawal, &holder) in holders {
+        self.entries.append(entries);
+        self.hashes.extend(other.hashes);
+        let last_errors = other.last_errors.into_iter();
+        self.last_errors
+            .extend(last_errors.map(|(slot, at)| (slot, at.shifted(shift))));
+        self.replaced.extend(other.replaced);
+        self.senders.extend(other.senders);
+        self.running.extend(other.running);
+    }
+}
+
+impl State {
+    /// Takes over the keys of `parts`, read beside `withdrawals` and
+    /// checked: their text after this state's, what they hold beside their
+    /// slots, and which withdrawal each holds (`holders`, by withdrawal
+    /// number). Answers their records and their names' hashes, for their
+    /// index.
+    pub(super) fn adopt_keys(
+        &mut self,
+        parts: Vec<PartRead>,
+        holders: Vec<AtomicU32>,
+        withdrawals: &mut Chunks<WithdrawalSlot>,
+    ) -> (Chunks<KeySlot>, Vec<u32>) {
+        assert_eq!(
+            holders.len(),
+            withdrawals.len(),
+            "the keys were read against the withdrawals listed"
+        );
+        let mut keys = KeysRead::new(holders.len(), 0);
+        keys.texts = std::mem::take(&mut self.texts);
+        for part in parts {
+            assert!(part.refused.is_none(), "only keys read whole are adopted");
+            keys.append(part.keys);
+        }
+        self.texts = keys.texts;
+        for (withdrawal, holder) in withdrawals.iter_mut().zip(holders) {
+            let holder = holder.into_inner();
             if holder != NO_HOLDER {
                 withdrawal.holder = holder;
                 withdrawal.named_by = 1;
             }
         }
-        self.last_errors = (section.last_errors.into_iter())
-            .map(|(slot, at)| (slot, at.shifted(shift)))
-            .collect();
-        self.replaced = section.replaced;
-        self.sessions.senders = section.senders;
-        self.sending = section.running.len();
-        self.running = section.running;
+        self.last_errors = keys.last_errors;
+        self.replaced = keys.replaced;
+        self.sessions.senders = keys.senders;
+        self.sending = keys.running.len();
+        self.running = keys.running;
+        (keys.entries, keys.hashes)
     }
-}
-
-/// What a record holds beside its slot.
-struct KeyExtras {
-    last_error: Option<TextRef>,
-    worker: Option<WorkerName>,
-    replaced: Vec<Reference>,
 }
 
 /// An outcome's texts, checked under its state's rules.

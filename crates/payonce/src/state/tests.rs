@@ -11,7 +11,7 @@ use crate::snapshot::error::SnapshotError;
 use crate::snapshot::reader::BodyBytes;
 
 /// Applies events made by `kinds`, numbering them after the last.
-fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
+pub(super) fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
     for kind in kinds {
         let seq = state.last_seq() + 1;
         let at = Timestamp::from_unix_nanos(seq * 1_000);
@@ -27,7 +27,7 @@ fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
     }
 }
 
-fn withdrawal(id: &str) -> WithdrawalRequest {
+pub(super) fn withdrawal(id: &str) -> WithdrawalRequest {
     WithdrawalRequest::new(
         WithdrawalId::new(id).unwrap_or_else(|e| panic!("{e}")),
         "12.50".parse().unwrap_or_else(|e| panic!("{e}")),
@@ -37,11 +37,11 @@ fn withdrawal(id: &str) -> WithdrawalRequest {
     )
 }
 
-fn key(text: &str) -> RequestKey {
+pub(super) fn key(text: &str) -> RequestKey {
     RequestKey::new(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
+pub(super) fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
     let reference = Reference::new(reference).unwrap_or_else(|e| panic!("{e}"));
     request
         .approve()
@@ -50,7 +50,7 @@ fn sent(request: &WithdrawalRequest, reference: &str) -> WithdrawalRequest {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn created(withdrawal: &WithdrawalRequest) -> EventKind {
+pub(super) fn created(withdrawal: &WithdrawalRequest) -> EventKind {
     EventKind::Created {
         withdrawal: withdrawal.clone(),
     }
@@ -64,7 +64,7 @@ fn two_created() -> (State, WithdrawalRequest, WithdrawalRequest) {
     (state, w1, w2)
 }
 
-fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
+pub(super) fn claimed(key_text: &str, request: &WithdrawalRequest) -> EventKind {
     EventKind::Claimed {
         key: key(key_text),
         request: request.clone(),
@@ -372,7 +372,7 @@ fn worker(name: &str) -> payonce_model::WorkerName {
     payonce_model::WorkerName::new(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn claimed_by(key_text: &str, request: &WithdrawalRequest, by: &str) -> EventKind {
+pub(super) fn claimed_by(key_text: &str, request: &WithdrawalRequest, by: &str) -> EventKind {
     EventKind::Claimed {
         key: key(key_text),
         request: request.clone(),
@@ -465,7 +465,7 @@ fn two_claimed_body() -> (State, Vec<u8>) {
 }
 
 /// Where `text`'s length is in `body`.
-fn text_at(body: &[u8], text: &str) -> usize {
+pub(super) fn text_at(body: &[u8], text: &str) -> usize {
     let field = [&(text.len() as u16).to_le_bytes()[..], text.as_bytes()].concat();
     body.windows(field.len())
         .position(|window| window == field)
@@ -473,7 +473,7 @@ fn text_at(body: &[u8], text: &str) -> usize {
 }
 
 /// The state `body` holds, read from memory.
-fn read_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
+pub(super) fn read_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
     State::from_snapshot_body(seq, BodyBytes::Slice(body), false).map(|(state, _)| state)
 }
 
@@ -494,7 +494,11 @@ impl SnapshotFile for InFile {
 
 /// The state `body` holds, read from a file `piece` bytes at a time, and
 /// the checksum taken as it was read.
-fn read_in_pieces(seq: u64, body: &[u8], piece: usize) -> Result<(State, u32), SnapshotError> {
+pub(super) fn read_in_pieces(
+    seq: u64,
+    body: &[u8],
+    piece: usize,
+) -> Result<(State, u32), SnapshotError> {
     let file = InFile(body.to_vec());
     let bytes = BodyBytes::File {
         file: &file,
@@ -509,7 +513,7 @@ fn read_in_pieces(seq: u64, body: &[u8], piece: usize) -> Result<(State, u32), S
     ))
 }
 
-fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
+pub(super) fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
     match read_body(state.last_seq(), body) {
         Err(crate::snapshot::error::SnapshotError::Invalid { field, found, .. }) => (field, found),
         Err(other) => panic!("refused for another reason: {other}"),
@@ -589,7 +593,7 @@ fn a_body_whose_keys_are_not_where_it_says_is_refused_for_that() {
     // standing for the body's first wrong field.
     let (state, body) = two_claimed_body();
     let (at, field) = keys_at(&body);
-    assert_eq!(at as usize, text_at(&body, "k-1") - 8, "the keys' count");
+    assert_eq!(at as usize, text_at(&body, "k-1") - 12, "the keys' count");
     let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
     for wrong in [at - 1, at + 1, at + 8, body.len() as u64 - 8] {
         let mut moved = body.clone();
