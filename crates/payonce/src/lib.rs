@@ -105,7 +105,9 @@ pub use crate::snapshot::{
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {
-    pub use crate::snapshot::{checked, checked_file, decode, encode, info};
+    pub use crate::snapshot::{
+        KEYS_PART_LEN, checked, checked_file, decode, encode, encode_in_parts, info,
+    };
 }
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,

@@ -567,6 +567,16 @@ fn snapshot_decode_seeds(dir: &Path) {
         std::mem::forget(ticket);
         let bytes = payonce_log::Storage::read(&snapshots, &taken.stored.name, u64::MAX).unwrap();
         write(dir, "snapshot_decode", name, &bytes);
+        // The same state with a part per key: a load of several parts.
+        let (info, state) = payonce::snapshots::decode(&bytes).unwrap();
+        let one = std::num::NonZeroU32::MIN;
+        let parts = payonce::snapshots::encode_in_parts(&state, info.log_id, info.head, one);
+        write(
+            dir,
+            "snapshot_decode",
+            &format!("{name}-in-parts"),
+            &parts.unwrap(),
+        );
     }
 }
 

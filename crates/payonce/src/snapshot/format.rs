@@ -3,6 +3,8 @@
 //! integers, texts as a `u16` length and their bytes). docs/snapshot-format.md
 //! gives every byte; this module is the only code that knows the offsets.
 
+use std::num::NonZeroU32;
+
 use payonce_log::{Digest, Head};
 use payonce_model::{TextView, ValidText};
 
@@ -13,6 +15,15 @@ pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
 
 /// The snapshot format this build reads and writes.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
+
+/// Keys a part of a body's keys section holds, as this build writes them:
+/// enough parts at 1M keys (4) for two threads to share them evenly, few
+/// enough at 10M (39) that their starts cost nothing. A multiple of the
+/// state's chunks of entries, so a part's entries are taken over whole.
+pub const KEYS_PART_LEN: NonZeroU32 = match NonZeroU32::new(1 << 18) {
+    Some(len) => len,
+    None => panic!("a part holds keys"),
+};
 
 /// Bytes of the header, before the body.
 pub const SNAPSHOT_HEADER_LEN: usize = 88;

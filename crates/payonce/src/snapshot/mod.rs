@@ -29,12 +29,14 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+use std::num::NonZeroU32;
+
 use payonce_log::Head;
 
 pub use self::audit::{SnapshotCheck, SnapshotVerdict, verify_snapshots};
 pub use self::error::SnapshotError;
 use self::format::Header;
-pub use self::format::{SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
+pub use self::format::{KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 pub(crate) use self::load::{Loaded, load_newest, load_newest_of};
 pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
 use self::reader::{BodyBytes, Reader};
@@ -64,14 +66,26 @@ pub struct SnapshotInfo {
 }
 
 /// The bytes of a snapshot of `state`, taken of the log `log_id` whose
-/// durable head `head` is at or after the state's last event.
+/// durable head `head` is at or after the state's last event: its keys in
+/// parts of [`KEYS_PART_LEN`].
 pub fn encode(state: &State, log_id: u64, head: Head) -> Result<Vec<u8>, SnapshotError> {
+    encode_in_parts(state, log_id, head, KEYS_PART_LEN)
+}
+
+/// [`encode`] with `keys_part_len` keys a part: what a snapshot written
+/// with other parts is the encoding of (docs/snapshot-format.md).
+pub fn encode_in_parts(
+    state: &State,
+    log_id: u64,
+    head: Head,
+    keys_part_len: NonZeroU32,
+) -> Result<Vec<u8>, SnapshotError> {
     assert!(
         head.seq >= state.last_seq(),
         "a snapshot's head ({head}) vouches for its state's events (to {})",
         state.last_seq()
     );
-    let body = state.snapshot_body()?;
+    let body = state.snapshot_body_in_parts(keys_part_len)?;
     let header = Header {
         format_version: SNAPSHOT_FORMAT_VERSION,
         schema_version: u32::from(SCHEMA_VERSION),

@@ -11,6 +11,7 @@
 use payonce_model::{Amount, Currency, Destination, WithdrawalId, WithdrawalState, WorkerName};
 use rust_decimal::Decimal;
 
+use std::num::NonZeroU32;
 use std::sync::atomic::AtomicU32;
 
 use super::State;
@@ -45,12 +46,6 @@ const CREATED: u8 = 1;
 const FUNDS_SHIFT: u8 = 1;
 const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
 
-/// Keys a part of a body's keys section holds, as this build writes them:
-/// enough parts at 1M keys (4) for two threads to share them evenly, few
-/// enough at 10M (39) that their heads cost nothing. A multiple of the
-/// state's chunks of entries, so a part's entries are taken over whole.
-pub(super) const KEYS_PART_LEN: usize = 1 << 18;
-
 impl State {
     /// A copy of this state for a snapshot to encode: its entries and text
     /// shared copy-on-write with this one, its small maps cloned, and no
@@ -78,18 +73,14 @@ impl State {
         }
     }
 
-    /// The body of a snapshot of this state. Refuses a state only a
-    /// diverged log leaves, which the ledger never holds.
-    pub(crate) fn snapshot_body(&self) -> Result<Vec<u8>, SnapshotError> {
-        self.snapshot_body_in_parts(KEYS_PART_LEN)
-    }
-
-    /// [`State::snapshot_body`] with `part_len` keys a part.
-    pub(super) fn snapshot_body_in_parts(&self, part_len: usize) -> Result<Vec<u8>, SnapshotError> {
-        assert!(
-            (1..=u32::MAX as usize).contains(&part_len),
-            "a part holds from 1 to 2^32 - 1 keys"
-        );
+    /// The body of a snapshot of this state, its keys in parts of
+    /// `part_len`. Refuses a state only a diverged log leaves, which the
+    /// ledger never holds.
+    pub(crate) fn snapshot_body_in_parts(
+        &self,
+        part_len: NonZeroU32,
+    ) -> Result<Vec<u8>, SnapshotError> {
+        let part_len = part_len.get() as usize;
         let mut out = Out::default();
         out.bytes
             .reserve(self.texts.used + 64 * self.keys.entries.len());

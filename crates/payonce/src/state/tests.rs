@@ -460,7 +460,8 @@ fn two_claimed_body() -> (State, Vec<u8>) {
             },
         ],
     );
-    let body = state.snapshot_body().unwrap_or_else(|e| panic!("{e}"));
+    let body = (state.snapshot_body_in_parts(crate::snapshot::KEYS_PART_LEN))
+        .unwrap_or_else(|e| panic!("{e}"));
     (state, body)
 }
 
