@@ -20,7 +20,7 @@ use super::jobs::{self, run_jobs};
 use super::layout::{
     Funds, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, WithdrawalSlot, stored,
 };
-use super::snapshot_keys::{Body, KeysHead, PartRead, SEND_WORKER, read_part};
+use super::snapshot_keys::{Body, KeysHead, PartRead, SEND_WORKER, keys_job_min, read_job};
 use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out, ended};
@@ -289,17 +289,15 @@ impl State {
             hasher: &hasher,
         };
         let keys_head = KeysHead::read(body, keys_at.at, hash);
-        let parts = keys_head.as_ref().map_or(0, KeysHead::parts);
+        let jobs = (keys_head.as_ref()).map_or(Vec::new(), |head| head.jobs(keys_job_min()));
         let holders: Vec<AtomicU32> = (0..count).map(|_| AtomicU32::new(NO_HOLDER)).collect();
         let currencies = self.currencies.len();
-        let mut read = run_jobs(1 + parts, |job| match (job, &keys_head) {
+        let mut read = run_jobs(1 + jobs.len(), |job| match (job, &keys_head) {
             (0, _) => Job::Withdrawals(read_withdrawals(body, (at, count), currencies, hash)),
-            (part, Ok(head)) => Job::Keys(Box::new(read_part(
-                body,
-                head.part(part - 1),
-                &holders,
-                hash,
-            ))),
+            (job, Ok(head)) => {
+                let parts = jobs[job - 1].clone();
+                Job::Keys(Box::new(read_job(body, head, parts, &holders, hash)))
+            }
             (_, Err(_)) => unreachable!("no part is read of a head refused"),
         })
         .into_iter();

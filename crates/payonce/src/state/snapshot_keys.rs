@@ -7,6 +7,7 @@
 //! the one a reading from the first byte would meet first.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use payonce_model::{
@@ -58,8 +59,18 @@ pub(super) struct KeysHead {
     crc: Option<crc32fast::Hasher>,
 }
 
-/// Keys `first..first + count`, from body byte `start` on: what one job
-/// reads.
+/// Most keys a job of a load reads at least: at least a few MB of body, so
+/// what a job costs beside its bytes (a reading of a piece past its end,
+/// a chunk of text) stays a fraction of them whatever parts a body has.
+pub(super) const KEYS_JOB_MIN: usize = 1 << 16;
+
+/// [`KEYS_JOB_MIN`], but 2 in this crate's tests, so that their small
+/// bodies are read as several jobs.
+pub(super) fn keys_job_min() -> usize {
+    if cfg!(test) { 2 } else { KEYS_JOB_MIN }
+}
+
+/// Keys `first..first + count`, from body byte `start` on.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KeyPart {
     first: u32,
@@ -144,6 +155,18 @@ impl KeysHead {
         self.starts.len()
     }
 
+    /// The parts in runs of consecutive ones, each run a job holding at
+    /// least `keys_min` keys but for the last: a body of tiny parts costs
+    /// a reading, a window and a text chunk per run, not per part.
+    pub(super) fn jobs(&self, keys_min: usize) -> Vec<Range<usize>> {
+        let per_job = keys_min.div_ceil(self.part_len).max(1);
+        let parts = self.parts();
+        (0..parts)
+            .step_by(per_job)
+            .map(|first| first..first.saturating_add(per_job).min(parts))
+            .collect()
+    }
+
     /// Part `part`.
     pub(super) fn part(&self, part: usize) -> KeyPart {
         let first = part * self.part_len;
@@ -170,10 +193,24 @@ impl KeysHead {
         (SNAPSHOT_HEADER_LEN + self.end) as u64
     }
 
-    /// The first refusal among `parts`, read, in body order: a part's
-    /// refused key, then whether the next part starts where it ended. The
-    /// later of two keys naming one withdrawal is found by whichever of
-    /// them was read second, maybe by a part before its own.
+    /// The refusal of part `part`'s start, where the part before it ended
+    /// at `end` instead.
+    fn misplaced(&self, part: usize, end: usize) -> (u32, u8, KeysRefused) {
+        let (start, field) = self.starts[part];
+        let refused = SnapshotError::Invalid {
+            field: "key part",
+            offset: field,
+            expected: format!("{end}, where part {} ends", part - 1),
+            found: start.to_string(),
+        };
+        (self.part(part).first, 0, KeysRefused::Field(refused))
+    }
+
+    /// The first refusal among `parts`, the jobs read, in body order: a
+    /// job's refused key or misplaced part, then whether the next job
+    /// starts where it ended. The later of two keys naming one withdrawal
+    /// is found by whichever of them was read second, maybe by a job
+    /// before its own.
     pub(super) fn first_refusal(
         &self,
         body: Body<'_>,
@@ -189,26 +226,19 @@ impl KeysHead {
             }
         };
         let withdrawals = parts.first().map_or(0, |read| read.keys.withdrawals);
-        for (part, read) in parts.iter_mut().enumerate() {
+        for read in parts.iter_mut() {
             let whole = match read.refused.take() {
-                Some((slot, refused)) => {
+                Some((slot, rank, refused)) => {
                     let whole = matches!(refused, KeysRefused::HeldTwice { offset: None, .. });
-                    consider(slot, 1, refused);
+                    consider(slot, rank, refused);
                     whole
                 }
                 None => true,
             };
-            if let Some(&(next, field)) = self.starts.get(part + 1)
-                && whole
-                && read.end != next
-            {
-                let refused = SnapshotError::Invalid {
-                    field: "key part",
-                    offset: field,
-                    expected: format!("{}, where part {part} ends", read.end),
-                    found: next.to_string(),
-                };
-                consider(self.part(part + 1).first, 0, KeysRefused::Field(refused));
+            let next = read.parts.end;
+            if next < self.parts() && whole && read.end != self.starts[next].0 {
+                let (slot, rank, refused) = self.misplaced(next, read.end);
+                consider(slot, rank, refused);
             }
         }
         let Some((slot, _, refused)) = first else {
@@ -287,53 +317,84 @@ pub(super) struct KeysRead {
     pub(super) running: Vec<u32>,
 }
 
-/// A part of the keys, read as far as its first refused key.
+/// A job's consecutive parts of the keys, read as far as their first
+/// refused key or misplaced part.
 pub(super) struct PartRead {
+    /// The parts read.
+    parts: Range<usize>,
     pub(super) keys: KeysRead,
-    /// Where the part ended, if it was read whole.
+    /// Where the last part ended, if the job was read whole.
     end: usize,
     /// The checksum of its bytes, if asked for.
     pub(super) crc: Option<crc32fast::Hasher>,
     /// Its lowest key refused, or found the later of two naming one
-    /// withdrawal, and why.
-    refused: Option<(u32, KeysRefused)>,
+    /// withdrawal, or the first part's place a misplaced one starts at,
+    /// with its rank among refusals at that key (0 for a misplaced part,
+    /// which comes before its first key), and why.
+    refused: Option<(u32, u8, KeysRefused)>,
 }
 
 impl PartRead {
-    /// Where the part ended, if it was read whole.
+    /// Where the last part ended, if the job was read whole.
     pub(super) fn end(&self) -> usize {
         self.end
     }
 }
 
-/// Reads the keys of `part`, each claiming its withdrawal in `holders`
-/// (by withdrawal number, the lowest key naming it), until one is
-/// refused. A key naming a withdrawal a higher key claimed first is not
-/// refused: the higher key is, once this part is read.
-pub(super) fn read_part(
+/// Reads the keys of `parts`, one after another, each key claiming its
+/// withdrawal in `holders` (by withdrawal number, the lowest key naming
+/// it), until one is refused or a part does not start where the one
+/// before it ended. A key naming a withdrawal a higher key claimed first
+/// is not refused: the higher key is, once its job is read.
+pub(super) fn read_job(
     body: Body<'_>,
-    part: KeyPart,
+    head: &KeysHead,
+    parts: Range<usize>,
     holders: &[AtomicU32],
     hash: bool,
 ) -> PartRead {
+    let start = head.part(parts.start).start;
     let mut input = Reader::new(body.bytes);
-    input.jump_to(part.start);
+    input.jump_to(start);
     if hash {
         input.hash_from_here();
     }
     let mut read = PartRead {
-        keys: KeysRead::new(holders.len(), part.count),
-        end: part.start,
+        parts: parts.clone(),
+        keys: KeysRead::new(holders.len(), 0),
+        end: start,
         crc: None,
         refused: None,
     };
+    for part in parts.clone() {
+        if part > parts.start && input.at() != head.part(part).start {
+            read.refused = Some(head.misplaced(part, input.at()));
+            return read;
+        }
+        if !read_keys(body, head.part(part), (&mut input, &mut read), holders) {
+            return read;
+        }
+    }
+    read.end = input.at();
+    read.crc = hash.then(|| input.hashed());
+    read
+}
+
+/// Reads the keys of `part` into `read`; false once one is refused.
+fn read_keys(
+    body: Body<'_>,
+    part: KeyPart,
+    (input, read): (&mut Reader<'_>, &mut PartRead),
+    holders: &[AtomicU32],
+) -> bool {
+    read.keys.hashes.reserve(part.count);
     for slot in part.first..part.first + part.count as u32 {
         let record_at = input.at();
         let entry = match input.record(|input| read.keys.read_key(input, body.seq, slot)) {
             Ok(entry) => entry,
             Err(error) => {
-                read.refused = Some((slot, KeysRefused::Field(error)));
-                return read;
+                read.refused = Some((slot, 1, KeysRefused::Field(error)));
+                return false;
             }
         };
         let withdrawal = entry.withdrawal;
@@ -341,24 +402,22 @@ pub(super) fn read_part(
         if held != NO_HOLDER && held < slot {
             let key_len = read.keys.texts.get(entry.key).len();
             let offset = Some(withdrawal_field_offset(record_at, key_len));
-            read.refused = Some((slot, KeysRefused::HeldTwice { withdrawal, offset }));
-            return read;
+            read.refused = Some((slot, 1, KeysRefused::HeldTwice { withdrawal, offset }));
+            return false;
         }
-        if held != NO_HOLDER && read.refused.as_ref().is_none_or(|(at, _)| held < *at) {
+        if held != NO_HOLDER && read.refused.as_ref().is_none_or(|(at, _, _)| held < *at) {
             let refused = KeysRefused::HeldTwice {
                 withdrawal,
                 offset: None,
             };
-            read.refused = Some((held, refused));
+            read.refused = Some((held, 1, refused));
         }
         read.keys
             .hashes
             .push(body.hasher.hash(read.keys.texts.get(entry.key)));
         read.keys.entries.push(entry);
     }
-    read.end = input.at();
-    read.crc = hash.then(|| input.hashed());
-    read
+    true
 }
 
 /// The offset of key `slot`'s withdrawal field, read again from the start

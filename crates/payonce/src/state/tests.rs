@@ -538,7 +538,7 @@ fn a_body_whose_keys_are_read_beside_its_withdrawals_is_the_state_it_was_taken_o
 
 #[test]
 fn a_key_naming_a_withdrawal_another_key_holds_is_refused_naming_its_id() {
-    // Guards against the keys' thread, which has no withdrawal text, naming
+    // Guards against the keys' reading, which has no withdrawal text, naming
     // the withdrawal by its number or not at all.
     let (state, mut body) = two_claimed_body();
     let number = |body: &[u8], key: &str| text_at(body, key) + 2 + key.len();
@@ -553,7 +553,7 @@ fn a_key_naming_a_withdrawal_another_key_holds_is_refused_naming_its_id() {
 
 #[test]
 fn a_refused_withdrawal_is_named_before_a_refused_key_as_the_body_orders_them() {
-    // Guards against the keys' thread's refusal, read at the same time,
+    // Guards against the keys' refusal, read at the same time,
     // hiding the first field the body gets wrong.
     let (state, mut body) = two_claimed_body();
     let claimed_seq = text_at(&body, "k-2") + 2 + 3 + 4;
@@ -589,9 +589,9 @@ fn keys_at(body: &[u8]) -> (u64, usize) {
 
 #[test]
 fn a_body_whose_keys_are_not_where_it_says_is_refused_for_that() {
-    // Guards against the keys' thread reading from a place the
-    // withdrawals do not end at, and its refusal of what it found there
-    // standing for the body's first wrong field.
+    // Guards against the keys being read from a place the withdrawals do
+    // not end at, and the refusal of what was found there standing for
+    // the body's first wrong field.
     let (state, body) = two_claimed_body();
     let (at, field) = keys_at(&body);
     assert_eq!(at as usize, text_at(&body, "k-1") - 12, "the keys' count");
@@ -624,7 +624,7 @@ fn a_body_read_from_a_file_in_pieces_of_any_length_is_the_state_it_was_taken_of(
     // Guards against a field that straddles two pieces being read wrong,
     // skipped or read twice, against a record half read before a piece
     // ended changing the state, and against a checksum that misses or
-    // repeats bytes where the pieces meet or where the keys' thread takes
+    // repeats bytes where the pieces meet or where the keys' reading takes
     // over.
     let (state, body) = two_claimed_body();
     for piece in (1..=64).chain([body.len() - 1, body.len(), 1 << 20]) {

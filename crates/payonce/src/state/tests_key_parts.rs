@@ -8,7 +8,7 @@ use payonce_model::Reason;
 use proptest::prelude::*;
 
 use super::layout::NO_HOLDER;
-use super::snapshot_keys::{Body, KeysHead, PartRead, read_part};
+use super::snapshot_keys::{Body, KEYS_JOB_MIN, KeysHead, PartRead, read_job};
 use super::tests::{
     claimed, claimed_by, created, key, read_body, read_in_pieces, refused_field, run, sent,
     text_at, withdrawal,
@@ -178,7 +178,7 @@ fn keys_refused_reading(state: &State, body: &[u8], order: &[usize]) -> Option<S
     let holders: Vec<AtomicU32> = (0..6).map(|_| AtomicU32::new(NO_HOLDER)).collect();
     let mut parts: Vec<Option<PartRead>> = (0..order.len()).map(|_| None).collect();
     for &part in order {
-        parts[part] = Some(read_part(body, head.part(part), &holders, false));
+        parts[part] = Some(read_job(body, &head, part..part + 1, &holders, false));
     }
     let mut parts: Vec<PartRead> = parts.into_iter().flatten().collect();
     head.first_refusal(body, &mut parts)
@@ -295,5 +295,65 @@ proptest! {
             .unwrap_or_else(|e| panic!("{e}"));
         prop_assert_eq!(state.difference(&read), None);
         prop_assert_eq!(crc, crc32fast::hash(&body));
+    }
+}
+
+#[test]
+fn parts_are_read_in_runs_of_at_least_keys_job_min_keys() {
+    // Guards against a body of one-key parts costing a reading, a window
+    // and a chunk of text per key, and against a run skipping a part or
+    // reading one twice.
+    let state = six_claimed();
+    let head = |part_len: u32| {
+        let body = in_parts(&state, part_len);
+        let starts = 8 * (6usize.div_ceil(part_len as usize) - 1);
+        let hasher = state.hasher.clone();
+        let bytes = Body {
+            bytes: BodyBytes::Slice(&body),
+            seq: state.last_seq(),
+            hasher: &hasher,
+        };
+        let keys_at = text_at(&body, "k-1") - 12 - starts;
+        KeysHead::read(bytes, keys_at, false).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let whole = |jobs: Vec<std::ops::Range<usize>>| {
+        jobs.into_iter()
+            .map(|job| (job.start, job.end))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(whole(head(1).jobs(KEYS_JOB_MIN)), [(0, 6)]);
+    assert_eq!(head(1).jobs(4), [0..4, 4..6]);
+    assert_eq!(head(1).jobs(1), [0..1, 1..2, 2..3, 3..4, 4..5, 5..6]);
+    assert_eq!(head(4).jobs(2), [0..1, 1..2]);
+    assert_eq!(whole(head(4).jobs(KEYS_JOB_MIN)), [(0, 2)]);
+}
+
+#[test]
+fn a_part_misplaced_inside_a_run_or_at_its_start_is_refused_for_that() {
+    // Guards against a part after the first of a run being read from
+    // where the part before it ended rather than where the body says.
+    let state = six_claimed();
+    let body = in_parts(&state, 1);
+    let starts = text_at(&body, "k-1") - 8 * 5;
+    // Runs of two parts in this crate's tests: part 3 (k-4) is second in
+    // its run, part 4 (k-5) first in its own.
+    for (part, key_text) in [(3, "k-4"), (4, "k-5")] {
+        let field = starts + 8 * (part - 1);
+        let at = text_at(&body, key_text) as u64;
+        let mut moved = body.clone();
+        moved[field..field + 8].copy_from_slice(&(at + 1).to_le_bytes());
+        match read_body(state.last_seq(), &moved) {
+            Err(SnapshotError::Invalid {
+                field: "key part",
+                offset,
+                expected,
+                found,
+            }) => {
+                assert_eq!(offset, (SNAPSHOT_HEADER_LEN + field) as u64);
+                assert_eq!(found, (at + 1).to_string());
+                assert_eq!(expected, format!("{at}, where part {} ends", part - 1));
+            }
+            other => panic!("part {part} moved: {other:?}"),
+        }
     }
 }
