@@ -349,15 +349,15 @@ impl State {
         let (keys, key_hashes) = self.adopt_keys(parts, holders, &mut entries);
         let texts = &self.texts;
         let (built, keys_built) = jobs::both(
-            || Slots::built(entries, &hashes, texts),
+            || withdrawals_index(entries, &hashes, texts, first_at),
             || Slots::built(keys, &key_hashes, texts),
         );
-        self.withdrawals =
-            built.map_err(|id| SnapshotError::listed_twice("withdrawal id", first_at, id))?;
+        self.withdrawals = built?;
         let first_key = keys_head.first_key_offset();
         self.keys = keys_built.map_err(|key| SnapshotError::listed_twice("key", first_key, key))?;
         Ok(sums)
     }
+
     fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
         let count =
             input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, CURRENCIES_MAX))?;
@@ -500,10 +500,20 @@ impl WithdrawalsRead {
             first_at,
             ..
         } = self;
-        Slots::built(entries, &hashes, &texts)
-            .map(drop)
-            .map_err(|id| SnapshotError::listed_twice("withdrawal id", first_at, id))
+        withdrawals_index(entries, &hashes, &texts, first_at).map(drop)
     }
+}
+
+/// The withdrawals as slots found by id, the first at snapshot offset
+/// `first_at`; an id listed twice is the error.
+fn withdrawals_index(
+    entries: Chunks<WithdrawalSlot>,
+    hashes: &[u32],
+    texts: &Texts,
+    first_at: u64,
+) -> Result<Slots<WithdrawalSlot>, SnapshotError> {
+    Slots::built(entries, hashes, texts)
+        .map_err(|id| SnapshotError::listed_twice("withdrawal id", first_at, id))
 }
 
 /// Reads the `count` withdrawals from body byte `at` on, each naming one

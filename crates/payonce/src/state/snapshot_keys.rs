@@ -59,9 +59,10 @@ pub(super) struct KeysHead {
     crc: Option<crc32fast::Hasher>,
 }
 
-/// Most keys a job of a load reads at least: at least a few MB of body, so
-/// what a job costs beside its bytes (a reading of a piece past its end,
-/// a chunk of text) stays a fraction of them whatever parts a body has.
+/// The fewest keys a job of a load reads, but for the last job: a few MB
+/// of body, so what a job costs beside its bytes (a reading of a piece
+/// past its end, a chunk of text) stays a fraction of them whatever parts
+/// a body has.
 pub(super) const KEYS_JOB_MIN: usize = 1 << 16;
 
 /// [`KEYS_JOB_MIN`], but 2 in this crate's tests, so that their small

@@ -514,12 +514,31 @@ pub(super) fn read_in_pieces(
     ))
 }
 
-pub(super) fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
+/// The field refusing `body`, its offset, what was expected and what
+/// was found there.
+pub(super) fn refusal(state: &State, body: &[u8]) -> (&'static str, u64, String, String) {
     match read_body(state.last_seq(), body) {
-        Err(crate::snapshot::error::SnapshotError::Invalid { field, found, .. }) => (field, found),
+        Err(SnapshotError::Invalid {
+            field,
+            offset,
+            expected,
+            found,
+        }) => (field, offset, expected, found),
         Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("a damaged body was read"),
     }
+}
+
+pub(super) fn refused_field(state: &State, body: &[u8]) -> (&'static str, String) {
+    let (field, _, _, found) = refusal(state, body);
+    (field, found)
+}
+
+/// `body` with the `u64` at byte `at` made `value`.
+pub(super) fn with_u64(body: &[u8], at: usize, value: u64) -> Vec<u8> {
+    let mut changed = body.to_vec();
+    changed[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    changed
 }
 
 #[test]
@@ -597,24 +616,15 @@ fn a_body_whose_keys_are_not_where_it_says_is_refused_for_that() {
     assert_eq!(at as usize, text_at(&body, "k-1") - 12, "the keys' count");
     let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
     for wrong in [at - 1, at + 1, at + 8, body.len() as u64 - 8] {
-        let mut moved = body.clone();
-        moved[field..field + 8].copy_from_slice(&wrong.to_le_bytes());
-        match read_body(state.last_seq(), &moved) {
-            Err(SnapshotError::Invalid {
-                field: "keys_at",
-                offset,
-                found,
-                ..
-            }) => {
-                assert_eq!(offset, header + field as u64);
-                assert_eq!(found, wrong.to_string());
-            }
-            other => panic!("keys at {wrong}: {other:?}"),
-        }
+        let (refused, offset, _, found) = refusal(&state, &with_u64(&body, field, wrong));
+        assert_eq!(
+            (refused, offset, found),
+            ("keys_at", header + field as u64, wrong.to_string()),
+            "keys at {wrong}"
+        );
     }
     for past in [body.len() as u64 - 7, u64::MAX] {
-        let mut moved = body.clone();
-        moved[field..field + 8].copy_from_slice(&past.to_le_bytes());
+        let moved = with_u64(&body, field, past);
         assert_eq!(refused_field(&state, &moved), ("keys_at", past.to_string()));
     }
 }
@@ -686,11 +696,8 @@ fn skipping_through_a_body_in_a_file_holds_a_piece_at_a_time_and_hashes_every_by
 /// The field and offset (from the snapshot's first byte) a damaged body
 /// is refused at.
 fn refused_at(state: &State, body: &[u8]) -> (&'static str, u64) {
-    match read_body(state.last_seq(), body) {
-        Err(SnapshotError::Invalid { field, offset, .. }) => (field, offset),
-        Err(other) => panic!("refused for another reason: {other}"),
-        Ok(_) => panic!("a damaged body was read"),
-    }
+    let (field, offset, _, _) = refusal(state, body);
+    (field, offset)
 }
 
 #[test]

@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use super::layout::NO_HOLDER;
 use super::snapshot_keys::{Body, KEYS_JOB_MIN, KeysHead, PartRead, read_job};
 use super::tests::{
-    claimed, claimed_by, created, key, read_body, read_in_pieces, refused_field, run, sent,
-    text_at, withdrawal,
+    claimed, claimed_by, created, key, read_body, read_in_pieces, refusal, refused_field, run,
+    sent, text_at, with_u64, withdrawal,
 };
 use super::*;
 use crate::command::FailureCause;
@@ -118,26 +118,20 @@ fn a_part_that_does_not_start_where_the_one_before_ends_is_refused_for_that() {
     assert_eq!(at as usize, text_at(&body, "k-5"));
     let header = SNAPSHOT_HEADER_LEN as u64;
     for wrong in [at - 1, at + 1] {
-        let mut moved = body.clone();
-        moved[third..third + 8].copy_from_slice(&wrong.to_le_bytes());
-        match read_body(state.last_seq(), &moved) {
-            Err(SnapshotError::Invalid {
-                field: "key part",
-                offset,
-                expected,
-                found,
-            }) => {
-                assert_eq!(offset, header + third as u64);
-                assert_eq!(found, wrong.to_string());
-                assert_eq!(expected, format!("{at}, where part 1 ends"));
-            }
-            other => panic!("part 2 at {wrong}: {other:?}"),
-        }
+        assert_eq!(
+            refusal(&state, &with_u64(&body, third, wrong)),
+            (
+                "key part",
+                header + third as u64,
+                format!("{at}, where part 1 ends"),
+                wrong.to_string()
+            ),
+            "part 2 at {wrong}"
+        );
     }
     // A start leaving no room for the part before it, or past the body.
     for wrong in [text_at(&body, "k-1") as u64, u64::MAX] {
-        let mut moved = body.clone();
-        moved[third..third + 8].copy_from_slice(&wrong.to_le_bytes());
+        let moved = with_u64(&body, third, wrong);
         assert_eq!(
             refused_field(&state, &moved),
             ("key part", wrong.to_string())
@@ -226,47 +220,27 @@ fn of_refusals_in_several_parts_the_first_in_the_body_is_named() {
     // a part read first, hiding one earlier in the body.
     let state = six_claimed();
     let body = in_parts(&state, 1);
-    let zero_seq = |body: &mut Vec<u8>, key_text: &str| {
-        let at = withdrawal_field(body, key_text) + 4;
-        body[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
+    // `key_text` names w-1, as k-1 does, and `zeroed`'s claimed_seq is 0.
+    let both = |key_text: &str, zeroed: &str| {
+        let named = named_twice(&body, "k-1", key_text);
+        with_u64(&named, withdrawal_field(&named, zeroed) + 4, 0)
+    };
+    // The field refusing `body`, read at once and with its parts backward.
+    let backward: Vec<usize> = (0..6).rev().collect();
+    let refused = |body: &[u8]| {
+        [
+            read_body(state.last_seq(), body).err(),
+            keys_refused_reading(&state, body, &backward),
+        ]
+        .map(|refused| match refused {
+            Some(SnapshotError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        })
     };
     // k-3 names w-1, then k-5's claimed_seq is 0: k-3 is refused.
-    let mut both = named_twice(&body, "k-1", "k-3");
-    zero_seq(&mut both, "k-5");
-    let backward: Vec<usize> = (0..6).rev().collect();
-    for refused in [
-        read_body(state.last_seq(), &both).err(),
-        keys_refused_reading(&state, &both, &backward),
-    ] {
-        assert!(
-            matches!(
-                refused,
-                Some(SnapshotError::Invalid {
-                    field: "key withdrawal",
-                    ..
-                })
-            ),
-            "{refused:?}"
-        );
-    }
+    assert_eq!(refused(&both("k-3", "k-5")), ["key withdrawal"; 2]);
     // k-2's claimed_seq is 0, then k-6 names w-1: k-2 is refused.
-    let mut both = named_twice(&body, "k-1", "k-6");
-    zero_seq(&mut both, "k-2");
-    for refused in [
-        read_body(state.last_seq(), &both).err(),
-        keys_refused_reading(&state, &both, &backward),
-    ] {
-        assert!(
-            matches!(
-                refused,
-                Some(SnapshotError::Invalid {
-                    field: "key claimed_seq",
-                    ..
-                })
-            ),
-            "{refused:?}"
-        );
-    }
+    assert_eq!(refused(&both("k-6", "k-2")), ["key claimed_seq"; 2]);
 }
 
 fn fate() -> impl Strategy<Value = Fate> {
@@ -340,20 +314,15 @@ fn a_part_misplaced_inside_a_run_or_at_its_start_is_refused_for_that() {
     for (part, key_text) in [(3, "k-4"), (4, "k-5")] {
         let field = starts + 8 * (part - 1);
         let at = text_at(&body, key_text) as u64;
-        let mut moved = body.clone();
-        moved[field..field + 8].copy_from_slice(&(at + 1).to_le_bytes());
-        match read_body(state.last_seq(), &moved) {
-            Err(SnapshotError::Invalid {
-                field: "key part",
-                offset,
-                expected,
-                found,
-            }) => {
-                assert_eq!(offset, (SNAPSHOT_HEADER_LEN + field) as u64);
-                assert_eq!(found, (at + 1).to_string());
-                assert_eq!(expected, format!("{at}, where part {} ends", part - 1));
-            }
-            other => panic!("part {part} moved: {other:?}"),
-        }
+        assert_eq!(
+            refusal(&state, &with_u64(&body, field, at + 1)),
+            (
+                "key part",
+                (SNAPSHOT_HEADER_LEN + field) as u64,
+                format!("{at}, where part {} ends", part - 1),
+                (at + 1).to_string()
+            ),
+            "part {part} moved"
+        );
     }
 }
