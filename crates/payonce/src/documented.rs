@@ -32,6 +32,21 @@ pub(crate) fn worked_example_hex(document: &str) -> String {
     hex
 }
 
+/// The value a row of `document`'s header table gives `field`: the first
+/// `` `code` `` of the rule cell of the row whose field cell is `field`.
+pub(crate) fn header_value<'a>(document: &'a str, field: &str) -> Option<&'a str> {
+    let section = document
+        .split("\n## Header")
+        .nth(1)?
+        .split("\n## ")
+        .next()?;
+    section.lines().find_map(|row| {
+        let cells: Vec<&str> = row.split(" | ").map(str::trim).collect();
+        let rule = cells.get(3).filter(|_| cells.get(2) == Some(&field))?;
+        rule.split('`').nth(1)
+    })
+}
+
 #[test]
 fn a_worked_example_is_read_as_written() {
     // Guards against the reading of a document's table missing a row or
@@ -39,4 +54,16 @@ fn a_worked_example_is_read_as_written() {
     let table = "## A worked example\n\n| bytes (hex) | field |\n| --- | --- |\n\
                  | `01 02` | a |\n| `ab` × 3 `00` | b |\n\n## Next\n| `ff` | not read |\n";
     assert_eq!(worked_example_hex(table), "0102ababab00");
+}
+
+#[test]
+fn a_header_value_is_read_from_its_row() {
+    // Guards against the reading of a header table finding another row's
+    // value, which would let the document drift unseen.
+    let table = "# T\n\n## Header\n\n| offset | size | field | rule |\n| --- | --- | --- | --- |\n\
+                 | 0 | 4 | magic | `b\"X\"` |\n| 4 | 4 | version | `7` (`V`); else refused |\n\n\
+                 ## Body\n| 8 | 4 | version | `9` |\n";
+    assert_eq!(header_value(table, "version"), Some("7"));
+    assert_eq!(header_value(table, "magic"), Some("b\"X\""));
+    assert_eq!(header_value(table, "seq"), None);
 }

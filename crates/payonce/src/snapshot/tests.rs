@@ -5,8 +5,9 @@ use payonce_log::{Digest, Head};
 use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
+use super::format::SNAPSHOT_FORMAT_VERSION;
 use super::{decode, encode};
-use crate::documented::{SNAPSHOT_FORMAT, worked_example_hex};
+use crate::documented::{SNAPSHOT_FORMAT, header_value, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::state::{State, apply};
 use crate::time::Timestamp;
@@ -66,6 +67,29 @@ fn documented_head() -> Head {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn the_document_names_the_format_and_schema_this_build_writes() {
+    // Guards against docs/snapshot-format.md's header table and title
+    // naming a version the ledger no longer writes.
+    let format = SNAPSHOT_FORMAT_VERSION.to_string();
+    let schema = SCHEMA_VERSION.to_string();
+    assert_eq!(
+        header_value(SNAPSHOT_FORMAT, "format_version"),
+        Some(format.as_str())
+    );
+    assert_eq!(
+        header_value(SNAPSHOT_FORMAT, "schema_version"),
+        Some(schema.as_str())
+    );
+    assert!(
+        SNAPSHOT_FORMAT
+            .lines()
+            .next()
+            .is_some_and(|title| title.ends_with(&format!("format version {format}"))),
+        "the title names format version {format}"
+    );
 }
 
 #[test]
