@@ -49,7 +49,7 @@ pub use crate::reach::{
 };
 pub use crate::read_view::{ReadView, WalkError};
 pub use crate::schema::{LOCK_CLASS, Migrated, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS};
-pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
+pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN, SNAPSHOT_CHUNK_LEN_MAX};
 pub use crate::store::{PgLog, Role};
 /// The chain digest, shared with the file log (docs/log-format.md, "The
 /// chain digest").

@@ -15,16 +15,25 @@ use std::thread::ThreadId;
 use payonce::{
     SNAPSHOT_LEN_MAX, SnapshotError, SnapshotFile, SnapshotStore, StoredSnapshot, snapshots,
 };
-use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, Row};
 
 use crate::error::describe;
 use crate::redacted;
 use crate::store::connect;
 
-/// Bytes per row of `payonce.snapshot_chunks`: far below the 1 GB a
-/// `bytea` holds, so a snapshot is written and read a chunk at a time.
-pub const SNAPSHOT_CHUNK_LEN: usize = 16 << 20;
+/// Bytes per row of `payonce.snapshot_chunks` this build writes: far
+/// below the 1 GB a `bytea` holds, so a snapshot is written and read a
+/// chunk at a time. 4 MiB, where chunks of 16 MiB made a new worker's
+/// first decision at 10M withdrawals 1 s slower (docs/performance.md):
+/// the server's and the worker's buffers for a chunk that size were fresh
+/// memory each time.
+pub const SNAPSHOT_CHUNK_LEN: usize = 4 << 20;
+
+/// The longest chunk a reading accepts: a snapshot is read in chunks as
+/// long as its first, whatever length the build that wrote it chose
+/// (16 MiB before this one), and each is held in memory whole.
+pub const SNAPSHOT_CHUNK_LEN_MAX: u64 = 64 << 20;
 
 /// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
 /// own.
@@ -99,6 +108,46 @@ fn row_of(client: &mut Client, seq: i64) -> Result<(u64, i32), SnapshotError> {
         .map_err(|error| store_error("reading a snapshot's row", &error))?;
     let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
     Ok((len.unsigned_abs(), chunks))
+}
+
+/// The length of every chunk of the snapshot at `seq` but its last: its
+/// first chunk's, which must be between 1 byte and
+/// [`SNAPSHOT_CHUNK_LEN_MAX`] and leave the `chunks` its row counts for
+/// its `len` bytes. Read without fetching the chunk's bytes.
+fn chunk_len_of(
+    client: &mut Client,
+    seq: i64,
+    (len, chunks): (u64, i32),
+) -> Result<u64, SnapshotError> {
+    let row = client
+        .query_opt(
+            "SELECT octet_length(bytes) FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = 0",
+            &[&seq],
+        )
+        .map_err(|error| store_error("reading a snapshot's first chunk", &error))?;
+    let Some(row) = row else {
+        return Err(SnapshotError::Store {
+            detail: format!("chunk 0 of snapshot {seq} is missing"),
+        });
+    };
+    let chunk_len = u64::from(row.get::<_, i32>(0).unsigned_abs());
+    if chunk_len == 0 || chunk_len > SNAPSHOT_CHUNK_LEN_MAX {
+        return Err(SnapshotError::Store {
+            detail: format!(
+                "chunk 0 of snapshot {seq} holds {chunk_len} bytes, where a chunk holds from 1 to \
+                 {SNAPSHOT_CHUNK_LEN_MAX} (SNAPSHOT_CHUNK_LEN_MAX)"
+            ),
+        });
+    }
+    let needed = len.div_ceil(chunk_len).max(1);
+    if i64::from(chunks) != needed as i64 {
+        return Err(SnapshotError::Store {
+            detail: format!(
+                "{chunks} chunks where a length of {len} bytes in chunks of {chunk_len} needs {needed}"
+            ),
+        });
+    }
+    Ok(chunk_len)
 }
 
 /// A seq as the database keeps it.
@@ -179,17 +228,14 @@ impl SnapshotStore for PgSnapshots {
         snapshot: &StoredSnapshot,
     ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
         let seq = signed(snapshot.seq)?;
-        let (len, chunks) = row_of(&mut *self.client()?, seq)?;
-        let needed = len.div_ceil(SNAPSHOT_CHUNK_LEN as u64).max(1);
-        if i64::from(chunks) != needed as i64 {
-            return Err(SnapshotError::Store {
-                detail: format!("{chunks} chunks where a length of {len} bytes needs {needed}"),
-            });
-        }
+        let mut client = self.client()?;
+        let (len, chunks) = row_of(&mut client, seq)?;
+        let chunk_len = chunk_len_of(&mut client, seq, (len, chunks))?;
         Ok(Some(Box::new(ChunkedFile {
             store: self,
             seq,
             len,
+            chunk_len,
             last: Mutex::new(Vec::new()),
         })))
     }
@@ -282,16 +328,25 @@ struct ChunkedFile<'a> {
     store: &'a PgSnapshots,
     seq: i64,
     len: u64,
+    /// Bytes in every chunk but the last ([`chunk_len_of`]).
+    chunk_len: u64,
     /// By thread, the last chunk fetched.
     last: Mutex<Vec<Fetched>>,
 }
 
-/// A chunk a thread fetched: the thread, the chunk's number, its bytes.
-type Fetched = (ThreadId, u64, Arc<Vec<u8>>);
+/// A chunk a thread fetched: the thread, the chunk's number, and the row
+/// holding its bytes, read in place ([`chunk_bytes`]).
+type Fetched = (ThreadId, u64, Arc<Row>);
+
+/// The bytes of a row [`ChunkedFile::fetch`] returned, where the server's
+/// message put them.
+fn chunk_bytes(row: &Row) -> &[u8] {
+    row.get(0)
+}
 
 impl ChunkedFile<'_> {
-    /// Chunk `chunk`'s bytes: this thread's last, or fetched.
-    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
+    /// Chunk `chunk`'s row: this thread's last, or fetched.
+    fn chunk(&self, chunk: u64) -> Result<Arc<Row>, SnapshotError> {
         let thread = std::thread::current().id();
         let poisoned = |_| SnapshotError::Store {
             detail: "a thread panicked reading a snapshot".to_owned(),
@@ -309,9 +364,9 @@ impl ChunkedFile<'_> {
         Ok(bytes)
     }
 
-    /// Chunk `chunk` from the database, checked to be as long as the
-    /// snapshot's length says.
-    fn fetch(&self, chunk: u64) -> Result<Vec<u8>, SnapshotError> {
+    /// The row of chunk `chunk` from the database, its bytes checked to
+    /// be as long as the snapshot's length says.
+    fn fetch(&self, chunk: u64) -> Result<Row, SnapshotError> {
         let number = i32::try_from(chunk).map_err(|_| SnapshotError::Store {
             detail: format!("chunk {chunk} is past what an integer holds"),
         })?;
@@ -326,16 +381,16 @@ impl ChunkedFile<'_> {
                 detail: format!("chunk {chunk} of snapshot {} is missing", self.seq),
             });
         };
-        let bytes: Vec<u8> = row.get(0);
-        let start = chunk * SNAPSHOT_CHUNK_LEN as u64;
-        let expected = (self.len - start).min(SNAPSHOT_CHUNK_LEN as u64);
-        if bytes.len() as u64 != expected {
+        let found = chunk_bytes(&row).len() as u64;
+        let start = chunk * self.chunk_len;
+        let expected = (self.len - start).min(self.chunk_len);
+        if found != expected {
             return Err(SnapshotError::Length {
                 expected: self.len,
-                found: start + bytes.len() as u64,
+                found: start + found,
             });
         }
-        Ok(bytes)
+        Ok(row)
     }
 }
 
@@ -348,9 +403,10 @@ impl SnapshotFile for ChunkedFile<'_> {
         let end = offset.saturating_add(len as u64).min(self.len);
         let mut at = offset;
         while at < end {
-            let chunk = at / SNAPSHOT_CHUNK_LEN as u64;
-            let bytes = self.chunk(chunk)?;
-            let within = (at % SNAPSHOT_CHUNK_LEN as u64) as usize;
+            let chunk = at / self.chunk_len;
+            let row = self.chunk(chunk)?;
+            let bytes = chunk_bytes(&row);
+            let within = (at % self.chunk_len) as usize;
             let taken = (bytes.len() - within).min((end - at) as usize);
             into.extend_from_slice(&bytes[within..within + taken]);
             at += taken as u64;

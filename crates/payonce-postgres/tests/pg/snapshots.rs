@@ -388,7 +388,7 @@ fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_
     const CHUNK: usize = payonce_postgres::SNAPSHOT_CHUNK_LEN;
     let len = (CHUNK + 10) as i64;
     let first: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
-    let parts = [(0, first), (1, vec![7u8; 10])];
+    let parts = [(0, first.clone()), (1, vec![7u8; 10])];
     let url = database!();
     drop(worked(&url));
     stored_chunks(&url, (len, 2), &parts);
@@ -406,7 +406,7 @@ fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_
 
     let url = database!();
     drop(worked(&url));
-    stored_chunks(&url, (len, 2), &[(0, vec![1u8; 5]), parts[1].clone()]);
+    stored_chunks(&url, (len, 2), &[(0, first), (1, vec![7u8; 9])]);
     let short = opened_stored(&url);
     assert!(
         matches!(short, Err(SnapshotError::Length { .. })),
@@ -420,6 +420,74 @@ fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_
     assert!(
         matches!(miscounted, Err(SnapshotError::Store { ref detail }) if detail.contains("3 chunks where")),
         "{miscounted:?}"
+    );
+}
+
+#[test]
+fn a_snapshot_in_chunks_of_another_length_is_read_in_chunks_as_long_as_its_first() {
+    // Guards against a reading that assumes this build's chunk length:
+    // snapshots an earlier build wrote in chunks of 16 MiB, or any other
+    // length, would all be refused and set aside by a new worker.
+    for chunk_len in [16usize << 20, 5] {
+        let whole: Vec<u8> = (0..2 * chunk_len + 3).map(|i| (i % 253) as u8).collect();
+        let numbered: Vec<(i32, Vec<u8>)> = (0..)
+            .zip(whole.chunks(chunk_len).map(<[u8]>::to_vec))
+            .collect();
+        let url = database!();
+        drop(worked(&url));
+        stored_chunks(&url, (whole.len() as i64, 3), &numbered);
+        assert!(
+            opened_stored(&url).unwrap() == whole,
+            "chunks of {chunk_len}"
+        );
+    }
+
+    // A middle chunk shorter than the first is refused by its place.
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(
+        &url,
+        (13, 3),
+        &[(0, vec![1; 5]), (1, vec![2; 4]), (2, vec![3; 4])],
+    );
+    let uneven = opened_stored(&url);
+    assert!(
+        matches!(uneven, Err(SnapshotError::Length { .. })),
+        "{uneven:?}"
+    );
+}
+
+#[test]
+fn a_snapshot_whose_first_chunk_is_empty_too_long_or_missing_is_refused_before_its_bytes_are_read()
+{
+    // Guards against a chunk length read from the database being believed
+    // past its limit, or a length of 0 dividing the snapshot into nothing.
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (12, 1), &[(0, Vec::new())]);
+    let empty = opened_stored(&url);
+    assert!(
+        matches!(empty, Err(SnapshotError::Store { ref detail }) if detail.contains("holds 0 bytes")),
+        "{empty:?}"
+    );
+
+    let max = payonce_postgres::SNAPSHOT_CHUNK_LEN_MAX as usize;
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, ((max + 1) as i64, 1), &[(0, vec![0u8; max + 1])]);
+    let long = opened_stored(&url);
+    assert!(
+        matches!(long, Err(SnapshotError::Store { ref detail }) if detail.contains("SNAPSHOT_CHUNK_LEN_MAX")),
+        "{long:?}"
+    );
+
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (12, 2), &[(1, vec![0u8; 6])]);
+    let headless = opened_stored(&url);
+    assert!(
+        matches!(headless, Err(SnapshotError::Store { ref detail }) if detail.contains("chunk 0 of snapshot 1000 is missing")),
+        "{headless:?}"
     );
 }
 
