@@ -15,8 +15,8 @@ use std::thread::ThreadId;
 use payonce::{
     SNAPSHOT_LEN_MAX, SnapshotError, SnapshotFile, SnapshotStore, StoredSnapshot, snapshots,
 };
+use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Row};
 
 use crate::error::describe;
 use crate::redacted;
@@ -334,19 +334,14 @@ struct ChunkedFile<'a> {
     last: Mutex<Vec<Fetched>>,
 }
 
-/// A chunk a thread fetched: the thread, the chunk's number, and the row
-/// holding its bytes, read in place ([`chunk_bytes`]).
-type Fetched = (ThreadId, u64, Arc<Row>);
-
-/// The bytes of a row [`ChunkedFile::fetch`] returned, where the server's
-/// message put them.
-fn chunk_bytes(row: &Row) -> &[u8] {
-    row.get(0)
-}
+/// A chunk a thread fetched: the thread, the chunk's number, its bytes.
+/// Copied out of the row: a row kept would keep the connection's read
+/// buffer, and every message after it would be read into fresh memory.
+type Fetched = (ThreadId, u64, Arc<Vec<u8>>);
 
 impl ChunkedFile<'_> {
-    /// Chunk `chunk`'s row: this thread's last, or fetched.
-    fn chunk(&self, chunk: u64) -> Result<Arc<Row>, SnapshotError> {
+    /// Chunk `chunk`'s bytes: this thread's last, or fetched.
+    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
         let thread = std::thread::current().id();
         let poisoned = |_| SnapshotError::Store {
             detail: "a thread panicked reading a snapshot".to_owned(),
@@ -364,9 +359,9 @@ impl ChunkedFile<'_> {
         Ok(bytes)
     }
 
-    /// The row of chunk `chunk` from the database, its bytes checked to
-    /// be as long as the snapshot's length says.
-    fn fetch(&self, chunk: u64) -> Result<Row, SnapshotError> {
+    /// Chunk `chunk` from the database, checked to be as long as the
+    /// snapshot's length says.
+    fn fetch(&self, chunk: u64) -> Result<Vec<u8>, SnapshotError> {
         let number = i32::try_from(chunk).map_err(|_| SnapshotError::Store {
             detail: format!("chunk {chunk} is past what an integer holds"),
         })?;
@@ -381,16 +376,16 @@ impl ChunkedFile<'_> {
                 detail: format!("chunk {chunk} of snapshot {} is missing", self.seq),
             });
         };
-        let found = chunk_bytes(&row).len() as u64;
+        let bytes: Vec<u8> = row.get(0);
         let start = chunk * self.chunk_len;
         let expected = (self.len - start).min(self.chunk_len);
-        if found != expected {
+        if bytes.len() as u64 != expected {
             return Err(SnapshotError::Length {
                 expected: self.len,
-                found: start + found,
+                found: start + bytes.len() as u64,
             });
         }
-        Ok(row)
+        Ok(bytes)
     }
 }
 
@@ -404,8 +399,7 @@ impl SnapshotFile for ChunkedFile<'_> {
         let mut at = offset;
         while at < end {
             let chunk = at / self.chunk_len;
-            let row = self.chunk(chunk)?;
-            let bytes = chunk_bytes(&row);
+            let bytes = self.chunk(chunk)?;
             let within = (at % self.chunk_len) as usize;
             let taken = (bytes.len() - within).min((end - at) as usize);
             into.extend_from_slice(&bytes[within..within + taken]);
