@@ -362,6 +362,19 @@ fn a_snapshots_chunks_are_read_in_order_and_a_missing_one_is_refused() {
     );
 }
 
+/// A ledger at `url` worked as [`worked`] does, with a snapshot row at
+/// seq 1,000 written as [`stored_chunks`] writes it, then opened as
+/// [`opened_stored`] opens it.
+fn opened_as_stored(
+    url: &str,
+    row: (i64, i32),
+    stored: &[(i32, Vec<u8>)],
+) -> Result<Vec<u8>, SnapshotError> {
+    drop(worked(url));
+    stored_chunks(url, row, stored);
+    opened_stored(url)
+}
+
 /// The snapshot at seq 1,000, opened as an opening opens it and read in
 /// pieces of 7 MiB, which straddle its chunks.
 fn opened_stored(url: &str) -> Result<Vec<u8>, SnapshotError> {
@@ -390,33 +403,25 @@ fn a_snapshot_opened_in_the_database_is_read_across_its_chunks_and_a_missing_or_
     let first: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
     let parts = [(0, first.clone()), (1, vec![7u8; 10])];
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (len, 2), &parts);
     let whole = [parts[0].1.clone(), parts[1].1.clone()].concat();
-    assert!(opened_stored(&url).unwrap() == whole);
+    assert!(opened_as_stored(&url, (len, 2), &parts).unwrap() == whole);
 
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (len, 2), &parts[..1]);
-    let missing = opened_stored(&url);
+    let missing = opened_as_stored(&url, (len, 2), &parts[..1]);
     assert!(
         matches!(missing, Err(SnapshotError::Store { ref detail }) if detail.contains("chunk 1 of snapshot 1000 is missing")),
         "{missing:?}"
     );
 
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (len, 2), &[(0, first), (1, vec![7u8; 9])]);
-    let short = opened_stored(&url);
+    let short = opened_as_stored(&url, (len, 2), &[(0, first), (1, vec![7u8; 9])]);
     assert!(
         matches!(short, Err(SnapshotError::Length { .. })),
         "{short:?}"
     );
 
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (len, 3), &parts);
-    let miscounted = opened_stored(&url);
+    let miscounted = opened_as_stored(&url, (len, 3), &parts);
     assert!(
         matches!(miscounted, Err(SnapshotError::Store { ref detail }) if detail.contains("3 chunks where")),
         "{miscounted:?}"
@@ -434,23 +439,19 @@ fn a_snapshot_in_chunks_of_another_length_is_read_in_chunks_as_long_as_its_first
             .zip(whole.chunks(chunk_len).map(<[u8]>::to_vec))
             .collect();
         let url = database!();
-        drop(worked(&url));
-        stored_chunks(&url, (whole.len() as i64, 3), &numbered);
         assert!(
-            opened_stored(&url).unwrap() == whole,
+            opened_as_stored(&url, (whole.len() as i64, 3), &numbered).unwrap() == whole,
             "chunks of {chunk_len}"
         );
     }
 
     // A middle chunk shorter than the first is refused by its place.
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(
+    let uneven = opened_as_stored(
         &url,
         (13, 3),
         &[(0, vec![1; 5]), (1, vec![2; 4]), (2, vec![3; 4])],
     );
-    let uneven = opened_stored(&url);
     assert!(
         matches!(uneven, Err(SnapshotError::Length { .. })),
         "{uneven:?}"
@@ -463,9 +464,7 @@ fn a_snapshot_whose_first_chunk_is_empty_too_long_or_missing_is_refused_before_i
     // Guards against a chunk length read from the database being believed
     // past its limit, or a length of 0 dividing the snapshot into nothing.
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (12, 1), &[(0, Vec::new())]);
-    let empty = opened_stored(&url);
+    let empty = opened_as_stored(&url, (12, 1), &[(0, Vec::new())]);
     assert!(
         matches!(empty, Err(SnapshotError::Store { ref detail }) if detail.contains("holds 0 bytes")),
         "{empty:?}"
@@ -473,18 +472,14 @@ fn a_snapshot_whose_first_chunk_is_empty_too_long_or_missing_is_refused_before_i
 
     let max = payonce_postgres::SNAPSHOT_CHUNK_LEN_MAX as usize;
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, ((max + 1) as i64, 1), &[(0, vec![0u8; max + 1])]);
-    let long = opened_stored(&url);
+    let long = opened_as_stored(&url, ((max + 1) as i64, 1), &[(0, vec![0u8; max + 1])]);
     assert!(
         matches!(long, Err(SnapshotError::Store { ref detail }) if detail.contains("SNAPSHOT_CHUNK_LEN_MAX")),
         "{long:?}"
     );
 
     let url = database!();
-    drop(worked(&url));
-    stored_chunks(&url, (12, 2), &[(1, vec![0u8; 6])]);
-    let headless = opened_stored(&url);
+    let headless = opened_as_stored(&url, (12, 2), &[(1, vec![0u8; 6])]);
     assert!(
         matches!(headless, Err(SnapshotError::Store { ref detail }) if detail.contains("chunk 0 of snapshot 1000 is missing")),
         "{headless:?}"
