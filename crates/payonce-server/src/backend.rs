@@ -130,16 +130,18 @@ impl Embedded {
         }
     }
 
-    /// What `query` answers with every decision any worker acknowledged
-    /// before the call began: on a shared ledger, once this worker has
-    /// caught up on the others' batches.
+    /// What `query` about a key or a withdrawal (`[key, id]`) answers with
+    /// every decision any worker acknowledged before the call began: on a
+    /// shared ledger, once this worker has caught up on the others'
+    /// batches.
     async fn read_newest<T: Send + 'static>(
         &self,
+        [key, id]: [Option<String>; 2],
         query: impl FnOnce(&State) -> T + Send + 'static,
     ) -> Result<T, LedgerError> {
         self.read_off_executor(move |ledger| {
             ledger.refresh()?;
-            Ok(ledger.read(query))
+            Ok(ledger.read_named(key.as_deref(), id.as_deref(), query))
         })
         .await
     }
@@ -255,11 +257,11 @@ impl Backend for Embedded {
         // claim's own batch catches up under the ledger-wide lock.
         let id = id.to_owned();
         Box::pin(self.read_off_executor(move |ledger| {
-            if let Some(known) = ledger.read(|state| state.fingerprint(&id)) {
+            if let Some(known) = ledger.fingerprint(&id) {
                 return Ok(Some(known));
             }
             ledger.refresh()?;
-            Ok(ledger.read(|state| state.fingerprint(&id)))
+            Ok(ledger.fingerprint(&id))
         }))
     }
 
@@ -268,16 +270,18 @@ impl Backend for Embedded {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<WithdrawalFacts>, LedgerError>> {
         let id = id.to_owned();
-        Box::pin(self.read_newest(move |state| withdrawal_facts(state, &id)))
+        let about = [None, Some(id.clone())];
+        Box::pin(self.read_newest(about, move |state| withdrawal_facts(state, &id)))
     }
 
     fn key<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyFacts>, LedgerError>> {
         let key = key.to_owned();
-        Box::pin(self.read_newest(move |state| key_facts(state, &key)))
+        let about = [Some(key.clone()), None];
+        Box::pin(self.read_newest(about, move |state| key_facts(state, &key)))
     }
 
     fn in_flight(&self) -> BoxFuture<'_, Result<Vec<InFlight>, LedgerError>> {
-        Box::pin(self.read_newest(State::in_flight))
+        Box::pin(self.read_newest([None, None], State::in_flight))
     }
 
     fn resolve<'a>(

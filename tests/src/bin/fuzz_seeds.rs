@@ -411,6 +411,7 @@ fn ledger_ops_seeds(dir: &Path) {
                 accept_foreign_ids: false,
                 log_refusals: true,
                 replay_on_two_threads,
+                set_apart_settled: false,
             };
             write(
                 dir,

@@ -277,7 +277,8 @@ impl Op {
 pub fn encode(config: &WorldConfig, ops: &[Op]) -> Vec<u8> {
     let flags = u8::from(config.accept_foreign_ids)
         | (u8::from(!config.log_refusals) << 1)
-        | (u8::from(config.replay_on_two_threads) << 2);
+        | (u8::from(config.replay_on_two_threads) << 2)
+        | (u8::from(config.set_apart_settled) << 3);
     let mut bytes = vec![flags];
     for op in ops {
         bytes.extend(op.encode());
@@ -450,6 +451,7 @@ pub fn played(data: &[u8]) -> Option<Stats> {
         accept_foreign_ids: flags & 1 != 0,
         log_refusals: flags & 2 == 0,
         replay_on_two_threads: flags & 4 != 0,
+        set_apart_settled: flags & 8 != 0,
     };
     let mut world = World::new(config);
     for _ in 0..OPS_MAX {

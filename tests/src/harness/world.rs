@@ -51,6 +51,9 @@ pub struct WorldConfig {
     /// Replay every reopening on two threads; otherwise on one (a
     /// simulated ledger's log is far below the default threshold anyway).
     pub replay_on_two_threads: bool,
+    /// Set settled pairs apart at every opening
+    /// ([`Config::set_apart_settled`]).
+    pub set_apart_settled: bool,
 }
 
 impl WorldConfig {
@@ -394,6 +397,7 @@ impl World {
             } else {
                 u64::MAX
             },
+            set_apart_settled: self.config.set_apart_settled,
         }
     }
 

@@ -204,6 +204,7 @@ impl Sim {
             // From the seed, not the generator, so every other draw of a
             // seed is what it was before this setting existed.
             replay_on_two_threads: seed % 2 == 1,
+            set_apart_settled: seed / 2 % 2 == 1,
         };
         let weather = Weather {
             power_loss_every_ms: [0, 4_000, 1_500][rng.below(3) as usize],

@@ -338,6 +338,22 @@ impl EventKind {
     }
 }
 
+/// The names judging `command` looks up: the request key it names, and
+/// the withdrawal id its request or outcome carries.
+pub(crate) fn command_names(command: &Command) -> [Option<&str>; 2] {
+    let id = match command {
+        Command::Claim { request, .. } | Command::Record { request, .. } => Some(request.id()),
+        Command::Resolve { outcome, .. }
+        | Command::Advance { outcome, .. }
+        | Command::Correct { outcome, .. } => Some(outcome.id()),
+        _ => None,
+    };
+    [
+        command_key(command).map(|key| key.as_str()),
+        id.map(|id| id.as_str()),
+    ]
+}
+
 /// The request key a command names, if any.
 pub fn command_key(command: &Command) -> Option<&RequestKey> {
     match command {

@@ -51,6 +51,14 @@ pub struct Config {
     /// ([`crate::Ledger::open_on`]). Opening uses the newest one the log
     /// vouches for whatever [`Config::snapshots`] says.
     pub snapshot_store: Option<Arc<dyn SnapshotStore>>,
+    /// Sets settled pairs apart once opened: every key whose outcome says
+    /// what the rail did, with no send running and no funds held, and the
+    /// withdrawal it holds, leave the live slots for an archive, and come
+    /// back when a decision or a query names either. Off by default. The
+    /// archive is kept in memory and filled from the opened state, so it
+    /// saves neither memory nor start-up time; every answer is the same
+    /// either way.
+    pub set_apart_settled: bool,
 }
 
 /// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
@@ -69,6 +77,7 @@ impl Default for Config {
             replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
             snapshots: SnapshotPolicy::default(),
             snapshot_store: None,
+            set_apart_settled: false,
         }
     }
 }

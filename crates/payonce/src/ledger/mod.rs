@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use payonce_log::{FsStorage, Head, Log, Storage, segments_len};
 use payonce_model::{
-    Actor, Currency, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest, WorkerName,
+    Actor, Currency, Fingerprint, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest,
+    WorkerName,
 };
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
@@ -31,7 +32,7 @@ pub use self::ticket::{Claim, Ticket};
 use crate::command::{Command, FailureCause, SendResult};
 use crate::decide::{self, Answer, Returned};
 use crate::error::{LedgerError, SendFailure, StoreError, SubmitError};
-use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::event::{Event, EventKind, SCHEMA_VERSION, command_names};
 use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
@@ -330,7 +331,10 @@ impl Ledger {
     /// A ledger over `store` from `state`: its snapshots, if `config` keeps
     /// any, continue from the one `recovery` says it opened from, and the
     /// thread that takes them is started.
-    fn assemble(store: Store, state: State, config: Config, recovery: Recovery) -> Ledger {
+    fn assemble(store: Store, mut state: State, config: Config, recovery: Recovery) -> Ledger {
+        if config.set_apart_settled {
+            state.set_apart_settled();
+        }
         let snapshots = config.snapshot_store.clone().map(|snapshots| {
             let from = recovery
                 .snapshot
@@ -391,6 +395,8 @@ impl Ledger {
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
         log.check()?;
+        let [key, id] = command_names(command);
+        state.fault_in(key, id);
         let executed = match decide(state) {
             Ok(Answer::Append { event, meaning }) => Executed::Appended {
                 seq: self.append(log, state, event)?,
@@ -849,29 +855,51 @@ impl Ledger {
         Ok(())
     }
 
-    /// Answers `query` from the state under the lock: for the questions the
-    /// ledger has no method for. Every decision waits while it runs, so
-    /// keep it short.
-    pub fn read<T>(&self, query: impl FnOnce(&State) -> T) -> T {
+    /// Answers `query` from the state under the lock. Every decision waits
+    /// while it runs, so keep it short.
+    fn read<T>(&self, query: impl FnOnce(&State) -> T) -> T {
+        self.read_named(None, None, query)
+    }
+
+    /// Answers `query` about `key` or withdrawal `id` (or both) from the
+    /// state under the lock: for the questions the ledger has no method
+    /// for. A settled key and the withdrawal it holds are found together,
+    /// so naming either answers for both; what the query reads about other
+    /// names may be missing. Every decision waits while it runs, so keep
+    /// it short.
+    pub fn read_named<T>(
+        &self,
+        key: Option<&str>,
+        id: Option<&str>,
+        query: impl FnOnce(&State) -> T,
+    ) -> T {
         // A query must answer even if a panic poisoned the lock: reading
-        // cannot make a half-applied state worse, and writes are refused.
-        let state = self
+        // (and bringing a settled pair back) cannot make a half-applied
+        // state worse, and writes are refused.
+        let mut round = self
             .inner
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        query(&state.state)
+        round.state.fault_in(key, id);
+        query(&round.state)
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
     pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
         let key = key.trim();
-        self.read(|state| state.outcome(key))
+        self.read_named(Some(key), None, |state| state.outcome(key))
     }
 
     /// The key that holds withdrawal `id`.
     pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
-        self.read(|state| state.claimed_by(id))
+        self.read_named(None, Some(id), |state| state.claimed_by(id))
+    }
+
+    /// The fingerprint of withdrawal `id`, if this ledger minted it or a
+    /// key holds it.
+    pub fn fingerprint(&self, id: &str) -> Option<Fingerprint> {
+        self.read_named(None, Some(id), |state| state.fingerprint(id))
     }
 
     /// Every key with an unknown outcome, oldest claim first.
@@ -881,12 +909,12 @@ impl Ledger {
 
     /// The funds held for withdrawal `id`.
     pub fn held(&self, id: &str) -> Option<Hold> {
-        self.read(|state| state.held(id))
+        self.read_named(None, Some(id), |state| state.held(id))
     }
 
     /// The funds of withdrawal `id` that left custody.
     pub fn captured(&self, id: &str) -> Option<Hold> {
-        self.read(|state| state.captured(id))
+        self.read_named(None, Some(id), |state| state.captured(id))
     }
 
     /// Held funds per currency.
@@ -924,7 +952,7 @@ impl Ledger {
 
     /// A copy of the whole state: for audits and tests.
     pub fn state(&self) -> State {
-        self.read(State::clone)
+        self.read(State::whole)
     }
 
     /// Waits until every event appended so far is on stable storage.
@@ -967,7 +995,7 @@ impl Ledger {
 
     /// Whether `id` names a withdrawal this ledger created.
     pub fn was_created(&self, id: &WithdrawalId) -> bool {
-        self.read(|state| state.was_created(id))
+        self.read_named(None, Some(id), |state| state.was_created(id))
     }
 }
 

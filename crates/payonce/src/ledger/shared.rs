@@ -26,7 +26,7 @@ use super::{Executed, Ledger};
 use crate::command::{Command, FailureCause};
 use crate::decide::{self, Answer};
 use crate::error::{LedgerError, StoreError};
-use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::event::{Event, EventKind, SCHEMA_VERSION, command_names};
 use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
@@ -453,6 +453,8 @@ impl Ledger {
         command: &Command,
         decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
     ) -> Result<Executed<M, N>, LedgerError> {
+        let [key, id] = command_names(command);
+        round.state.fault_in(key, id);
         match decide(&round.state) {
             Ok(Answer::Append { event, meaning }) => Ok(Executed::Appended {
                 seq: self.append_shared(round, event)?,

@@ -19,6 +19,7 @@ use crate::event::{Event, EventView, KindView};
 pub fn apply(state: &mut State, event: &Event) {
     let event = event.view();
     let names = state.names(&event.kind);
+    state.fault_in_names(&names);
     let prefetched = state.prefetch(&names);
     state.apply_prefetched(&event, &prefetched);
 }

@@ -25,6 +25,7 @@
 //! claimed by a key whose record names another withdrawal.
 
 mod apply;
+mod archive;
 mod chunks;
 mod compare;
 mod index;
@@ -96,6 +97,8 @@ pub struct State {
     /// each running send is.
     sessions: Sessions,
     refusals: u64,
+    /// Settled pairs set apart from the slots above (`archive`), if any.
+    archived: Option<archive::Archived>,
 }
 
 /// A name an event looks up (its request key, or its withdrawal's id),
@@ -158,6 +161,9 @@ struct Found<'a> {
 
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.archived.is_some() {
+            return self.whole().fmt(f);
+        }
         // Sorted, so two states with the same answers print the same.
         let records: BTreeMap<&str, KeyRecord<'_>> = self
             .keys
@@ -666,7 +672,8 @@ impl State {
         Some(self.withdrawal(id)?.fingerprint())
     }
 
-    /// Every key with an unknown outcome, oldest claim first.
+    /// Every key with an unknown outcome, oldest claim first. (Settled
+    /// pairs set apart are never in flight.)
     pub fn in_flight(&self) -> Vec<InFlight> {
         let mut keys: Vec<InFlight> = self
             .keys
@@ -691,7 +698,12 @@ impl State {
     }
 
     /// Every record with its key, in no particular order.
+    ///
+    /// # Panics
+    /// On a ledger's own state with settled pairs set apart, which never
+    /// leaves the ledger ([`crate::Ledger::state`] brings them back).
     pub fn records(&self) -> impl Iterator<Item = (RequestKey, KeyRecord<'_>)> {
+        self.assert_whole("records");
         self.keys.in_use().filter_map(|slot| {
             let record = self.record_at(slot)?;
             Some((record.key(), record))
@@ -699,14 +711,19 @@ impl State {
     }
 
     /// Every claim (withdrawal id, holder key), in no particular order.
+    ///
+    /// # Panics
+    /// As [`State::records`].
     pub fn claims(&self) -> impl Iterator<Item = (WithdrawalId, RequestKey)> {
+        self.assert_whole("claims");
         self.withdrawals.in_use().filter_map(|slot| {
             let withdrawal = self.withdrawal_at(slot);
             Some((withdrawal.id(), withdrawal.holder()?.key()))
         })
     }
 
-    /// Every hold, in no particular order.
+    /// Every hold, in no particular order. (Settled pairs set apart hold
+    /// nothing.)
     pub fn holds(&self) -> impl Iterator<Item = (WithdrawalId, Hold)> {
         self.withdrawals.in_use().filter_map(|slot| {
             let withdrawal = self.withdrawal_at(slot);
@@ -716,7 +733,7 @@ impl State {
 
     /// Number of request keys with a record.
     pub fn key_count(&self) -> usize {
-        self.keys.len()
+        self.keys.len() + self.archived.as_ref().map_or(0, archive::Archived::len)
     }
 
     /// Number of refusals recorded in the log so far.
@@ -771,5 +788,7 @@ impl State {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_archive;
 #[cfg(test)]
 mod tests_key_parts;

@@ -52,6 +52,9 @@ impl State {
     /// index (the copy answers no lookup). What the ledger's lock is held
     /// for while a snapshot is taken.
     pub(crate) fn copy_for_snapshot(&self) -> State {
+        if self.archived.is_some() {
+            return self.whole().copy_for_snapshot();
+        }
         State {
             last_seq: self.last_seq,
             accept_foreign_ids: self.accept_foreign_ids,
@@ -70,6 +73,7 @@ impl State {
             running: self.running.clone(),
             sessions: self.sessions.clone(),
             refusals: self.refusals,
+            archived: None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::snapshot::reader::BodyBytes;
 
 /// What becomes of a key's claim.
 #[derive(Debug, Clone, Copy)]
-enum Fate {
+pub(super) enum Fate {
     InFlight,
     Sent,
     SendFailed,
@@ -31,7 +31,7 @@ enum Fate {
 
 /// Withdrawals w-1 on, each created, and claimed by its key (k-1 on) as
 /// `fates` say, in order.
-fn claimed_as(fates: &[Fate]) -> State {
+pub(super) fn claimed_as(fates: &[Fate]) -> State {
     let mut state = State::new();
     for (n, &fate) in fates.iter().enumerate() {
         let request = withdrawal(&format!("w-{}", n + 1));

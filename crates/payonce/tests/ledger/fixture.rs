@@ -7,11 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use payonce::{
-    Config, DirSnapshots, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State, Ticket,
-    Timestamp,
+    Config, DirSnapshots, Hold, InFlight, Ledger, ManualClock, NewWithdrawal, SendFailure, State,
+    Ticket, Timestamp,
 };
 use payonce_log::MemStorage;
-use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalRequest,
+};
 
 /// 2026-11-30T12:00:00Z.
 pub const START: Timestamp = Timestamp::from_unix_nanos(1_796_040_000_000_000_000);
@@ -28,6 +30,8 @@ pub enum Backend {
 
 thread_local! {
     static BACKEND: Cell<Backend> = const { Cell::new(Backend::File) };
+    /// Whether fixtures set settled pairs apart ([`Config::set_apart_settled`]).
+    static SET_APART: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `body` with every fixture it makes on `backend`; on PostgreSQL,
@@ -40,8 +44,16 @@ pub fn on(backend: Backend, body: fn()) {
     body();
 }
 
+/// [`on`], with every ledger's settled pairs set apart at each opening.
+pub fn on_set_apart(backend: Backend, body: fn()) {
+    SET_APART.with(|set_apart| set_apart.set(true));
+    on(backend, body);
+}
+
 /// The seed's scenarios, each a test on the file log (`file::`) and on
-/// PostgreSQL (`postgres::`), with the same body.
+/// PostgreSQL (`postgres::`), with the same body; and on PostgreSQL with
+/// settled pairs set apart (`postgres_set_apart::`), which a shared
+/// ledger brings back in its batches.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($(#[$meta:meta])* fn $name:ident() $body:block)*) => {
@@ -51,6 +63,11 @@ macro_rules! on_both_backends {
         }
         mod postgres {
             $(#[test] fn $name() { $crate::on($crate::Backend::Postgres, super::$name) })*
+        }
+        mod postgres_set_apart {
+            $(#[test] fn $name() {
+                $crate::on_set_apart($crate::Backend::Postgres, super::$name)
+            })*
         }
     };
 }
@@ -87,6 +104,7 @@ impl Fixture {
         let mut config = Config {
             clock: clock.clone(),
             snapshot_store: Some(Arc::new(DirSnapshots::on(Arc::new(snapshots.clone())))),
+            set_apart_settled: SET_APART.with(Cell::get),
             ..Config::default()
         };
         adjust(&mut config);
@@ -190,17 +208,29 @@ impl Fixture {
         self.clock.advance(Duration::from_secs(1));
     }
 
+    /// Where a test asks what a caller would: the ledger, or, with settled
+    /// pairs set apart, a copy of its whole state, so that asking brings
+    /// none of them back before a decision needs it.
+    pub fn asked(&self) -> Asked<'_> {
+        if self.config.set_apart_settled {
+            Asked::Copy(Box::new(self.ledger().state()))
+        } else {
+            Asked::Ledger(self.ledger())
+        }
+    }
+
     /// What a caller can ask the ledger about these keys and withdrawals.
     pub fn answers(&self, keys: &[&str], withdrawals: &[&WithdrawalRequest]) -> Answers {
+        let asked = self.asked();
         Answers {
-            outcomes: keys.iter().map(|key| self.ledger().outcome(key)).collect(),
+            outcomes: keys.iter().map(|key| asked.outcome(key)).collect(),
             claims: withdrawals
                 .iter()
-                .map(|w| self.ledger().claimed_by(w.id()).map(|k| k.to_string()))
+                .map(|w| asked.claimed_by(w.id()).map(|k| k.to_string()))
                 .collect(),
             holds: withdrawals
                 .iter()
-                .map(|w| self.ledger().held(w.id()).map(|h| h.amount.to_string()))
+                .map(|w| asked.held(w.id()).map(|h| h.amount.to_string()))
                 .collect(),
             in_flight: self
                 .ledger()
@@ -255,6 +285,42 @@ impl Fixture {
             "answers changed across a reopen"
         );
         assert_same_projections(&state, &self.ledger().state());
+    }
+}
+
+/// See [`Fixture::asked`].
+pub enum Asked<'a> {
+    Ledger(&'a Ledger),
+    Copy(Box<State>),
+}
+
+impl Asked<'_> {
+    pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
+        match self {
+            Asked::Ledger(ledger) => ledger.outcome(key),
+            Asked::Copy(state) => state.outcome(key),
+        }
+    }
+
+    pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
+        match self {
+            Asked::Ledger(ledger) => ledger.claimed_by(id),
+            Asked::Copy(state) => state.claimed_by(id),
+        }
+    }
+
+    pub fn held(&self, id: &str) -> Option<Hold> {
+        match self {
+            Asked::Ledger(ledger) => ledger.held(id),
+            Asked::Copy(state) => state.held(id),
+        }
+    }
+
+    pub fn captured(&self, id: &str) -> Option<Hold> {
+        match self {
+            Asked::Ledger(ledger) => ledger.captured(id),
+            Asked::Copy(state) => state.captured(id),
+        }
     }
 }
 
