@@ -6,7 +6,7 @@
 use std::num::NonZeroU32;
 
 use payonce_log::{Digest, Head};
-use payonce_model::{TextView, ValidText};
+use payonce_model::{Amount, TextView, ValidText};
 
 use super::error::SnapshotError;
 
@@ -300,6 +300,22 @@ impl<'a> In<'a> {
     }
     pub(crate) fn u128(&mut self, field: &'static str) -> Result<u128, SnapshotError> {
         Ok(u128::from_le_bytes(self.array(field)?))
+    }
+
+    /// An amount: its mantissa (`field`) and its scale (`scale_field`),
+    /// checked as the model checks it.
+    pub(crate) fn amount(
+        &mut self,
+        field: &'static str,
+        scale_field: &'static str,
+    ) -> Result<Amount, SnapshotError> {
+        let at = self.offset();
+        let mantissa = self.u128(field)?;
+        let scale = self.u8(scale_field)?;
+        Amount::from_parts(mantissa, scale).map_err(|error| {
+            let found = format!("{mantissa}e-{scale}");
+            self.invalid_at(at, field, error.to_string(), found)
+        })
     }
 
     /// A byte that is 0 or 1.

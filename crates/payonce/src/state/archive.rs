@@ -16,88 +16,45 @@
 //! comparison, an encoding) sees the whole state only through
 //! [`State::materialise`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use payonce_model::{Amount, Currency, Reference, WithdrawalState};
+use payonce_model::WithdrawalState;
 
+use super::archive_blocks::{Blocks, SettledPair};
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
 use super::{Names, State};
-use crate::time::Timestamp;
-
-/// A settled key and the withdrawal it holds, owning its text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SettledPair {
-    pub(super) key: Box<str>,
-    pub(super) claimed_seq: u64,
-    pub(super) claimed_at: Timestamp,
-    pub(super) state: WithdrawalState,
-    pub(super) reference: Option<Box<str>>,
-    pub(super) reason: Option<Box<str>>,
-    pub(super) requested_by: Box<str>,
-    pub(super) replaced: Box<[Reference]>,
-    pub(super) id: Box<str>,
-    pub(super) destination: Box<str>,
-    pub(super) amount: Amount,
-    pub(super) currency: Currency,
-    pub(super) created: bool,
-    /// Free or captured: never held.
-    pub(super) funds: Funds,
-}
-
-/// Settled pairs, numbered, found by key and by withdrawal id.
-#[derive(Debug, Default)]
-pub(super) struct Archive {
-    pairs: Vec<SettledPair>,
-    by_key: HashMap<Box<str>, u32>,
-    by_id: HashMap<Box<str>, u32>,
-}
-
-impl Archive {
-    fn push(&mut self, pair: SettledPair) {
-        let number = u32::try_from(self.pairs.len())
-            .unwrap_or_else(|_| panic!("an archive of {} pairs", self.pairs.len()));
-        let new_key = self.by_key.insert(pair.key.clone(), number).is_none();
-        let new_id = self.by_id.insert(pair.id.clone(), number).is_none();
-        assert!(
-            new_key && new_id,
-            "key {} or withdrawal {} archived twice",
-            pair.key,
-            pair.id
-        );
-        self.pairs.push(pair);
-    }
-
-    /// The pair of `key`, with its number.
-    fn find_key(&self, key: &str) -> Option<(u32, &SettledPair)> {
-        let number = *self.by_key.get(key)?;
-        Some((number, &self.pairs[number as usize]))
-    }
-
-    /// The pair of withdrawal `id`, with its number.
-    fn find_id(&self, id: &str) -> Option<(u32, &SettledPair)> {
-        let number = *self.by_id.get(id)?;
-        Some((number, &self.pairs[number as usize]))
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.pairs.len()
-    }
-}
+use crate::snapshot::error::SnapshotError;
 
 /// A state's archive and which of its pairs were brought back: shared by
 /// the state's copies until one of them brings a pair back.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Archived {
-    archive: Arc<Archive>,
-    shadowed: HashSet<u32>,
+    blocks: Arc<Blocks>,
+    shadowed: HashSet<u64>,
 }
 
 impl Archived {
     /// Pairs still only in the archive.
     pub(super) fn len(&self) -> usize {
-        self.archive.len() - self.shadowed.len()
+        self.blocks.len() - self.shadowed.len()
     }
+
+    /// Every pair still only in the archive.
+    fn unshadowed(&self) -> Vec<SettledPair> {
+        let pairs = read_back(self.blocks.pairs());
+        pairs
+            .into_iter()
+            .filter(|(number, _)| !self.shadowed.contains(number))
+            .map(|(_, pair)| pair)
+            .collect()
+    }
+}
+
+/// What reading an archive this process encoded, in memory, gave: it reads
+/// back unless the code that wrote or reads it is wrong.
+fn read_back<T>(read: Result<T, SnapshotError>) -> T {
+    read.unwrap_or_else(|error| panic!("an archive encoded in memory does not read back: {error}"))
 }
 
 impl State {
@@ -105,25 +62,22 @@ impl State {
     /// (a copy of the state keeps sharing it); pairs set apart before stay
     /// there. Answers nothing differently.
     pub(crate) fn set_apart_settled(&mut self) {
-        let mut archive = Archive::default();
-        if let Some(archived) = self.archived.take() {
-            for (number, pair) in archived.archive.pairs.iter().enumerate() {
-                if !archived.shadowed.contains(&(number as u32)) {
-                    archive.push(pair.clone());
-                }
-            }
-        }
+        let mut pairs = self
+            .archived
+            .take()
+            .map_or_else(Vec::new, |archived| archived.unshadowed());
         let settled: Vec<u32> = self
             .keys
             .in_use()
             .filter(|&slot| self.is_settled_pair(slot))
             .collect();
         for slot in settled {
-            archive.push(self.take_settled(slot));
+            pairs.push(self.take_settled(slot));
         }
-        if archive.len() > 0 {
+        if !pairs.is_empty() {
+            let bytes = Blocks::encode(pairs);
             self.archived = Some(Archived {
-                archive: Arc::new(archive),
+                blocks: Arc::new(read_back(Blocks::open(Box::new(bytes)))),
                 shadowed: HashSet::new(),
             });
         }
@@ -200,16 +154,16 @@ impl State {
         let Some(archived) = &self.archived else {
             return;
         };
-        let archive = Arc::clone(&archived.archive);
+        let blocks = Arc::clone(&archived.blocks);
         let key = key.filter(|key| self.find_key(key).is_none());
         let id = id.filter(|id| self.find_withdrawal(id).is_none());
         let found = [
-            key.and_then(|key| archive.find_key(key)),
-            id.and_then(|id| archive.find_id(id)),
+            key.and_then(|key| read_back(blocks.find_key(key))),
+            id.and_then(|id| read_back(blocks.find_id(id))),
         ];
         for (number, pair) in found.into_iter().flatten() {
             if self.shadow(number) {
-                self.bring_back(pair);
+                self.bring_back(&pair);
             }
         }
     }
@@ -225,7 +179,7 @@ impl State {
     }
 
     /// Marks archived pair `number` shadowed; whether it was not already.
-    fn shadow(&mut self, number: u32) -> bool {
+    fn shadow(&mut self, number: u64) -> bool {
         self.archived
             .as_mut()
             .is_some_and(|archived| archived.shadowed.insert(number))
@@ -237,10 +191,8 @@ impl State {
         let Some(archived) = self.archived.take() else {
             return;
         };
-        for (number, pair) in archived.archive.pairs.iter().enumerate() {
-            if !archived.shadowed.contains(&(number as u32)) {
-                self.bring_back(pair);
-            }
+        for pair in archived.unshadowed() {
+            self.bring_back(&pair);
         }
     }
 

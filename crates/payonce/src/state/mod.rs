@@ -26,6 +26,7 @@
 
 mod apply;
 mod archive;
+mod archive_blocks;
 mod chunks;
 mod compare;
 mod index;
@@ -790,5 +791,7 @@ impl State {
 mod tests;
 #[cfg(test)]
 mod tests_archive;
+#[cfg(test)]
+mod tests_archive_blocks;
 #[cfg(test)]
 mod tests_key_parts;

@@ -8,7 +8,7 @@
 //! Slot numbers are not kept: a withdrawal is named by its place in the
 //! body, and the indexes are built again under this process's hash key.
 
-use payonce_model::{Amount, Currency, Destination, WithdrawalId, WithdrawalState, WorkerName};
+use payonce_model::{Currency, Destination, WithdrawalId, WithdrawalState, WorkerName};
 use rust_decimal::Decimal;
 
 use std::num::NonZeroU32;
@@ -569,13 +569,7 @@ fn read_withdrawal(
 ) -> Result<(WithdrawalSlot, u32), SnapshotError> {
     let id = input.text::<WithdrawalId>("withdrawal id")?;
     let destination = input.text::<Destination>("withdrawal destination")?;
-    let amount_at = input.offset();
-    let mantissa = input.u128("withdrawal amount")?;
-    let scale = input.u8("withdrawal amount scale")?;
-    let amount = Amount::from_parts(mantissa, scale).map_err(|error| {
-        let found = format!("{mantissa}e-{scale}");
-        input.invalid_at(amount_at, "withdrawal amount", error.to_string(), found)
-    })?;
+    let amount = input.amount("withdrawal amount", "withdrawal amount scale")?;
     let currency = input.u32("withdrawal currency")?;
     if currency as usize >= currencies {
         let expected = format!("a currency below {currencies}");

@@ -1,0 +1,656 @@
+//! Settled pairs as bytes, found by key and by withdrawal id while only a
+//! little of them is decoded.
+//!
+//! - **Pair blocks:** the pairs in the order of their keys' hashes (then
+//!   their keys), [`PAIRS_PER_BLOCK`] a block, each block its count, its
+//!   pairs and the CRC-32 of those bytes.
+//! - **Id blocks:** for every pair, its id's hash and its place (pair
+//!   block, index), in the order of the hashes, [`IDS_PER_BLOCK`] a block,
+//!   checksummed the same way.
+//! - **Fences:** each block's first hash, offset and length: all that is
+//!   held decoded. A name's hash finds the one block it can be in (or the
+//!   run of blocks equal hashes straddle); a lookup reads and checks that
+//!   block alone.
+//! - **Trailer:** the hash key, the counts, where the fences start, and the
+//!   CRC-32 of the fences and the trailer.
+//!
+//! Names are hashed with SipHash-1-3 under a key drawn for each archive,
+//! so that nobody choosing keys or ids can pile them into one block.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
+
+use payonce_model::{
+    Actor, Amount, Currency, Destination, Progress, REPLACED_MAX, Reason, Reference, RequestKey,
+    WithdrawalId, WithdrawalState,
+};
+use siphasher::sip::SipHasher13;
+
+use super::layout::{Funds, stored};
+use crate::snapshot::SNAPSHOT_HEADER_LEN;
+use crate::snapshot::error::SnapshotError;
+use crate::snapshot::format::{In, Out};
+use crate::time::Timestamp;
+
+/// Pairs a pair block holds, but for the last: a lookup decodes this many
+/// pairs at most, a few KiB.
+pub(super) const PAIRS_PER_BLOCK: usize = 64;
+/// Entries an id block holds, but for the last.
+pub(super) const IDS_PER_BLOCK: usize = 256;
+/// Bytes of a fence: the first hash, the offset, the length.
+const FENCE_LEN: usize = 8 + 8 + 4;
+/// Bytes of the trailer.
+pub(super) const TRAILER_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 4;
+/// The most bytes a block can take: a pair's texts are at most a few KiB
+/// each, so a block of them stays far below this.
+pub(super) const BLOCK_LEN_MAX: usize = 16 << 20;
+/// A pair flag: its withdrawal was minted by this ledger.
+const CREATED: u8 = 1;
+/// A pair flag: its funds left custody.
+const CAPTURED: u8 = 2;
+
+/// A settled key and the withdrawal it holds, owning its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SettledPair {
+    pub(super) key: Box<str>,
+    pub(super) claimed_seq: u64,
+    pub(super) claimed_at: Timestamp,
+    pub(super) state: WithdrawalState,
+    pub(super) reference: Option<Box<str>>,
+    pub(super) reason: Option<Box<str>>,
+    pub(super) requested_by: Box<str>,
+    pub(super) replaced: Box<[Reference]>,
+    pub(super) id: Box<str>,
+    pub(super) destination: Box<str>,
+    pub(super) amount: Amount,
+    pub(super) currency: Currency,
+    pub(super) created: bool,
+    /// Free or captured: never held.
+    pub(super) funds: Funds,
+}
+
+/// Where an archive's bytes are read from.
+pub(super) trait ArchiveSource: fmt::Debug + Send + Sync {
+    /// Reads `len` bytes from `offset` into `into`, replacing what it held.
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError>;
+    /// How many bytes there are.
+    fn byte_len(&self) -> u64;
+}
+
+/// An archive kept in memory.
+impl ArchiveSource for Vec<u8> {
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let bytes = start
+            .checked_add(len)
+            .and_then(|end| self.get(start..end))
+            .ok_or_else(|| SnapshotError::Invalid {
+                field: "archive block",
+                offset,
+                expected: format!("{len} bytes"),
+                found: format!("an archive of {} bytes", self.len()),
+            })?;
+        into.clear();
+        into.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn byte_len(&self) -> u64 {
+        self.len() as u64
+    }
+}
+
+/// Where a block is, and the first hash in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fence {
+    pub(super) first: u64,
+    pub(super) at: u64,
+    pub(super) len: u32,
+}
+
+/// An archive's fences, over the source of its blocks.
+#[derive(Debug)]
+pub(super) struct Blocks {
+    keys: (u64, u64),
+    pairs: usize,
+    pair_fences: Vec<Fence>,
+    id_fences: Vec<Fence>,
+    source: Box<dyn ArchiveSource>,
+}
+
+/// The hash of `name` under `keys`.
+fn hash(keys: (u64, u64), name: &str) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(keys.0, keys.1);
+    hasher.write(name.as_bytes());
+    hasher.finish()
+}
+
+/// Two words from the process's random source.
+fn drawn_keys() -> (u64, u64) {
+    let random = RandomState::new();
+    (random.hash_one(0u8), random.hash_one(1u8))
+}
+
+impl Blocks {
+    /// The bytes of an archive of `pairs`, under a key drawn now.
+    pub(super) fn encode(pairs: Vec<SettledPair>) -> Vec<u8> {
+        encode_under(drawn_keys(), pairs)
+    }
+
+    /// The archive `source` holds: its trailer and fences read and checked.
+    pub(super) fn open(source: Box<dyn ArchiveSource>) -> Result<Blocks, SnapshotError> {
+        let len = source.byte_len();
+        let mut bytes = Vec::new();
+        let trailer_at = len.checked_sub(TRAILER_LEN as u64).ok_or_else(|| {
+            invalid(
+                "archive trailer",
+                0,
+                "at least a trailer",
+                format!("{len} bytes"),
+            )
+        })?;
+        source.read_at(trailer_at, TRAILER_LEN, &mut bytes)?;
+        let trailer = Trailer::decode(&bytes, trailer_at)?;
+        let fences_len = trailer_at - trailer.fences_at;
+        let mut fences = Vec::new();
+        source.read_at(trailer.fences_at, fences_len as usize, &mut fences)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&fences);
+        crc.update(&bytes[..TRAILER_LEN - 4]);
+        if crc.finalize() != trailer.crc {
+            let expected = format!("{:#010x}", trailer.crc);
+            let found = "bytes whose checksum differs".to_owned();
+            return Err(invalid(
+                "archive fences",
+                trailer.fences_at,
+                &expected,
+                found,
+            ));
+        }
+        let split = trailer.pair_fences * FENCE_LEN;
+        let (at, end) = (trailer.fences_at, trailer.fences_at);
+        let (pair_fences, ids_from) = read_fences(&fences[..split], at, 0, end)?;
+        let (id_fences, ended) = read_fences(&fences[split..], at + split as u64, ids_from, end)?;
+        if ended != end {
+            let expected = format!("blocks that end at {end}, where the fences start");
+            let found = format!("blocks that end at {ended}");
+            return Err(invalid("archive fences", at, &expected, found));
+        }
+        Ok(Blocks {
+            keys: trailer.keys,
+            pairs: trailer.pairs,
+            pair_fences,
+            id_fences,
+            source,
+        })
+    }
+
+    /// How many pairs it holds.
+    pub(super) fn len(&self) -> usize {
+        self.pairs
+    }
+
+    /// The pair of `key`, with its number.
+    pub(super) fn find_key(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
+        let wanted = hash(self.keys, key);
+        let mut found = None;
+        in_blocks_of(&self.pair_fences, wanted, |block, _| {
+            let pairs = self.pair_block(block)?;
+            found = pairs
+                .into_iter()
+                .enumerate()
+                .find(|(_, pair)| &*pair.key == key)
+                .map(|(index, pair)| (number(block, index), pair));
+            Ok(found.is_some())
+        })?;
+        Ok(found)
+    }
+
+    /// The pair of withdrawal `id`, with its number.
+    pub(super) fn find_id(&self, id: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
+        let wanted = hash(self.keys, id);
+        let mut found = None;
+        in_blocks_of(&self.id_fences, wanted, |block, fence| {
+            for (hash, pair_block, index) in self.id_block(block)? {
+                if hash != wanted {
+                    continue;
+                }
+                let pair = self.pair_block(self.pair_block_number(pair_block, fence.at)?)?;
+                let pair = pair.into_iter().nth(index);
+                if let Some(pair) = pair.filter(|pair| &*pair.id == id) {
+                    found = Some((number(pair_block as usize, index), pair));
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    /// Every pair, with its number, in block order.
+    pub(super) fn pairs(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
+        let mut all = Vec::with_capacity(self.pairs);
+        for block in 0..self.pair_fences.len() {
+            let pairs = self.pair_block(block)?;
+            all.extend(
+                (0..)
+                    .zip(pairs)
+                    .map(|(index, pair)| (number(block, index), pair)),
+            );
+        }
+        Ok(all)
+    }
+
+    /// Pair block `block`, which an entry of the id block at `named_at`
+    /// names, if there is one.
+    fn pair_block_number(&self, block: u32, named_at: u64) -> Result<usize, SnapshotError> {
+        let number = block as usize;
+        if number < self.pair_fences.len() {
+            return Ok(number);
+        }
+        let expected = format!("a pair block below {}", self.pair_fences.len());
+        Err(invalid(
+            "archive id entry",
+            named_at,
+            &expected,
+            block.to_string(),
+        ))
+    }
+
+    /// The bytes of the block at `fence`, its checksum checked; an `In`
+    /// over them reads its fields.
+    fn block(&self, fence: Fence, field: &'static str) -> Result<Vec<u8>, SnapshotError> {
+        let mut bytes = Vec::new();
+        self.source
+            .read_at(fence.at, fence.len as usize, &mut bytes)?;
+        let body_len = bytes.len().saturating_sub(4);
+        let (body, crc) = bytes.split_at(body_len);
+        let stored = <[u8; 4]>::try_from(crc).map(u32::from_le_bytes).ok();
+        if stored != Some(crc32fast::hash(body)) {
+            let found = "bytes whose checksum differs".to_owned();
+            return Err(invalid(field, fence.at, "its checksum", found));
+        }
+        bytes.truncate(body_len);
+        Ok(bytes)
+    }
+
+    fn pair_block(&self, block: usize) -> Result<Vec<SettledPair>, SnapshotError> {
+        let fence = self.pair_fences[block];
+        let bytes = self.block(fence, "archive pair block")?;
+        let mut input = In::window(&bytes, fence.at as usize, fence.at as usize + bytes.len());
+        let count = usize::from(input.u8("archive pair count")?);
+        if count == 0 || count > PAIRS_PER_BLOCK {
+            let expected = format!("1 to {PAIRS_PER_BLOCK} pairs");
+            return Err(input.invalid("archive pair count", expected, count.to_string()));
+        }
+        let mut pairs = Vec::with_capacity(count);
+        for _ in 0..count {
+            pairs.push(read_pair(&mut input)?);
+        }
+        ended(&input, fence.at, bytes.len())?;
+        let hashes = pairs.iter().map(|pair| hash(self.keys, &pair.key));
+        in_order(hashes, &self.pair_fences, block, "archive pair block")?;
+        Ok(pairs)
+    }
+
+    fn id_block(&self, block: usize) -> Result<Vec<(u64, u32, usize)>, SnapshotError> {
+        let fence = self.id_fences[block];
+        let bytes = self.block(fence, "archive id block")?;
+        let mut input = In::window(&bytes, fence.at as usize, fence.at as usize + bytes.len());
+        let count = usize::from(input.u16("archive id count")?);
+        if count == 0 || count > IDS_PER_BLOCK {
+            let expected = format!("1 to {IDS_PER_BLOCK} entries");
+            return Err(input.invalid("archive id count", expected, count.to_string()));
+        }
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let hash = input.u64("archive id hash")?;
+            let pair_block = input.u32("archive id block")?;
+            let index = usize::from(input.u8("archive id index")?);
+            entries.push((hash, pair_block, index));
+        }
+        ended(&input, fence.at, bytes.len())?;
+        let hashes = entries.iter().map(|&(hash, _, _)| hash);
+        in_order(hashes, &self.id_fences, block, "archive id block")?;
+        Ok(entries)
+    }
+}
+
+/// Refuses block `block` of `fences` unless `hashes`, what it holds, start
+/// with its fence's hash, never go down, and pass no hash the next block
+/// starts with: a name is then in the block its hash finds.
+pub(super) fn in_order(
+    hashes: impl Iterator<Item = u64>,
+    fences: &[Fence],
+    block: usize,
+    field: &'static str,
+) -> Result<(), SnapshotError> {
+    let fence = fences[block];
+    let next = fences.get(block + 1).map_or(u64::MAX, |next| next.first);
+    let mut last = None;
+    for hash in hashes {
+        let placed = match last {
+            None => hash == fence.first,
+            Some(last) => last <= hash && hash <= next,
+        };
+        if !placed {
+            let expected = format!("hashes from {:#x} to {next:#x}, in order", fence.first);
+            return Err(invalid(field, fence.at, &expected, format!("{hash:#x}")));
+        }
+        last = Some(hash);
+    }
+    Ok(())
+}
+
+/// Calls `look` on each block (number, fence) of `fences` a name
+/// hashing to `wanted` can be in, the last first, until it says found.
+pub(super) fn in_blocks_of(
+    fences: &[Fence],
+    wanted: u64,
+    mut look: impl FnMut(usize, Fence) -> Result<bool, SnapshotError>,
+) -> Result<(), SnapshotError> {
+    // Blocks before the first starting after the hash; of those, only
+    // the last can hold it, and the ones before it while it starts
+    // with that very hash (equal hashes straddling a boundary).
+    let mut block = fences.partition_point(|fence| fence.first <= wanted);
+    while block > 0 {
+        block -= 1;
+        if look(block, fences[block])? || fences[block].first < wanted {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A pair's number in its archive: its place among the blocks.
+fn number(block: usize, index: usize) -> u64 {
+    (block * PAIRS_PER_BLOCK + index) as u64
+}
+
+/// A refusal of `field` at archive byte `offset`, named, as `In`'s are, as
+/// if the archive were a snapshot's body.
+fn invalid(field: &'static str, offset: u64, expected: &str, found: String) -> SnapshotError {
+    SnapshotError::Invalid {
+        field,
+        offset: offset + SNAPSHOT_HEADER_LEN as u64,
+        expected: expected.to_owned(),
+        found,
+    }
+}
+
+/// Refuses bytes after a block's last field.
+fn ended(input: &In<'_>, at: u64, len: usize) -> Result<(), SnapshotError> {
+    let read = input.at() - at as usize;
+    if read == len {
+        return Ok(());
+    }
+    let found = format!("{} bytes more", len - read);
+    Err(invalid(
+        "archive block end",
+        at + read as u64,
+        "no more bytes",
+        found,
+    ))
+}
+
+/// The trailer's fields.
+struct Trailer {
+    keys: (u64, u64),
+    pairs: usize,
+    pair_fences: usize,
+    fences_at: u64,
+    crc: u32,
+}
+
+impl Trailer {
+    fn decode(bytes: &[u8], at: u64) -> Result<Trailer, SnapshotError> {
+        let mut input = In::window(bytes, at as usize, at as usize + bytes.len());
+        let keys = (
+            input.u64("archive hash key")?,
+            input.u64("archive hash key")?,
+        );
+        let pairs = input.u64("archive pairs")?;
+        let pair_fences = input.u64("archive pair blocks")?;
+        let id_fences = input.u64("archive id blocks")?;
+        let fences_at = input.u64("archive fences offset")?;
+        let crc = input.u32("archive checksum")?;
+        let fences = pair_fences.checked_add(id_fences);
+        let fits = fences
+            .and_then(|fences| fences.checked_mul(FENCE_LEN as u64))
+            .is_some_and(|len| fences_at.checked_add(len) == Some(at));
+        let blocks_fit = pairs.div_ceil(PAIRS_PER_BLOCK as u64) == pair_fences
+            && pairs.div_ceil(IDS_PER_BLOCK as u64) == id_fences;
+        if !fits || !blocks_fit {
+            let expected = "fences that end where the trailer starts, one per block".to_owned();
+            let found = format!("{pairs} pairs, {pair_fences} + {id_fences} fences at {fences_at}");
+            return Err(invalid("archive trailer", at, &expected, found));
+        }
+        Ok(Trailer {
+            keys,
+            pairs: pairs as usize,
+            pair_fences: pair_fences as usize,
+            fences_at,
+            crc,
+        })
+    }
+}
+
+/// Fences from `bytes`, which start at `at`, and where their last block
+/// ends: the first block starts at `from`, each after the one before it,
+/// and the last ends by `blocks_end`.
+fn read_fences(
+    bytes: &[u8],
+    at: u64,
+    from: u64,
+    blocks_end: u64,
+) -> Result<(Vec<Fence>, u64), SnapshotError> {
+    let mut input = In::window(bytes, at as usize, at as usize + bytes.len());
+    let mut fences = Vec::with_capacity(bytes.len() / FENCE_LEN);
+    let mut block_end = from;
+    let mut last = 0u64;
+    while input.at() < at as usize + bytes.len() {
+        let fence = Fence {
+            first: input.u64("archive fence hash")?,
+            at: input.u64("archive fence offset")?,
+            len: input.u32("archive fence length")?,
+        };
+        let end = fence.at.checked_add(u64::from(fence.len));
+        let in_order = fence.at == block_end && fence.first >= last;
+        if !in_order || end.is_none_or(|end| end > blocks_end) || fence.len as usize > BLOCK_LEN_MAX
+        {
+            let expected = format!("a block from {block_end}, hashes in order");
+            let found = format!("{} bytes at {}", fence.len, fence.at);
+            return Err(input.invalid("archive fence", expected, found));
+        }
+        (block_end, last) = (end.unwrap_or_default(), fence.first);
+        fences.push(fence);
+    }
+    Ok((fences, block_end))
+}
+
+/// The bytes of an archive of `pairs` under hash key `keys`.
+pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8> {
+    let mut sorted: Vec<(u64, SettledPair)> = pairs
+        .into_iter()
+        .map(|pair| (hash(keys, &pair.key), pair))
+        .collect();
+    sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(&pb.key)));
+    let mut out = Out::default();
+    let mut pair_fences = Vec::new();
+    let mut ids = Vec::with_capacity(sorted.len());
+    for (block, chunk) in sorted.chunks(PAIRS_PER_BLOCK).enumerate() {
+        let start = out.bytes.len();
+        out.u8(chunk.len() as u8);
+        for (index, (_, pair)) in chunk.iter().enumerate() {
+            write_pair(&mut out, pair);
+            ids.push((hash(keys, &pair.id), block as u32, index as u8));
+        }
+        pair_fences.push(seal(&mut out, start, chunk[0].0));
+    }
+    ids.sort_unstable();
+    let mut id_fences = Vec::new();
+    for chunk in ids.chunks(IDS_PER_BLOCK) {
+        let start = out.bytes.len();
+        out.u16(chunk.len() as u16);
+        for &(hash, block, index) in chunk {
+            out.u64(hash);
+            out.u32(block);
+            out.u8(index);
+        }
+        id_fences.push(seal(&mut out, start, chunk[0].0));
+    }
+    let fences_at = out.bytes.len();
+    for fence in pair_fences.iter().chain(&id_fences) {
+        out.u64(fence.first);
+        out.u64(fence.at);
+        out.u32(fence.len);
+    }
+    out.u64(keys.0);
+    out.u64(keys.1);
+    out.count(sorted.len());
+    out.count(pair_fences.len());
+    out.count(id_fences.len());
+    out.u64(fences_at as u64);
+    let crc = crc32fast::hash(&out.bytes[fences_at..]);
+    out.u32(crc);
+    out.bytes
+}
+
+/// Ends the block that started at `start` with its checksum; its fence.
+fn seal(out: &mut Out, start: usize, first: u64) -> Fence {
+    let crc = crc32fast::hash(&out.bytes[start..]);
+    out.u32(crc);
+    let len = out.bytes.len() - start;
+    assert!(len <= BLOCK_LEN_MAX, "an archive block of {len} bytes");
+    Fence {
+        first,
+        at: start as u64,
+        len: len as u32,
+    }
+}
+
+fn write_pair(out: &mut Out, pair: &SettledPair) {
+    out.text(&pair.key);
+    out.u64(pair.claimed_seq);
+    out.u64(pair.claimed_at.unix_nanos());
+    out.u8(state_number(pair.state));
+    out.optional(pair.reference.as_deref());
+    out.optional(pair.reason.as_deref());
+    out.text(&pair.requested_by);
+    out.u8(pair.replaced.len() as u8);
+    for reference in &pair.replaced {
+        out.text(reference.as_str());
+    }
+    out.text(&pair.id);
+    out.text(&pair.destination);
+    let (mantissa, scale) = pair.amount.parts();
+    out.u128(mantissa);
+    out.u8(scale);
+    out.text(pair.currency.as_str());
+    let captured = match pair.funds {
+        Funds::Free => 0,
+        Funds::Captured => CAPTURED,
+        Funds::Held => unreachable!("a pair holding funds is never set apart"),
+    };
+    out.u8(u8::from(pair.created) | captured);
+}
+
+fn state_number(state: WithdrawalState) -> u8 {
+    let number = WithdrawalState::ALL
+        .iter()
+        .position(|&known| known == state);
+    number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
+}
+
+fn read_pair(input: &mut In<'_>) -> Result<SettledPair, SnapshotError> {
+    let key = input.text::<RequestKey>("archived key")?;
+    let claimed_seq = input.u64("archived claim seq")?;
+    let claimed_at = Timestamp::from_unix_nanos(input.u64("archived claim time")?);
+    let outcome = read_outcome(input)?;
+    let id = input.text::<WithdrawalId>("archived withdrawal id")?;
+    let destination = input.text::<Destination>("archived destination")?;
+    let amount = input.amount("archived amount", "archived amount scale")?;
+    let currency = input.text::<Currency>("archived currency")?;
+    let flags = input.u8("archived flags")?;
+    if flags & !(CREATED | CAPTURED) != 0 {
+        let expected = format!("only bits {:#04b}", CREATED | CAPTURED);
+        return Err(input.invalid("archived flags", expected, flags.to_string()));
+    }
+    Ok(SettledPair {
+        key: key.into(),
+        claimed_seq,
+        claimed_at,
+        state: outcome.state,
+        reference: outcome.reference.map(|text| text.as_str().into()),
+        reason: outcome.reason.map(|text| text.as_str().into()),
+        requested_by: outcome.requested_by.as_str().into(),
+        replaced: outcome.replaced.into(),
+        id: id.into(),
+        destination: destination.into(),
+        amount,
+        currency: stored(currency, Currency::new),
+        created: flags & CREATED != 0,
+        funds: if flags & CAPTURED != 0 {
+            Funds::Captured
+        } else {
+            Funds::Free
+        },
+    })
+}
+
+/// A settled outcome: its state and texts, checked as the model checks
+/// them.
+struct Outcome {
+    state: WithdrawalState,
+    reference: Option<Reference>,
+    reason: Option<Reason>,
+    requested_by: Actor,
+    replaced: Vec<Reference>,
+}
+
+/// A settled outcome's state and texts, checked as the model checks them.
+fn read_outcome(input: &mut In<'_>) -> Result<Outcome, SnapshotError> {
+    let at = input.offset();
+    let number = input.u8("archived state")?;
+    let state = WithdrawalState::ALL
+        .get(usize::from(number))
+        .copied()
+        .filter(|state| state.is_settled())
+        .ok_or_else(|| {
+            let expected = "a settled state".to_owned();
+            input.invalid("archived state", expected, number.to_string())
+        })?;
+    let reference = input.optional::<Reference>("archived reference")?;
+    let reason = input.optional::<Reason>("archived reason")?;
+    let requested_by = input.text::<Actor>("archived requester")?;
+    let count = usize::from(input.u8("archived replaced count")?);
+    if count > REPLACED_MAX {
+        let expected = format!("at most {REPLACED_MAX}");
+        return Err(input.invalid("archived replaced count", expected, count.to_string()));
+    }
+    let mut replaced = Vec::with_capacity(count);
+    for _ in 0..count {
+        let text = input.text::<Reference>("archived replaced reference")?;
+        replaced.push(stored(text, Reference::new));
+    }
+    let outcome = Outcome {
+        state,
+        reference: reference.map(|text| stored(text, Reference::new)),
+        reason: reason.map(|text| stored(text, Reason::new)),
+        requested_by: stored(requested_by, Actor::new),
+        replaced,
+    };
+    let checked = Progress::new(
+        state,
+        outcome.reference.clone(),
+        outcome.reason.clone(),
+        outcome.requested_by.clone(),
+        outcome.replaced.clone(),
+    );
+    match checked {
+        Ok(_) => Ok(outcome),
+        Err(error) => {
+            Err(input.invalid_at(at, "archived outcome", error.to_string(), state.to_string()))
+        }
+    }
+}
