@@ -61,10 +61,8 @@ impl Store for PayonceStore {
     }
 
     fn outcome_reference(&self, key: &str) -> Result<Option<String>, BenchError> {
-        Ok(self
-            .ledger
-            .outcome(key)
-            .and_then(|outcome| outcome.reference().map(ToString::to_string)))
+        let outcome = self.ledger.outcome(key).map_err(BenchError::ledger(None))?;
+        Ok(outcome.and_then(|outcome| outcome.reference().map(ToString::to_string)))
     }
 
     fn close(self: Box<Self>) -> Result<(), BenchError> {

@@ -141,7 +141,7 @@ impl Embedded {
     ) -> Result<T, LedgerError> {
         self.read_off_executor(move |ledger| {
             ledger.refresh()?;
-            Ok(ledger.read_named(key.as_deref(), id.as_deref(), query))
+            ledger.read_named(key.as_deref(), id.as_deref(), query)
         })
         .await
     }
@@ -257,11 +257,11 @@ impl Backend for Embedded {
         // claim's own batch catches up under the ledger-wide lock.
         let id = id.to_owned();
         Box::pin(self.read_off_executor(move |ledger| {
-            if let Some(known) = ledger.fingerprint(&id) {
+            if let Some(known) = ledger.fingerprint(&id)? {
                 return Ok(Some(known));
             }
             ledger.refresh()?;
-            Ok(ledger.fingerprint(&id))
+            ledger.fingerprint(&id)
         }))
     }
 

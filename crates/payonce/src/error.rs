@@ -65,6 +65,10 @@ pub enum LedgerError {
     /// pruned). Opening never fails for a snapshot: it sets a bad one
     /// aside and falls back ([`crate::Recovery::refused_snapshots`]).
     Snapshot(SnapshotError),
+    /// A settled pair set apart ([`crate::Config::set_apart_settled`])
+    /// could not be read back from the archive holding it, so the call
+    /// that named it was not judged: nothing was decided or appended.
+    Archive(SnapshotError),
     /// A worker of a shared ledger was configured with another policy than
     /// the one the ledger recorded when it was created: it refuses to
     /// start, so every worker decides under one policy.
@@ -235,6 +239,11 @@ impl fmt::Display for LedgerError {
             }
             LedgerError::Store(error) => write!(f, "{error}"),
             LedgerError::Snapshot(error) => write!(f, "snapshot: {error}"),
+            LedgerError::Archive(error) => write!(
+                f,
+                "a settled withdrawal could not be read back from its archive ({error}); \
+                 nothing was decided"
+            ),
             LedgerError::PolicyMismatch { ledger, worker } => write!(
                 f,
                 "this worker is configured to {} ids minted elsewhere, but the ledger {} them:                  every worker of a shared ledger decides under the policy recorded at its creation",
@@ -265,7 +274,7 @@ impl std::error::Error for LedgerError {
             LedgerError::Encode(error) => Some(error),
             LedgerError::BadEvent { error, .. } => Some(error),
             LedgerError::Store(error) => Some(error),
-            LedgerError::Snapshot(error) => Some(error),
+            LedgerError::Snapshot(error) | LedgerError::Archive(error) => Some(error),
             _ => None,
         }
     }

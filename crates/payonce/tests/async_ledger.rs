@@ -89,8 +89,8 @@ async fn a_refusal_and_a_failure_keep_their_keys_claimed() {
         .map(|entry| entry.key.to_string())
         .collect();
     assert_eq!(in_flight, ["k-r", "k-f"]);
-    assert!(ledger.ledger().held(refused.id()).is_none());
-    assert!(ledger.ledger().held(failed.id()).is_some());
+    assert!(ledger.ledger().held(refused.id()).unwrap().is_none());
+    assert!(ledger.ledger().held(failed.id()).unwrap().is_some());
 }
 
 /// The checks after a request future was cancelled: the key in flight
@@ -127,7 +127,7 @@ fn assert_left_in_flight(
     let in_flight = reopened.in_flight();
     assert_eq!(in_flight.len(), 1, "nothing released the key");
     assert_eq!(in_flight[0].key.as_str(), "k-1");
-    assert!(reopened.held(request.id()).is_some());
+    assert!(reopened.held(request.id()).unwrap().is_some());
 }
 
 // Guards against a cancelled request that releases its key: the send may

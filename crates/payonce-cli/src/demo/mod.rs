@@ -497,7 +497,10 @@ fn clean_rail_refusal(story: &mut Story<'_>) -> Result<WithdrawalRequest, CliErr
             )));
         }
     }
-    let held = story.ledger()?.held(w6.id());
+    let held = story
+        .ledger()?
+        .held(w6.id())
+        .map_err(|e| story.ledger_error(e))?;
     story.step(&format!(
         "funds held for {}: {}; grace-web-3 still claims it with an unknown outcome",
         w6.id(),
@@ -555,7 +558,7 @@ fn reopen_and_compare(
         .refresh()
         .map_err(|e| story.ledger_error(e))?;
     let before = story.answers(&keys, withdrawals)?;
-    let events = story.ledger()?.state().last_seq();
+    let events = story.ledger()?.last_seq();
     story.ledger = None;
     // Reopening right away is safe: the log releases its lock when dropped,
     // even while a child process being spawned holds a copy of its file.

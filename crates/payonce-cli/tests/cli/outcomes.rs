@@ -57,7 +57,7 @@ fn history_explains_advanced_and_corrected_outcomes_in_words() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = scenario(dir.path());
     let ledger = Ledger::open_with(dir.path(), config(scenario.clock.clone())).unwrap();
-    let sent = ledger.outcome("req-1").unwrap();
+    let sent = ledger.outcome("req-1").unwrap().unwrap();
     let confirmed = sent.confirm().unwrap();
     ledger.advance("req-1", &confirmed).unwrap();
     let failed = sent.fail(Reason::lossy("reorged out")).unwrap();

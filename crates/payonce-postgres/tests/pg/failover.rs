@@ -180,7 +180,7 @@ fn a_worker_refuses_a_log_an_asynchronous_failover_rewound_and_says_how_far() {
     // A process started afresh reads the promoted log as it is.
     drop(ledger);
     let fresh = payonce_postgres::open(&url, "api-1", Config::default()).unwrap();
-    assert!(fresh.outcome("k-1").is_some());
+    assert!(fresh.outcome("k-1").unwrap().is_some());
 }
 
 /// The last event of the ledger `primary` holds, once `standby` has

@@ -110,7 +110,7 @@ fn a_restart_ends_only_the_workers_own_sends_and_an_operator_ends_a_dead_workers
     );
     // Its next decision catches api-a up on the operator's releases.
     let outcome = a.submit("key-c", &wb, |r| Ok(sent(r, "0xc"))).unwrap();
-    assert_eq!(a.outcome("key-c"), Some(outcome));
+    assert_eq!(a.outcome("key-c").unwrap(), Some(outcome));
 }
 
 #[test]
@@ -200,13 +200,16 @@ fn a_worker_reads_another_workers_claims_once_it_refreshes() {
     let w = b.create(new_withdrawal("3")).unwrap();
     b.submit("k-b", &w, |r| Ok(sent(r, "0xb"))).unwrap();
     assert_eq!(
-        a.claimed_by(w.id().as_str()),
+        a.claimed_by(w.id().as_str()).unwrap(),
         None,
         "reads are as of a's last batch"
     );
     a.refresh().unwrap();
-    assert_eq!(a.claimed_by(w.id().as_str()).unwrap().as_str(), "k-b");
-    assert_eq!(a.outcome("k-b"), b.outcome("k-b"));
+    assert_eq!(
+        a.claimed_by(w.id().as_str()).unwrap().unwrap().as_str(),
+        "k-b"
+    );
+    assert_eq!(a.outcome("k-b").unwrap(), b.outcome("k-b").unwrap());
     assert_eq!(a.state(), b.state());
     a.refresh().unwrap();
     assert_eq!(

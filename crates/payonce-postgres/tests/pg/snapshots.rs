@@ -55,7 +55,7 @@ fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
     // The full replay also holds api-2's own start.
     assert_eq!(state.difference(&report.state), None);
     assert_eq!(
-        second.outcome("k-after").map(|o| o.state()),
+        second.outcome("k-after").unwrap().map(|o| o.state()),
         Some(payonce_model::WithdrawalState::Sent)
     );
 }

@@ -81,7 +81,7 @@ async fn a_request_past_its_time_is_503_and_its_send_goes_on() {
     service.rail.release();
     // The send goes on without its request and records its outcome.
     let key = &service.ledger;
-    while key.outcome("alice:k-1").is_none() {
+    while key.outcome("alice:k-1").unwrap().is_none() {
         tokio::task::yield_now().await;
     }
     let replay = service.submit(ALICE, &id, "k-1").await;
@@ -148,7 +148,7 @@ async fn a_shutdown_waits_for_running_sends_and_records_them() {
     assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
     stopped.await.unwrap();
     assert!(service.ledger.in_flight().is_empty());
-    assert!(service.ledger.outcome("alice:k-1").is_some());
+    assert!(service.ledger.outcome("alice:k-1").unwrap().is_some());
     let refused = service.http.get(service.url("/healthz")).send().await;
     assert!(refused.is_err(), "a stopped server takes no connection");
 }

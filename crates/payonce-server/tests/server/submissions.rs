@@ -452,7 +452,7 @@ async fn a_client_gone_mid_send_leaves_its_key_in_flight_until_the_send_ends() {
     )
     .await;
     service.rail.release();
-    while service.ledger.outcome("alice:k-1").is_none() {
+    while service.ledger.outcome("alice:k-1").unwrap().is_none() {
         tokio::task::yield_now().await;
     }
     let replay = service.submit(ALICE, &id, "k-1").await;

@@ -37,7 +37,7 @@ use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
 use crate::snapshot::DirSnapshots;
-use crate::state::{Hold, InFlight, State, apply};
+use crate::state::{Hold, InFlight, State, apply_judged};
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
 ///
@@ -395,8 +395,9 @@ impl Ledger {
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
         log.check()?;
+        // Nothing is judged before what the command names is read back.
         let [key, id] = command_names(command);
-        state.fault_in(key, id);
+        state.fault_in(key, id).map_err(LedgerError::Archive)?;
         let executed = match decide(state) {
             Ok(Answer::Append { event, meaning }) => Executed::Appended {
                 seq: self.append(log, state, event)?,
@@ -452,7 +453,7 @@ impl Ledger {
             seq, event.seq,
             "the log numbered an event differently from the ledger"
         );
-        apply(state, &event);
+        apply_judged(state, &event);
         if let Some(snapshots) = &self.inner.snapshots {
             snapshots.appended(seq);
         }
@@ -858,7 +859,18 @@ impl Ledger {
     /// Answers `query` from the state under the lock. Every decision waits
     /// while it runs, so keep it short.
     fn read<T>(&self, query: impl FnOnce(&State) -> T) -> T {
-        self.read_named(None, None, query)
+        let round = self.lock_for_reading();
+        query(&round.state)
+    }
+
+    /// The state's lock for a query. A query must answer even if a panic
+    /// poisoned the lock: reading (and bringing a settled pair back)
+    /// cannot make a half-applied state worse, and writes are refused.
+    fn lock_for_reading(&self) -> MutexGuard<'_, Round> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Answers `query` about `key` or withdrawal `id` (or both) from the
@@ -866,39 +878,36 @@ impl Ledger {
     /// for. A settled key and the withdrawal it holds are found together,
     /// so naming either answers for both; what the query reads about other
     /// names may be missing. Every decision waits while it runs, so keep
-    /// it short.
+    /// it short. Fails only when a settled pair set apart cannot be read
+    /// back ([`LedgerError::Archive`]).
     pub fn read_named<T>(
         &self,
         key: Option<&str>,
         id: Option<&str>,
         query: impl FnOnce(&State) -> T,
-    ) -> T {
-        // A query must answer even if a panic poisoned the lock: reading
-        // (and bringing a settled pair back) cannot make a half-applied
-        // state worse, and writes are refused.
-        let mut round = self
-            .inner
+    ) -> Result<T, LedgerError> {
+        let mut round = self.lock_for_reading();
+        round
             .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        round.state.fault_in(key, id);
-        query(&round.state)
+            .fault_in(key, id)
+            .map_err(LedgerError::Archive)?;
+        Ok(query(&round.state))
     }
 
     /// The outcome recorded for `key`; `None` if unknown or in flight.
-    pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
+    pub fn outcome(&self, key: &str) -> Result<Option<WithdrawalRequest>, LedgerError> {
         let key = key.trim();
         self.read_named(Some(key), None, |state| state.outcome(key))
     }
 
     /// The key that holds withdrawal `id`.
-    pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
+    pub fn claimed_by(&self, id: &str) -> Result<Option<RequestKey>, LedgerError> {
         self.read_named(None, Some(id), |state| state.claimed_by(id))
     }
 
     /// The fingerprint of withdrawal `id`, if this ledger minted it or a
     /// key holds it.
-    pub fn fingerprint(&self, id: &str) -> Option<Fingerprint> {
+    pub fn fingerprint(&self, id: &str) -> Result<Option<Fingerprint>, LedgerError> {
         self.read_named(None, Some(id), |state| state.fingerprint(id))
     }
 
@@ -908,12 +917,12 @@ impl Ledger {
     }
 
     /// The funds held for withdrawal `id`.
-    pub fn held(&self, id: &str) -> Option<Hold> {
+    pub fn held(&self, id: &str) -> Result<Option<Hold>, LedgerError> {
         self.read_named(None, Some(id), |state| state.held(id))
     }
 
     /// The funds of withdrawal `id` that left custody.
-    pub fn captured(&self, id: &str) -> Option<Hold> {
+    pub fn captured(&self, id: &str) -> Result<Option<Hold>, LedgerError> {
         self.read_named(None, Some(id), |state| state.captured(id))
     }
 
@@ -994,7 +1003,7 @@ impl Ledger {
     }
 
     /// Whether `id` names a withdrawal this ledger created.
-    pub fn was_created(&self, id: &WithdrawalId) -> bool {
+    pub fn was_created(&self, id: &WithdrawalId) -> Result<bool, LedgerError> {
         self.read_named(None, Some(id), |state| state.was_created(id))
     }
 }
@@ -1025,3 +1034,6 @@ fn panic_message(panic: &Box<dyn Any + Send>) -> String {
         "a panic without a message".to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests_archive;

@@ -31,7 +31,7 @@ use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
 use crate::snapshot::{Loaded, SnapshotStore, load_newest_of};
-use crate::state::{ClaimChange, State, apply};
+use crate::state::{ClaimChange, State, apply_judged};
 
 /// Events a batch takes before it commits without waiting for more.
 pub const BATCH_EVENTS_MAX: usize = 256;
@@ -453,8 +453,12 @@ impl Ledger {
         command: &Command,
         decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
     ) -> Result<Executed<M, N>, LedgerError> {
+        // Nothing is judged before what the command names is read back.
         let [key, id] = command_names(command);
-        round.state.fault_in(key, id);
+        round
+            .state
+            .fault_in(key, id)
+            .map_err(LedgerError::Archive)?;
         match decide(&round.state) {
             Ok(Answer::Append { event, meaning }) => Ok(Executed::Appended {
                 seq: self.append_shared(round, event)?,
@@ -498,7 +502,7 @@ impl Ledger {
             keys: event.kind.keys_touched().into_iter().cloned().collect(),
             withdrawal: event.kind.withdrawal().cloned(),
         });
-        apply(&mut round.state, &event);
+        apply_judged(&mut round.state, &event);
         Ok(event.seq)
     }
 

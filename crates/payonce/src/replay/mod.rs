@@ -102,7 +102,7 @@ pub(crate) fn apply_batch(
             state.read_ahead(names);
         }
         for (view, names) in views.iter().zip(&names) {
-            state.fault_in_names(names);
+            state.fault_in_names(names).map_err(LedgerError::Archive)?;
             let found = state.prefetch(names);
             if let Some(divergence) = rederive_prefetched(state, view, &found) {
                 on_divergence.diverged(divergence)?;

@@ -149,32 +149,46 @@ impl State {
 
     /// Brings back, into live slots, the archived pair of `key` and of
     /// withdrawal `id`: what judging or applying an event naming them
-    /// reads. Does nothing for a name that is live or archived nowhere.
-    pub(crate) fn fault_in(&mut self, key: Option<&str>, id: Option<&str>) {
+    /// reads. Does nothing for a name that is live or archived nowhere. A
+    /// pair that cannot be read back is the error, and the state is as
+    /// before but for pairs already brought back, which answer alike.
+    pub(crate) fn fault_in(
+        &mut self,
+        key: Option<&str>,
+        id: Option<&str>,
+    ) -> Result<(), SnapshotError> {
         let Some(archived) = &self.archived else {
-            return;
+            return Ok(());
         };
         let blocks = Arc::clone(&archived.blocks);
-        let key = key.filter(|key| self.find_key(key).is_none());
-        let id = id.filter(|id| self.find_withdrawal(id).is_none());
-        let found = [
-            key.and_then(|key| read_back(blocks.find_key(key))),
-            id.and_then(|id| read_back(blocks.find_id(id))),
-        ];
-        for (number, pair) in found.into_iter().flatten() {
-            if self.shadow(number) {
-                self.bring_back(&pair);
-            }
+        if let Some(key) = key.filter(|key| self.find_key(key).is_none())
+            && let Some((number, pair)) = blocks.find_key(key)?
+        {
+            self.bring_back_once(number, &pair);
         }
+        if let Some(id) = id.filter(|id| self.find_withdrawal(id).is_none())
+            && let Some((number, pair)) = blocks.find_id(id)?
+        {
+            self.bring_back_once(number, &pair);
+        }
+        Ok(())
     }
 
     /// [`State::fault_in`] of the names an event looks up.
-    pub(crate) fn fault_in_names(&mut self, names: &Names<'_>) {
-        if self.archived.is_some() {
-            self.fault_in(
-                names.key.map(|name| name.text),
-                names.id.map(|name| name.text),
-            );
+    pub(crate) fn fault_in_names(&mut self, names: &Names<'_>) -> Result<(), SnapshotError> {
+        if self.archived.is_none() {
+            return Ok(());
+        }
+        self.fault_in(
+            names.key.map(|name| name.text),
+            names.id.map(|name| name.text),
+        )
+    }
+
+    /// Brings archived pair `number` back unless it was already.
+    fn bring_back_once(&mut self, number: u64, pair: &SettledPair) {
+        if self.shadow(number) {
+            self.bring_back(pair);
         }
     }
 
@@ -247,5 +261,53 @@ impl State {
         if !pair.replaced.is_empty() {
             self.replaced.insert(slot, pair.replaced.clone());
         }
+    }
+}
+
+/// An archive in memory whose reads fail while its switch is on: what a
+/// test puts under a state to see what a failed read does.
+#[cfg(test)]
+#[derive(Debug)]
+struct Switchable {
+    bytes: Vec<u8>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[cfg(test)]
+impl super::archive_blocks::ArchiveSource for Switchable {
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(SnapshotError::Store {
+                detail: format!("reading {len} bytes at {offset} failed, as the test asked"),
+            });
+        }
+        self.bytes.read_at(offset, len, into)
+    }
+
+    fn byte_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// Puts this state's archive behind a switch that fails every read of
+    /// it while on (off at first); `None` if no pair is set apart.
+    pub(crate) fn archive_switch(&mut self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        let archived = self.archived.as_mut()?;
+        let source = &archived.blocks;
+        let mut bytes = Vec::new();
+        read_back(
+            source
+                .source()
+                .read_at(0, source.source().byte_len() as usize, &mut bytes),
+        );
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let switchable = Switchable {
+            bytes,
+            failing: Arc::clone(&failing),
+        };
+        archived.blocks = Arc::new(read_back(Blocks::open(Box::new(switchable))));
+        Some(failing)
     }
 }

@@ -190,6 +190,12 @@ impl Blocks {
         self.pairs
     }
 
+    /// Where its bytes are read from.
+    #[cfg(test)]
+    pub(super) fn source(&self) -> &dyn ArchiveSource {
+        &*self.source
+    }
+
     /// The pair of `key`, with its number.
     pub(super) fn find_key(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
         let wanted = hash(self.keys, key);

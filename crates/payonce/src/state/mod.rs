@@ -46,6 +46,7 @@ use payonce_model::{
 use rust_decimal::Decimal;
 
 pub use self::apply::apply;
+pub(crate) use self::apply::apply_judged;
 pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};

@@ -457,7 +457,7 @@ fn the_ledger_is_send_sync_and_cheap_to_clone() {
     let w = f.withdrawal();
     clone.record("req-1", w.clone()).unwrap();
     assert_eq!(
-        f.ledger().outcome("req-1"),
+        f.ledger().outcome("req-1").unwrap(),
         Some(w),
         "a clone is the same ledger"
     );

@@ -297,28 +297,28 @@ pub enum Asked<'a> {
 impl Asked<'_> {
     pub fn outcome(&self, key: &str) -> Option<WithdrawalRequest> {
         match self {
-            Asked::Ledger(ledger) => ledger.outcome(key),
+            Asked::Ledger(ledger) => ledger.outcome(key).unwrap(),
             Asked::Copy(state) => state.outcome(key),
         }
     }
 
     pub fn claimed_by(&self, id: &str) -> Option<RequestKey> {
         match self {
-            Asked::Ledger(ledger) => ledger.claimed_by(id),
+            Asked::Ledger(ledger) => ledger.claimed_by(id).unwrap(),
             Asked::Copy(state) => state.claimed_by(id),
         }
     }
 
     pub fn held(&self, id: &str) -> Option<Hold> {
         match self {
-            Asked::Ledger(ledger) => ledger.held(id),
+            Asked::Ledger(ledger) => ledger.held(id).unwrap(),
             Asked::Copy(state) => state.held(id),
         }
     }
 
     pub fn captured(&self, id: &str) -> Option<Hold> {
         match self {
-            Asked::Ledger(ledger) => ledger.captured(id),
+            Asked::Ledger(ledger) => ledger.captured(id).unwrap(),
             Asked::Copy(state) => state.captured(id),
         }
     }

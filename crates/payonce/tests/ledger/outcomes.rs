@@ -44,7 +44,7 @@ fn a_send_answering_with_an_unsettled_withdrawal_leaves_the_key_in_flight_naming
             state: WithdrawalState::Approved
         }
     );
-    assert!(f.ledger().outcome("req-1").is_none());
+    assert!(f.ledger().outcome("req-1").unwrap().is_none());
     let in_flight = f.ledger().in_flight();
     assert_eq!(in_flight.len(), 1);
     assert!(in_flight[0].held, "the hold stays");
@@ -101,7 +101,7 @@ fn resolve_with_an_unsettled_outcome_is_refused_naming_the_state_and_writes_only
         assert!(matches!(last_event(&f), EventKind::Refused { .. }));
     }
     assert_eq!(f.ledger().in_flight().len(), 1);
-    assert!(f.ledger().held(w.id()).is_some());
+    assert!(f.ledger().held(w.id()).unwrap().is_some());
     // A settled outcome closes it.
     f.ledger()
         .resolve("req-1", sent(&w, "0x1"), "seen on chain", "ops")
@@ -119,7 +119,7 @@ fn record_keeps_the_request_as_it_stands_whatever_its_state() {
         f.ledger().record("req-1", approved.clone()).unwrap(),
         approved
     );
-    assert_eq!(f.ledger().outcome("req-1"), Some(approved));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(approved));
 }
 
 #[test]
@@ -127,14 +127,17 @@ fn a_later_report_moves_a_sent_outcome_forward_and_the_funds_follow() {
     // Guards against a withdrawal that fails on the rail after being sent staying captured forever.
     let mut f = Fixture::new();
     let (w, outcome) = sent_under(&f, "req-1");
-    assert!(f.ledger().held(w.id()).is_none());
-    assert_eq!(f.ledger().captured(w.id()).unwrap().amount, w.amount());
+    assert!(f.ledger().held(w.id()).unwrap().is_none());
+    assert_eq!(
+        f.ledger().captured(w.id()).unwrap().unwrap().amount,
+        w.amount()
+    );
     // Bumped to another reference: still captured.
     let bumped = outcome.bump(Reference::new("0xbump").unwrap()).unwrap();
     f.ledger().advance("req-1", &bumped).unwrap();
     assert!(matches!(last_event(&f), EventKind::Advanced { .. }));
-    assert_eq!(f.ledger().outcome("req-1"), Some(bumped.clone()));
-    assert!(f.ledger().captured(w.id()).is_some());
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(bumped.clone()));
+    assert!(f.ledger().captured(w.id()).unwrap().is_some());
     // The same report twice changes nothing.
     let before = f.ledger().last_seq();
     f.ledger().advance("req-1", &bumped).unwrap();
@@ -144,9 +147,9 @@ fn a_later_report_moves_a_sent_outcome_forward_and_the_funds_follow() {
         .fail(Reason::new("dropped from the mempool").unwrap())
         .unwrap();
     f.ledger().advance("req-1", &failed).unwrap();
-    assert_eq!(f.ledger().outcome("req-1"), Some(failed.clone()));
-    assert!(f.ledger().captured(w.id()).is_none());
-    assert!(f.ledger().held(w.id()).is_none());
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(failed.clone()));
+    assert!(f.ledger().captured(w.id()).unwrap().is_none());
+    assert!(f.ledger().held(w.id()).unwrap().is_none());
     assert!(f.ledger().state().captured_totals().is_empty());
     // Never back: a failed withdrawal is not confirmed after.
     let error = f
@@ -162,7 +165,7 @@ fn a_later_report_moves_a_sent_outcome_forward_and_the_funds_follow() {
         }
     );
     f.assert_same_after_reopen(&["req-1"], &[&w]);
-    assert_eq!(f.ledger().outcome("req-1"), Some(failed));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(failed));
 }
 
 #[test]
@@ -172,7 +175,10 @@ fn a_confirmation_keeps_the_funds_captured_and_nothing_follows_it() {
     let (w, outcome) = sent_under(&f, "req-1");
     let confirmed = outcome.confirm().unwrap();
     f.ledger().advance("req-1", &confirmed).unwrap();
-    assert_eq!(f.ledger().captured(w.id()).unwrap().amount, w.amount());
+    assert_eq!(
+        f.ledger().captured(w.id()).unwrap().unwrap().amount,
+        w.amount()
+    );
     let failed = outcome.fail(Reason::new("late").unwrap()).unwrap();
     let error = f.ledger().advance("req-1", &failed).unwrap_err();
     assert!(
@@ -228,7 +234,7 @@ fn an_operator_corrects_an_outcome_recorded_in_error_and_replay_re_derives_it() 
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(f.ledger().outcome("req-1"), Some(right.clone()));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(right.clone()));
     // The same correction again changes nothing.
     let before = f.ledger().last_seq();
     f.ledger()
@@ -244,7 +250,7 @@ fn an_operator_corrects_an_outcome_recorded_in_error_and_replay_re_derives_it() 
     f.ledger()
         .correct("req-1", &failed, "the rail says it never left", "ops-ana")
         .unwrap();
-    assert!(f.ledger().captured(w.id()).is_none());
+    assert!(f.ledger().captured(w.id()).unwrap().is_none());
     f.assert_same_after_reopen(&["req-1"], &[&w]);
     assert!(Payonce::verify_clean(&f));
 }

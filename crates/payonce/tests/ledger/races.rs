@@ -139,13 +139,20 @@ fn callers_racing_for_the_same_withdrawal_under_different_keys_send_once() {
         .map(|(key, _)| key.clone())
         .collect();
     assert_eq!(winner.len(), 1, "{results:?}");
-    assert_eq!(ledger.claimed_by(w.id()).unwrap().as_str(), winner[0]);
+    assert_eq!(
+        ledger.claimed_by(w.id()).unwrap().unwrap().as_str(),
+        winner[0]
+    );
     for (key, result) in results.iter().filter(|(_, r)| r.is_err()) {
         let error = result.as_ref().unwrap_err();
         let Some(Refusal::Claimed { holder, .. }) = error.refusal() else {
             panic!("{key}: {error}")
         };
         assert_eq!(holder.as_str(), winner[0], "the refusal names the winner");
-        assert_eq!(ledger.outcome(key), None, "a loser leaves no trace");
+        assert_eq!(
+            ledger.outcome(key).unwrap(),
+            None,
+            "a loser leaves no trace"
+        );
     }
 }

@@ -32,15 +32,15 @@ fn the_first_submission_sends() {
 
     assert_eq!(rail.sends(&w), 1);
     assert_eq!(outcome.state(), WithdrawalState::Sent);
-    assert_eq!(f.ledger().outcome("req-1"), Some(outcome.clone()));
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-1");
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(outcome.clone()));
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-1");
     assert_eq!(
-        f.ledger().held(w.id()),
+        f.ledger().held(w.id()).unwrap(),
         None,
         "a sent withdrawal's hold is captured"
     );
     f.assert_same_after_reopen(&["req-1"], &[&w]);
-    assert_eq!(f.ledger().outcome("req-1"), Some(outcome));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(outcome));
 }
 
 fn a_retry_replays_the_first_outcome() {
@@ -71,7 +71,7 @@ fn another_key_for_another_withdrawal_sends() {
     f.ledger().submit("req-2", w2.clone(), rail.ok()).unwrap();
 
     assert_eq!((rail.sends(&w1), rail.sends(&w2)), (1, 1));
-    assert_eq!(f.ledger().claimed_by(w2.id()).unwrap().as_str(), "req-2");
+    assert_eq!(f.ledger().claimed_by(w2.id()).unwrap().unwrap().as_str(), "req-2");
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w1, &w2]);
 }
 
@@ -88,7 +88,7 @@ fn a_key_is_recognised_through_surrounding_space() {
 
     assert_eq!(again, first);
     assert_eq!(rail.sends(&w), 1);
-    assert_eq!(f.ledger().outcome(" req-1 "), Some(first));
+    assert_eq!(f.ledger().outcome(" req-1 ").unwrap(), Some(first));
     f.assert_same_after_reopen(&["req-1", " req-1 "], &[&w]);
 }
 
@@ -119,7 +119,7 @@ fn reusing_a_key_for_another_withdrawal_is_a_conflict_naming_the_differing_field
     );
     assert_eq!(rail.sends(&w2), 0);
     assert_eq!(
-        f.ledger().claimed_by(w2.id()),
+        f.ledger().claimed_by(w2.id()).unwrap(),
         None,
         "the refused request left no trace"
     );
@@ -133,10 +133,10 @@ fn without_a_send_the_request_is_recorded_as_it_stands() {
     let recorded = f.ledger().record("req-1", w.clone()).unwrap();
 
     assert_eq!(recorded, w);
-    assert_eq!(f.ledger().outcome("req-1"), Some(w.clone()));
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-1");
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(w.clone()));
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-1");
     assert!(
-        f.ledger().held(w.id()).is_some(),
+        f.ledger().held(w.id()).unwrap().is_some(),
         "a request not yet sent keeps its funds held"
     );
     assert_eq!(
@@ -165,7 +165,7 @@ fn a_send_that_fails_keeps_the_key_claimed() {
             .unwrap_err();
         assert_eq!(retry.refusal_kind(), Some(RefusalKind::InFlight), "{retry}");
         assert_eq!(rail.sends(&w), 1, "the retry did not send");
-        assert_eq!(f.ledger().outcome("req-1"), None);
+        assert_eq!(f.ledger().outcome("req-1").unwrap(), None);
         let in_flight = f.ledger().in_flight();
         assert_eq!(in_flight.len(), 1);
         assert_eq!(in_flight[0].key.as_str(), "req-1");
@@ -174,7 +174,7 @@ fn a_send_that_fails_keeps_the_key_claimed() {
             "rail timed out"
         );
         assert!(
-            f.ledger().held(w.id()).is_some(),
+            f.ledger().held(w.id()).unwrap().is_some(),
             "an unknown outcome keeps the hold"
         );
         f.assert_same_after_reopen(&["req-1"], &[&w]);
@@ -200,7 +200,7 @@ fn a_claimed_key_closes_once_the_truth_is_known() {
     );
     assert_eq!(rail.sends(&w), 1);
     assert!(f.ledger().in_flight().is_empty());
-    assert_eq!(f.ledger().held(w.id()), None, "the hold is captured");
+    assert_eq!(f.ledger().held(w.id()).unwrap(), None, "the hold is captured");
     f.ledger()
         .resolve("req-1", found.clone(), "again", "ops-ana")
         .unwrap();
@@ -230,7 +230,7 @@ fn resolving_with_another_outcome_is_a_conflict() {
         })
     ));
     assert_eq!(error.refusal_kind(), Some(RefusalKind::Conflict));
-    assert_eq!(f.ledger().outcome("req-1"), Some(outcome));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(outcome));
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
@@ -246,8 +246,8 @@ fn releasing_a_claimed_key_allows_a_retry() {
         .release("req-1", "rail shows nothing", "ops-ana")
         .unwrap();
 
-    assert_eq!(f.ledger().claimed_by(w.id()), None);
-    assert_eq!(f.ledger().held(w.id()), None);
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap(), None);
+    assert_eq!(f.ledger().held(w.id()).unwrap(), None);
     f.assert_same_after_reopen(&["req-1"], &[&w]);
     let outcome = f.ledger().submit("req-1", w.clone(), rail.ok()).unwrap();
     assert_eq!(outcome.state(), WithdrawalState::Sent);
@@ -268,8 +268,8 @@ fn a_released_withdrawal_can_be_claimed_by_another_key() {
 
     f.ledger().submit("req-2", w.clone(), rail.ok()).unwrap();
 
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-2");
-    assert_eq!(f.ledger().outcome("req-1"), None);
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-2");
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), None);
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
 }
 
@@ -288,8 +288,8 @@ fn releasing_a_key_that_produced_an_outcome_is_refused() {
             ..
         })
     ));
-    assert_eq!(f.ledger().outcome("req-1"), Some(outcome));
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-1");
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(outcome));
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-1");
     f.assert_same_after_reopen(&["req-1"], &[&w]);
 }
 
@@ -331,7 +331,7 @@ fn a_second_key_for_a_claimed_withdrawal_is_a_conflict_naming_the_holder() {
     ));
     assert!(error.to_string().contains("req-1"), "{error}");
     assert_eq!(rail.sends(&w), 1);
-    assert_eq!(f.ledger().outcome("req-2"), None);
+    assert_eq!(f.ledger().outcome("req-2").unwrap(), None);
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
     assert!(f.ledger().submit("req-2", w.clone(), rail.ok()).is_err());
     assert_eq!(rail.sends(&w), 1);
@@ -395,9 +395,9 @@ fn a_callback_under_a_fresh_key_cannot_resolve_a_withdrawal_another_key_holds() 
             .map(|k| k.as_str()),
         Some("req-1")
     );
-    assert_eq!(f.ledger().outcome("webhook-7"), None);
+    assert_eq!(f.ledger().outcome("webhook-7").unwrap(), None);
     assert_eq!(
-        f.ledger().outcome("req-1"),
+        f.ledger().outcome("req-1").unwrap(),
         None,
         "the holder is still in flight"
     );
@@ -413,9 +413,9 @@ fn a_resolve_under_a_fresh_key_claims_an_unclaimed_withdrawal() {
         .resolve("ops-1", found.clone(), "sent by hand", "ops")
         .unwrap();
 
-    assert_eq!(f.ledger().outcome("ops-1"), Some(found));
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "ops-1");
-    assert_eq!(f.ledger().held(w.id()), None, "captured at once");
+    assert_eq!(f.ledger().outcome("ops-1").unwrap(), Some(found));
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "ops-1");
+    assert_eq!(f.ledger().held(w.id()).unwrap(), None, "captured at once");
     f.assert_same_after_reopen(&["ops-1"], &[&w]);
 }
 
@@ -433,8 +433,8 @@ fn a_late_release_does_not_evict_a_claim_that_has_moved_to_another_key() {
         .release("req-1", "duplicate release from the queue", "ops")
         .unwrap();
 
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-2");
-    assert!(f.ledger().outcome("req-2").is_some());
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-2");
+    assert!(f.ledger().outcome("req-2").unwrap().is_some());
     f.assert_same_after_reopen(&["req-1", "req-2"], &[&w]);
 }
 
@@ -458,9 +458,9 @@ fn a_rail_refusal_releases_the_hold_and_keeps_the_key_claimed() {
     };
     assert_eq!((key.as_str(), withdrawal), ("req-1", w.id()));
     assert_eq!(reason.as_str(), "insufficient hot wallet balance");
-    assert_eq!(f.ledger().held(w.id()), None, "the funds are given back");
+    assert_eq!(f.ledger().held(w.id()).unwrap(), None, "the funds are given back");
     assert!(f.ledger().held_totals().is_empty());
-    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().as_str(), "req-1");
+    assert_eq!(f.ledger().claimed_by(w.id()).unwrap().unwrap().as_str(), "req-1");
     let retry = f
         .ledger()
         .submit("req-1", w.clone(), rail.ok())
@@ -500,7 +500,7 @@ fn a_panicking_send_keeps_the_key_claimed() {
         .unwrap_err();
     assert_eq!(retry.refusal_kind(), Some(RefusalKind::InFlight));
     assert_eq!(rail.sends(&w), 0);
-    assert_eq!(f.ledger().outcome("req-1"), None);
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), None);
     let in_flight = f.ledger().in_flight();
     assert!(
         in_flight[0]
@@ -510,7 +510,7 @@ fn a_panicking_send_keeps_the_key_claimed() {
             .as_str()
             .contains("rail client bug")
     );
-    assert!(f.ledger().held(w.id()).is_some());
+    assert!(f.ledger().held(w.id()).unwrap().is_some());
     f.ledger()
         .release("req-1", "checked: never reached the rail", "ops")
         .unwrap();
@@ -547,7 +547,7 @@ fn release_and_resolve_are_refused_while_the_keys_send_is_running() {
         })
         .unwrap();
 
-    assert_eq!(f.ledger().outcome("req-1"), Some(outcome));
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(outcome));
     assert_eq!(rail.sends(&w), 1);
 }
 
@@ -597,7 +597,7 @@ fn ids_minted_elsewhere_are_accepted_when_configured() {
     }
     f.config.accept_foreign_ids = false;
     f.reopen();
-    assert!(f.ledger().outcome("req-1").is_some());
+    assert!(f.ledger().outcome("req-1").unwrap().is_some());
     let other = crate::scenarios::payonce_tests_fixture::foreign("w-other");
     assert!(f.ledger().submit("req-2", other, rail.ok()).is_err());
 }
@@ -651,7 +651,7 @@ fn a_failed_outcome_releases_the_hold_and_a_sent_one_captures_it() {
         .resolve("req-1", gone, "the node says it never broadcast", "ops")
         .unwrap();
     assert_eq!(
-        f.ledger().held(failed.id()),
+        f.ledger().held(failed.id()).unwrap(),
         None,
         "a failed outcome releases the hold"
     );
@@ -668,7 +668,7 @@ fn a_failed_outcome_releases_the_hold_and_a_sent_one_captures_it() {
         .resolve("req-2", sent(&captured, "0x7"), "on chain", "ops")
         .unwrap();
     assert_eq!(
-        f.ledger().held(captured.id()),
+        f.ledger().held(captured.id()).unwrap(),
         None,
         "a sent outcome captures the hold"
     );
@@ -701,7 +701,7 @@ fn after_a_crash_a_key_whose_send_was_running_can_be_closed() {
     reopened
         .release("req-1", "the rail never saw it", "ops")
         .unwrap();
-    assert_eq!(reopened.claimed_by(w.id()), None);
+    assert_eq!(reopened.claimed_by(w.id()).unwrap(), None);
 }
 
 fn a_dropped_ticket_leaves_the_key_in_flight_and_says_so() {
@@ -723,7 +723,7 @@ fn a_dropped_ticket_leaves_the_key_in_flight_and_says_so() {
             .as_str()
             .contains("dropped without being completed")
     );
-    assert!(f.ledger().held(w.id()).is_some());
+    assert!(f.ledger().held(w.id()).unwrap().is_some());
     let retry = f
         .ledger()
         .submit("req-1", w.clone(), Rail::default().ok())
@@ -768,9 +768,9 @@ fn a_send_that_returns_another_withdrawal_is_a_conflict_and_the_key_stays_in_fli
             .iter()
             .any(|d| d.field == FingerprintField::Amount)
     );
-    assert_eq!(f.ledger().outcome("req-1"), None);
+    assert_eq!(f.ledger().outcome("req-1").unwrap(), None);
     assert_eq!(f.ledger().in_flight().len(), 1);
-    assert!(f.ledger().held(w.id()).is_some());
+    assert!(f.ledger().held(w.id()).unwrap().is_some());
     f.assert_same_after_reopen(&["req-1"], &[&w, &other]);
 }
 
@@ -827,16 +827,16 @@ fn a_hold_that_would_pass_the_most_the_ledger_can_total_is_refused() {
         .unwrap_err();
     assert_eq!(error.refusal_kind(), Some(RefusalKind::Limit), "{error}");
     assert_eq!(rail.sends(last), 0);
-    assert_eq!(f.ledger().outcome("req-7"), None);
-    assert!(f.ledger().held(last.id()).is_none());
-    assert_eq!(f.ledger().claimed_by(last.id()), None);
+    assert_eq!(f.ledger().outcome("req-7").unwrap(), None);
+    assert!(f.ledger().held(last.id()).unwrap().is_none());
+    assert_eq!(f.ledger().claimed_by(last.id()).unwrap(), None);
 
     // Once a hold ends there is room again.
     f.ledger()
         .release("req-0", "the rail has no such transfer", "ops")
         .unwrap();
     f.ledger().record("req-7", last.clone()).unwrap();
-    assert!(f.ledger().held(last.id()).is_some());
+    assert!(f.ledger().held(last.id()).unwrap().is_some());
     let keys: Vec<String> = (0..9).map(|n| format!("req-{n}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let withdrawals: Vec<_> = withdrawals.iter().collect();

@@ -37,17 +37,30 @@ fn a_schema_1_log_verifies_clean_and_opens_with_every_decision_re_derived() {
     assert_eq!(ledger.last_seq(), 29);
     assert_eq!(ledger.in_flight(), report.state.in_flight());
     assert_eq!(ledger.held_totals(), report.held);
-    assert_eq!(ledger.claimed_by("w-6"), None, "k-rejected was released");
+    assert_eq!(
+        ledger.claimed_by("w-6").unwrap(),
+        None,
+        "k-rejected was released"
+    );
     assert_eq!(
         ledger
             .outcome("k-failed")
+            .unwrap()
             .unwrap()
             .reference()
             .unwrap()
             .as_str(),
         "0xa3"
     );
-    assert_eq!(ledger.outcome("k-bumped").unwrap().replaced().len(), 1);
+    assert_eq!(
+        ledger
+            .outcome("k-bumped")
+            .unwrap()
+            .unwrap()
+            .replaced()
+            .len(),
+        1
+    );
 }
 
 #[test]

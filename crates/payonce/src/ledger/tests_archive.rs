@@ -1,0 +1,147 @@
+//! A ledger whose archive of settled pairs cannot be read: every call that
+//! names a name fails closed, with nothing judged or appended, and answers
+//! as before once the archive reads again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use payonce_log::MemStorage;
+use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
+
+use super::{Config, Ledger, NewWithdrawal};
+use crate::error::LedgerError;
+use crate::snapshot::SnapshotPolicy;
+
+fn config() -> Config {
+    Config {
+        set_apart_settled: true,
+        snapshots: SnapshotPolicy::off(),
+        ..Config::default()
+    }
+}
+
+fn new_withdrawal() -> NewWithdrawal {
+    NewWithdrawal {
+        amount: Amount::parse("7.5").unwrap_or_else(|e| panic!("{e}")),
+        currency: Currency::new("USDC").unwrap_or_else(|e| panic!("{e}")),
+        destination: Destination::new("0xfeed").unwrap_or_else(|e| panic!("{e}")),
+        requested_by: Actor::new("alice").unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+fn sent(request: &WithdrawalRequest) -> WithdrawalRequest {
+    let reference = Reference::new("0xabc").unwrap_or_else(|e| panic!("{e}"));
+    request
+        .approve()
+        .and_then(|r| r.start_sending())
+        .and_then(|r| r.mark_sent(reference))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A ledger reopened with key `k-1`'s sent withdrawal set apart, and the
+/// switch that fails reading its archive.
+fn reopened_with_switch(storage: &MemStorage) -> (Ledger, WithdrawalRequest, Arc<AtomicBool>) {
+    let ledger =
+        Ledger::init_on(Arc::new(storage.clone()), config()).unwrap_or_else(|e| panic!("{e}"));
+    let w = ledger
+        .create(new_withdrawal())
+        .unwrap_or_else(|e| panic!("{e}"));
+    ledger
+        .submit("k-1", &w, |r| Ok(sent(r)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(ledger);
+    let ledger =
+        Ledger::open_on(Arc::new(storage.clone()), config()).unwrap_or_else(|e| panic!("{e}"));
+    let switch = ledger
+        .lock_state()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .state
+        .archive_switch()
+        .unwrap_or_else(|| panic!("k-1's pair was not set apart"));
+    (ledger, w, switch)
+}
+
+fn is_archive(error: &LedgerError) -> bool {
+    matches!(error, LedgerError::Archive(_))
+}
+
+#[test]
+fn an_archive_that_cannot_be_read_fails_every_call_naming_a_name_and_writes_nothing() {
+    let storage = MemStorage::new();
+    let (ledger, w, switch) = reopened_with_switch(&storage);
+    switch.store(true, Ordering::SeqCst);
+    let before = ledger.last_seq();
+    let sends = std::cell::Cell::new(0);
+    let retried = ledger.submit("k-1", &w, |r| {
+        sends.set(sends.get() + 1);
+        Ok(sent(r))
+    });
+    assert!(
+        matches!(&retried, Err(crate::SubmitError::Ledger(error)) if is_archive(error)),
+        "{retried:?}"
+    );
+    // Another key for the same withdrawal is not judged either: its
+    // holder cannot be read.
+    let other = ledger.claim("k-2", &w);
+    assert!(
+        matches!(&other, Err(error) if is_archive(error)),
+        "{other:?}"
+    );
+    let asked = ledger.outcome("k-1");
+    assert!(
+        matches!(&asked, Err(error) if is_archive(error)),
+        "{asked:?}"
+    );
+    assert!(matches!(ledger.claimed_by(w.id()), Err(ref error) if is_archive(error)));
+    assert_eq!(ledger.last_seq(), before, "nothing was appended");
+    assert_eq!(sends.get(), 0, "nothing was sent");
+    // Once the archive reads again, the retry replays the first outcome.
+    switch.store(false, Ordering::SeqCst);
+    let replayed = ledger
+        .submit("k-1", &w, |_| panic!("a settled key sends again"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(replayed, sent(&w));
+    assert_eq!(ledger.last_seq(), before);
+    let refused = ledger.claim("k-2", &w);
+    assert!(
+        matches!(&refused, Err(LedgerError::Refused(crate::Refusal::Claimed { holder, .. })) if holder.as_str() == "k-1"),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_new_key_waits_for_the_archive_unless_its_fences_place_it_before_every_block() {
+    let storage = MemStorage::new();
+    let (ledger, _, switch) = reopened_with_switch(&storage);
+    switch.store(true, Ordering::SeqCst);
+    let mut waiting = Vec::new();
+    for n in 0..64 {
+        // A new withdrawal names no key, and its minted id is new.
+        let created = ledger
+            .create(new_withdrawal())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let before = ledger.last_seq();
+        let key = format!("k-new-{n}");
+        match ledger.claim(&key, &created) {
+            // Whether a new key is one set apart cannot be told unread.
+            Err(error) if is_archive(&error) => {
+                assert_eq!(ledger.last_seq(), before, "{key}: nothing is appended");
+                waiting.push((key, created));
+            }
+            // Its hash, and its id's, come before the only block's first.
+            Ok(super::Claim::Granted(_)) => {}
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    assert!(
+        !waiting.is_empty(),
+        "every new key was placed before the block"
+    );
+    switch.store(false, Ordering::SeqCst);
+    for (key, created) in waiting {
+        let granted = ledger
+            .submit(&key, &created, |r| Ok(sent(r)))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(granted, sent(&created));
+    }
+}
