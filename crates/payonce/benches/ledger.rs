@@ -635,7 +635,8 @@ fn status_kib(name: &str) -> u64 {
 }
 
 /// Opens the ledger in `dir` replaying every event (`how` is `full`) or
-/// from its newest snapshot, taking none.
+/// from its newest snapshot, taking none; `set-apart` then sets its settled
+/// pairs apart ([`Config::set_apart_settled`]).
 fn open_child(dir: &Path, how: &str) {
     let snapshots = match how {
         "full" => SnapshotPolicy::off(),
@@ -643,6 +644,7 @@ fn open_child(dir: &Path, how: &str) {
     };
     let config = Config {
         snapshots,
+        set_apart_settled: how == "set-apart",
         ..Config::default()
     };
     let before = status_kib("VmRSS:");
