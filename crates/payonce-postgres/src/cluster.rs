@@ -369,8 +369,26 @@ impl Cluster {
 
     /// Cuts this standby off from its primary (`primary_conninfo` cleared):
     /// it receives nothing more, as an asynchronous standby that lags.
+    /// Returns once its WAL receiver has stopped: the reload reaches it a
+    /// moment after, and until then commits still stream.
     pub fn disconnect(&self) -> Result<(), ClusterError> {
-        self.set("primary_conninfo = ''")
+        self.set("primary_conninfo = ''")?;
+        let step = "waiting for the standby to stop receiving";
+        let mut admin = self.admin().map_err(|error| cluster_error(step, error))?;
+        let started = Instant::now();
+        loop {
+            let receiving: i64 = admin
+                .query_one("SELECT count(*) FROM pg_stat_wal_receiver", &[])
+                .map_err(|error| cluster_error(step, error))?
+                .get(0);
+            if receiving == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > STREAMING_WAIT_MAX {
+                return Err(cluster_error(step, "its WAL receiver runs on"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Kills the server as a crash would: SIGKILL to the postmaster and to
