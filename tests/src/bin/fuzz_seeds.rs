@@ -405,13 +405,18 @@ fn ledger_ops_seeds(dir: &Path) {
         ),
     ];
     for (name, ops) in seeds {
-        // Each world twice: reopenings replayed on one thread, then on two.
-        for (suffix, replay_on_two_threads) in [("", false), ("-two-threads", true)] {
+        // Each world three times: reopenings replayed on one thread, on
+        // two, and with settled pairs set apart at every opening.
+        for (suffix, replay_on_two_threads, set_apart_settled) in [
+            ("", false, false),
+            ("-two-threads", true, false),
+            ("-set-apart", false, true),
+        ] {
             let config = WorldConfig {
                 accept_foreign_ids: false,
                 log_refusals: true,
                 replay_on_two_threads,
-                set_apart_settled: false,
+                set_apart_settled,
             };
             write(
                 dir,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use payonce::{
-    Appended, Claim, ClaimChange, Event, EventKind, LedgerError, Refusal, SCHEMA_VERSION,
+    Appended, Claim, ClaimChange, Config, Event, EventKind, LedgerError, Refusal, SCHEMA_VERSION,
     SharedLog, StoreError,
 };
 use payonce_model::WithdrawalRequest;
@@ -186,6 +186,37 @@ fn workers_mint_ids_unique_across_the_ledger_and_see_each_others_claims() {
     let (report, head) = payonce_postgres::verify(&url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
     assert_eq!(head.seq, report.events);
+}
+
+#[test]
+fn a_worker_with_settled_pairs_set_apart_catches_up_on_a_refusal_about_one() {
+    // Guards against replaying a logged refusal without reading back the
+    // withdrawal its command names, which replay judges again: the worker
+    // would report a divergence and drop what it had set apart.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let a = payonce_postgres::open(&url, "api-a", config()).unwrap();
+    let w = a.create(new_withdrawal("3")).unwrap();
+    a.submit("k-1", &w, |r| Ok(sent(r, "0xa"))).unwrap();
+    let apart = Config {
+        set_apart_settled: true,
+        ..config()
+    };
+    let b = payonce_postgres::open(&url, "api-b", apart).unwrap();
+    let refused = a.claim("k-2", &w);
+    assert!(
+        matches!(&refused, Err(LedgerError::Refused(Refusal::Claimed { holder, .. })) if holder.as_str() == "k-1"),
+        "{refused:?}"
+    );
+    b.refresh().unwrap();
+    // A decision after the catch-up, and the withdrawal's claim.
+    b.create(new_withdrawal("4")).unwrap();
+    assert_eq!(
+        b.claimed_by(w.id().as_str()).unwrap().unwrap().as_str(),
+        "k-1"
+    );
+    a.refresh().unwrap();
+    assert_eq!(a.state(), b.state());
 }
 
 #[test]

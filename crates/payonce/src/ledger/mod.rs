@@ -880,6 +880,11 @@ impl Ledger {
     /// names may be missing. Every decision waits while it runs, so keep
     /// it short. Fails only when a settled pair set apart cannot be read
     /// back ([`LedgerError::Archive`]).
+    ///
+    /// # Panics
+    /// If `query` iterates the whole state ([`State::records`],
+    /// [`State::claims`]) while settled pairs are set apart
+    /// ([`Config::set_apart_settled`]): ask [`Ledger::state`] for that.
     pub fn read_named<T>(
         &self,
         key: Option<&str>,

@@ -40,13 +40,12 @@ impl Archived {
         self.blocks.len() - self.shadowed.len()
     }
 
-    /// Every pair still only in the archive.
-    fn unshadowed(&self) -> Vec<SettledPair> {
+    /// Every pair still only in the archive, with its number.
+    fn unshadowed(&self) -> Vec<(u64, SettledPair)> {
         let pairs = read_back(self.blocks.pairs());
         pairs
             .into_iter()
             .filter(|(number, _)| !self.shadowed.contains(number))
-            .map(|(_, pair)| pair)
             .collect()
     }
 }
@@ -62,10 +61,11 @@ impl State {
     /// (a copy of the state keeps sharing it); pairs set apart before stay
     /// there. Answers nothing differently.
     pub(crate) fn set_apart_settled(&mut self) {
-        let mut pairs = self
+        let pairs = self
             .archived
             .take()
             .map_or_else(Vec::new, |archived| archived.unshadowed());
+        let mut pairs: Vec<SettledPair> = pairs.into_iter().map(|(_, pair)| pair).collect();
         let settled: Vec<u32> = self
             .keys
             .in_use()
@@ -164,12 +164,12 @@ impl State {
         if let Some(key) = key.filter(|key| self.find_key(key).is_none())
             && let Some((number, pair)) = blocks.find_key(key)?
         {
-            self.bring_back_once(number, &pair);
+            self.bring_back_once(&blocks, number, &pair)?;
         }
         if let Some(id) = id.filter(|id| self.find_withdrawal(id).is_none())
             && let Some((number, pair)) = blocks.find_id(id)?
         {
-            self.bring_back_once(number, &pair);
+            self.bring_back_once(&blocks, number, &pair)?;
         }
         Ok(())
     }
@@ -185,11 +185,25 @@ impl State {
         )
     }
 
-    /// Brings archived pair `number` back unless it was already.
-    fn bring_back_once(&mut self, number: u64, pair: &SettledPair) {
-        if self.shadow(number) {
-            self.bring_back(pair);
+    /// Brings archived pair `number` of `blocks` back unless it was
+    /// already.
+    fn bring_back_once(
+        &mut self,
+        blocks: &Blocks,
+        number: u64,
+        pair: &SettledPair,
+    ) -> Result<(), SnapshotError> {
+        let shadowed = self
+            .archived
+            .as_ref()
+            .is_some_and(|archived| archived.shadowed.contains(&number));
+        if shadowed {
+            return Ok(());
         }
+        self.bring_back(pair)
+            .map_err(|(expected, found)| blocks.refused(number, expected, found))?;
+        self.shadow(number);
+        Ok(())
     }
 
     /// Marks archived pair `number` shadowed; whether it was not already.
@@ -205,8 +219,12 @@ impl State {
         let Some(archived) = self.archived.take() else {
             return;
         };
-        for pair in archived.unshadowed() {
-            self.bring_back(&pair);
+        for (number, pair) in archived.unshadowed() {
+            let brought = self.bring_back(&pair);
+            read_back(
+                brought
+                    .map_err(|(expected, found)| archived.blocks.refused(number, expected, found)),
+            );
         }
     }
 
@@ -225,12 +243,25 @@ impl State {
         );
     }
 
-    /// Puts `pair` into live slots as it was before it was set apart.
-    fn bring_back(&mut self, pair: &SettledPair) {
-        let currency = *self
-            .currency_numbers
-            .get(&pair.currency)
-            .unwrap_or_else(|| panic!("archived currency {} is not numbered", pair.currency));
+    /// Puts `pair` into live slots as it was before it was set apart;
+    /// refuses (what was expected, what was found) a pair whose key or id
+    /// is live already, or whose currency the state does not hold, before
+    /// changing anything.
+    fn bring_back(&mut self, pair: &SettledPair) -> Result<(), (&'static str, String)> {
+        let live = if self.find_key(&pair.key).is_some() {
+            Some(format!("key {}, which is live", pair.key))
+        } else if self.find_withdrawal(&pair.id).is_some() {
+            Some(format!("withdrawal {}, which is live", pair.id))
+        } else {
+            None
+        };
+        if let Some(found) = live {
+            return Err(("a pair whose key and id are set apart", found));
+        }
+        let Some(&currency) = self.currency_numbers.get(&pair.currency) else {
+            let found = format!("currency {}", pair.currency);
+            return Err(("a currency the state holds", found));
+        };
         let withdrawal = WithdrawalSlot {
             id: self.texts.push(&pair.id),
             destination: self.texts.push(&pair.destination),
@@ -261,6 +292,7 @@ impl State {
         if !pair.replaced.is_empty() {
             self.replaced.insert(slot, pair.replaced.clone());
         }
+        Ok(())
     }
 }
 

@@ -17,6 +17,7 @@
 //! Names are hashed with SipHash-1-3 under a key drawn for each archive,
 //! so that nobody choosing keys or ids can pile them into one block.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
 
@@ -190,6 +191,14 @@ impl Blocks {
         self.pairs
     }
 
+    /// A refusal of pair `number` as it meets the state it is brought back
+    /// into, at its block's offset.
+    pub(super) fn refused(&self, number: u64, expected: &str, found: String) -> SnapshotError {
+        let block = (number / PAIRS_PER_BLOCK as u64) as usize;
+        let at = self.pair_fences.get(block).map_or(0, |fence| fence.at);
+        invalid("archived pair", at, expected, found)
+    }
+
     /// Where its bytes are read from.
     #[cfg(test)]
     pub(super) fn source(&self) -> &dyn ArchiveSource {
@@ -217,13 +226,17 @@ impl Blocks {
         let wanted = hash(self.keys, id);
         let mut found = None;
         in_blocks_of(&self.id_fences, wanted, |block, fence| {
-            for (hash, pair_block, index) in self.id_block(block)? {
-                if hash != wanted {
+            for (entry, pair_block, index) in self.id_block(block)? {
+                if entry != wanted {
                     continue;
                 }
-                let pair = self.pair_block(self.pair_block_number(pair_block, fence.at)?)?;
-                let pair = pair.into_iter().nth(index);
-                if let Some(pair) = pair.filter(|pair| &*pair.id == id) {
+                let pair = self.named_pair(pair_block, index, fence.at)?;
+                if hash(self.keys, &pair.id) != wanted {
+                    let expected = format!("a pair whose id hashes to {wanted:#x}");
+                    let found = format!("withdrawal {}", pair.id);
+                    return Err(invalid("archive id entry", fence.at, &expected, found));
+                }
+                if &*pair.id == id {
                     found = Some((number(pair_block as usize, index), pair));
                     return Ok(true);
                 }
@@ -233,7 +246,28 @@ impl Blocks {
         Ok(found)
     }
 
+    /// The pair an entry of the id block at `named_at` names: pair
+    /// `index` of pair block `block`, which must exist.
+    fn named_pair(
+        &self,
+        block: u32,
+        index: usize,
+        named_at: u64,
+    ) -> Result<SettledPair, SnapshotError> {
+        let pairs = self.pair_block(self.pair_block_number(block, named_at)?)?;
+        let count = pairs.len();
+        pairs.into_iter().nth(index).ok_or_else(|| {
+            let expected = format!("a pair below {count} in block {block}");
+            invalid("archive id entry", named_at, &expected, index.to_string())
+        })
+    }
+
     /// Every pair, with its number, in block order.
+    /// Every pair, with its number, in block order, once every block is
+    /// checked against the others: as many pairs as the trailer says, no
+    /// key or id twice, and each id entry naming the one pair whose id
+    /// hashes to it. What a lookup cannot see (an entry missing, a name
+    /// twice) is refused here.
     pub(super) fn pairs(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
         let mut all = Vec::with_capacity(self.pairs);
         for block in 0..self.pair_fences.len() {
@@ -244,7 +278,51 @@ impl Blocks {
                     .map(|(index, pair)| (number(block, index), pair)),
             );
         }
+        let at = self.pair_fences.first().map_or(0, |fence| fence.at);
+        if all.len() != self.pairs {
+            let found = format!("{} pairs in its blocks", all.len());
+            return Err(invalid("archive pairs", at, &self.pairs.to_string(), found));
+        }
+        let mut names = HashSet::with_capacity(2 * all.len());
+        let mut ids = HashMap::with_capacity(all.len());
+        for (number, pair) in &all {
+            ids.insert(*number, hash(self.keys, &pair.id));
+            if !names.insert((true, &*pair.key)) || !names.insert((false, &*pair.id)) {
+                let expected = "each key and each id once".to_owned();
+                let found = format!("key {} or withdrawal {} again", pair.key, pair.id);
+                return Err(invalid("archive pairs", at, &expected, found));
+            }
+        }
+        self.check_id_entries(ids)?;
         Ok(all)
+    }
+
+    /// Refuses id blocks that do not name each pair of `ids` (a pair's
+    /// number to its id's hash) exactly once, under that hash.
+    fn check_id_entries(&self, mut ids: HashMap<u64, u64>) -> Result<(), SnapshotError> {
+        for block in 0..self.id_fences.len() {
+            let at = self.id_fences[block].at;
+            for (entry, pair_block, index) in self.id_block(block)? {
+                if ids.remove(&number(pair_block as usize, index)) != Some(entry) {
+                    let expected = "the one pair whose id hashes to it".to_owned();
+                    let found = format!("pair {index} of block {pair_block} for {entry:#x}");
+                    return Err(invalid("archive id entry", at, &expected, found));
+                }
+            }
+        }
+        match ids.into_keys().next() {
+            None => Ok(()),
+            Some(number) => {
+                let at = self.id_fences.first().map_or(0, |fence| fence.at);
+                let expected = "an entry for every pair".to_owned();
+                Err(invalid(
+                    "archive id blocks",
+                    at,
+                    &expected,
+                    format!("none for pair {number}"),
+                ))
+            }
+        }
     }
 
     /// Pair block `block`, which an entry of the id block at `named_at`

@@ -51,7 +51,7 @@ pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
 use self::sessions::Sessions;
-use crate::event::{EventKind, KindView, command_key};
+use crate::event::{EventKind, KindView, command_names};
 use crate::time::Timestamp;
 
 /// The most funds held in one currency at once: the largest decimal the
@@ -136,9 +136,9 @@ impl<'a> Names<'a> {
             | KindView::SendRejected { key, .. }
             | KindView::SendFailed { key, .. }
             | KindView::Released { key, .. } => [Some(key.as_str()), None],
-            KindView::Refused { command, .. } => {
-                [command_key(command).map(|key| key.as_str()), None]
-            }
+            // Replay judges the refused command again, which reads what it
+            // names.
+            KindView::Refused { command, .. } => command_names(command),
             KindView::Opened { .. } | KindView::Started { .. } | KindView::SessionEnded { .. } => {
                 [None, None]
             }

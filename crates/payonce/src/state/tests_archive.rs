@@ -12,6 +12,7 @@ use crate::command::Command;
 use crate::decide::decide;
 use crate::event::{Event, SCHEMA_VERSION};
 use crate::refusal::Refusal;
+use crate::snapshot::error::SnapshotError;
 
 /// Applies the event `kind` makes to a state with pairs set apart, as the
 /// ledger does: what it names brought back first.
@@ -88,6 +89,29 @@ fn a_pair_is_brought_back_by_its_key_or_its_withdrawal_once() {
     assert_eq!(live_keys(&apart), 2);
     assert_eq!(apart.key_count(), 2);
     assert_eq!(apart, whole);
+}
+
+#[test]
+fn a_pair_whose_withdrawal_is_live_already_is_refused_and_nothing_is_brought_back() {
+    use Fate::*;
+    let mut apart = set_apart(&claimed_as(&[Sent]));
+    // Only a damaged archive, or a bug, lists a pair beside a live slot of
+    // its own: here the withdrawal is made again behind the archive's back.
+    let event = Event {
+        schema: SCHEMA_VERSION,
+        seq: apart.last_seq() + 1,
+        at: Timestamp::from_unix_nanos(1),
+        kind: super::tests::created(&withdrawal("w-1")),
+    };
+    apply_judged(&mut apart, &event);
+    let keys = live_keys(&apart);
+    let refused = apart.fault_in(Some("k-1"), None);
+    assert!(
+        matches!(&refused, Err(SnapshotError::Invalid { field: "archived pair", found, .. }) if found.contains("w-1")),
+        "{refused:?}"
+    );
+    assert_eq!(live_keys(&apart), keys);
+    assert!(apart.record("k-1").is_none());
 }
 
 #[test]

@@ -173,6 +173,81 @@ fn a_block_whose_hashes_are_out_of_place_is_refused() {
     assert!(in_order([30, u64::MAX].into_iter(), &fences, 2, "block").is_ok());
 }
 
+/// `bytes` (an archive of one pair block and one id block) with its id
+/// block's last entry dropped, every checksum and offset made to agree.
+fn without_last_id_entry(bytes: &[u8]) -> Vec<u8> {
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+    let trailer = bytes.len() - TRAILER_LEN;
+    let fences_at = word(trailer + 40) as usize;
+    // The id block's fence is the last: its first hash, offset, length.
+    let fence = trailer - 20;
+    let (id_at, id_len) = (word(fence + 8) as usize, bytes[fence + 16] as usize);
+    let count = u16::from_le_bytes([bytes[id_at], bytes[id_at + 1]]);
+    let mut block = bytes[id_at..id_at + id_len - 4 - 13].to_vec();
+    block[..2].copy_from_slice(&(count - 1).to_le_bytes());
+    block.extend_from_slice(&crc32fast::hash(&block).to_le_bytes());
+    let mut out = bytes[..id_at].to_vec();
+    out.extend_from_slice(&block);
+    let new_fences_at = out.len();
+    out.extend_from_slice(&bytes[fences_at..trailer]);
+    let fence = out.len() - 20;
+    out[fence + 16..fence + 20].copy_from_slice(&(block.len() as u32).to_le_bytes());
+    out.extend_from_slice(&bytes[trailer..trailer + 40]);
+    out.extend_from_slice(&(new_fences_at as u64).to_le_bytes());
+    let crc = crc32fast::hash(&out[new_fences_at..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn an_archive_missing_an_id_entry_is_refused_when_read_whole() {
+    let bytes = encode_under(KEYS, pairs(2));
+    let crafted = without_last_id_entry(&bytes);
+    assert_eq!(crafted.len(), bytes.len() - 13);
+    // Every checksum agrees, so it opens and a lookup cannot tell...
+    let blocks = opened(crafted).unwrap_or_else(|e| panic!("{e}"));
+    let found = ["w-0", "w-1"].map(|id| blocks.find_id(id).map(|found| found.is_some()));
+    assert!(
+        found.iter().any(|found| matches!(found, Ok(false))),
+        "{found:?}"
+    );
+    // ...but reading it whole finds the pair no entry names.
+    let refused = blocks.pairs().map(|pairs| pairs.len());
+    assert!(
+        matches!(
+            &refused,
+            Err(SnapshotError::Invalid {
+                field: "archive id blocks",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_archive_holding_a_key_or_an_id_twice_is_refused_when_read_whole() {
+    for twice in ["key", "id"] {
+        let mut both = pairs(2);
+        match twice {
+            "key" => both[1].key = both[0].key.clone(),
+            _ => both[1].id = both[0].id.clone(),
+        }
+        let blocks = opened(encode_under(KEYS, both)).unwrap_or_else(|e| panic!("{e}"));
+        let refused = blocks.pairs().map(|pairs| pairs.len());
+        assert!(
+            matches!(
+                &refused,
+                Err(SnapshotError::Invalid {
+                    field: "archive pairs",
+                    ..
+                })
+            ),
+            "{twice}: {refused:?}"
+        );
+    }
+}
+
 /// Every answer `bytes` give: the pairs, and every name looked up.
 fn answers(bytes: Vec<u8>, count: usize) -> Result<Vec<Option<(u64, SettledPair)>>, SnapshotError> {
     let blocks = opened(bytes)?;

@@ -212,7 +212,13 @@ impl Fixture {
     /// pairs set apart, a copy of its whole state, so that asking brings
     /// none of them back before a decision needs it.
     pub fn asked(&self) -> Asked<'_> {
-        if self.config.set_apart_settled {
+        self.asked_through(false)
+    }
+
+    /// [`Fixture::asked`], but through the ledger's own queries (which
+    /// bring back what they name) when `ledger` is set.
+    pub fn asked_through(&self, ledger: bool) -> Asked<'_> {
+        if self.config.set_apart_settled && !ledger {
             Asked::Copy(Box::new(self.ledger().state()))
         } else {
             Asked::Ledger(self.ledger())
