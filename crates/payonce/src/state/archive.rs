@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use payonce_model::WithdrawalState;
 
-use super::archive_blocks::{Blocks, SettledPair};
+use super::archive_blocks::{Blocks, PairView, SettledPair};
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
 use super::{Names, State};
 use crate::snapshot::error::SnapshotError;
@@ -61,26 +61,28 @@ impl State {
     /// (a copy of the state keeps sharing it); pairs set apart before stay
     /// there. Answers nothing differently.
     pub(crate) fn set_apart_settled(&mut self) {
-        let pairs = self
+        let earlier = self
             .archived
             .take()
             .map_or_else(Vec::new, |archived| archived.unshadowed());
-        let mut pairs: Vec<SettledPair> = pairs.into_iter().map(|(_, pair)| pair).collect();
         let settled: Vec<u32> = self
             .keys
             .in_use()
             .filter(|&slot| self.is_settled_pair(slot))
             .collect();
+        if earlier.is_empty() && settled.is_empty() {
+            return;
+        }
+        let mut views: Vec<PairView<'_>> = earlier.iter().map(|(_, pair)| pair.view()).collect();
+        views.extend(settled.iter().map(|&slot| self.settled_view(slot)));
+        let bytes = Blocks::encode(views);
         for slot in settled {
-            pairs.push(self.take_settled(slot));
+            self.remove_settled(slot);
         }
-        if !pairs.is_empty() {
-            let bytes = Blocks::encode(pairs);
-            self.archived = Some(Archived {
-                blocks: Arc::new(read_back(Blocks::open(Box::new(bytes)))),
-                shadowed: HashSet::new(),
-            });
-        }
+        self.archived = Some(Archived {
+            blocks: Arc::new(read_back(Blocks::open(Box::new(bytes)))),
+            shadowed: HashSet::new(),
+        });
         if self.texts.wants_compacting() {
             self.compact();
         }
@@ -100,16 +102,12 @@ impl State {
             && withdrawal.funds != Funds::Held
     }
 
-    /// Takes the settled pair of key slot `slot` out of the live slots,
-    /// moving no funds.
-    fn take_settled(&mut self, slot: u32) -> SettledPair {
-        let entry = self.keys[slot].clone();
-        let withdrawal = self.withdrawals[entry.withdrawal].clone();
-        let text = |at| Box::<str>::from(self.texts.get(at));
-        let requested_by = entry
-            .requested_by
-            .unwrap_or_else(|| panic!("key slot {slot} has an outcome without a requester"));
-        let pair = SettledPair {
+    /// The settled pair of key slot `slot`, borrowed from the slots.
+    fn settled_view(&self, slot: u32) -> PairView<'_> {
+        let entry = &self.keys[slot];
+        let withdrawal = &self.withdrawals[entry.withdrawal];
+        let text = |at| self.texts.get(at);
+        PairView {
             key: text(entry.key),
             claimed_seq: entry.claimed_seq,
             claimed_at: entry.claimed_at,
@@ -118,33 +116,41 @@ impl State {
                 .unwrap_or_else(|| panic!("key slot {slot} set apart in flight")),
             reference: entry.reference.map(text),
             reason: entry.reason.map(text),
-            requested_by: text(requested_by),
-            replaced: self.replaced.remove(&slot).unwrap_or_default(),
+            requested_by: text(
+                entry.requested_by.unwrap_or_else(|| {
+                    panic!("key slot {slot} has an outcome without a requester")
+                }),
+            ),
+            replaced: self.replaced.get(&slot).map_or(&[], |replaced| replaced),
             id: text(withdrawal.id),
             destination: text(withdrawal.destination),
             amount: withdrawal.amount,
-            currency: self.currencies[withdrawal.currency as usize].clone(),
+            currency: self.currencies[withdrawal.currency as usize].as_str(),
             created: withdrawal.created,
             funds: withdrawal.funds,
-        };
-        for at in [
-            entry.key,
-            requested_by,
-            withdrawal.id,
-            withdrawal.destination,
-        ] {
+        }
+    }
+
+    /// Takes the settled pair of key slot `slot` out of the live slots,
+    /// moving no funds.
+    fn remove_settled(&mut self, slot: u32) {
+        let entry = self.keys[slot].clone();
+        let withdrawal = self.withdrawals[entry.withdrawal].clone();
+        let key_hash = self.hasher.hash(self.texts.get(entry.key));
+        let id_hash = self.hasher.hash(self.texts.get(withdrawal.id));
+        for at in [entry.key, withdrawal.id, withdrawal.destination] {
             self.texts.free(at);
         }
-        self.texts.free_option(entry.reference);
-        self.texts.free_option(entry.reason);
-        self.keys.unlist(slot, self.hasher.hash(&pair.key));
+        for at in [entry.reference, entry.reason, entry.requested_by] {
+            self.texts.free_option(at);
+        }
+        self.replaced.remove(&slot);
+        self.keys.unlist(slot, key_hash);
         self.keys.free.push(slot);
-        self.withdrawals
-            .unlist(entry.withdrawal, self.hasher.hash(&pair.id));
+        self.withdrawals.unlist(entry.withdrawal, id_hash);
         let freed = &mut self.withdrawals[entry.withdrawal];
         (freed.listed, freed.named_by, freed.holder) = (false, 0, NO_HOLDER);
         self.withdrawals.free.push(entry.withdrawal);
-        pair
     }
 
     /// Brings back, into live slots, the archived pair of `key` and of

@@ -70,6 +70,47 @@ pub(super) struct SettledPair {
     pub(super) funds: Funds,
 }
 
+/// A settled pair's fields, borrowed: from a pair read back, or from the
+/// state's own slots, so that encoding one copies no text first.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PairView<'a> {
+    pub(super) key: &'a str,
+    pub(super) claimed_seq: u64,
+    pub(super) claimed_at: Timestamp,
+    pub(super) state: WithdrawalState,
+    pub(super) reference: Option<&'a str>,
+    pub(super) reason: Option<&'a str>,
+    pub(super) requested_by: &'a str,
+    pub(super) replaced: &'a [Reference],
+    pub(super) id: &'a str,
+    pub(super) destination: &'a str,
+    pub(super) amount: Amount,
+    pub(super) currency: &'a str,
+    pub(super) created: bool,
+    pub(super) funds: Funds,
+}
+
+impl SettledPair {
+    pub(super) fn view(&self) -> PairView<'_> {
+        PairView {
+            key: &self.key,
+            claimed_seq: self.claimed_seq,
+            claimed_at: self.claimed_at,
+            state: self.state,
+            reference: self.reference.as_deref(),
+            reason: self.reason.as_deref(),
+            requested_by: &self.requested_by,
+            replaced: &self.replaced,
+            id: &self.id,
+            destination: &self.destination,
+            amount: self.amount,
+            currency: self.currency.as_str(),
+            created: self.created,
+            funds: self.funds,
+        }
+    }
+}
+
 /// Where an archive's bytes are read from.
 pub(super) trait ArchiveSource: fmt::Debug + Send + Sync {
     /// Reads `len` bytes from `offset` into `into`, replacing what it held.
@@ -134,7 +175,7 @@ fn drawn_keys() -> (u64, u64) {
 
 impl Blocks {
     /// The bytes of an archive of `pairs`, under a key drawn now.
-    pub(super) fn encode(pairs: Vec<SettledPair>) -> Vec<u8> {
+    pub(super) fn encode(pairs: Vec<PairView<'_>>) -> Vec<u8> {
         encode_under(drawn_keys(), pairs)
     }
 
@@ -553,12 +594,12 @@ fn read_fences(
 }
 
 /// The bytes of an archive of `pairs` under hash key `keys`.
-pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8> {
-    let mut sorted: Vec<(u64, SettledPair)> = pairs
+pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<PairView<'_>>) -> Vec<u8> {
+    let mut sorted: Vec<(u64, PairView<'_>)> = pairs
         .into_iter()
-        .map(|pair| (hash(keys, &pair.key), pair))
+        .map(|pair| (hash(keys, pair.key), pair))
         .collect();
-    sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(&pb.key)));
+    sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(pb.key)));
     let mut out = Out::default();
     let mut pair_fences = Vec::new();
     let mut ids = Vec::with_capacity(sorted.len());
@@ -567,7 +608,7 @@ pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8>
         out.u8(chunk.len() as u8);
         for (index, (_, pair)) in chunk.iter().enumerate() {
             write_pair(&mut out, pair);
-            ids.push((hash(keys, &pair.id), block as u32, index as u8));
+            ids.push((hash(keys, pair.id), block as u32, index as u8));
         }
         pair_fences.push(seal(&mut out, start, chunk[0].0));
     }
@@ -613,24 +654,24 @@ fn seal(out: &mut Out, start: usize, first: u64) -> Fence {
     }
 }
 
-fn write_pair(out: &mut Out, pair: &SettledPair) {
-    out.text(&pair.key);
+fn write_pair(out: &mut Out, pair: &PairView<'_>) {
+    out.text(pair.key);
     out.u64(pair.claimed_seq);
     out.u64(pair.claimed_at.unix_nanos());
     out.u8(state_number(pair.state));
-    out.optional(pair.reference.as_deref());
-    out.optional(pair.reason.as_deref());
-    out.text(&pair.requested_by);
+    out.optional(pair.reference);
+    out.optional(pair.reason);
+    out.text(pair.requested_by);
     out.u8(pair.replaced.len() as u8);
-    for reference in &pair.replaced {
+    for reference in pair.replaced {
         out.text(reference.as_str());
     }
-    out.text(&pair.id);
-    out.text(&pair.destination);
+    out.text(pair.id);
+    out.text(pair.destination);
     let (mantissa, scale) = pair.amount.parts();
     out.u128(mantissa);
     out.u8(scale);
-    out.text(pair.currency.as_str());
+    out.text(pair.currency);
     let captured = match pair.funds {
         Funds::Free => 0,
         Funds::Captured => CAPTURED,

@@ -66,6 +66,11 @@ fn pairs(count: usize) -> Vec<SettledPair> {
     (0..count).map(pair).collect()
 }
 
+/// The bytes of an archive of `pairs` under hash key `keys`.
+fn encoded(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8> {
+    encode_under(keys, pairs.iter().map(SettledPair::view).collect())
+}
+
 fn opened(bytes: Vec<u8>) -> Result<Blocks, SnapshotError> {
     Blocks::open(Box::new(bytes))
 }
@@ -73,7 +78,7 @@ fn opened(bytes: Vec<u8>) -> Result<Blocks, SnapshotError> {
 #[test]
 fn every_pair_is_found_by_its_key_and_by_its_id_and_nothing_else_is() {
     let count = 3 * PAIRS_PER_BLOCK + IDS_PER_BLOCK + 5;
-    let blocks = opened(encode_under(KEYS, pairs(count))).unwrap_or_else(|e| panic!("{e}"));
+    let blocks = opened(encoded(KEYS, pairs(count))).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(blocks.len(), count);
     let mut numbers = std::collections::BTreeSet::new();
     for n in 0..count {
@@ -114,11 +119,8 @@ fn every_pair_is_found_by_its_key_and_by_its_id_and_nothing_else_is() {
 fn the_same_pairs_under_the_same_key_are_the_same_bytes_whatever_their_order() {
     let mut shuffled = pairs(200);
     shuffled.reverse();
-    assert_eq!(encode_under(KEYS, shuffled), encode_under(KEYS, pairs(200)));
-    assert_ne!(
-        encode_under((1, 2), pairs(200)),
-        encode_under(KEYS, pairs(200))
-    );
+    assert_eq!(encoded(KEYS, shuffled), encoded(KEYS, pairs(200)));
+    assert_ne!(encoded((1, 2), pairs(200)), encoded(KEYS, pairs(200)));
 }
 
 /// The blocks `in_blocks_of` looks in for `wanted`, in order, when
@@ -201,7 +203,7 @@ fn without_last_id_entry(bytes: &[u8]) -> Vec<u8> {
 
 #[test]
 fn an_archive_missing_an_id_entry_is_refused_when_read_whole() {
-    let bytes = encode_under(KEYS, pairs(2));
+    let bytes = encoded(KEYS, pairs(2));
     let crafted = without_last_id_entry(&bytes);
     assert_eq!(crafted.len(), bytes.len() - 13);
     // Every checksum agrees, so it opens and a lookup cannot tell...
@@ -233,7 +235,7 @@ fn an_archive_holding_a_key_or_an_id_twice_is_refused_when_read_whole() {
             "key" => both[1].key = both[0].key.clone(),
             _ => both[1].id = both[0].id.clone(),
         }
-        let blocks = opened(encode_under(KEYS, both)).unwrap_or_else(|e| panic!("{e}"));
+        let blocks = opened(encoded(KEYS, both)).unwrap_or_else(|e| panic!("{e}"));
         let refused = blocks.pairs().map(|pairs| pairs.len());
         assert!(
             matches!(
@@ -262,7 +264,7 @@ fn answers(bytes: Vec<u8>, count: usize) -> Result<Vec<Option<(u64, SettledPair)
 #[test]
 fn every_damaged_byte_is_refused_and_never_answered_from() {
     let count = PAIRS_PER_BLOCK + 3;
-    let bytes = encode_under(KEYS, pairs(count));
+    let bytes = encoded(KEYS, pairs(count));
     let whole = answers(bytes.clone(), count).unwrap_or_else(|e| panic!("{e}"));
     for at in 0..bytes.len() {
         let mut damaged = bytes.clone();
@@ -280,7 +282,7 @@ fn every_damaged_byte_is_refused_and_never_answered_from() {
 
 #[test]
 fn a_cut_archive_is_refused_at_its_trailer() {
-    let bytes = encode_under(KEYS, pairs(10));
+    let bytes = encoded(KEYS, pairs(10));
     for len in 0..bytes.len() {
         let refused = opened(bytes[..len].to_vec());
         assert!(refused.is_err(), "an archive cut to {len} bytes opened");
@@ -306,7 +308,7 @@ proptest! {
         count in 1..(3 * PAIRS_PER_BLOCK),
         keys in any::<(u64, u64)>(),
     ) {
-        let blocks = opened(encode_under(keys, pairs(count))).unwrap_or_else(|e| panic!("{e}"));
+        let blocks = opened(encoded(keys, pairs(count))).unwrap_or_else(|e| panic!("{e}"));
         for n in 0..count {
             let by_key = blocks.find_key(&format!("key-{n}")).unwrap_or_else(|e| panic!("{e}"));
             let by_id = blocks.find_id(&format!("w-{n}")).unwrap_or_else(|e| panic!("{e}"));
