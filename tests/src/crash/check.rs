@@ -100,7 +100,9 @@ pub fn check_after_kill(
         }
         return Ok((Vec::new(), false));
     };
-    let live = ledger.state();
+    let live = ledger
+        .state()
+        .map_err(|error| format!("reading the reopened ledger's state: {error}"))?;
     let from_snapshot = ledger.recovery().snapshot.is_some();
     drop(ledger);
     check_sends(&live, seen)?;

@@ -410,6 +410,13 @@ impl World {
         self.ledger.as_ref().expect("the world's ledger is open")
     }
 
+    /// A copy of the open ledger's whole state.
+    pub fn ledger_state(&self) -> payonce::State {
+        self.ledger()
+            .state()
+            .unwrap_or_else(|error| panic!("{}: the ledger's state: {error}", self.context))
+    }
+
     /// Withdrawals the ledger minted and acknowledged, in order.
     pub fn withdrawals(&self) -> &[WithdrawalRequest] {
         &self.withdrawals
@@ -567,8 +574,7 @@ impl World {
             ));
         }
         let seq = self
-            .ledger()
-            .state()
+            .ledger_state()
             .record(key)
             .map(|record| record.claimed_seq());
         let Some(seq) = seq else {
@@ -1105,7 +1111,7 @@ impl World {
                 world.put_back_snapshot(&name, &bytes);
                 world.open();
                 if let Some(before) = at_rest {
-                    let after = Projection::of(&world.ledger().state());
+                    let after = Projection::of(&world.ledger_state());
                     assert_eq!(
                         after, before,
                         "{}: the projections changed across a reopen from an old snapshot",
@@ -1173,7 +1179,7 @@ impl World {
             world.ledger = None;
             world.open();
             if let Some(before) = at_rest {
-                let after = Projection::of(&world.ledger().state());
+                let after = Projection::of(&world.ledger_state());
                 assert_eq!(
                     after, before,
                     "{}: the projections changed across a reopen",
@@ -1332,7 +1338,7 @@ impl World {
         let recovery = self.ledger().recovery().clone();
         self.stats.opens_from_snapshot += u64::from(recovery.snapshot.is_some());
         self.stats.snapshots_refused += recovery.refused_snapshots.len() as u64;
-        let state = self.ledger().state();
+        let state = self.ledger_state();
         let shadow = self.assert_replays_agree(&state);
         assert_invariants(&state, &context);
 
@@ -1453,7 +1459,7 @@ impl World {
     fn check(&mut self) {
         let context = self.context.clone();
         self.assert_storage_failed_only_where_armed();
-        let state = self.ledger().state();
+        let state = self.ledger_state();
         if std::mem::take(&mut self.ack_pending) {
             self.acked.seq = state.last_seq();
         }

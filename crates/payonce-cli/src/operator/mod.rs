@@ -318,7 +318,9 @@ fn state_outcome(
     stated
         .write(stating, &ledger)
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
-    let state = ledger.state();
+    let state = ledger
+        .state()
+        .map_err(|error| CliError::from_ledger(log.dir.clone(), error))?;
     drop(ledger);
     let (seq, by) = (state.last_seq(), &stated.by);
     let (action, headline) = stated_headline(stating, &before, &stated, seq);
@@ -400,7 +402,9 @@ pub(crate) fn release(
     ledger
         .release(key.as_str(), note.as_str(), by.as_str())
         .map_err(|error| CliError::from_writer(&log.dir, WriteStep::Recording, error))?;
-    let state = ledger.state();
+    let state = ledger
+        .state()
+        .map_err(|error| CliError::from_ledger(log.dir.clone(), error))?;
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "released by an operator");
     let report = exit_json(&log, &state, &key, &withdrawal, "released");

@@ -173,7 +173,12 @@ pub fn scenario(dir: &Path) -> Scenario {
         Err::<WithdrawalRequest, _>(SendFailure::failed(HOSTILE_ERROR))
     });
     assert!(error.is_err());
-    let failed_claim_seq = ledger.state().record("req-3").unwrap().claimed_seq();
+    let failed_claim_seq = ledger
+        .state()
+        .unwrap()
+        .record("req-3")
+        .unwrap()
+        .claimed_seq();
     tick();
     let rejected = new_withdrawal(&ledger, "7.50");
     tick();
@@ -186,7 +191,7 @@ pub fn scenario(dir: &Path) -> Scenario {
         Err::<WithdrawalRequest, _>(SendFailure::failed("must not send"))
     });
     assert!(again.unwrap_err().refusal().is_some());
-    let last_seq = ledger.state().last_seq();
+    let last_seq = ledger.state().unwrap().last_seq();
     assert_eq!(last_seq, 12, "the scenario's events are as documented");
     Scenario {
         clock,

@@ -373,6 +373,7 @@ fn history_from_the_database_index_refuses_an_event_the_chain_or_the_log_does_no
         .unwrap();
     let claimed: i64 = worker
         .state()
+        .unwrap()
         .record("k-1")
         .unwrap()
         .claimed_seq()

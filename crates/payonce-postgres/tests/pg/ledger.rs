@@ -95,7 +95,7 @@ fn a_restart_ends_only_the_workers_own_sends_and_an_operator_ends_a_dead_workers
         ),
         "{refused}"
     );
-    let record = operator.state();
+    let record = operator.state().unwrap();
     let record = record.record("key-b").unwrap();
     assert_eq!(record.send_worker().unwrap().as_str(), "api-b");
 
@@ -125,7 +125,7 @@ fn an_operator_cannot_end_the_session_of_a_worker_that_runs() {
             .contains("another process runs as worker api-1"),
         "{error}"
     );
-    assert!(worker.state().session("api-1").is_some());
+    assert!(worker.state().unwrap().session("api-1").is_some());
 }
 
 #[test]
@@ -216,7 +216,7 @@ fn a_worker_with_settled_pairs_set_apart_catches_up_on_a_refusal_about_one() {
         "k-1"
     );
     a.refresh().unwrap();
-    assert_eq!(a.state(), b.state());
+    assert_eq!(a.state().unwrap(), b.state().unwrap());
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn a_worker_reads_another_workers_claims_once_it_refreshes() {
         "k-b"
     );
     assert_eq!(a.outcome("k-b").unwrap(), b.outcome("k-b").unwrap());
-    assert_eq!(a.state(), b.state());
+    assert_eq!(a.state().unwrap(), b.state().unwrap());
     a.refresh().unwrap();
     assert_eq!(
         a.last_seq(),

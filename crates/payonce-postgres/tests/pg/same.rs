@@ -92,7 +92,10 @@ fn the_same_commands_give_the_same_projections_and_the_same_event_bytes() {
     let shared = payonce_postgres::open(&url, "api-1", config(8)).unwrap();
     play(&file);
     play(&shared);
-    assert_eq!(answers(&file.state()), answers(&shared.state()));
+    assert_eq!(
+        answers(&file.state().unwrap()),
+        answers(&shared.state().unwrap())
+    );
     drop(shared);
 
     let reader = LogReader::open(Arc::new(storage), LogConfig::default()).unwrap();

@@ -50,7 +50,7 @@ fn a_worker_opens_from_the_snapshot_another_worker_wrote() {
         Some(taken.stored.seq)
     );
     assert!(recovery.replayed > 0, "the events after it are replayed");
-    let state = second.state();
+    let state = second.state().unwrap();
     let (report, _) = payonce_postgres::verify(&url).unwrap();
     // The full replay also holds api-2's own start.
     assert_eq!(state.difference(&report.state), None);

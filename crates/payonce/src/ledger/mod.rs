@@ -964,9 +964,11 @@ impl Ledger {
         }
     }
 
-    /// A copy of the whole state: for audits and tests.
-    pub fn state(&self) -> State {
-        self.read(State::whole)
+    /// A copy of the whole state: for audits and tests. Fails only when
+    /// settled pairs set apart cannot be read back
+    /// ([`LedgerError::Archive`]).
+    pub fn state(&self) -> Result<State, LedgerError> {
+        self.read(State::whole).map_err(LedgerError::Archive)
     }
 
     /// Waits until every event appended so far is on stable storage.
@@ -1011,6 +1013,12 @@ impl Ledger {
     pub fn was_created(&self, id: &WithdrawalId) -> Result<bool, LedgerError> {
         self.read_named(None, Some(id), |state| state.was_created(id))
     }
+}
+
+/// `state`'s copy for a snapshot, or why its settled pairs could not be
+/// read for it.
+fn copy_of(state: &State) -> Result<State, LedgerError> {
+    state.copy_for_snapshot().map_err(LedgerError::Archive)
 }
 
 /// The store `config` opens from, if it opens from snapshots.

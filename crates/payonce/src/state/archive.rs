@@ -41,12 +41,12 @@ impl Archived {
     }
 
     /// Every pair still only in the archive, with its number.
-    fn unshadowed(&self) -> Vec<(u64, SettledPair)> {
-        let pairs = read_back(self.blocks.pairs());
-        pairs
+    fn unshadowed(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
+        let pairs = self.blocks.pairs()?;
+        Ok(pairs
             .into_iter()
             .filter(|(number, _)| !self.shadowed.contains(number))
-            .collect()
+            .collect())
     }
 }
 
@@ -64,7 +64,8 @@ impl State {
         let earlier = self
             .archived
             .take()
-            .map_or_else(Vec::new, |archived| archived.unshadowed());
+            .map_or_else(|| Ok(Vec::new()), |archived| archived.unshadowed());
+        let earlier = read_back(earlier);
         let settled: Vec<u32> = self
             .keys
             .in_use()
@@ -220,25 +221,32 @@ impl State {
     }
 
     /// Brings every archived pair back: the whole state, for what reads
-    /// it without naming names.
-    pub(crate) fn materialise(&mut self) {
+    /// it without naming names. On an archive that cannot be read back
+    /// whole, the error, with the pairs brought back before it live.
+    pub(crate) fn materialise(&mut self) -> Result<(), SnapshotError> {
         let Some(archived) = self.archived.take() else {
-            return;
+            return Ok(());
         };
-        for (number, pair) in archived.unshadowed() {
+        let unshadowed = match archived.unshadowed() {
+            Ok(unshadowed) => unshadowed,
+            Err(error) => {
+                self.archived = Some(archived);
+                return Err(error);
+            }
+        };
+        for (number, pair) in unshadowed {
             let brought = self.bring_back(&pair);
-            read_back(
-                brought
-                    .map_err(|(expected, found)| archived.blocks.refused(number, expected, found)),
-            );
+            brought
+                .map_err(|(expected, found)| archived.blocks.refused(number, expected, found))?;
         }
+        Ok(())
     }
 
     /// A copy of this state with every archived pair brought back.
-    pub(crate) fn whole(&self) -> State {
+    pub(crate) fn whole(&self) -> Result<State, SnapshotError> {
         let mut whole = self.clone();
-        whole.materialise();
-        whole
+        whole.materialise()?;
+        Ok(whole)
     }
 
     /// Panics if settled pairs are set apart: `what` reads the whole state.

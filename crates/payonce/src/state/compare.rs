@@ -45,6 +45,14 @@ macro_rules! first_difference {
     };
 }
 
+/// What reading a state whole gave, for a difference: readable, or why not.
+fn read_whole(whole: Result<State, crate::snapshot::SnapshotError>) -> String {
+    match whole {
+        Ok(_) => "readable".to_owned(),
+        Err(error) => format!("unreadable: {error}"),
+    }
+}
+
 impl State {
     /// The first answer this state and `other` give differently, `None` if
     /// they answer everything alike: the counters and totals first, then
@@ -53,7 +61,14 @@ impl State {
     /// funds, holder).
     pub fn difference(&self, other: &State) -> Option<StateDifference> {
         if self.archived.is_some() || other.archived.is_some() {
-            return self.whole().difference(&other.whole());
+            return match (self.whole(), other.whole()) {
+                (Ok(left), Ok(right)) => left.difference(&right),
+                (left, right) => Some(StateDifference {
+                    what: "settled pairs set apart".to_owned(),
+                    left: read_whole(left),
+                    right: read_whole(right),
+                }),
+            };
         }
         first_difference! {
             "last seq".to_owned() => self.last_seq, other.last_seq;

@@ -164,7 +164,10 @@ struct Found<'a> {
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.archived.is_some() {
-            return self.whole().fmt(f);
+            return match self.whole() {
+                Ok(whole) => whole.fmt(f),
+                Err(error) => write!(f, "State {{ settled pairs unreadable: {error} }}"),
+            };
         }
         // Sorted, so two states with the same answers print the same.
         let records: BTreeMap<&str, KeyRecord<'_>> = self

@@ -51,11 +51,11 @@ impl State {
     /// shared copy-on-write with this one, its small maps cloned, and no
     /// index (the copy answers no lookup). What the ledger's lock is held
     /// for while a snapshot is taken.
-    pub(crate) fn copy_for_snapshot(&self) -> State {
+    pub(crate) fn copy_for_snapshot(&self) -> Result<State, SnapshotError> {
         if self.archived.is_some() {
-            return self.whole().copy_for_snapshot();
+            return self.whole()?.copy_for_snapshot();
         }
-        State {
+        Ok(State {
             last_seq: self.last_seq,
             accept_foreign_ids: self.accept_foreign_ids,
             texts: self.texts.clone(),
@@ -74,7 +74,7 @@ impl State {
             sessions: self.sessions.clone(),
             refusals: self.refusals,
             archived: None,
-        }
+        })
     }
 
     /// The body of a snapshot of this state, its keys in parts of

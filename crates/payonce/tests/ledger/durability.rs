@@ -48,7 +48,7 @@ fn refusals_are_recorded_for_audit_and_change_nothing() {
     let rail = Rail::default();
     let w = f.withdrawal();
     f.ledger().submit("req-1", w.clone(), rail.ok()).unwrap();
-    let before = f.ledger().state();
+    let before = f.ledger().state().unwrap();
 
     let refused = f
         .ledger()
@@ -70,7 +70,7 @@ fn refusals_are_recorded_for_audit_and_change_nothing() {
     assert_eq!(payonce::command_key(command).unwrap().as_str(), "req-2");
     // req-2 held nothing when it was refused.
     assert_eq!(held, &None);
-    let after = f.ledger().state();
+    let after = f.ledger().state().unwrap();
     crate::assert_same_projections(&before, &after);
     assert_eq!(after.refusal_count(), 1);
 }
@@ -89,7 +89,7 @@ fn refusals_are_not_recorded_when_switched_off() {
     f.ledger().sync().unwrap();
 
     assert_eq!(events(&f.storage).len(), count);
-    assert_eq!(f.ledger().state().refusal_count(), 0);
+    assert_eq!(f.ledger().state().unwrap().refusal_count(), 0);
 }
 
 #[test]

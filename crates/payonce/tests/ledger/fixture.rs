@@ -219,7 +219,7 @@ impl Fixture {
     /// bring back what they name) when `ledger` is set.
     pub fn asked_through(&self, ledger: bool) -> Asked<'_> {
         if self.config.set_apart_settled && !ledger {
-            Asked::Copy(Box::new(self.ledger().state()))
+            Asked::Copy(Box::new(self.ledger().state().unwrap()))
         } else {
             Asked::Ledger(self.ledger())
         }
@@ -283,14 +283,14 @@ impl Fixture {
         reopen: impl FnOnce(&mut Fixture),
     ) {
         let before = self.answers(keys, withdrawals);
-        let state = self.ledger().state();
+        let state = self.ledger().state().unwrap();
         reopen(self);
         assert_eq!(
             self.answers(keys, withdrawals),
             before,
             "answers changed across a reopen"
         );
-        assert_same_projections(&state, &self.ledger().state());
+        assert_same_projections(&state, &self.ledger().state().unwrap());
     }
 }
 
@@ -355,7 +355,7 @@ impl Fixture {
         let reopened = self.open().expect("a worker closed cleanly opens again");
         let recovery_seen = reopened.recovery().clone();
         let loaded = reopened.recovery().snapshot.clone();
-        let state = reopened.state();
+        let state = reopened.state().unwrap();
         drop(reopened);
         let loaded = loaded.unwrap_or_else(|| {
             panic!(
@@ -386,7 +386,7 @@ impl Fixture {
         }
         let reopened = self.open().expect("a ledger closed cleanly opens again");
         let loaded = reopened.recovery().snapshot.clone();
-        let state = reopened.state();
+        let state = reopened.state().unwrap();
         drop(reopened);
         let loaded = loaded.expect("opening used the snapshot taken at close");
         assert!(loaded.seq <= state.last_seq());

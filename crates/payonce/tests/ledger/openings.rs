@@ -140,7 +140,7 @@ fn minted_ids_are_unique_across_ledgers_and_restored_copies() {
     assert_eq!(from_backup.id().as_str().rsplit('-').next(), Some("4"));
     assert_ne!(later.id(), from_backup.id());
     // The form: `w-<epoch in hex>-<sequence number>`.
-    let epoch = restored.state().epoch().unwrap();
+    let epoch = restored.state().unwrap().epoch().unwrap();
     assert_eq!(from_backup.id().as_str(), format!("w-{epoch:x}-4"));
 }
 
@@ -177,7 +177,11 @@ fn a_dropped_ticket_does_not_wait_for_the_disk() {
     let held = faults.hold_syncs();
     // With every sync held, a drop that waited for one would never return.
     drop(ticket);
-    let record = ledger.state().record("req-1").map(|r| r.last_error());
+    let record = ledger
+        .state()
+        .unwrap()
+        .record("req-1")
+        .map(|r| r.last_error());
     assert!(record.flatten().unwrap().contains("dropped"));
     held.release();
     ledger.sync().unwrap();

@@ -150,7 +150,7 @@ fn a_later_report_moves_a_sent_outcome_forward_and_the_funds_follow() {
     assert_eq!(f.ledger().outcome("req-1").unwrap(), Some(failed.clone()));
     assert!(f.ledger().captured(w.id()).unwrap().is_none());
     assert!(f.ledger().held(w.id()).unwrap().is_none());
-    assert!(f.ledger().state().captured_totals().is_empty());
+    assert!(f.ledger().state().unwrap().captured_totals().is_empty());
     // Never back: a failed withdrawal is not confirmed after.
     let error = f
         .ledger()

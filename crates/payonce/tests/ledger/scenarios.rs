@@ -295,9 +295,9 @@ fn releasing_a_key_that_produced_an_outcome_is_refused() {
 
 fn releasing_an_unknown_key_is_a_no_op() {
     let mut f = Fixture::new();
-    let before = f.ledger().state().last_seq();
+    let before = f.ledger().state().unwrap().last_seq();
     f.ledger().release("never-seen", "cleanup", "ops").unwrap();
-    assert_eq!(f.ledger().state().last_seq(), before, "nothing was written");
+    assert_eq!(f.ledger().state().unwrap().last_seq(), before, "nothing was written");
     f.assert_same_after_reopen(&["never-seen"], &[]);
 }
 

@@ -155,7 +155,7 @@ fn open_with_newest_edited(edit: impl FnOnce(&mut Vec<u8>)) -> EditedNewest {
         recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
         Some(older)
     );
-    let state = ledger.state();
+    let state = ledger.state().unwrap();
     drop(ledger);
     assert_eq!(state.difference(&setup.replayed()), None);
     let refused = recovery.refused_snapshots[0].clone();
@@ -208,7 +208,7 @@ fn opening_from_a_snapshot_replays_only_the_events_after_it() {
         ledger.last_seq() - 1 - newer,
         "only the tail, before this open's own event"
     );
-    let state = ledger.state();
+    let state = ledger.state().unwrap();
     drop(ledger);
     assert_eq!(state.difference(&setup.replayed()), None);
 }
@@ -595,7 +595,7 @@ fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can(
         assert!(matches!(*refused.error, SnapshotError::Io { .. }));
         assert_eq!(refused.set_aside_as, None, "{refused:?}");
     }
-    assert_eq!(ledger.state().difference(&setup.replayed()), None);
+    assert_eq!(ledger.state().unwrap().difference(&setup.replayed()), None);
     drop(ledger);
     assert_eq!(setup.held(), held, "both left in place");
     let reopened = setup.open().unwrap();
