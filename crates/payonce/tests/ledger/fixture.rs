@@ -51,9 +51,9 @@ pub fn on_set_apart(backend: Backend, body: fn()) {
 }
 
 /// The seed's scenarios, each a test on the file log (`file::`) and on
-/// PostgreSQL (`postgres::`), with the same body; and on PostgreSQL with
-/// settled pairs set apart (`postgres_set_apart::`), which a shared
-/// ledger brings back in its batches.
+/// PostgreSQL (`postgres::`), with the same body; and on both with settled
+/// pairs set apart (`file_set_apart::`, `postgres_set_apart::`), which a
+/// file ledger brings back under its lock and a shared one in its batches.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($(#[$meta:meta])* fn $name:ident() $body:block)*) => {
@@ -63,6 +63,11 @@ macro_rules! on_both_backends {
         }
         mod postgres {
             $(#[test] fn $name() { $crate::on($crate::Backend::Postgres, super::$name) })*
+        }
+        mod file_set_apart {
+            $(#[test] fn $name() {
+                $crate::on_set_apart($crate::Backend::File, super::$name)
+            })*
         }
         mod postgres_set_apart {
             $(#[test] fn $name() {
