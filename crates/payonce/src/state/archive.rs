@@ -209,15 +209,10 @@ impl State {
         }
         self.bring_back(pair)
             .map_err(|(expected, found)| blocks.refused(number, expected, found))?;
-        self.shadow(number);
+        if let Some(archived) = self.archived.as_mut() {
+            archived.shadowed.insert(number);
+        }
         Ok(())
-    }
-
-    /// Marks archived pair `number` shadowed; whether it was not already.
-    fn shadow(&mut self, number: u64) -> bool {
-        self.archived
-            .as_mut()
-            .is_some_and(|archived| archived.shadowed.insert(number))
     }
 
     /// Brings every archived pair back: the whole state, for what reads

@@ -28,6 +28,7 @@ use payonce_model::{
 use siphasher::sip::SipHasher13;
 
 use super::layout::{Funds, stored};
+use super::snapshot::state_number;
 use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out};
@@ -678,13 +679,6 @@ fn write_pair(out: &mut Out, pair: &PairView<'_>) {
         Funds::Held => unreachable!("a pair holding funds is never set apart"),
     };
     out.u8(u8::from(pair.created) | captured);
-}
-
-fn state_number(state: WithdrawalState) -> u8 {
-    let number = WithdrawalState::ALL
-        .iter()
-        .position(|&known| known == state);
-    number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
 }
 
 fn read_pair(input: &mut In<'_>) -> Result<SettledPair, SnapshotError> {

@@ -662,7 +662,8 @@ fn read_withdrawals_head(input: &mut In<'_>) -> Result<(usize, KeysAt), Snapshot
     }
 }
 
-fn state_number(state: WithdrawalState) -> u8 {
+/// A state's byte on disk: its place in `WithdrawalState::ALL`.
+pub(super) fn state_number(state: WithdrawalState) -> u8 {
     let number = WithdrawalState::ALL
         .iter()
         .position(|&known| known == state);
