@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::storage::{Storage, StorageFile, StorageLock};
+use crate::storage::{Storage, StorageFile, StorageLock, StorageRead};
 
 /// One fault to inject. Counts start when the fault is armed: `nth: 1` is the
 /// next such operation. Each fault fires once, except [`Fault::NoSpace`].
@@ -307,6 +307,9 @@ impl Storage for FaultyStorage {
     }
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         self.inner.read_range(name, offset, len)
+    }
+    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+        self.inner.open_read(name)
     }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         self.faults.on_create()?;

@@ -95,7 +95,7 @@ pub use crate::repair::RecoveryPlan;
 pub use crate::scan::segments_len;
 pub use crate::storage::{
     FsStorage, LOCK_FILE, SYNC_PROBE_BLOCK_MAX, SYNC_PROBE_FILE, SYNC_PROBE_OVERWRITE_LEN, Storage,
-    StorageFile, StorageLock, overwrite_sync_rate, sync_rate,
+    StorageFile, StorageLock, StorageRead, overwrite_sync_rate, sync_rate,
 };
 pub use crate::witness::{MemWitness, Witness};
 pub use crate::writer::{Log, LogStats, PENDING_LEN_MAX};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::faults::Faults;
 use crate::rng::SplitMix64;
-use crate::storage::{Storage, StorageFile, StorageLock};
+use crate::storage::{Storage, StorageFile, StorageLock, StorageRead};
 
 /// What a simulated power loss does to each file's bytes written since its
 /// last `fdatasync`. Synced bytes always survive.
@@ -321,6 +321,20 @@ impl Storage for MemStorage {
         Ok(data[start..end].to_vec())
     }
 
+    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+        let state = self.state();
+        let ino = *state.names.get(name).ok_or_else(|| Self::not_found(name))?;
+        let len = state
+            .inodes
+            .get(&ino)
+            .map_or(0, |inode| inode.data.len() as u64);
+        Ok(Some(Box::new(MemRead {
+            storage: self.clone(),
+            ino,
+            len,
+        })))
+    }
+
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         self.faults.on_create()?;
         let mut state = self.state();
@@ -400,6 +414,35 @@ impl Storage for MemStorage {
         Ok(Some(Box::new(MemLock {
             storage: self.clone(),
         })))
+    }
+}
+
+/// A file in memory open for reads: its inode, which a rename or a
+/// removal leaves in place, as a file descriptor keeps a file.
+#[derive(Debug)]
+struct MemRead {
+    storage: MemStorage,
+    ino: u64,
+    len: u64,
+}
+
+impl StorageRead for MemRead {
+    fn byte_len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> io::Result<()> {
+        let state = self.storage.state();
+        let data = state
+            .inodes
+            .get(&self.ino)
+            .map_or(&[][..], |inode| inode.data.as_slice());
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let end = start.saturating_add(len).min(data.len());
+        into.extend_from_slice(&data[start..end]);
+        Ok(())
     }
 }
 

@@ -142,6 +142,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
         into.extend_from_slice(&self.read_range(name, offset, len)?);
         Ok(())
     }
+    /// Opens `name` for positioned reads that go on reaching the same
+    /// bytes after the name is renamed or removed, as an open file
+    /// descriptor does: what keeps a file read lazily readable while
+    /// newer files replace it. `None` (the default): this storage has no
+    /// such handles, and a reader reads by name.
+    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+        let _ = name;
+        Ok(None)
+    }
     /// Creates a new, empty file for appending; fails if it exists.
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
     /// Opens an existing file for appending.
@@ -169,6 +178,15 @@ pub trait StorageFile: Send + fmt::Debug {
     fn sync_data(&mut self) -> io::Result<()>;
     /// Truncates or extends the file to `len` bytes.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// A file open for positioned reads ([`Storage::open_read`]).
+pub trait StorageRead: Send + Sync + fmt::Debug {
+    /// Its length when it was opened; its bytes do not change after.
+    fn byte_len(&self) -> u64;
+    /// Appends to `into` up to `len` bytes from `offset`; fewer only at
+    /// the end of the file. On error `into` holds anything.
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> io::Result<()>;
 }
 
 /// The writer lock of a directory, released on drop.
@@ -259,6 +277,12 @@ impl Storage for FsStorage {
         Ok(())
     }
 
+    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+        let file = File::open(self.path(name))?;
+        let len = file.metadata()?.len();
+        Ok(Some(Box::new(FsRead { file, len })))
+    }
+
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         // Not O_APPEND: positioned writes must land where they are aimed.
         let file = OpenOptions::new()
@@ -339,6 +363,33 @@ struct FsLock {
 
 impl StorageLock for FsLock {}
 
+/// A file on disk open for positioned reads (`pread`): no shared cursor,
+/// so readers on several threads share it.
+#[derive(Debug)]
+struct FsRead {
+    file: File,
+    len: u64,
+}
+
+impl StorageRead for FsRead {
+    fn byte_len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> io::Result<()> {
+        let start = into.len();
+        let wanted = u64::try_from(len)
+            .unwrap_or(u64::MAX)
+            .min(self.len.saturating_sub(offset)) as usize;
+        into.resize(start + wanted, 0);
+        let read = self.file.read_exact_at(&mut into[start..], offset);
+        if read.is_err() {
+            into.truncate(start);
+        }
+        read
+    }
+}
+
 impl Drop for FsLock {
     fn drop(&mut self) {
         // Closing the file alone is not enough: a child process that another
@@ -374,5 +425,36 @@ mod tests {
         drop(FsLock { file });
         assert!(storage.try_lock().unwrap().is_some(), "the lock is free");
         drop(copy);
+    }
+
+    /// Reads through `storage`'s handle on a file after it was replaced by
+    /// another of the same name, then removed.
+    fn a_file_open_for_reading_outlives_its_name(storage: &dyn Storage) {
+        let mut file = storage.create_new("a").unwrap();
+        file.append(b"0123456789").unwrap();
+        drop(file);
+        let handle = storage.open_read("a").unwrap().unwrap();
+        let mut other = storage.create_new("b").unwrap();
+        other.append(b"other").unwrap();
+        drop(other);
+        storage.rename("b", "a").unwrap();
+        let mut read = Vec::new();
+        handle.read_at(2, 3, &mut read).unwrap();
+        storage.remove("a").unwrap();
+        handle.read_at(8, 10, &mut read).unwrap();
+        assert_eq!(read, b"23489");
+        assert_eq!(handle.byte_len(), 10);
+        assert!(storage.open_read("a").is_err(), "the name is gone");
+    }
+
+    #[test]
+    fn a_file_on_disk_open_for_reading_outlives_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        a_file_open_for_reading_outlives_its_name(&FsStorage::new(dir.path()));
+    }
+
+    #[test]
+    fn a_file_in_memory_open_for_reading_outlives_its_name() {
+        a_file_open_for_reading_outlives_its_name(&crate::MemStorage::new());
     }
 }

@@ -3,8 +3,10 @@
 //! allocates beyond what the bytes can hold (the limits are checked before
 //! allocating; `fuzz/run` enforces a per-allocation limit under
 //! AddressSanitizer); and what it accepts is exactly the state it encodes:
-//! encoding the decoded state again gives the same bytes, and decoding
-//! those the same state. Read a piece at a time, as an opening reads a
+//! encoding the decoded state again and decoding that gives the same
+//! state, and, for a snapshot with no settled pair, the same bytes (the
+//! writer moves settled pairs to the archive, and an archive's blocks may
+//! be split other than the writer splits them). Read a piece at a time, as an opening reads a
 //! snapshot in storage, in pieces of any length, it is judged exactly as
 //! it is read whole: the same state, or the same refusal.
 
@@ -18,22 +20,29 @@ use payonce::{SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotFile};
 /// The seq a wrapped body's header names: far past any claim a body holds.
 const WRAPPED_SEQ: u64 = 1 << 40;
 
-/// Checks one input: as a whole snapshot, and its body (or the whole input,
-/// if it is no snapshot) behind a header whose checksums fit it, so the
-/// fuzzer's changes reach every field rather than stopping at a checksum.
+/// Checks one input: as a whole snapshot, and its body and archive (or the
+/// whole input as a body, if it is no snapshot) behind a header whose
+/// checksums fit the body, so the fuzzer's changes reach every field of
+/// the body rather than stopping at a checksum.
 pub fn snapshot_decode(data: &[u8]) {
     check(data);
-    let body = match data.starts_with(b"PAYONSS\0") && data.len() >= SNAPSHOT_HEADER_LEN {
-        true => &data[SNAPSHOT_HEADER_LEN..],
-        false => data,
-    };
-    check(&wrapped(body));
+    let (body, archive) = parts(data).unwrap_or((data, &[]));
+    check(&wrapped(body, archive));
 }
 
-/// `body` behind a whole header of this build's format and schema
-/// (docs/snapshot-format.md), its checksums computed.
-pub fn wrapped(body: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len());
+/// The body and the archive of `data`, if it starts with a snapshot's
+/// magic and its header's body length fits it.
+fn parts(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = data.strip_prefix(b"PAYONSS\0")?;
+    let body_len = u64::from_le_bytes(rest.get(64..72)?.try_into().ok()?);
+    let after = data.get(SNAPSHOT_HEADER_LEN..)?;
+    (body_len <= after.len() as u64).then(|| after.split_at(body_len as usize))
+}
+
+/// `body` and `archive` behind a whole header of this build's format and
+/// schema (docs/snapshot-format.md), its checksums computed.
+pub fn wrapped(body: &[u8], archive: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len() + archive.len());
     bytes.extend_from_slice(b"PAYONSS\0");
     bytes.extend_from_slice(&payonce::SNAPSHOT_FORMAT_VERSION.to_le_bytes());
     bytes.extend_from_slice(&u32::from(payonce::SCHEMA_VERSION).to_le_bytes());
@@ -43,10 +52,12 @@ pub fn wrapped(body: &[u8]) -> Vec<u8> {
     bytes.extend_from_slice(&[0; 32]);
     bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    bytes.extend_from_slice(&(archive.len() as u64).to_le_bytes());
     let header_crc = crc32fast::hash(&bytes);
     bytes.extend_from_slice(&header_crc.to_le_bytes());
     assert_eq!(bytes.len(), SNAPSHOT_HEADER_LEN);
     bytes.extend_from_slice(body);
+    bytes.extend_from_slice(archive);
     bytes
 }
 
@@ -103,8 +114,9 @@ fn check(data: &[u8]) {
         Ok(again) => again,
         Err(error) => panic!("an accepted snapshot's state does not encode: {error}"),
     };
+    let has_archive = |bytes: &[u8]| bytes[84..92] != [0; 8];
     assert!(
-        again == data,
+        again == data || has_archive(data) || has_archive(&again),
         "an accepted snapshot is not the encoding of the state it holds, in its parts"
     );
     let (_, decoded) = match decode(&again) {
@@ -127,7 +139,7 @@ fn keys_part_len(data: &[u8]) -> NonZeroU32 {
     // The counters, then the currencies and the sessions, each a count of
     // a text and fixed fields.
     let mut at = 18;
-    for fixed in [34, 8] {
+    for fixed in [3 * 17, 8] {
         let count = field(at, 8);
         at += 8;
         for _ in 0..count {

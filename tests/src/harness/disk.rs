@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use payonce_log::{CrashMode, Fault, MemStorage, Storage, StorageFile, StorageLock};
+use payonce_log::{CrashMode, Fault, MemStorage, Storage, StorageFile, StorageLock, StorageRead};
 
 /// A power loss planned for later: after `after` more state-changing
 /// storage operations, the disk is copied as the power loss leaves it.
@@ -165,6 +165,9 @@ impl Storage for Disk {
     }
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         self.shared.mem.read_range(name, offset, len)
+    }
+    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+        self.shared.mem.open_read(name)
     }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         let inner = self.after_op(self.shared.mem.create_new(name))?;

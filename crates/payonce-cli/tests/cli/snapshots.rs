@@ -21,10 +21,16 @@ fn kept(dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Rewrites the checksums of snapshot bytes after an edit.
 fn reseal(bytes: &mut [u8]) {
-    let body = crc32fast::hash(&bytes[payonce::SNAPSHOT_HEADER_LEN..]);
+    let body = crc32fast::hash(&bytes[payonce::SNAPSHOT_HEADER_LEN..body_end(bytes)]);
     bytes[80..84].copy_from_slice(&body.to_le_bytes());
-    let header = crc32fast::hash(&bytes[0..84]);
-    bytes[84..88].copy_from_slice(&header.to_le_bytes());
+    let header = crc32fast::hash(&bytes[0..92]);
+    bytes[92..96].copy_from_slice(&header.to_le_bytes());
+}
+
+/// Where the body of snapshot bytes ends (docs/snapshot-format.md).
+fn body_end(bytes: &[u8]) -> usize {
+    let body_len = u64::from_le_bytes(bytes[72..80].try_into().unwrap());
+    payonce::SNAPSHOT_HEADER_LEN + body_len as usize
 }
 
 #[test]
@@ -67,7 +73,7 @@ fn list_and_verify_report_a_damaged_snapshot_and_an_opening_sets_it_aside() {
     scenario(&ledger_dir);
     let newest = kept(&ledger_dir)[0].clone();
     let mut bytes = std::fs::read(&newest).unwrap();
-    let last = bytes.len() - 1;
+    let last = body_end(&bytes) - 1;
     bytes[last] ^= 0x20;
     std::fs::write(&newest, &bytes).unwrap();
     let listed = payonce(&["snapshot", &arg(&ledger_dir), "--list"]);

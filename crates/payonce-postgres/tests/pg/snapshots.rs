@@ -145,8 +145,8 @@ fn a_snapshot_of_a_newer_format_gets_no_refusal_row_and_stays_for_a_newer_worker
     };
     let newer = payonce::SNAPSHOT_FORMAT_VERSION + 1;
     bytes[8..12].copy_from_slice(&newer.to_le_bytes());
-    let header = crc32fast::hash(&bytes[..84]);
-    bytes[84..88].copy_from_slice(&header.to_le_bytes());
+    let header = crc32fast::hash(&bytes[..92]);
+    bytes[92..96].copy_from_slice(&header.to_le_bytes());
     insert_snapshot(&url, &digest, newer, &bytes, "api-new");
     for _ in 0..2 {
         let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();

@@ -53,11 +53,12 @@ pub struct Config {
     pub snapshot_store: Option<Arc<dyn SnapshotStore>>,
     /// Sets settled pairs apart once opened: every key whose outcome says
     /// what the rail did, with no send running and no funds held, and the
-    /// withdrawal it holds, leave the live slots for an archive, and come
-    /// back when a decision or a query names either. Off by default. The
-    /// archive is kept in memory and filled from the opened state, so it
-    /// saves neither memory nor start-up time; every answer is the same
-    /// either way.
+    /// withdrawal it holds, leave the live slots for an archive in memory,
+    /// and come back when a decision or a query names either. Off by
+    /// default: a ledger opened from a snapshot keeps the pairs the
+    /// snapshot set apart in the snapshot's archive whatever this says,
+    /// and the pairs settled since stay live until the next snapshot
+    /// archives them. Every answer is the same either way.
     pub set_apart_settled: bool,
 }
 

@@ -1015,12 +1015,6 @@ impl Ledger {
     }
 }
 
-/// `state`'s copy for a snapshot, or why its settled pairs could not be
-/// read for it.
-fn copy_of(state: &State) -> Result<State, LedgerError> {
-    state.copy_for_snapshot().map_err(LedgerError::Archive)
-}
-
 /// The store `config` opens from, if it opens from snapshots.
 fn snapshot_source(config: &Config) -> Option<&dyn crate::snapshot::SnapshotStore> {
     config

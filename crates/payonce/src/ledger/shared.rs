@@ -22,7 +22,7 @@ use payonce_model::{Reason, RequestKey, WithdrawalId, WorkerName};
 use tracing::{Span, info, warn};
 
 use super::queue::{Queue, Slot, Turn, take};
-use super::{Executed, Ledger, copy_of};
+use super::{Executed, Ledger};
 use crate::command::{Command, FailureCause};
 use crate::decide::{self, Answer};
 use crate::error::{LedgerError, StoreError};
@@ -280,7 +280,7 @@ impl Ledger {
     pub(super) fn settled_copy(&self) -> Result<State, LedgerError> {
         self.refresh()?;
         let Some(shared) = self.shared() else {
-            return copy_of(&self.lock_state()?.state);
+            return Ok(self.lock_state()?.state.copy_for_snapshot());
         };
         let mut round = self.lock_state()?;
         while round.open.is_some() || round.committing || round.stale {
@@ -292,7 +292,7 @@ impl Ledger {
             }
             round = shared.wait(round)?;
         }
-        copy_of(&round.state)
+        Ok(round.state.copy_for_snapshot())
     }
 
     /// Catches this worker's projection up on the events other workers

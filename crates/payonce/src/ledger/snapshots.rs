@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use payonce_log::Head;
 use tracing::{info, warn};
 
-use super::{Inner, Ledger, Store, copy_of};
+use super::{Inner, Ledger, Store};
 use crate::error::LedgerError;
 use crate::snapshot::{self, SNAPSHOTS_KEPT, SnapshotPolicy, SnapshotStore, StoredSnapshot};
 use crate::state::State;
@@ -168,7 +168,7 @@ impl Snapshots {
         self.signal(|signal| signal.closing = true);
         if self.policy.at_close
             && let Some(state) = state
-            && let Err(error) = self.take(store, || copy_of(state), state.last_seq())
+            && let Err(error) = self.take(store, || Ok(state.copy_for_snapshot()), state.last_seq())
         {
             warn!(%error, "could not take the snapshot at close");
         }

@@ -112,6 +112,25 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
+    /// This refusal, its offset moved `by` bytes on: a part read on its own
+    /// named where it lies in a snapshot.
+    pub(crate) fn moved_by(self, by: u64) -> SnapshotError {
+        match self {
+            SnapshotError::Invalid {
+                field,
+                offset,
+                expected,
+                found,
+            } => SnapshotError::Invalid {
+                field,
+                offset: offset.saturating_add(by),
+                expected,
+                found,
+            },
+            other => other,
+        }
+    }
+
     /// Whether the snapshot was written by a newer build than this one (a
     /// later format or event schema): nothing says it is wrong, and a
     /// build that reads it may open the ledger next, as in a rolling

@@ -14,7 +14,7 @@ use super::error::SnapshotError;
 pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
 
 /// The snapshot format this build reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 4;
 
 /// Keys a part of a body's keys section holds, as this build writes them:
 /// enough parts at 1M keys (4) for two threads to share them evenly, few
@@ -26,10 +26,11 @@ pub const KEYS_PART_LEN: NonZeroU32 = match NonZeroU32::new(1 << 18) {
 };
 
 /// Bytes of the header, before the body.
-pub const SNAPSHOT_HEADER_LEN: usize = 88;
+pub const SNAPSHOT_HEADER_LEN: usize = 96;
 
-/// The header: who the snapshot belongs to, what it vouches for, and how
-/// long and whole its body is.
+/// The header: who the snapshot belongs to, what it vouches for, how long
+/// and whole its body is, and how long the archive after the body is (it
+/// checks itself, block by block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub(crate) format_version: u32,
@@ -42,6 +43,8 @@ pub(crate) struct Header {
     pub(crate) head: Head,
     pub(crate) body_len: u64,
     pub(crate) body_crc: u32,
+    /// Bytes of settled pairs after the body: 0 for none.
+    pub(crate) archive_len: u64,
 }
 
 impl Header {
@@ -56,8 +59,9 @@ impl Header {
         bytes[40..72].copy_from_slice(&self.head.digest.0);
         bytes[72..80].copy_from_slice(&self.body_len.to_le_bytes());
         bytes[80..84].copy_from_slice(&self.body_crc.to_le_bytes());
-        let crc = crc32fast::hash(&bytes[0..84]);
-        bytes[84..88].copy_from_slice(&crc.to_le_bytes());
+        bytes[84..92].copy_from_slice(&self.archive_len.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[0..92]);
+        bytes[92..96].copy_from_slice(&crc.to_le_bytes());
         bytes
     }
 
@@ -78,8 +82,8 @@ impl Header {
                 found: format!("{:?}", String::from_utf8_lossy(&bytes[0..8])),
             });
         }
-        let stored = u32_at(bytes, 84);
-        let computed = crc32fast::hash(&bytes[0..84]);
+        let stored = u32_at(bytes, 92);
+        let computed = crc32fast::hash(&bytes[0..92]);
         if stored != computed {
             return Err(SnapshotError::Checksum {
                 part: "header",
@@ -107,6 +111,7 @@ impl Header {
             },
             body_len: u64_at(bytes, 72),
             body_crc: u32_at(bytes, 80),
+            archive_len: u64_at(bytes, 84),
         })
     }
 }

@@ -43,7 +43,7 @@ use self::reader::{BodyBytes, Reader};
 pub use self::reader::{SNAPSHOT_READ_LEN, SnapshotFile};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
-use crate::state::State;
+use crate::state::{ArchiveAt, State};
 
 /// The largest snapshot read: about 4,000 times a snapshot of 10M claimed
 /// withdrawals (about 2 GiB), and checked before a byte of it is read.
@@ -85,7 +85,7 @@ pub fn encode_in_parts(
         "a snapshot's head ({head}) vouches for its state's events (to {})",
         state.last_seq()
     );
-    let body = state.snapshot_body_in_parts(keys_part_len)?;
+    let (body, archive) = state.snapshot_parts_in(keys_part_len)?;
     let header = Header {
         format_version: SNAPSHOT_FORMAT_VERSION,
         schema_version: u32::from(SCHEMA_VERSION),
@@ -94,10 +94,13 @@ pub fn encode_in_parts(
         head,
         body_len: body.len() as u64,
         body_crc: crc32fast::hash(&body),
+        archive_len: archive.len() as u64,
     };
-    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len());
+    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body.len() + archive.len());
     bytes.extend_from_slice(&header.encode());
     bytes.extend_from_slice(&body);
+    drop(body);
+    bytes.extend_from_slice(&archive);
     // Read back what will be written: a snapshot that would be refused is
     // a bug of the writer, found here rather than at the next open.
     debug_assert!(matches!(info(&bytes), Ok(read) if read.seq == state.last_seq()));
@@ -120,7 +123,9 @@ fn info_of(bytes: &[u8], len: u64) -> Result<SnapshotInfo, SnapshotError> {
         });
     }
     let header = Header::decode(bytes)?;
-    let expected = (SNAPSHOT_HEADER_LEN as u64).saturating_add(header.body_len);
+    let expected = (SNAPSHOT_HEADER_LEN as u64)
+        .saturating_add(header.body_len)
+        .saturating_add(header.archive_len);
     if expected != len {
         return Err(SnapshotError::Length {
             expected,
@@ -226,9 +231,10 @@ fn decode_file(
     let body = BodyBytes::File {
         file,
         at: SNAPSHOT_HEADER_LEN as u64,
-        len: (info.len - SNAPSHOT_HEADER_LEN as u64) as usize,
+        len: header.body_len as usize,
         piece: file.piece_len().max(1),
     };
+    let archive = archive_in_file(file, &header)?;
     let checksum = |computed: u32| match computed == header.body_crc {
         true => Ok(()),
         false => Err(SnapshotError::Checksum {
@@ -237,7 +243,7 @@ fn decode_file(
             computed,
         }),
     };
-    match State::from_snapshot_body(info.seq, body, true) {
+    match State::from_snapshot_body(info.seq, body, true, archive) {
         Ok((state, Some(computed))) => {
             checksum(computed)?;
             assert_eq!(state.last_seq(), info.seq);
@@ -251,12 +257,14 @@ fn decode_file(
 
 /// The state `bytes` hold, and what the snapshot says of itself: the header
 /// checked as [`info`] does, the body's checksum verified, then every field
-/// read under the rules replay checks. Untrusted bytes: nothing is
+/// read under the rules replay checks, the archive's pairs included, each
+/// block read and checked (an opening from a file reads only the archive's
+/// fences, and each block when a name asks for it). Untrusted bytes: nothing is
 /// allocated for a count before the bytes it needs are known to be there.
 pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
     let info = info(bytes)?;
-    let body = &bytes[SNAPSHOT_HEADER_LEN..];
     let header = Header::decode(bytes)?;
+    let (body, archive) = bytes[SNAPSHOT_HEADER_LEN..].split_at(header.body_len as usize);
     let computed = crc32fast::hash(body);
     if computed != header.body_crc {
         return Err(SnapshotError::Checksum {
@@ -265,7 +273,38 @@ pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
             computed,
         });
     }
-    let (state, _) = State::from_snapshot_body(info.seq, BodyBytes::Slice(body), false)?;
+    let archive = (!archive.is_empty()).then(|| ArchiveAt::Checked(archive.to_vec()));
+    let (state, _) = State::from_snapshot_body(info.seq, BodyBytes::Slice(body), false, archive)?;
     assert_eq!(state.last_seq(), info.seq);
     Ok((info, state))
+}
+
+/// Where the archive of the snapshot in `file`, whose `header` is read,
+/// is kept for the state loaded from it: in the file, if the file stays
+/// readable ([`SnapshotFile::lasting`]); else read into memory now.
+fn archive_in_file(
+    file: &dyn SnapshotFile,
+    header: &Header,
+) -> Result<Option<ArchiveAt>, SnapshotError> {
+    if header.archive_len == 0 {
+        return Ok(None);
+    }
+    let at = SNAPSHOT_HEADER_LEN as u64 + header.body_len;
+    let len = header.archive_len;
+    if let Some(file) = file.lasting() {
+        return Ok(Some(ArchiveAt::File { file, at, len }));
+    }
+    let mut bytes = Vec::new();
+    let wanted = usize::try_from(len).map_err(|_| SnapshotError::TooLong {
+        len,
+        max: usize::MAX as u64,
+    })?;
+    file.read_at(at, wanted, &mut bytes)?;
+    if bytes.len() != wanted {
+        return Err(SnapshotError::Length {
+            expected: at + len,
+            found: at + bytes.len() as u64,
+        });
+    }
+    Ok(Some(ArchiveAt::Memory(bytes)))
 }

@@ -25,6 +25,14 @@ pub trait SnapshotFile: Send + Sync {
     fn piece_len(&self) -> usize {
         SNAPSHOT_READ_LEN
     }
+    /// A handle on the same bytes that stays readable after the snapshot
+    /// is renamed, replaced or removed (a file descriptor): what a state
+    /// loaded from it reads its archive through later. `None` (the
+    /// default): the store has none, and the archive is read into memory
+    /// while the snapshot is loaded.
+    fn lasting(&self) -> Option<std::sync::Arc<dyn SnapshotFile>> {
+        None
+    }
 }
 
 /// Where a body's bytes are.

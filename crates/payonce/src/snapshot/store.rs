@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use payonce_log::{FsStorage, Storage};
+use payonce_log::{FsStorage, Storage, StorageRead};
 
 use super::error::SnapshotError;
 use super::reader::SnapshotFile;
@@ -178,6 +178,15 @@ impl SnapshotStore for DirSnapshots {
         &self,
         snapshot: &StoredSnapshot,
     ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
+        let held = (self.storage)
+            .open_read(&snapshot.name)
+            .map_err(|error| self.io("open", &snapshot.name, error))?;
+        if let Some(handle) = held {
+            return Ok(Some(Box::new(HeldFile {
+                handle: Arc::from(handle),
+                file: self.storage.describe(&snapshot.name),
+            })));
+        }
         let len = self
             .storage
             .len(&snapshot.name)
@@ -252,7 +261,37 @@ impl SnapshotStore for DirSnapshots {
     }
 }
 
-/// A snapshot file of a [`DirSnapshots`], read a piece at a time.
+/// A snapshot file of a [`DirSnapshots`] held open, read a piece at a
+/// time: it stays readable after a newer snapshot prunes its name.
+#[derive(Clone)]
+struct HeldFile {
+    handle: Arc<dyn StorageRead>,
+    /// Its path, for a person.
+    file: String,
+}
+
+impl SnapshotFile for HeldFile {
+    fn byte_len(&self) -> u64 {
+        self.handle.byte_len()
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        self.handle
+            .read_at(offset, len, into)
+            .map_err(|source| SnapshotError::Io {
+                op: "read",
+                file: self.file.clone(),
+                source,
+            })
+    }
+
+    fn lasting(&self) -> Option<Arc<dyn SnapshotFile>> {
+        Some(Arc::new(self.clone()))
+    }
+}
+
+/// A snapshot file of a [`DirSnapshots`] whose storage holds no files
+/// open, read by name a piece at a time.
 struct StoredFile<'a> {
     store: &'a DirSnapshots,
     name: String,

@@ -1,15 +1,19 @@
 //! The snapshot format byte by byte, as docs/snapshot-format.md works it
 //! through, and its decoding of untrusted bytes.
 
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use payonce_log::{Digest, Head};
 use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
 use super::format::SNAPSHOT_FORMAT_VERSION;
-use super::{decode, encode};
+use super::{SnapshotError, SnapshotFile, checked_file, decode, encode};
 use crate::documented::{SNAPSHOT_FORMAT, header_value, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
-use crate::state::{State, apply};
+use crate::state::{State, apply, with_archive_keys};
 use crate::time::Timestamp;
 
 /// The state docs/snapshot-format.md works through: an opening, then
@@ -58,6 +62,9 @@ fn documented_state() -> State {
     state
 }
 
+/// The archive's hash key in the worked example.
+const DOCUMENTED_KEYS: (u64, u64) = (1, 2);
+
 fn documented_head() -> Head {
     Head {
         seq: 4,
@@ -96,14 +103,84 @@ fn the_document_names_the_format_and_schema_this_build_writes() {
 fn the_documented_snapshot_is_the_bytes_the_document_gives() {
     // Guards against docs/snapshot-format.md's worked example drifting from
     // what the ledger writes: the test reads the document's table.
-    let bytes = encode(
-        &documented_state(),
-        0x0123_4567_89ab_cdef,
-        documented_head(),
-    )
+    let bytes = with_archive_keys(DOCUMENTED_KEYS, || {
+        encode(
+            &documented_state(),
+            0x0123_4567_89ab_cdef,
+            documented_head(),
+        )
+    })
     .unwrap_or_else(|e| panic!("{e}"));
+    if std::env::var_os("PAYONCE_PRINT_EXAMPLE").is_some() {
+        println!("{}", hex(&bytes));
+    }
     assert_eq!(hex(&bytes), worked_example_hex(SNAPSHOT_FORMAT));
     let (info, state) = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(info.seq, 4);
     assert_eq!(state.difference(&documented_state()), None);
+}
+
+/// The documented snapshot in a file that counts its reads, and says
+/// whether it stays readable ([`SnapshotFile::lasting`]).
+#[derive(Clone)]
+struct Counted {
+    bytes: Arc<Vec<u8>>,
+    reads: Arc<AtomicUsize>,
+    lasting: bool,
+}
+
+impl SnapshotFile for Counted {
+    fn byte_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let start = (offset as usize).min(self.bytes.len());
+        into.extend_from_slice(&self.bytes[start..(start + len).min(self.bytes.len())]);
+        Ok(())
+    }
+
+    fn lasting(&self) -> Option<Arc<dyn SnapshotFile>> {
+        self.lasting
+            .then(|| Arc::new(self.clone()) as Arc<dyn SnapshotFile>)
+    }
+}
+
+/// The reads of the documented snapshot's file that bringing back `k-1`
+/// makes once it is loaded, with the file `lasting` or not.
+fn reads_after_loading(lasting: bool) -> usize {
+    let bytes = with_archive_keys(DOCUMENTED_KEYS, || {
+        encode(&documented_state(), 1, documented_head())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let file = Counted {
+        bytes: Arc::new(bytes),
+        reads: Arc::new(AtomicUsize::new(0)),
+        lasting,
+    };
+    let head = documented_head();
+    let loaded = checked_file::<Infallible>(&file, 1, |_| Ok(Some(head)))
+        .unwrap_or_else(|never| match never {});
+    let (_, mut state) = loaded.unwrap_or_else(|e| panic!("{e}"));
+    let before = file.reads.load(Ordering::SeqCst);
+    state
+        .fault_in(Some("k-1"), None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        state.outcome("k-1"),
+        documented_state().outcome("k-1"),
+        "the pair is back"
+    );
+    file.reads.load(Ordering::SeqCst) - before
+}
+
+#[test]
+fn an_archive_in_a_file_that_stays_readable_is_read_from_it_when_a_name_asks() {
+    // Guards against a loading that copies the archive into memory when
+    // its file stays readable, and against one that reads a file that may
+    // be pruned later: the archive's blocks are read where they lie only
+    // through a lasting handle.
+    assert!(reads_after_loading(true) > 0, "read from the file");
+    assert_eq!(reads_after_loading(false), 0, "read from memory");
 }

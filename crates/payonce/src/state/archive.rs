@@ -20,6 +20,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use payonce_model::WithdrawalState;
+use rust_decimal::Decimal;
 
 use super::archive_blocks::{Blocks, PairView, SettledPair};
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
@@ -61,32 +62,124 @@ impl State {
     /// (a copy of the state keeps sharing it); pairs set apart before stay
     /// there. Answers nothing differently.
     pub(crate) fn set_apart_settled(&mut self) {
-        let earlier = self
-            .archived
-            .take()
-            .map_or_else(|| Ok(Vec::new()), |archived| archived.unshadowed());
-        let earlier = read_back(earlier);
-        let settled: Vec<u32> = self
-            .keys
-            .in_use()
-            .filter(|&slot| self.is_settled_pair(slot))
-            .collect();
-        if earlier.is_empty() && settled.is_empty() {
+        let settled = self.settled_slots();
+        if self.archived.is_none() && !settled.contains(&true) {
             return;
         }
-        let mut views: Vec<PairView<'_>> = earlier.iter().map(|(_, pair)| pair.view()).collect();
-        views.extend(settled.iter().map(|&slot| self.settled_view(slot)));
-        let bytes = Blocks::encode(views);
-        for slot in settled {
+        let (bytes, _) = read_back(self.archive_bytes(&settled));
+        for (slot, _) in (0..).zip(&settled).filter(|(_, settled)| **settled) {
             self.remove_settled(slot);
         }
         self.archived = Some(Archived {
-            blocks: Arc::new(read_back(Blocks::open(Box::new(bytes)))),
+            blocks: Arc::new(read_back(Blocks::open(Box::new(bytes), 0))),
             shadowed: HashSet::new(),
         });
         if self.texts.wants_compacting() {
             self.compact();
         }
+    }
+
+    /// By key slot, whether it and the withdrawal it names form a settled
+    /// pair: what a snapshot of this state sets apart. Reads the slots,
+    /// not their indexes, which a copy for a snapshot lacks.
+    pub(super) fn settled_slots(&self) -> Vec<bool> {
+        let mut settled = vec![true; self.keys.entries.len()];
+        for &slot in &self.keys.free {
+            settled[slot as usize] = false;
+        }
+        for (slot, settled) in (0..).zip(settled.iter_mut()) {
+            *settled = *settled && self.is_settled_pair(slot);
+        }
+        settled
+    }
+
+    /// The archive of the pairs still set apart and of the `settled` key
+    /// slots ([`State::settled_slots`]), merged under the archive's own
+    /// hash key (no bytes when there are no pairs); and by currency
+    /// number, the funds those pairs captured. An archive read back from
+    /// storage can fail.
+    pub(super) fn archive_bytes(
+        &self,
+        settled: &[bool],
+    ) -> Result<(Vec<u8>, Vec<Decimal>), SnapshotError> {
+        let added: Vec<PairView<'_>> = (0..)
+            .zip(settled)
+            .filter(|(_, settled)| **settled)
+            .map(|(slot, _)| self.settled_view(slot))
+            .collect();
+        let mut captured = vec![Decimal::ZERO; self.currencies.len()];
+        let mut count = |pair: &PairView<'_>| {
+            let Some(&number) = self.currency_numbers.get(pair.currency) else {
+                let found = format!("currency {}", pair.currency);
+                return Err(SnapshotError::Invalid {
+                    field: "archived currency",
+                    offset: 0,
+                    expected: "a currency the state holds".to_owned(),
+                    found,
+                });
+            };
+            if pair.funds == Funds::Captured {
+                let total = &mut captured[number as usize];
+                *total = total.saturating_add(pair.amount.value());
+            }
+            Ok(())
+        };
+        let bytes = match &self.archived {
+            Some(archived) => archived
+                .blocks
+                .merged(&archived.shadowed, added, &mut count)?,
+            None if added.is_empty() => Vec::new(),
+            None => {
+                added.iter().try_for_each(&mut count)?;
+                Blocks::encode(added)
+            }
+        };
+        Ok((bytes, captured))
+    }
+
+    /// Reads `blocks`, an archive read from a snapshot, whole, and checks
+    /// what the body says of it: each pair's currency is the body's, and
+    /// the funds its pairs captured are `archived`, by currency.
+    pub(super) fn check_archive(
+        &self,
+        blocks: &Blocks,
+        archived: &[Decimal],
+    ) -> Result<(), SnapshotError> {
+        let mut captured = vec![Decimal::ZERO; self.currencies.len()];
+        for (number, pair) in blocks.pairs()? {
+            let Some(&currency) = self.currency_numbers.get(&pair.currency) else {
+                let found = format!("currency {}", pair.currency);
+                return Err(blocks.refused(number, "a currency the body lists", found));
+            };
+            if pair.funds == Funds::Captured {
+                let total = &mut captured[currency as usize];
+                *total = total.saturating_add(pair.amount.value());
+            }
+        }
+        match (0..captured.len())
+            .find(|&n| captured[n] != archived[n] && captured[n] != Decimal::MAX)
+        {
+            None => Ok(()),
+            Some(number) => Err(SnapshotError::Invalid {
+                field: "archived total",
+                offset: 0,
+                expected: format!(
+                    "{} {}, what the archive's pairs captured",
+                    captured[number], self.currencies[number]
+                ),
+                found: archived[number].to_string(),
+            }),
+        }
+    }
+
+    /// Takes `blocks`, an archive read from a snapshot, as this state's
+    /// pairs set apart.
+    pub(super) fn adopt_archive(&mut self, blocks: Blocks) {
+        assert!(self.archived.is_none(), "a state adopts one archive");
+        self.archived = Some(Archived {
+            blocks: Arc::new(blocks),
+            shadowed: HashSet::new(),
+        });
     }
 
     /// Whether key slot `slot` and the withdrawal it names form a settled
@@ -348,7 +441,7 @@ impl State {
             bytes,
             failing: Arc::clone(&failing),
         };
-        archived.blocks = Arc::new(read_back(Blocks::open(Box::new(switchable))));
+        archived.blocks = Arc::new(read_back(Blocks::open(Box::new(switchable), 0)));
         Some(failing)
     }
 }

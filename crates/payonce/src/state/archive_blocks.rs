@@ -20,6 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::Arc;
 
 use payonce_model::{
     Actor, Amount, Currency, Destination, Progress, REPLACED_MAX, Reason, Reference, RequestKey,
@@ -28,10 +29,9 @@ use payonce_model::{
 use siphasher::sip::SipHasher13;
 
 use super::layout::{Funds, stored};
-use super::snapshot::state_number;
-use crate::snapshot::SNAPSHOT_HEADER_LEN;
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out};
+use crate::snapshot::{SNAPSHOT_HEADER_LEN, SNAPSHOT_READ_LEN, SnapshotFile};
 use crate::time::Timestamp;
 
 /// Pairs a pair block holds, but for the last: a lookup decodes this many
@@ -143,6 +143,89 @@ impl ArchiveSource for Vec<u8> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The hash key archives encoded on this thread are under, if set.
+    static DRAWN_KEYS: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `encode` with every archive it encodes under hash key `keys`
+/// rather than one drawn: what a worked example's bytes need.
+#[cfg(test)]
+pub(crate) fn with_archive_keys<T>(keys: (u64, u64), encode: impl FnOnce() -> T) -> T {
+    DRAWN_KEYS.with(|drawn| drawn.set(Some(keys)));
+    let encoded = encode();
+    DRAWN_KEYS.with(|drawn| drawn.set(None));
+    encoded
+}
+
+/// Where a snapshot's archive is, for the state loaded from it.
+pub(crate) enum ArchiveAt {
+    /// Read into memory, whole.
+    Memory(Vec<u8>),
+    /// Read into memory, whole, and checked whole as it is loaded
+    /// ([`Blocks::pairs`]): what an audit reads.
+    Checked(Vec<u8>),
+    /// Bytes `at` to `at + len` of a snapshot that stays readable
+    /// whatever happens to its name ([`SnapshotFile::lasting`]).
+    File {
+        file: Arc<dyn SnapshotFile>,
+        at: u64,
+        len: u64,
+    },
+}
+
+impl ArchiveAt {
+    pub(super) fn into_source(self) -> Box<dyn ArchiveSource> {
+        match self {
+            ArchiveAt::Memory(bytes) | ArchiveAt::Checked(bytes) => Box::new(bytes),
+            ArchiveAt::File { file, at, len } => Box::new(FilePart { file, at, len }),
+        }
+    }
+}
+
+/// Part of a snapshot's file, read where it lies.
+struct FilePart {
+    file: Arc<dyn SnapshotFile>,
+    at: u64,
+    len: u64,
+}
+
+impl fmt::Debug for FilePart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes at {} of a snapshot", self.len, self.at)
+    }
+}
+
+impl ArchiveSource for FilePart {
+    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
+        let fits = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= self.len);
+        if !fits {
+            return Err(SnapshotError::Invalid {
+                field: "archive block",
+                offset,
+                expected: format!("{len} bytes"),
+                found: format!("an archive of {} bytes", self.len),
+            });
+        }
+        into.clear();
+        self.file.read_at(self.at + offset, len, into)?;
+        if into.len() != len {
+            return Err(SnapshotError::Length {
+                expected: self.at + self.len,
+                found: self.at + offset + into.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    fn byte_len(&self) -> u64 {
+        self.len
+    }
+}
+
 /// Where a block is, and the first hash in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Fence {
@@ -159,6 +242,9 @@ pub(super) struct Blocks {
     pair_fences: Vec<Fence>,
     id_fences: Vec<Fence>,
     source: Box<dyn ArchiveSource>,
+    /// What a refusal's offset is moved by: where the archive starts in a
+    /// snapshot, past where a body would.
+    shift: u64,
 }
 
 /// The hash of `name` under `keys`.
@@ -170,6 +256,10 @@ fn hash(keys: (u64, u64), name: &str) -> u64 {
 
 /// Two words from the process's random source.
 fn drawn_keys() -> (u64, u64) {
+    #[cfg(test)]
+    if let Some(keys) = DRAWN_KEYS.with(std::cell::Cell::get) {
+        return keys;
+    }
     let random = RandomState::new();
     (random.hash_one(0u8), random.hash_one(1u8))
 }
@@ -181,7 +271,15 @@ impl Blocks {
     }
 
     /// The archive `source` holds: its trailer and fences read and checked.
-    pub(super) fn open(source: Box<dyn ArchiveSource>) -> Result<Blocks, SnapshotError> {
+    /// A refusal names an offset `shift` bytes past one in a body.
+    pub(super) fn open(
+        source: Box<dyn ArchiveSource>,
+        shift: u64,
+    ) -> Result<Blocks, SnapshotError> {
+        Blocks::open_here(source, shift).map_err(|error| error.moved_by(shift))
+    }
+
+    fn open_here(source: Box<dyn ArchiveSource>, shift: u64) -> Result<Blocks, SnapshotError> {
         let len = source.byte_len();
         let mut bytes = Vec::new();
         let trailer_at = len.checked_sub(TRAILER_LEN as u64).ok_or_else(|| {
@@ -225,7 +323,54 @@ impl Blocks {
             pair_fences,
             id_fences,
             source,
+            shift,
         })
+    }
+
+    /// Checks every block's checksum, reading the blocks in runs of about
+    /// [`SNAPSHOT_READ_LEN`] bytes into one buffer: no field is decoded,
+    /// so a damaged byte anywhere is found at the speed of reading, before
+    /// the archive is believed.
+    pub(super) fn check_checksums(&self) -> Result<(), SnapshotError> {
+        let fences: Vec<Fence> = self
+            .pair_fences
+            .iter()
+            .chain(&self.id_fences)
+            .copied()
+            .collect();
+        let mut bytes = Vec::new();
+        let mut first = 0;
+        while first < fences.len() {
+            let start = fences[first].at;
+            let mut end = first + 1;
+            while end < fences.len()
+                && fences[end].at + u64::from(fences[end].len) - start <= SNAPSHOT_READ_LEN as u64
+            {
+                end += 1;
+            }
+            let last = fences[end - 1];
+            let len = (last.at + u64::from(last.len) - start) as usize;
+            self.source
+                .read_at(start, len, &mut bytes)
+                .map_err(|error| error.moved_by(self.shift))?;
+            for fence in &fences[first..end] {
+                let at = (fence.at - start) as usize;
+                let block = &bytes[at..at + fence.len as usize];
+                if sealed(block).is_none() {
+                    let field = match fence.at < self.id_fences.first().map_or(u64::MAX, |id| id.at)
+                    {
+                        true => "archive pair block",
+                        false => "archive id block",
+                    };
+                    let found = "bytes whose checksum differs".to_owned();
+                    return Err(
+                        invalid(field, fence.at, "its checksum", found).moved_by(self.shift)
+                    );
+                }
+            }
+            first = end;
+        }
+        Ok(())
     }
 
     /// How many pairs it holds.
@@ -238,7 +383,7 @@ impl Blocks {
     pub(super) fn refused(&self, number: u64, expected: &str, found: String) -> SnapshotError {
         let block = (number / PAIRS_PER_BLOCK as u64) as usize;
         let at = self.pair_fences.get(block).map_or(0, |fence| fence.at);
-        invalid("archived pair", at, expected, found)
+        invalid("archived pair", at, expected, found).moved_by(self.shift)
     }
 
     /// Where its bytes are read from.
@@ -249,6 +394,11 @@ impl Blocks {
 
     /// The pair of `key`, with its number.
     pub(super) fn find_key(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
+        self.find_key_here(key)
+            .map_err(|error| error.moved_by(self.shift))
+    }
+
+    fn find_key_here(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
         let wanted = hash(self.keys, key);
         let mut found = None;
         in_blocks_of(&self.pair_fences, wanted, |block, _| {
@@ -265,6 +415,11 @@ impl Blocks {
 
     /// The pair of withdrawal `id`, with its number.
     pub(super) fn find_id(&self, id: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
+        self.find_id_here(id)
+            .map_err(|error| error.moved_by(self.shift))
+    }
+
+    fn find_id_here(&self, id: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
         let wanted = hash(self.keys, id);
         let mut found = None;
         in_blocks_of(&self.id_fences, wanted, |block, fence| {
@@ -304,13 +459,68 @@ impl Blocks {
         })
     }
 
-    /// Every pair, with its number, in block order.
     /// Every pair, with its number, in block order, once every block is
     /// checked against the others: as many pairs as the trailer says, no
     /// key or id twice, and each id entry naming the one pair whose id
     /// hashes to it. What a lookup cannot see (an entry missing, a name
     /// twice) is refused here.
     pub(super) fn pairs(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
+        self.pairs_here()
+            .map_err(|error| error.moved_by(self.shift))
+    }
+
+    /// The bytes of an archive of its pairs but those numbered in
+    /// `shadowed`, and of `added`, under its own hash key, read block by
+    /// block and written in one pass: at most a block of its pairs is
+    /// held decoded. `each` is shown every pair written, and may refuse
+    /// it. A key met twice, or out of order, is refused.
+    pub(super) fn merged(
+        &self,
+        shadowed: &HashSet<u64>,
+        added: Vec<PairView<'_>>,
+        mut each: impl FnMut(&PairView<'_>) -> Result<(), SnapshotError>,
+    ) -> Result<Vec<u8>, SnapshotError> {
+        let mut encoder = Encoder::new(self.keys);
+        let mut added = encoder.sorted(added).into_iter().peekable();
+        let mut last: Option<(u64, Box<str>)> = None;
+        for block in 0..self.pair_fences.len() {
+            let pairs = self
+                .pair_block(block)
+                .map_err(|error| error.moved_by(self.shift))?;
+            for (index, pair) in pairs.iter().enumerate() {
+                if shadowed.contains(&number(block, index)) {
+                    continue;
+                }
+                let key_hash = hash(self.keys, &pair.key);
+                while let Some((hash, view)) =
+                    added.next_if(|(hash, view)| (*hash, view.key) < (key_hash, &*pair.key))
+                {
+                    each(&view)?;
+                    encoder.push(hash, &view);
+                }
+                let follows = last
+                    .as_ref()
+                    .is_none_or(|(hash, key)| (*hash, &**key) < (key_hash, &*pair.key));
+                if !follows || added.peek().is_some_and(|(_, view)| view.key == &*pair.key) {
+                    let at = self.pair_fences[block].at;
+                    let found = format!("key {} again", pair.key);
+                    return Err(
+                        invalid("archive pairs", at, "each key once", found).moved_by(self.shift)
+                    );
+                }
+                each(&pair.view())?;
+                encoder.push(key_hash, &pair.view());
+                last = Some((key_hash, pair.key.clone()));
+            }
+        }
+        for (hash, view) in added {
+            each(&view)?;
+            encoder.push(hash, &view);
+        }
+        Ok(encoder.finish())
+    }
+
+    fn pairs_here(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
         let mut all = Vec::with_capacity(self.pairs);
         for block in 0..self.pair_fences.len() {
             let pairs = self.pair_block(block)?;
@@ -389,13 +599,10 @@ impl Blocks {
         let mut bytes = Vec::new();
         self.source
             .read_at(fence.at, fence.len as usize, &mut bytes)?;
-        let body_len = bytes.len().saturating_sub(4);
-        let (body, crc) = bytes.split_at(body_len);
-        let stored = <[u8; 4]>::try_from(crc).map(u32::from_le_bytes).ok();
-        if stored != Some(crc32fast::hash(body)) {
+        let Some(body_len) = sealed(&bytes).map(<[u8]>::len) else {
             let found = "bytes whose checksum differs".to_owned();
             return Err(invalid(field, fence.at, "its checksum", found));
-        }
+        };
         bytes.truncate(body_len);
         Ok(bytes)
     }
@@ -466,6 +673,14 @@ pub(super) fn in_order(
         last = Some(hash);
     }
     Ok(())
+}
+
+/// The bytes of `block` before its checksum, if its last 4 bytes are the
+/// `crc32` of them.
+fn sealed(block: &[u8]) -> Option<&[u8]> {
+    let (body, crc) = block.split_at_checked(block.len().checked_sub(4)?)?;
+    let stored = u32::from_le_bytes(crc.try_into().ok()?);
+    (stored == crc32fast::hash(body)).then_some(body)
 }
 
 /// Calls `look` on each block (number, fence) of `fences` a name
@@ -596,50 +811,123 @@ fn read_fences(
 
 /// The bytes of an archive of `pairs` under hash key `keys`.
 pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<PairView<'_>>) -> Vec<u8> {
-    let mut sorted: Vec<(u64, PairView<'_>)> = pairs
-        .into_iter()
-        .map(|pair| (hash(keys, pair.key), pair))
-        .collect();
-    sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(pb.key)));
-    let mut out = Out::default();
-    let mut pair_fences = Vec::new();
-    let mut ids = Vec::with_capacity(sorted.len());
-    for (block, chunk) in sorted.chunks(PAIRS_PER_BLOCK).enumerate() {
-        let start = out.bytes.len();
-        out.u8(chunk.len() as u8);
-        for (index, (_, pair)) in chunk.iter().enumerate() {
-            write_pair(&mut out, pair);
-            ids.push((hash(keys, pair.id), block as u32, index as u8));
+    let mut encoder = Encoder::new(keys);
+    for (hash, pair) in encoder.sorted(pairs) {
+        encoder.push(hash, &pair);
+    }
+    encoder.finish()
+}
+
+/// Writes an archive pair by pair, in the order of their keys' hashes:
+/// only the pairs' bytes and a small entry per id are held.
+pub(super) struct Encoder {
+    keys: (u64, u64),
+    out: Out,
+    pair_fences: Vec<Fence>,
+    ids: Vec<(u64, u32, u8)>,
+    /// The block being written: where it starts, its first hash, its
+    /// pairs so far.
+    block: (usize, u64, usize),
+    pairs: usize,
+    /// The last pair's hash, which the next one's must not be below.
+    last: u64,
+}
+
+impl Encoder {
+    pub(super) fn new(keys: (u64, u64)) -> Encoder {
+        Encoder {
+            keys,
+            out: Out::default(),
+            pair_fences: Vec::new(),
+            ids: Vec::new(),
+            block: (0, 0, 0),
+            pairs: 0,
+            last: 0,
         }
-        pair_fences.push(seal(&mut out, start, chunk[0].0));
     }
-    ids.sort_unstable();
-    let mut id_fences = Vec::new();
-    for chunk in ids.chunks(IDS_PER_BLOCK) {
-        let start = out.bytes.len();
-        out.u16(chunk.len() as u16);
-        for &(hash, block, index) in chunk {
-            out.u64(hash);
-            out.u32(block);
-            out.u8(index);
+
+    /// `pairs` with their keys' hashes, in the order they are written.
+    pub(super) fn sorted<'a>(&self, pairs: Vec<PairView<'a>>) -> Vec<(u64, PairView<'a>)> {
+        let mut sorted: Vec<(u64, PairView<'_>)> = pairs
+            .into_iter()
+            .map(|pair| (hash(self.keys, pair.key), pair))
+            .collect();
+        sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(pb.key)));
+        sorted
+    }
+
+    /// Writes `pair`, whose key hashes to `key_hash`, after those written.
+    pub(super) fn push(&mut self, key_hash: u64, pair: &PairView<'_>) {
+        debug_assert_eq!(key_hash, hash(self.keys, pair.key));
+        assert!(
+            self.last <= key_hash,
+            "archived pairs are written in the order of their keys' hashes"
+        );
+        if self.block.2 == 0 {
+            self.block = (self.out.bytes.len(), key_hash, 0);
+            self.out.u8(0);
         }
-        id_fences.push(seal(&mut out, start, chunk[0].0));
+        write_pair(&mut self.out, pair);
+        let block = self.pair_fences.len() as u32;
+        self.ids
+            .push((hash(self.keys, pair.id), block, self.block.2 as u8));
+        self.block.2 += 1;
+        self.pairs += 1;
+        self.last = key_hash;
+        if self.block.2 == PAIRS_PER_BLOCK {
+            self.seal_block();
+        }
     }
-    let fences_at = out.bytes.len();
-    for fence in pair_fences.iter().chain(&id_fences) {
-        out.u64(fence.first);
-        out.u64(fence.at);
-        out.u32(fence.len);
+
+    fn seal_block(&mut self) {
+        let (start, first, count) = self.block;
+        self.out.bytes[start] = count as u8;
+        self.pair_fences.push(seal(&mut self.out, start, first));
+        self.block = (0, 0, 0);
     }
-    out.u64(keys.0);
-    out.u64(keys.1);
-    out.count(sorted.len());
-    out.count(pair_fences.len());
-    out.count(id_fences.len());
-    out.u64(fences_at as u64);
-    let crc = crc32fast::hash(&out.bytes[fences_at..]);
-    out.u32(crc);
-    out.bytes
+
+    /// The archive's bytes: its pair blocks, id blocks, fences and
+    /// trailer.
+    pub(super) fn finish(mut self) -> Vec<u8> {
+        if self.block.2 > 0 {
+            self.seal_block();
+        }
+        let Encoder {
+            keys,
+            mut out,
+            pair_fences,
+            mut ids,
+            pairs,
+            ..
+        } = self;
+        ids.sort_unstable();
+        let mut id_fences = Vec::new();
+        for chunk in ids.chunks(IDS_PER_BLOCK) {
+            let start = out.bytes.len();
+            out.u16(chunk.len() as u16);
+            for &(hash, block, index) in chunk {
+                out.u64(hash);
+                out.u32(block);
+                out.u8(index);
+            }
+            id_fences.push(seal(&mut out, start, chunk[0].0));
+        }
+        let fences_at = out.bytes.len();
+        for fence in pair_fences.iter().chain(&id_fences) {
+            out.u64(fence.first);
+            out.u64(fence.at);
+            out.u32(fence.len);
+        }
+        out.u64(keys.0);
+        out.u64(keys.1);
+        out.count(pairs);
+        out.count(pair_fences.len());
+        out.count(id_fences.len());
+        out.u64(fences_at as u64);
+        let crc = crc32fast::hash(&out.bytes[fences_at..]);
+        out.u32(crc);
+        out.bytes
+    }
 }
 
 /// Ends the block that started at `start` with its checksum; its fence.
@@ -772,4 +1060,12 @@ fn read_outcome(input: &mut In<'_>) -> Result<Outcome, SnapshotError> {
             Err(input.invalid_at(at, "archived outcome", error.to_string(), state.to_string()))
         }
     }
+}
+
+/// A state's byte on disk: its place in `WithdrawalState::ALL`.
+pub(super) fn state_number(state: WithdrawalState) -> u8 {
+    let number = WithdrawalState::ALL
+        .iter()
+        .position(|&known| known == state);
+    number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
 }

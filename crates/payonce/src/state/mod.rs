@@ -47,6 +47,9 @@ use rust_decimal::Decimal;
 
 pub use self::apply::apply;
 pub(crate) use self::apply::apply_judged;
+pub(crate) use self::archive_blocks::ArchiveAt;
+#[cfg(test)]
+pub(crate) use self::archive_blocks::with_archive_keys;
 pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};

@@ -15,6 +15,7 @@ use std::num::NonZeroU32;
 use std::sync::atomic::AtomicU32;
 
 use super::State;
+use super::archive_blocks::{ArchiveAt, Blocks, state_number};
 use super::chunks::Chunks;
 use super::jobs::{self, run_jobs};
 use super::layout::{
@@ -26,8 +27,9 @@ use crate::snapshot::error::SnapshotError;
 use crate::snapshot::format::{In, Out, ended};
 use crate::snapshot::reader::{BodyBytes, Reader};
 
-/// The fewest bytes a currency takes in a body: a one-letter code, two totals.
-const CURRENCY_LEN_MIN: usize = 2 + 1 + 2 * 17;
+/// The fewest bytes a currency takes in a body: a one-letter code, three
+/// totals.
+const CURRENCY_LEN_MIN: usize = 2 + 1 + 3 * 17;
 /// The fewest bytes a session takes: a one-letter worker, its epoch.
 const SESSION_LEN_MIN: usize = 2 + 1 + 8;
 /// The most currencies a body lists: a withdrawal names its currency by a
@@ -51,11 +53,8 @@ impl State {
     /// shared copy-on-write with this one, its small maps cloned, and no
     /// index (the copy answers no lookup). What the ledger's lock is held
     /// for while a snapshot is taken.
-    pub(crate) fn copy_for_snapshot(&self) -> Result<State, SnapshotError> {
-        if self.archived.is_some() {
-            return self.whole()?.copy_for_snapshot();
-        }
-        Ok(State {
+    pub(crate) fn copy_for_snapshot(&self) -> State {
+        State {
             last_seq: self.last_seq,
             accept_foreign_ids: self.accept_foreign_ids,
             texts: self.texts.clone(),
@@ -73,16 +72,44 @@ impl State {
             running: self.running.clone(),
             sessions: self.sessions.clone(),
             refusals: self.refusals,
-            archived: None,
-        })
+            archived: self.archived.clone(),
+        }
     }
 
-    /// The body of a snapshot of this state, its keys in parts of
-    /// `part_len`. Refuses a state only a diverged log leaves, which the
-    /// ledger never holds.
+    /// The body and the archive of a snapshot of this state, its keys in
+    /// parts of `part_len`: the settled pairs go to the archive, with
+    /// those set apart already, and the rest to the body. Refuses a state
+    /// only a diverged log leaves, which the ledger never holds, and an
+    /// archive that cannot be read back.
+    pub(crate) fn snapshot_parts_in(
+        &self,
+        part_len: NonZeroU32,
+    ) -> Result<(Vec<u8>, Vec<u8>), SnapshotError> {
+        let settled = self.settled_slots();
+        let (archive, archived) = self.archive_bytes(&settled)?;
+        let body = self.snapshot_body(part_len, &settled, &archived)?;
+        Ok((body, archive))
+    }
+
+    /// The body of a snapshot of this state that sets no pair apart: all a
+    /// snapshot with no archive holds.
+    #[cfg(test)]
     pub(crate) fn snapshot_body_in_parts(
         &self,
         part_len: NonZeroU32,
+    ) -> Result<Vec<u8>, SnapshotError> {
+        let none = vec![false; self.keys.entries.len()];
+        self.snapshot_body(part_len, &none, &vec![Decimal::ZERO; self.currencies.len()])
+    }
+
+    /// The body of a snapshot of this state but for the `settled` key
+    /// slots and their withdrawals, whose funds captured, `archived`, the
+    /// archive holds.
+    fn snapshot_body(
+        &self,
+        part_len: NonZeroU32,
+        settled: &[bool],
+        archived: &[Decimal],
     ) -> Result<Vec<u8>, SnapshotError> {
         let part_len = part_len.get() as usize;
         let mut out = Out::default();
@@ -92,24 +119,23 @@ impl State {
         out.u8(u8::from(self.epoch.is_some()));
         out.u64(self.epoch.unwrap_or(0));
         out.u64(self.refusals);
-        self.write_currencies(&mut out)?;
+        self.write_currencies(&mut out, archived)?;
         out.count(self.sessions.live.len());
         for (worker, &epoch) in &self.sessions.live {
             out.text(worker.as_str());
             out.u64(epoch);
         }
-        let numbers = self.write_withdrawals(&mut out)?;
-        self.write_keys(&mut out, &numbers, part_len);
+        let numbers = self.write_withdrawals(&mut out, settled)?;
+        self.write_keys(&mut out, &numbers, (part_len, settled));
         Ok(out.bytes)
     }
 
-    fn write_currencies(&self, out: &mut Out) -> Result<(), SnapshotError> {
+    fn write_currencies(&self, out: &mut Out, archived: &[Decimal]) -> Result<(), SnapshotError> {
         out.count(self.currencies.len());
-        for ((currency, held), captured) in
-            self.currencies.iter().zip(&self.held).zip(&self.captured)
-        {
+        let totals = self.held.iter().zip(&self.captured).zip(archived);
+        for (currency, ((held, captured), archived)) in self.currencies.iter().zip(totals) {
             out.text(currency.as_str());
-            for total in [held, captured] {
+            for total in [held, captured, archived] {
                 if total.is_sign_negative() {
                     return Err(SnapshotError::Diverged {
                         withdrawal: format!("(a negative total of {currency})"),
@@ -122,16 +148,27 @@ impl State {
         Ok(())
     }
 
-    /// Writes the withdrawals in slot order, after their count and where
-    /// the keys after them start; the number each slot has in the body
-    /// (`u32::MAX` for a free one).
-    fn write_withdrawals(&self, out: &mut Out) -> Result<Vec<u32>, SnapshotError> {
+    /// Writes the withdrawals in slot order, but those the `settled` key
+    /// slots hold, after their count and where the keys after them start;
+    /// the number each slot has in the body (`u32::MAX` for one not
+    /// written).
+    fn write_withdrawals(
+        &self,
+        out: &mut Out,
+        settled: &[bool],
+    ) -> Result<Vec<u32>, SnapshotError> {
         let entries = &self.withdrawals.entries;
         let mut numbers = vec![u32::MAX; entries.len()];
-        for &slot in &self.withdrawals.free {
+        let apart = (0..).zip(settled).filter(|(_, settled)| **settled);
+        let apart = apart.map(|(slot, _)| self.keys[slot].withdrawal);
+        for slot in self.withdrawals.free.iter().copied().chain(apart) {
             numbers[slot as usize] = u32::MAX - 1;
         }
-        out.count(entries.len() - self.withdrawals.free.len());
+        let skipped = numbers
+            .iter()
+            .filter(|&&number| number == u32::MAX - 1)
+            .count();
+        out.count(entries.len() - skipped);
         let keys_at = out.bytes.len();
         out.u64(0);
         let mut next = 0u32;
@@ -164,23 +201,23 @@ impl State {
         }
         assert_eq!(
             next as usize,
-            entries.len() - self.withdrawals.free.len(),
-            "every listed withdrawal is written"
+            entries.len() - skipped,
+            "every listed withdrawal but those set apart is written"
         );
         let end = out.bytes.len() as u64;
         out.bytes[keys_at..keys_at + 8].copy_from_slice(&end.to_le_bytes());
         Ok(numbers)
     }
 
-    /// Writes the records in slot order, in parts of `part_len`, after
-    /// their count, the part length and where each part after the first
-    /// starts.
-    fn write_keys(&self, out: &mut Out, numbers: &[u32], part_len: usize) {
-        let mut free = vec![false; self.keys.entries.len()];
+    /// Writes the records in slot order but the `settled` ones, in parts
+    /// of `part_len`, after their count, the part length and where each
+    /// part after the first starts.
+    fn write_keys(&self, out: &mut Out, numbers: &[u32], (part_len, settled): (usize, &[bool])) {
+        let mut free = settled.to_vec();
         for &slot in &self.keys.free {
             free[slot as usize] = true;
         }
-        let count = self.keys.entries.len() - self.keys.free.len();
+        let count = free.iter().filter(|&&free| !free).count();
         out.count(count);
         out.u32(part_len as u32);
         let starts_at = out.bytes.len();
@@ -231,17 +268,22 @@ impl State {
                 out.text(reference.as_str());
             }
         }
-        assert_eq!(written, count, "every key in use is written");
+        assert_eq!(
+            written, count,
+            "every key in use but those set apart is written"
+        );
     }
 
-    /// The state a snapshot's `body` holds, after event `seq`: every field
-    /// checked, the first one refused, in body order, named with its
-    /// offset. With `hash`, also the checksum of the body's bytes, taken as
-    /// they are read.
+    /// The state a snapshot's `body` and `archive` hold, after event
+    /// `seq`: every field of the body checked, the first one refused, in
+    /// body order, named with its offset, then the archive's trailer and
+    /// fences (its blocks are checked as they are read). With `hash`, also
+    /// the checksum of the body's bytes, taken as they are read.
     pub(crate) fn from_snapshot_body(
         seq: u64,
         body: BodyBytes<'_>,
         hash: bool,
+        archive: Option<ArchiveAt>,
     ) -> Result<(State, Option<u32>), SnapshotError> {
         let mut input = Reader::new(body);
         if hash {
@@ -252,13 +294,46 @@ impl State {
             ..State::default()
         };
         input.record(|input| state.read_counters(input))?;
-        state.read_currencies(&mut input)?;
+        let archived = state.read_currencies(&mut input)?;
         state.read_sessions(&mut input)?;
         let (count, keys_at) = input.record(read_withdrawals_head)?;
         let at = input.at();
         let head_crc = hash.then(|| input.hashed());
-        let crc = state.read_withdrawals_and_keys(body, (at, count, keys_at), head_crc)?;
+        let read = (at, count, keys_at);
+        let crc = state.read_withdrawals_and_keys(body, read, head_crc, &archived)?;
+        state.open_archive(archive, body.len(), &archived)?;
         Ok((state, crc))
+    }
+
+    /// Takes the snapshot's archive, if it has one, after a body of
+    /// `body_len` bytes that says its pairs captured `archived`.
+    fn open_archive(
+        &mut self,
+        archive: Option<ArchiveAt>,
+        body_len: usize,
+        archived: &[Decimal],
+    ) -> Result<(), SnapshotError> {
+        match archive {
+            Some(archive) => {
+                let whole = matches!(archive, ArchiveAt::Checked(_));
+                let blocks = Blocks::open(archive.into_source(), body_len as u64)?;
+                blocks.check_checksums()?;
+                if whole {
+                    self.check_archive(&blocks, archived)?;
+                }
+                self.adopt_archive(blocks);
+                Ok(())
+            }
+            None => match archived.iter().position(|total| !total.is_zero()) {
+                None => Ok(()),
+                Some(number) => Err(SnapshotError::Invalid {
+                    field: "archived total",
+                    offset: 0,
+                    expected: "none, with no archive".to_owned(),
+                    found: format!("{} {}", archived[number], self.currencies[number]),
+                }),
+            },
+        }
     }
 
     /// The fields before the currencies.
@@ -284,6 +359,7 @@ impl State {
         body: BodyBytes<'_>,
         (at, count, keys_at): (usize, usize, KeysAt),
         crc: Option<crc32fast::Hasher>,
+        archived: &[Decimal],
     ) -> Result<Option<u32>, SnapshotError> {
         let hash = crc.is_some();
         let hasher = self.hasher.clone();
@@ -328,7 +404,7 @@ impl State {
         let sums = self.adopt(withdrawals, (parts, holders), &keys_head)?;
         ended(ends, body.bytes.len())?;
         self.check_funds()?;
-        self.check_sums(sums)?;
+        self.check_sums(sums, archived)?;
         Ok(crc)
     }
 
@@ -362,20 +438,24 @@ impl State {
         Ok(sums)
     }
 
-    fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
+    /// Reads the currencies and their totals; answers, by currency, the
+    /// funds the archive's pairs captured.
+    fn read_currencies(&mut self, input: &mut Reader<'_>) -> Result<Vec<Decimal>, SnapshotError> {
         let count =
             input.record(|input| input.count("currencies", CURRENCY_LEN_MIN, CURRENCIES_MAX))?;
+        let mut archived = Vec::with_capacity(count);
         for number in 0..count as u32 {
-            input.record(|input| self.read_currency(input, number))?;
+            archived.push(input.record(|input| self.read_currency(input, number))?);
         }
-        Ok(())
+        Ok(archived)
     }
 
-    fn read_currency(&mut self, input: &mut In<'_>, number: u32) -> Result<(), SnapshotError> {
+    fn read_currency(&mut self, input: &mut In<'_>, number: u32) -> Result<Decimal, SnapshotError> {
         let code_at = input.offset();
         let code = input.text::<Currency>("currency code")?;
         let held = read_total(input, "held total")?;
         let captured = read_total(input, "captured total")?;
+        let archived = read_total(input, "archived total")?;
         let refuse = |expected: String| {
             input.invalid_at(code_at, "currency code", expected, code.to_owned())
         };
@@ -390,7 +470,7 @@ impl State {
         self.currencies.push(currency);
         self.held.push(held);
         self.captured.push(captured);
-        Ok(())
+        Ok(archived)
     }
 
     fn read_sessions(&mut self, input: &mut Reader<'_>) -> Result<(), SnapshotError> {
@@ -443,9 +523,15 @@ impl State {
     }
 
     /// Checks that each currency's totals are `sums`, the sums of its
-    /// withdrawals' funds held and captured.
-    fn check_sums(&self, sums: Vec<(Decimal, Decimal)>) -> Result<(), SnapshotError> {
+    /// withdrawals' funds held and captured, with the funds its archived
+    /// pairs captured, `archived`, counted as captured.
+    fn check_sums(
+        &self,
+        sums: Vec<(Decimal, Decimal)>,
+        archived: &[Decimal],
+    ) -> Result<(), SnapshotError> {
         for (number, (held, captured)) in sums.into_iter().enumerate() {
+            let captured = captured.saturating_add(archived[number]);
             let stored = (self.held[number], self.captured[number]);
             // A total saturates at the most a decimal holds; below it, it is the exact sum.
             let same = |sum: Decimal, total: Decimal| sum == total || sum == Decimal::MAX;
@@ -660,14 +746,6 @@ fn read_withdrawals_head(input: &mut In<'_>) -> Result<(usize, KeysAt), Snapshot
             at.to_string(),
         )),
     }
-}
-
-/// A state's byte on disk: its place in `WithdrawalState::ALL`.
-pub(super) fn state_number(state: WithdrawalState) -> u8 {
-    let number = WithdrawalState::ALL
-        .iter()
-        .position(|&known| known == state);
-    number.unwrap_or_else(|| unreachable!("every state is in ALL")) as u8
 }
 
 /// A total: a non-negative decimal's mantissa and scale.

@@ -475,7 +475,7 @@ pub(super) fn text_at(body: &[u8], text: &str) -> usize {
 
 /// The state `body` holds, read from memory.
 pub(super) fn read_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
-    State::from_snapshot_body(seq, BodyBytes::Slice(body), false).map(|(state, _)| state)
+    State::from_snapshot_body(seq, BodyBytes::Slice(body), false, None).map(|(state, _)| state)
 }
 
 /// A body in a file, read a piece at a time.
@@ -507,7 +507,7 @@ pub(super) fn read_in_pieces(
         len: body.len(),
         piece,
     };
-    let (state, crc) = State::from_snapshot_body(seq, bytes, true)?;
+    let (state, crc) = State::from_snapshot_body(seq, bytes, true, None)?;
     Ok((
         state,
         crc.unwrap_or_else(|| panic!("a hashing read returns a checksum")),

@@ -72,7 +72,7 @@ fn encoded(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8> {
 }
 
 fn opened(bytes: Vec<u8>) -> Result<Blocks, SnapshotError> {
-    Blocks::open(Box::new(bytes))
+    Blocks::open(Box::new(bytes), 0)
 }
 
 #[test]

@@ -122,10 +122,16 @@ fn two_snapshots(setup: &Setup) -> (u64, u64) {
 /// Rewrites the header checksum (and the body's) of snapshot bytes after
 /// an edit, so only the edited field is wrong.
 fn reseal(bytes: &mut [u8]) {
-    let body = crc32fast::hash(&bytes[SNAPSHOT_HEADER_LEN..]);
+    let body = crc32fast::hash(&bytes[SNAPSHOT_HEADER_LEN..body_end(bytes)]);
     bytes[80..84].copy_from_slice(&body.to_le_bytes());
-    let header = crc32fast::hash(&bytes[0..84]);
-    bytes[84..88].copy_from_slice(&header.to_le_bytes());
+    let header = crc32fast::hash(&bytes[0..92]);
+    bytes[92..96].copy_from_slice(&header.to_le_bytes());
+}
+
+/// Where the body of snapshot bytes ends, and its archive starts.
+fn body_end(bytes: &[u8]) -> usize {
+    let body_len = u64::from_le_bytes(bytes[72..80].try_into().unwrap());
+    SNAPSHOT_HEADER_LEN + body_len as usize
 }
 
 /// What opening after an edit of the newest of two snapshots gave.
@@ -217,10 +223,30 @@ fn opening_from_a_snapshot_replays_only_the_events_after_it() {
 fn a_snapshot_whose_body_was_damaged_is_refused_by_its_checksum() {
     // Guards against a flipped bit in a snapshot's body reaching the projections.
     refused_then_older(
-        |bytes| *bytes.last_mut().unwrap() ^= 0x01,
+        |bytes| {
+            let last = body_end(bytes) - 1;
+            bytes[last] ^= 0x01;
+        },
         |error| {
             assert!(
                 matches!(error, SnapshotError::Checksum { part: "body", .. }),
+                "{error}"
+            )
+        },
+    );
+}
+
+#[test]
+fn a_snapshot_whose_archive_fences_were_damaged_is_refused_at_opening() {
+    // Guards against an opening that believes an archive's fences without
+    // their checksum: the last byte is the checksum of the fences and the
+    // trailer.
+    refused_then_older(
+        |bytes| *bytes.last_mut().unwrap() ^= 0x01,
+        |error| {
+            assert!(
+                matches!(error, SnapshotError::Invalid { field: "archive fences", offset, .. }
+                    if *offset > SNAPSHOT_HEADER_LEN as u64),
                 "{error}"
             )
         },
@@ -602,5 +628,81 @@ fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can(
     assert_eq!(
         reopened.recovery().snapshot.as_ref().map(|s| s.seq),
         Some(newer)
+    );
+}
+
+/// Opens the ledger `open` gives from the newest of two snapshots, takes
+/// two more, each after more events, so pruning removes the one it opened
+/// from, and checks that its state, archived pairs and all, is still the
+/// full replay's (`replayed`); `held` lists the snapshots' names.
+fn reads_its_archive_after_pruning(
+    open: impl FnOnce() -> Ledger,
+    held: impl Fn() -> Vec<String>,
+    replayed: impl FnOnce() -> State,
+) {
+    let ledger = open();
+    let opened_from = ledger
+        .recovery()
+        .snapshot
+        .as_ref()
+        .map(|snapshot| snapshot.name.clone())
+        .expect("opened from a snapshot");
+    let rail = Rail::default();
+    for _ in 0..2 {
+        submit(&ledger, 3, &rail);
+        ledger.snapshot().unwrap().unwrap();
+    }
+    assert!(!held().contains(&opened_from), "pruned: {:?}", held());
+    let state = ledger.state().unwrap();
+    drop(ledger);
+    assert_eq!(state.difference(&replayed()), None);
+}
+
+/// Panics unless snapshot `bytes` carry an archive of settled pairs.
+fn assert_archived(bytes: &[u8]) {
+    let archive_len = u64::from_le_bytes(bytes[84..92].try_into().unwrap());
+    assert!(archive_len > 0, "the snapshot sets settled pairs apart");
+}
+
+#[test]
+fn a_ledger_in_memory_reads_its_archive_after_newer_snapshots_prune_it() {
+    // Guards against an archive read by its snapshot's name: once newer
+    // snapshots prune the file a ledger opened from, its settled pairs
+    // must still be read from it.
+    let setup = Setup::new();
+    two_snapshots(&setup);
+    assert_archived(&setup.bytes(&setup.held()[0]));
+    reads_its_archive_after_pruning(
+        || setup.open().unwrap(),
+        || setup.held(),
+        || setup.replayed(),
+    );
+}
+
+#[test]
+fn a_ledger_on_disk_reads_its_archive_after_newer_snapshots_prune_it() {
+    // Guards against the same on the file system, where the ledger holds
+    // the pruned snapshot's file open.
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        clock: Arc::new(payonce::ManualClock::new(START)),
+        snapshots: SnapshotPolicy::never(),
+        ..Config::default()
+    };
+    let ledger = Ledger::init_with(dir.path(), config.clone()).unwrap();
+    submit(&ledger, 12, &Rail::default());
+    ledger.snapshot().unwrap().unwrap();
+    submit(&ledger, 2, &Rail::default());
+    drop(ledger);
+    let store = DirSnapshots::beside(dir.path());
+    assert_archived(&store.read(&store.list().unwrap()[0]).unwrap());
+    let held = || -> Vec<String> {
+        let listed = store.list().unwrap();
+        listed.into_iter().map(|snapshot| snapshot.name).collect()
+    };
+    reads_its_archive_after_pruning(
+        || Ledger::open_with(dir.path(), config.clone()).unwrap(),
+        held,
+        || payonce::verify(dir.path()).unwrap().state,
     );
 }
