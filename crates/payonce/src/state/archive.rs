@@ -22,7 +22,8 @@ use std::sync::Arc;
 use payonce_model::WithdrawalState;
 use rust_decimal::Decimal;
 
-use super::archive_blocks::{Blocks, PairView, SettledPair};
+use super::archive_blocks::{Blocks, PairView, SettledPair, drawn_keys};
+use super::archive_writer::{Encoded, merged};
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
 use super::{Names, State};
 use crate::snapshot::error::SnapshotError;
@@ -102,11 +103,10 @@ impl State {
         &self,
         settled: &[bool],
     ) -> Result<(Vec<u8>, Vec<Decimal>), SnapshotError> {
-        let added: Vec<PairView<'_>> = (0..)
-            .zip(settled)
-            .filter(|(_, settled)| **settled)
-            .map(|(slot, _)| self.settled_view(slot))
-            .collect();
+        let keys = self
+            .archived
+            .as_ref()
+            .map_or_else(drawn_keys, |archived| archived.blocks.hash_key());
         let mut captured = vec![Decimal::ZERO; self.currencies.len()];
         let mut count = |pair: &PairView<'_>| {
             let Some(&number) = self.currency_numbers.get(pair.currency) else {
@@ -124,15 +124,17 @@ impl State {
             }
             Ok(())
         };
+        let mut added = Encoded::new(keys);
+        for (slot, _) in (0..).zip(settled).filter(|(_, settled)| **settled) {
+            let pair = self.settled_view(slot);
+            count(&pair)?;
+            added.push(&pair);
+        }
+        added.sort();
         let bytes = match &self.archived {
-            Some(archived) => archived
-                .blocks
-                .merged(&archived.shadowed, added, &mut count)?,
+            Some(archived) => merged(&archived.blocks, &archived.shadowed, &added, &mut count)?,
             None if added.is_empty() => Vec::new(),
-            None => {
-                added.iter().try_for_each(&mut count)?;
-                Blocks::encode(added)
-            }
+            None => added.into_archive(),
         };
         Ok((bytes, captured))
     }

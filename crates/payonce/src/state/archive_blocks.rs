@@ -30,7 +30,7 @@ use siphasher::sip::SipHasher13;
 
 use super::layout::{Funds, stored};
 use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::{In, Out};
+use crate::snapshot::format::In;
 use crate::snapshot::{SNAPSHOT_HEADER_LEN, SNAPSHOT_READ_LEN, SnapshotFile};
 use crate::time::Timestamp;
 
@@ -40,16 +40,16 @@ pub(super) const PAIRS_PER_BLOCK: usize = 64;
 /// Entries an id block holds, but for the last.
 pub(super) const IDS_PER_BLOCK: usize = 256;
 /// Bytes of a fence: the first hash, the offset, the length.
-const FENCE_LEN: usize = 8 + 8 + 4;
+pub(super) const FENCE_LEN: usize = 8 + 8 + 4;
 /// Bytes of the trailer.
 pub(super) const TRAILER_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 4;
 /// The most bytes a block can take: a pair's texts are at most a few KiB
 /// each, so a block of them stays far below this.
 pub(super) const BLOCK_LEN_MAX: usize = 16 << 20;
 /// A pair flag: its withdrawal was minted by this ledger.
-const CREATED: u8 = 1;
+pub(super) const CREATED: u8 = 1;
 /// A pair flag: its funds left custody.
-const CAPTURED: u8 = 2;
+pub(super) const CAPTURED: u8 = 2;
 
 /// A settled key and the withdrawal it holds, owning its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,14 +248,14 @@ pub(super) struct Blocks {
 }
 
 /// The hash of `name` under `keys`.
-fn hash(keys: (u64, u64), name: &str) -> u64 {
+pub(super) fn hash(keys: (u64, u64), name: &str) -> u64 {
     let mut hasher = SipHasher13::new_with_keys(keys.0, keys.1);
     hasher.write(name.as_bytes());
     hasher.finish()
 }
 
 /// Two words from the process's random source.
-fn drawn_keys() -> (u64, u64) {
+pub(super) fn drawn_keys() -> (u64, u64) {
     #[cfg(test)]
     if let Some(keys) = DRAWN_KEYS.with(std::cell::Cell::get) {
         return keys;
@@ -265,9 +265,9 @@ fn drawn_keys() -> (u64, u64) {
 }
 
 impl Blocks {
-    /// The bytes of an archive of `pairs`, under a key drawn now.
-    pub(super) fn encode(pairs: Vec<PairView<'_>>) -> Vec<u8> {
-        encode_under(drawn_keys(), pairs)
+    /// The hash key of an archive merged from this one: its own.
+    pub(super) fn hash_key(&self) -> (u64, u64) {
+        self.keys
     }
 
     /// The archive `source` holds: its trailer and fences read and checked.
@@ -469,55 +469,26 @@ impl Blocks {
             .map_err(|error| error.moved_by(self.shift))
     }
 
-    /// The bytes of an archive of its pairs but those numbered in
-    /// `shadowed`, and of `added`, under its own hash key, read block by
-    /// block and written in one pass: at most a block of its pairs is
-    /// held decoded. `each` is shown every pair written, and may refuse
-    /// it. A key met twice, or out of order, is refused.
-    pub(super) fn merged(
+    /// How many pair blocks it has.
+    pub(super) fn pair_blocks(&self) -> usize {
+        self.pair_fences.len()
+    }
+
+    /// The pairs of pair block `block`, each checked.
+    pub(super) fn pairs_of_block(&self, block: usize) -> Result<Vec<SettledPair>, SnapshotError> {
+        self.pair_block(block)
+            .map_err(|error| error.moved_by(self.shift))
+    }
+
+    /// A refusal of pair block `block`, whose pairs meet `expected` not.
+    pub(super) fn refused_block(
         &self,
-        shadowed: &HashSet<u64>,
-        added: Vec<PairView<'_>>,
-        mut each: impl FnMut(&PairView<'_>) -> Result<(), SnapshotError>,
-    ) -> Result<Vec<u8>, SnapshotError> {
-        let mut encoder = Encoder::new(self.keys);
-        let mut added = encoder.sorted(added).into_iter().peekable();
-        let mut last: Option<(u64, Box<str>)> = None;
-        for block in 0..self.pair_fences.len() {
-            let pairs = self
-                .pair_block(block)
-                .map_err(|error| error.moved_by(self.shift))?;
-            for (index, pair) in pairs.iter().enumerate() {
-                if shadowed.contains(&number(block, index)) {
-                    continue;
-                }
-                let key_hash = hash(self.keys, &pair.key);
-                while let Some((hash, view)) =
-                    added.next_if(|(hash, view)| (*hash, view.key) < (key_hash, &*pair.key))
-                {
-                    each(&view)?;
-                    encoder.push(hash, &view);
-                }
-                let follows = last
-                    .as_ref()
-                    .is_none_or(|(hash, key)| (*hash, &**key) < (key_hash, &*pair.key));
-                if !follows || added.peek().is_some_and(|(_, view)| view.key == &*pair.key) {
-                    let at = self.pair_fences[block].at;
-                    let found = format!("key {} again", pair.key);
-                    return Err(
-                        invalid("archive pairs", at, "each key once", found).moved_by(self.shift)
-                    );
-                }
-                each(&pair.view())?;
-                encoder.push(key_hash, &pair.view());
-                last = Some((key_hash, pair.key.clone()));
-            }
-        }
-        for (hash, view) in added {
-            each(&view)?;
-            encoder.push(hash, &view);
-        }
-        Ok(encoder.finish())
+        block: usize,
+        expected: &str,
+        found: String,
+    ) -> SnapshotError {
+        let at = self.pair_fences.get(block).map_or(0, |fence| fence.at);
+        invalid("archive pairs", at, expected, found).moved_by(self.shift)
     }
 
     fn pairs_here(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
@@ -704,7 +675,7 @@ pub(super) fn in_blocks_of(
 }
 
 /// A pair's number in its archive: its place among the blocks.
-fn number(block: usize, index: usize) -> u64 {
+pub(super) fn number(block: usize, index: usize) -> u64 {
     (block * PAIRS_PER_BLOCK + index) as u64
 }
 
@@ -807,166 +778,6 @@ fn read_fences(
         fences.push(fence);
     }
     Ok((fences, block_end))
-}
-
-/// The bytes of an archive of `pairs` under hash key `keys`.
-pub(super) fn encode_under(keys: (u64, u64), pairs: Vec<PairView<'_>>) -> Vec<u8> {
-    let mut encoder = Encoder::new(keys);
-    for (hash, pair) in encoder.sorted(pairs) {
-        encoder.push(hash, &pair);
-    }
-    encoder.finish()
-}
-
-/// Writes an archive pair by pair, in the order of their keys' hashes:
-/// only the pairs' bytes and a small entry per id are held.
-pub(super) struct Encoder {
-    keys: (u64, u64),
-    out: Out,
-    pair_fences: Vec<Fence>,
-    ids: Vec<(u64, u32, u8)>,
-    /// The block being written: where it starts, its first hash, its
-    /// pairs so far.
-    block: (usize, u64, usize),
-    pairs: usize,
-    /// The last pair's hash, which the next one's must not be below.
-    last: u64,
-}
-
-impl Encoder {
-    pub(super) fn new(keys: (u64, u64)) -> Encoder {
-        Encoder {
-            keys,
-            out: Out::default(),
-            pair_fences: Vec::new(),
-            ids: Vec::new(),
-            block: (0, 0, 0),
-            pairs: 0,
-            last: 0,
-        }
-    }
-
-    /// `pairs` with their keys' hashes, in the order they are written.
-    pub(super) fn sorted<'a>(&self, pairs: Vec<PairView<'a>>) -> Vec<(u64, PairView<'a>)> {
-        let mut sorted: Vec<(u64, PairView<'_>)> = pairs
-            .into_iter()
-            .map(|pair| (hash(self.keys, pair.key), pair))
-            .collect();
-        sorted.sort_unstable_by(|(a, pa), (b, pb)| a.cmp(b).then_with(|| pa.key.cmp(pb.key)));
-        sorted
-    }
-
-    /// Writes `pair`, whose key hashes to `key_hash`, after those written.
-    pub(super) fn push(&mut self, key_hash: u64, pair: &PairView<'_>) {
-        debug_assert_eq!(key_hash, hash(self.keys, pair.key));
-        assert!(
-            self.last <= key_hash,
-            "archived pairs are written in the order of their keys' hashes"
-        );
-        if self.block.2 == 0 {
-            self.block = (self.out.bytes.len(), key_hash, 0);
-            self.out.u8(0);
-        }
-        write_pair(&mut self.out, pair);
-        let block = self.pair_fences.len() as u32;
-        self.ids
-            .push((hash(self.keys, pair.id), block, self.block.2 as u8));
-        self.block.2 += 1;
-        self.pairs += 1;
-        self.last = key_hash;
-        if self.block.2 == PAIRS_PER_BLOCK {
-            self.seal_block();
-        }
-    }
-
-    fn seal_block(&mut self) {
-        let (start, first, count) = self.block;
-        self.out.bytes[start] = count as u8;
-        self.pair_fences.push(seal(&mut self.out, start, first));
-        self.block = (0, 0, 0);
-    }
-
-    /// The archive's bytes: its pair blocks, id blocks, fences and
-    /// trailer.
-    pub(super) fn finish(mut self) -> Vec<u8> {
-        if self.block.2 > 0 {
-            self.seal_block();
-        }
-        let Encoder {
-            keys,
-            mut out,
-            pair_fences,
-            mut ids,
-            pairs,
-            ..
-        } = self;
-        ids.sort_unstable();
-        let mut id_fences = Vec::new();
-        for chunk in ids.chunks(IDS_PER_BLOCK) {
-            let start = out.bytes.len();
-            out.u16(chunk.len() as u16);
-            for &(hash, block, index) in chunk {
-                out.u64(hash);
-                out.u32(block);
-                out.u8(index);
-            }
-            id_fences.push(seal(&mut out, start, chunk[0].0));
-        }
-        let fences_at = out.bytes.len();
-        for fence in pair_fences.iter().chain(&id_fences) {
-            out.u64(fence.first);
-            out.u64(fence.at);
-            out.u32(fence.len);
-        }
-        out.u64(keys.0);
-        out.u64(keys.1);
-        out.count(pairs);
-        out.count(pair_fences.len());
-        out.count(id_fences.len());
-        out.u64(fences_at as u64);
-        let crc = crc32fast::hash(&out.bytes[fences_at..]);
-        out.u32(crc);
-        out.bytes
-    }
-}
-
-/// Ends the block that started at `start` with its checksum; its fence.
-fn seal(out: &mut Out, start: usize, first: u64) -> Fence {
-    let crc = crc32fast::hash(&out.bytes[start..]);
-    out.u32(crc);
-    let len = out.bytes.len() - start;
-    assert!(len <= BLOCK_LEN_MAX, "an archive block of {len} bytes");
-    Fence {
-        first,
-        at: start as u64,
-        len: len as u32,
-    }
-}
-
-fn write_pair(out: &mut Out, pair: &PairView<'_>) {
-    out.text(pair.key);
-    out.u64(pair.claimed_seq);
-    out.u64(pair.claimed_at.unix_nanos());
-    out.u8(state_number(pair.state));
-    out.optional(pair.reference);
-    out.optional(pair.reason);
-    out.text(pair.requested_by);
-    out.u8(pair.replaced.len() as u8);
-    for reference in pair.replaced {
-        out.text(reference.as_str());
-    }
-    out.text(pair.id);
-    out.text(pair.destination);
-    let (mantissa, scale) = pair.amount.parts();
-    out.u128(mantissa);
-    out.u8(scale);
-    out.text(pair.currency);
-    let captured = match pair.funds {
-        Funds::Free => 0,
-        Funds::Captured => CAPTURED,
-        Funds::Held => unreachable!("a pair holding funds is never set apart"),
-    };
-    out.u8(u8::from(pair.created) | captured);
 }
 
 fn read_pair(input: &mut In<'_>) -> Result<SettledPair, SnapshotError> {

@@ -27,6 +27,7 @@
 mod apply;
 mod archive;
 mod archive_blocks;
+mod archive_writer;
 mod chunks;
 mod compare;
 mod index;

@@ -7,8 +7,9 @@ use proptest::prelude::*;
 
 use super::archive_blocks::{
     ArchiveSource, Blocks, Fence, IDS_PER_BLOCK, PAIRS_PER_BLOCK, SettledPair, TRAILER_LEN,
-    encode_under, in_blocks_of, in_order,
+    in_blocks_of, in_order,
 };
+use super::archive_writer::encode_under;
 use super::layout::Funds;
 use crate::snapshot::error::SnapshotError;
 use crate::time::Timestamp;
