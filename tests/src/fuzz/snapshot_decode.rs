@@ -8,7 +8,9 @@
 //! writer moves settled pairs to the archive, and an archive's blocks may
 //! be split other than the writer splits them). Read a piece at a time, as an opening reads a
 //! snapshot in storage, in pieces of any length, it is judged exactly as
-//! it is read whole: the same state, or the same refusal.
+//! it is read whole (the same state, or the same refusal), but for what
+//! only reading the archive whole sees, which an opening leaves to the
+//! reading of the block that holds it.
 
 use std::convert::Infallible;
 
@@ -98,9 +100,18 @@ fn check_in_pieces(data: &[u8]) {
             (Ok((_, whole)), Ok((_, read))) => assert_eq!(whole.difference(read), None),
             (Err(whole), Err(read)) => assert_eq!(whole.to_string(), read.to_string()),
             (Ok(_), Err(error)) => panic!("refused in pieces of {piece} only: {error}"),
+            (Err(error), Ok(_)) if only_whole_sees(error) => {}
             (Err(error), Ok(_)) => panic!("refused whole only, in pieces of {piece}: {error}"),
         }
     }
+}
+
+/// Whether `error` is one only a reading of the archive whole finds: a
+/// field of a pair whose block's checksum holds, a name twice or also in
+/// the body, or the archived totals. An opening reads the archive's
+/// blocks when a name asks for one, and refuses them then.
+fn only_whole_sees(error: &SnapshotError) -> bool {
+    matches!(error, SnapshotError::Invalid { field, .. } if field.starts_with("archive"))
 }
 
 fn check(data: &[u8]) {

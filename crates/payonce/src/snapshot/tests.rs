@@ -9,7 +9,7 @@ use payonce_log::{Digest, Head};
 use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
-use super::format::SNAPSHOT_FORMAT_VERSION;
+use super::format::{Header, KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 use super::{SnapshotError, SnapshotFile, checked_file, decode, encode};
 use crate::documented::{SNAPSHOT_FORMAT, header_value, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
@@ -183,4 +183,31 @@ fn an_archive_in_a_file_that_stays_readable_is_read_from_it_when_a_name_asks() {
     // through a lasting handle.
     assert!(reads_after_loading(true) > 0, "read from the file");
     assert_eq!(reads_after_loading(false), 0, "read from memory");
+}
+
+#[test]
+fn an_archive_repeating_a_pair_the_body_holds_is_refused_when_read_whole() {
+    // Guards against an audit believing a snapshot whose archive holds a
+    // pair its body holds too: the next snapshot's merge would meet it
+    // twice, and a lookup would answer from one or the other.
+    let state = documented_state();
+    let taken = with_archive_keys(DOCUMENTED_KEYS, || encode(&state, 1, documented_head()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let header = Header::decode(&taken).unwrap_or_else(|e| panic!("{e}"));
+    let archive = &taken[SNAPSHOT_HEADER_LEN + header.body_len as usize..];
+    let body = (state.snapshot_body_in_parts(KEYS_PART_LEN)).unwrap_or_else(|e| panic!("{e}"));
+    let both = Header {
+        body_len: body.len() as u64,
+        body_crc: crc32fast::hash(&body),
+        ..header
+    };
+    let bytes = [&both.encode()[..], &body, archive].concat();
+    match decode(&bytes) {
+        Err(SnapshotError::Invalid {
+            field: "archived pair",
+            found,
+            ..
+        }) => assert!(found.contains("k-1"), "{found}"),
+        other => panic!("expected the pair refused, got {other:?}"),
+    }
 }

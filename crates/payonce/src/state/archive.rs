@@ -140,8 +140,9 @@ impl State {
     }
 
     /// Reads `blocks`, an archive read from a snapshot, whole, and checks
-    /// what the body says of it: each pair's currency is the body's, and
-    /// the funds its pairs captured are `archived`, by currency.
+    /// it against the body: no pair's key or id is in the body too, each
+    /// pair's currency is the body's, and the funds its pairs captured are
+    /// `archived`, by currency.
     pub(super) fn check_archive(
         &self,
         blocks: &Blocks,
@@ -149,6 +150,10 @@ impl State {
     ) -> Result<(), SnapshotError> {
         let mut captured = vec![Decimal::ZERO; self.currencies.len()];
         for (number, pair) in blocks.pairs()? {
+            if self.find_key(&pair.key).is_some() || self.find_withdrawal(&pair.id).is_some() {
+                let found = format!("key {} or withdrawal {} in the body too", pair.key, pair.id);
+                return Err(blocks.refused(number, "a pair the body does not hold", found));
+            }
             let Some(&currency) = self.currency_numbers.get(&pair.currency) else {
                 let found = format!("currency {}", pair.currency);
                 return Err(blocks.refused(number, "a currency the body lists", found));

@@ -634,11 +634,13 @@ fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can(
 /// Opens the ledger `open` gives from the newest of two snapshots, takes
 /// two more, each after more events, so pruning removes the one it opened
 /// from, and checks that its state, archived pairs and all, is still the
-/// full replay's (`replayed`); `held` lists the snapshots' names.
+/// full replay's (`replayed`), and so is the state of a ledger opened
+/// from the newest, whose archive merged the first one's; `held` lists
+/// the snapshots' names.
 fn reads_its_archive_after_pruning(
-    open: impl FnOnce() -> Ledger,
+    open: impl Fn() -> Ledger,
     held: impl Fn() -> Vec<String>,
-    replayed: impl FnOnce() -> State,
+    replayed: impl Fn() -> State,
 ) {
     let ledger = open();
     let opened_from = ledger
@@ -654,7 +656,21 @@ fn reads_its_archive_after_pruning(
     }
     assert!(!held().contains(&opened_from), "pruned: {:?}", held());
     let state = ledger.state().unwrap();
+    let newest = held()[0].clone();
     drop(ledger);
+    assert_eq!(state.difference(&replayed()), None);
+    let reopened = open();
+    let loaded = reopened
+        .recovery()
+        .snapshot
+        .as_ref()
+        .map(|s| s.name.clone());
+    assert!(
+        loaded.as_ref().is_some_and(|name| *name >= newest),
+        "{loaded:?}"
+    );
+    let state = reopened.state().unwrap();
+    drop(reopened);
     assert_eq!(state.difference(&replayed()), None);
 }
 
