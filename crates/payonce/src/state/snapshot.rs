@@ -50,7 +50,8 @@ const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
 
 impl State {
     /// A copy of this state for a snapshot to encode: its entries and text
-    /// shared copy-on-write with this one, its small maps cloned, and no
+    /// shared copy-on-write with this one, its small maps cloned, its
+    /// archive shared (with the numbers of the pairs brought back), and no
     /// index (the copy answers no lookup). What the ledger's lock is held
     /// for while a snapshot is taken.
     pub(crate) fn copy_for_snapshot(&self) -> State {
