@@ -34,12 +34,15 @@ use crate::snapshot::error::SnapshotError;
 pub(super) struct Archived {
     blocks: Arc<Blocks>,
     shadowed: HashSet<u64>,
+    /// Whether this process encoded it ([`State::set_apart_settled`]),
+    /// rather than read it from a snapshot.
+    in_memory: bool,
 }
 
 impl Archived {
     /// Pairs still only in the archive.
     pub(super) fn len(&self) -> usize {
-        self.blocks.len() - self.shadowed.len()
+        self.blocks.len().saturating_sub(self.shadowed.len())
     }
 
     /// Every pair still only in the archive, with its number.
@@ -60,9 +63,18 @@ fn read_back<T>(read: Result<T, SnapshotError>) -> T {
 
 impl State {
     /// Sets every settled pair apart from the live slots, into an archive
-    /// (a copy of the state keeps sharing it); pairs set apart before stay
-    /// there. Answers nothing differently.
+    /// in memory (a copy of the state keeps sharing it); pairs set apart
+    /// before in memory stay there. Answers nothing differently. A state
+    /// holding a snapshot's archive keeps it as it is, and its live pairs
+    /// live: merging would read that whole archive into memory.
     pub(crate) fn set_apart_settled(&mut self) {
+        if self
+            .archived
+            .as_ref()
+            .is_some_and(|archived| !archived.in_memory)
+        {
+            return;
+        }
         let settled = self.settled_slots();
         if self.archived.is_none() && !settled.contains(&true) {
             return;
@@ -72,8 +84,9 @@ impl State {
             self.remove_settled(slot);
         }
         self.archived = Some(Archived {
-            blocks: Arc::new(read_back(Blocks::open(Box::new(bytes), 0))),
+            blocks: Arc::new(read_back(Blocks::open(Box::new(bytes), 0, self.last_seq))),
             shadowed: HashSet::new(),
+            in_memory: true,
         });
         if self.texts.wants_compacting() {
             self.compact();
@@ -186,6 +199,7 @@ impl State {
         self.archived = Some(Archived {
             blocks: Arc::new(blocks),
             shadowed: HashSet::new(),
+            in_memory: false,
         });
     }
 
@@ -448,7 +462,11 @@ impl State {
             bytes,
             failing: Arc::clone(&failing),
         };
-        archived.blocks = Arc::new(read_back(Blocks::open(Box::new(switchable), 0)));
+        archived.blocks = Arc::new(read_back(Blocks::open(
+            Box::new(switchable),
+            0,
+            self.last_seq,
+        )));
         Some(failing)
     }
 }

@@ -245,6 +245,9 @@ pub(super) struct Blocks {
     /// What a refusal's offset is moved by: where the archive starts in a
     /// snapshot, past where a body would.
     shift: u64,
+    /// The last event of the state it belongs to: no pair was claimed
+    /// after it.
+    last_seq: u64,
 }
 
 /// The hash of `name` under `keys`.
@@ -270,16 +273,22 @@ impl Blocks {
         self.keys
     }
 
-    /// The archive `source` holds: its trailer and fences read and checked.
-    /// A refusal names an offset `shift` bytes past one in a body.
+    /// The archive `source` holds, of a state whose last event is
+    /// `last_seq`: its trailer and fences read and checked. A refusal
+    /// names an offset `shift` bytes past one in a body.
     pub(super) fn open(
         source: Box<dyn ArchiveSource>,
         shift: u64,
+        last_seq: u64,
     ) -> Result<Blocks, SnapshotError> {
-        Blocks::open_here(source, shift).map_err(|error| error.moved_by(shift))
+        Blocks::open_here(source, shift, last_seq).map_err(|error| error.moved_by(shift))
     }
 
-    fn open_here(source: Box<dyn ArchiveSource>, shift: u64) -> Result<Blocks, SnapshotError> {
+    fn open_here(
+        source: Box<dyn ArchiveSource>,
+        shift: u64,
+        last_seq: u64,
+    ) -> Result<Blocks, SnapshotError> {
         let len = source.byte_len();
         let mut bytes = Vec::new();
         let trailer_at = len.checked_sub(TRAILER_LEN as u64).ok_or_else(|| {
@@ -324,6 +333,7 @@ impl Blocks {
             id_fences,
             source,
             shift,
+            last_seq,
         })
     }
 
@@ -492,7 +502,9 @@ impl Blocks {
     }
 
     fn pairs_here(&self) -> Result<Vec<(u64, SettledPair)>, SnapshotError> {
-        let mut all = Vec::with_capacity(self.pairs);
+        // Not sized by the trailer's count: a block is checked for its
+        // count as it is read.
+        let mut all = Vec::new();
         for block in 0..self.pair_fences.len() {
             let pairs = self.pair_block(block)?;
             all.extend(
@@ -583,13 +595,14 @@ impl Blocks {
         let bytes = self.block(fence, "archive pair block")?;
         let mut input = In::window(&bytes, fence.at as usize, fence.at as usize + bytes.len());
         let count = usize::from(input.u8("archive pair count")?);
-        if count == 0 || count > PAIRS_PER_BLOCK {
-            let expected = format!("1 to {PAIRS_PER_BLOCK} pairs");
+        let wanted = in_block(self.pairs, PAIRS_PER_BLOCK, block);
+        if count != wanted {
+            let expected = format!("{wanted} pairs");
             return Err(input.invalid("archive pair count", expected, count.to_string()));
         }
         let mut pairs = Vec::with_capacity(count);
         for _ in 0..count {
-            pairs.push(read_pair(&mut input)?);
+            pairs.push(read_pair(&mut input, self.last_seq)?);
         }
         ended(&input, fence.at, bytes.len())?;
         let hashes = pairs.iter().map(|pair| hash(self.keys, &pair.key));
@@ -602,8 +615,9 @@ impl Blocks {
         let bytes = self.block(fence, "archive id block")?;
         let mut input = In::window(&bytes, fence.at as usize, fence.at as usize + bytes.len());
         let count = usize::from(input.u16("archive id count")?);
-        if count == 0 || count > IDS_PER_BLOCK {
-            let expected = format!("1 to {IDS_PER_BLOCK} entries");
+        let wanted = in_block(self.pairs, IDS_PER_BLOCK, block);
+        if count != wanted {
+            let expected = format!("{wanted} entries");
             return Err(input.invalid("archive id count", expected, count.to_string()));
         }
         let mut entries = Vec::with_capacity(count);
@@ -611,6 +625,10 @@ impl Blocks {
             let hash = input.u64("archive id hash")?;
             let pair_block = input.u32("archive id block")?;
             let index = usize::from(input.u8("archive id index")?);
+            if index >= PAIRS_PER_BLOCK {
+                let expected = format!("a pair below {PAIRS_PER_BLOCK}");
+                return Err(input.invalid("archive id index", expected, index.to_string()));
+            }
             entries.push((hash, pair_block, index));
         }
         ended(&input, fence.at, bytes.len())?;
@@ -672,6 +690,14 @@ pub(super) fn in_blocks_of(
         }
     }
     Ok(())
+}
+
+/// How many of `total` entries block `block` holds, `per_block` a block
+/// but for the last: what the trailer's count says it must.
+fn in_block(total: usize, per_block: usize, block: usize) -> usize {
+    total
+        .saturating_sub(block.saturating_mul(per_block))
+        .min(per_block)
 }
 
 /// A pair's number in its archive: its place among the blocks.
@@ -780,9 +806,13 @@ fn read_fences(
     Ok((fences, block_end))
 }
 
-fn read_pair(input: &mut In<'_>) -> Result<SettledPair, SnapshotError> {
+fn read_pair(input: &mut In<'_>, last_seq: u64) -> Result<SettledPair, SnapshotError> {
     let key = input.text::<RequestKey>("archived key")?;
     let claimed_seq = input.u64("archived claim seq")?;
+    if !(1..=last_seq).contains(&claimed_seq) {
+        let expected = format!("a seq from 1 to {last_seq}");
+        return Err(input.invalid("archived claim seq", expected, claimed_seq.to_string()));
+    }
     let claimed_at = Timestamp::from_unix_nanos(input.u64("archived claim time")?);
     let outcome = read_outcome(input)?;
     let id = input.text::<WithdrawalId>("archived withdrawal id")?;

@@ -317,7 +317,7 @@ impl State {
         match archive {
             Some(archive) => {
                 let whole = matches!(archive, ArchiveAt::Checked(_));
-                let blocks = Blocks::open(archive.into_source(), body_len as u64)?;
+                let blocks = Blocks::open(archive.into_source(), body_len as u64, self.last_seq)?;
                 blocks.check_checksums()?;
                 if whole {
                     self.check_archive(&blocks, archived)?;

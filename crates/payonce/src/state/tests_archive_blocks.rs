@@ -73,7 +73,7 @@ fn encoded(keys: (u64, u64), pairs: Vec<SettledPair>) -> Vec<u8> {
 }
 
 fn opened(bytes: Vec<u8>) -> Result<Blocks, SnapshotError> {
-    Blocks::open(Box::new(bytes), 0)
+    Blocks::open(Box::new(bytes), 0, u64::MAX)
 }
 
 #[test]
@@ -203,29 +203,30 @@ fn without_last_id_entry(bytes: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn an_archive_missing_an_id_entry_is_refused_when_read_whole() {
+fn an_archive_missing_an_id_entry_is_refused_by_its_lookups_and_whole() {
+    // Guards against an id block holding fewer entries than the trailer's
+    // count gives it: a lookup in it must refuse it, not answer "none".
     let bytes = encoded(KEYS, pairs(2));
     let crafted = without_last_id_entry(&bytes);
     assert_eq!(crafted.len(), bytes.len() - 13);
-    // Every checksum agrees, so it opens and a lookup cannot tell...
+    // Every checksum agrees, so it opens...
     let blocks = opened(crafted).unwrap_or_else(|e| panic!("{e}"));
-    let found = ["w-0", "w-1"].map(|id| blocks.find_id(id).map(|found| found.is_some()));
-    assert!(
-        found.iter().any(|found| matches!(found, Ok(false))),
-        "{found:?}"
-    );
-    // ...but reading it whole finds the pair no entry names.
-    let refused = blocks.pairs().map(|pairs| pairs.len());
-    assert!(
+    let count_refused = |result: &Result<_, SnapshotError>| {
         matches!(
-            &refused,
+            result,
             Err(SnapshotError::Invalid {
-                field: "archive id blocks",
+                field: "archive id count",
                 ..
             })
-        ),
-        "{refused:?}"
-    );
+        )
+    };
+    // ...but a lookup by id and a reading of it whole refuse the block.
+    for id in ["w-0", "w-1"] {
+        let found = blocks.find_id(id).map(|found| found.is_some());
+        assert!(count_refused(&found), "{id}: {found:?}");
+    }
+    let whole = blocks.pairs().map(|pairs| !pairs.is_empty());
+    assert!(count_refused(&whole), "{whole:?}");
 }
 
 #[test]
@@ -317,4 +318,35 @@ proptest! {
             prop_assert_eq!(by_id.map(|(_, pair)| pair), Some(pair(n)));
         }
     }
+}
+
+#[test]
+fn a_trailer_counting_more_pairs_than_its_blocks_hold_is_refused() {
+    // Guards against believing the trailer's count of pairs: each block
+    // must hold the pairs that count gives it (64 but the last), or a
+    // lookup and a count of the pairs left would rest on a number no
+    // block backs.
+    let count = PAIRS_PER_BLOCK + 1;
+    let mut crafted = encoded(KEYS, pairs(count));
+    let trailer = crafted.len() - TRAILER_LEN;
+    let claimed = (count as u64 + 1).to_le_bytes();
+    crafted[trailer + 16..trailer + 24].copy_from_slice(&claimed);
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&crafted[trailer + 40..trailer + 48]);
+    let fences_at = u64::from_le_bytes(word) as usize;
+    let end = crafted.len();
+    let crc = crc32fast::hash(&crafted[fences_at..end - 4]);
+    crafted[end - 4..].copy_from_slice(&crc.to_le_bytes());
+    let blocks = opened(crafted).unwrap_or_else(|e| panic!("{e}"));
+    let whole = blocks.pairs().map(|pairs| pairs.len());
+    assert!(
+        matches!(
+            &whole,
+            Err(SnapshotError::Invalid {
+                field: "archive pair count",
+                ..
+            })
+        ),
+        "{whole:?}"
+    );
 }
