@@ -310,15 +310,7 @@ impl Storage for MemStorage {
     fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let state = self.state();
         let ino = state.names.get(name).ok_or_else(|| Self::not_found(name))?;
-        let data = state
-            .inodes
-            .get(ino)
-            .map_or(&[][..], |inode| inode.data.as_slice());
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let end = start.saturating_add(len).min(data.len());
-        Ok(data[start..end].to_vec())
+        Ok(range_of(&state, *ino, offset, len).to_vec())
     }
 
     fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
@@ -433,17 +425,23 @@ impl StorageRead for MemRead {
 
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> io::Result<()> {
         let state = self.storage.state();
-        let data = state
-            .inodes
-            .get(&self.ino)
-            .map_or(&[][..], |inode| inode.data.as_slice());
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let end = start.saturating_add(len).min(data.len());
-        into.extend_from_slice(&data[start..end]);
+        into.extend_from_slice(range_of(&state, self.ino, offset, len));
         Ok(())
     }
+}
+
+/// Up to `len` bytes of inode `ino` from `offset`: fewer at its end, none
+/// past it.
+fn range_of(state: &State, ino: u64, offset: u64, len: usize) -> &[u8] {
+    let data = state
+        .inodes
+        .get(&ino)
+        .map_or(&[][..], |inode| inode.data.as_slice());
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
+    let end = start.saturating_add(len).min(data.len());
+    &data[start..end]
 }
 
 #[derive(Debug)]

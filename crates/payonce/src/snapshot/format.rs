@@ -150,6 +150,12 @@ impl Out {
     pub(crate) fn u128(&mut self, value: u128) {
         self.bytes.extend_from_slice(&value.to_le_bytes());
     }
+    /// An amount: its mantissa and its scale, as [`In::amount`] reads it.
+    pub(crate) fn amount(&mut self, amount: Amount) {
+        let (mantissa, scale) = amount.parts();
+        self.u128(mantissa);
+        self.u8(scale);
+    }
     /// A count of what follows.
     pub(crate) fn count(&mut self, count: usize) {
         self.u64(count as u64);

@@ -258,8 +258,9 @@ fn decode_file(
 /// The state `bytes` hold, and what the snapshot says of itself: the header
 /// checked as [`info`] does, the body's checksum verified, then every field
 /// read under the rules replay checks, the archive's pairs included, each
-/// block read and checked (an opening from a file reads only the archive's
-/// fences, and each block when a name asks for it). Untrusted bytes: nothing is
+/// block read and checked (an opening from a file checks each block's
+/// checksum, and decodes a block when a name asks for it). Untrusted
+/// bytes: nothing is
 /// allocated for a count before the bytes it needs are known to be there.
 pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
     let info = info(bytes)?;

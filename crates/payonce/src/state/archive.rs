@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use payonce_model::WithdrawalState;
+use payonce_model::{Amount, WithdrawalState};
 use rust_decimal::Decimal;
 
 use super::archive_blocks::{Blocks, PairView, SettledPair, drawn_keys};
@@ -52,6 +52,15 @@ impl Archived {
             .into_iter()
             .filter(|(number, _)| !self.shadowed.contains(number))
             .collect())
+    }
+}
+
+/// Adds `amount` to `totals[currency]` if its `funds` were captured: the
+/// funds an archive's pairs captured, by currency number.
+fn add_captured(totals: &mut [Decimal], currency: u32, funds: Funds, amount: Amount) {
+    if funds == Funds::Captured {
+        let total = &mut totals[currency as usize];
+        *total = total.saturating_add(amount.value());
     }
 }
 
@@ -131,10 +140,7 @@ impl State {
                     found,
                 });
             };
-            if pair.funds == Funds::Captured {
-                let total = &mut captured[number as usize];
-                *total = total.saturating_add(pair.amount.value());
-            }
+            add_captured(&mut captured, number, pair.funds, pair.amount);
             Ok(())
         };
         let mut added = Encoded::new(keys);
@@ -171,10 +177,7 @@ impl State {
                 let found = format!("currency {}", pair.currency);
                 return Err(blocks.refused(number, "a currency the body lists", found));
             };
-            if pair.funds == Funds::Captured {
-                let total = &mut captured[currency as usize];
-                *total = total.saturating_add(pair.amount.value());
-            }
+            add_captured(&mut captured, currency, pair.funds, pair.amount);
         }
         match (0..captured.len())
             .find(|&n| captured[n] != archived[n] && captured[n] != Decimal::MAX)

@@ -40,14 +40,14 @@ pub(super) const PAIRS_PER_BLOCK: usize = 64;
 /// Entries an id block holds, but for the last.
 pub(super) const IDS_PER_BLOCK: usize = 256;
 /// Bytes of a fence: the first hash, the offset, the length.
-pub(super) const FENCE_LEN: usize = 8 + 8 + 4;
+const FENCE_LEN: usize = 8 + 8 + 4;
 /// Bytes of the trailer.
 pub(super) const TRAILER_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 4;
 /// The most bytes a block can take: a pair's texts are at most a few KiB
 /// each, so a block of them stays far below this.
 pub(super) const BLOCK_LEN_MAX: usize = 16 << 20;
 /// A pair flag: its withdrawal was minted by this ledger.
-pub(super) const CREATED: u8 = 1;
+const CREATED: u8 = 1;
 /// A pair flag: its funds left custody.
 pub(super) const CAPTURED: u8 = 2;
 

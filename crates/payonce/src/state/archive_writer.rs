@@ -298,9 +298,7 @@ fn write_pair(out: &mut Out, pair: &PairView<'_>) {
     }
     out.text(pair.id);
     out.text(pair.destination);
-    let (mantissa, scale) = pair.amount.parts();
-    out.u128(mantissa);
-    out.u8(scale);
+    out.amount(pair.amount);
     out.text(pair.currency);
     let captured = match pair.funds {
         Funds::Free => 0,

@@ -187,9 +187,7 @@ impl State {
             }
             out.text(self.texts.get(entry.id));
             out.text(self.texts.get(entry.destination));
-            let (mantissa, scale) = entry.amount.parts();
-            out.u128(mantissa);
-            out.u8(scale);
+            out.amount(entry.amount);
             out.u32(entry.currency);
             let funds = match entry.funds {
                 Funds::Free => 0,
@@ -277,8 +275,9 @@ impl State {
 
     /// The state a snapshot's `body` and `archive` hold, after event
     /// `seq`: every field of the body checked, the first one refused, in
-    /// body order, named with its offset, then the archive's trailer and
-    /// fences (its blocks are checked as they are read). With `hash`, also
+    /// body order, named with its offset, then the archive's trailer,
+    /// fences and every block's checksum (a block's fields are checked when
+    /// it is read, or here for an archive to be checked whole). With `hash`, also
     /// the checksum of the body's bytes, taken as they are read.
     pub(crate) fn from_snapshot_body(
         seq: u64,
