@@ -51,6 +51,11 @@ pub const LOCK_CLASS: i32 = 0x706f_6e63;
 /// worker from a live one.
 pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
 
+/// The advisory lock class of snapshots' pins: a reading holds the lock
+/// keyed by its snapshot's seq (folded to 32 bits) shared, and a prune
+/// deletes a snapshot's chunks only if it takes that lock exclusively.
+pub const PIN_LOCK_CLASS: i32 = LOCK_CLASS + 2;
+
 /// The statements that create schema version 1.
 const VERSION_1: &str = r#"
 CREATE SCHEMA payonce;

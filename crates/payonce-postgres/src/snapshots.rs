@@ -9,17 +9,18 @@
 //! refused is set aside by a row of `payonce.snapshot_refusals`.
 
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::ThreadId;
+use std::sync::{Mutex, MutexGuard};
 
 use payonce::{
     SNAPSHOT_LEN_MAX, SnapshotError, SnapshotFile, SnapshotStore, StoredSnapshot, snapshots,
 };
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
+use tracing::info;
 
-use crate::error::describe;
 use crate::redacted;
+use crate::schema::PIN_LOCK_CLASS;
+use crate::snapshot_reading::{ChunkedFile, Pinned, pin_key, row_of, store_error};
 use crate::store::connect;
 
 /// Bytes per row of `payonce.snapshot_chunks` this build writes: far
@@ -29,11 +30,6 @@ use crate::store::connect;
 /// the server's and the worker's buffers for a chunk that size were fresh
 /// memory each time.
 pub const SNAPSHOT_CHUNK_LEN: usize = 4 << 20;
-
-/// The longest chunk a reading accepts: a snapshot is read in chunks as
-/// long as its first, whatever length the build that wrote it chose
-/// (16 MiB before this one), and each is held in memory whole.
-pub const SNAPSHOT_CHUNK_LEN_MAX: u64 = 64 << 20;
 
 /// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
 /// own.
@@ -83,71 +79,6 @@ impl PgSnapshots {
     fn name(seq: u64) -> String {
         format!("payonce.snapshots seq {seq}")
     }
-}
-
-/// A database that failed `doing` something to the snapshots: an error
-/// reading, as a file's would be, so an opening leaves the snapshot in
-/// place rather than set it aside (a dropped connection or a timeout says
-/// nothing of the snapshot's bytes).
-fn store_error(doing: &'static str, error: &postgres::Error) -> SnapshotError {
-    SnapshotError::Io {
-        op: doing,
-        file: "payonce.snapshots".to_owned(),
-        source: io::Error::other(describe(error)),
-    }
-}
-
-/// What the row of the snapshot at `seq` says: its length in bytes and
-/// its number of chunks.
-fn row_of(client: &mut Client, seq: i64) -> Result<(u64, i32), SnapshotError> {
-    let row = client
-        .query_one(
-            "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
-            &[&seq],
-        )
-        .map_err(|error| store_error("reading a snapshot's row", &error))?;
-    let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
-    Ok((len.unsigned_abs(), chunks))
-}
-
-/// The length of every chunk of the snapshot at `seq` but its last: its
-/// first chunk's, which must be between 1 byte and
-/// [`SNAPSHOT_CHUNK_LEN_MAX`] and leave the `chunks` its row counts for
-/// its `len` bytes. Read without fetching the chunk's bytes.
-fn chunk_len_of(
-    client: &mut Client,
-    seq: i64,
-    (len, chunks): (u64, i32),
-) -> Result<u64, SnapshotError> {
-    let row = client
-        .query_opt(
-            "SELECT octet_length(bytes) FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = 0",
-            &[&seq],
-        )
-        .map_err(|error| store_error("reading a snapshot's first chunk", &error))?;
-    let Some(row) = row else {
-        return Err(SnapshotError::Store {
-            detail: format!("chunk 0 of snapshot {seq} is missing"),
-        });
-    };
-    let chunk_len = u64::from(row.get::<_, i32>(0).unsigned_abs());
-    if chunk_len == 0 || chunk_len > SNAPSHOT_CHUNK_LEN_MAX {
-        return Err(SnapshotError::Store {
-            detail: format!(
-                "chunk 0 of snapshot {seq} holds {chunk_len} bytes, where a chunk holds from 1 to \
-                 {SNAPSHOT_CHUNK_LEN_MAX} (SNAPSHOT_CHUNK_LEN_MAX)"
-            ),
-        });
-    }
-    let needed = len.div_ceil(chunk_len).max(1);
-    if i64::from(chunks) != needed as i64 {
-        return Err(SnapshotError::Store {
-            detail: format!(
-                "{chunks} chunks where a length of {len} bytes in chunks of {chunk_len} needs {needed}"
-            ),
-        });
-    }
-    Ok(chunk_len)
 }
 
 /// A seq as the database keeps it.
@@ -227,17 +158,8 @@ impl SnapshotStore for PgSnapshots {
         &self,
         snapshot: &StoredSnapshot,
     ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
-        let seq = signed(snapshot.seq)?;
-        let mut client = self.client()?;
-        let (len, chunks) = row_of(&mut client, seq)?;
-        let chunk_len = chunk_len_of(&mut client, seq, (len, chunks))?;
-        Ok(Some(Box::new(ChunkedFile {
-            store: self,
-            seq,
-            len,
-            chunk_len,
-            last: Mutex::new(Vec::new()),
-        })))
+        let pinned = Pinned::open(&self.url, &self.writer, signed(snapshot.seq)?)?;
+        Ok(Some(Box::new(ChunkedFile::new(pinned))))
     }
 
     fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
@@ -305,106 +227,40 @@ impl SnapshotStore for PgSnapshots {
     fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError> {
         let old: Vec<StoredSnapshot> = self.list()?.into_iter().skip(kept).collect();
         let mut client = self.client()?;
-        for snapshot in &old {
-            client
+        let mut pruned = Vec::new();
+        for snapshot in old {
+            let seq = signed(snapshot.seq)?;
+            let failed = |error| store_error("pruning a snapshot's chunks", &error);
+            let mut transaction = client.transaction().map_err(failed)?;
+            // A reading pins its snapshot (`Pinned`): its chunks stay for
+            // a later prune.
+            let free: bool = transaction
+                .query_one(
+                    "SELECT pg_try_advisory_xact_lock($1, $2)",
+                    &[&PIN_LOCK_CLASS, &pin_key(seq)],
+                )
+                .map_err(failed)?
+                .get(0);
+            if !free {
+                info!(
+                    seq,
+                    "snapshot pinned by a reading: its chunks stay until a later prune"
+                );
+                continue;
+            }
+            transaction
                 .execute(
                     // The two snapshots of highest seq keep their chunks
                     // whatever the table's trigger is asked.
                     "DELETE FROM payonce.snapshot_chunks WHERE seq = $1 AND seq < ( \
                          SELECT min(seq) FROM ( \
                              SELECT seq FROM payonce.snapshots ORDER BY seq DESC LIMIT 2) newest)",
-                    &[&signed(snapshot.seq)?],
+                    &[&seq],
                 )
-                .map_err(|error| store_error("pruning a snapshot's chunks", &error))?;
+                .map_err(failed)?;
+            transaction.commit().map_err(failed)?;
+            pruned.push(snapshot);
         }
-        Ok(old)
-    }
-}
-
-/// A snapshot in the database, read a chunk at a time: each thread reading
-/// it keeps the last chunk it fetched, so reading on in order fetches each
-/// chunk once per thread.
-struct ChunkedFile<'a> {
-    store: &'a PgSnapshots,
-    seq: i64,
-    len: u64,
-    /// Bytes in every chunk but the last ([`chunk_len_of`]).
-    chunk_len: u64,
-    /// By thread, the last chunk fetched.
-    last: Mutex<Vec<Fetched>>,
-}
-
-/// A chunk a thread fetched: the thread, the chunk's number, its bytes.
-/// Copied out of the row: a row kept would keep the connection's read
-/// buffer, and every message after it would be read into fresh memory.
-type Fetched = (ThreadId, u64, Arc<Vec<u8>>);
-
-impl ChunkedFile<'_> {
-    /// Chunk `chunk`'s bytes: this thread's last, or fetched.
-    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
-        let thread = std::thread::current().id();
-        let poisoned = |_| SnapshotError::Store {
-            detail: "a thread panicked reading a snapshot".to_owned(),
-        };
-        let kept = (self.last.lock().map_err(poisoned)?.iter())
-            .find(|(by, at, _)| *by == thread && *at == chunk)
-            .map(|(_, _, bytes)| bytes.clone());
-        if let Some(bytes) = kept {
-            return Ok(bytes);
-        }
-        let bytes = Arc::new(self.fetch(chunk)?);
-        let mut last = self.last.lock().map_err(poisoned)?;
-        last.retain(|(by, _, _)| *by != thread);
-        last.push((thread, chunk, bytes.clone()));
-        Ok(bytes)
-    }
-
-    /// Chunk `chunk` from the database, checked to be as long as the
-    /// snapshot's length says.
-    fn fetch(&self, chunk: u64) -> Result<Vec<u8>, SnapshotError> {
-        let number = i32::try_from(chunk).map_err(|_| SnapshotError::Store {
-            detail: format!("chunk {chunk} is past what an integer holds"),
-        })?;
-        let row = (self.store.client()?)
-            .query_opt(
-                "SELECT bytes FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = $2",
-                &[&self.seq, &number],
-            )
-            .map_err(|error| store_error("reading a snapshot's chunk", &error))?;
-        let Some(row) = row else {
-            return Err(SnapshotError::Store {
-                detail: format!("chunk {chunk} of snapshot {} is missing", self.seq),
-            });
-        };
-        let bytes: Vec<u8> = row.get(0);
-        let start = chunk * self.chunk_len;
-        let expected = (self.len - start).min(self.chunk_len);
-        if bytes.len() as u64 != expected {
-            return Err(SnapshotError::Length {
-                expected: self.len,
-                found: start + bytes.len() as u64,
-            });
-        }
-        Ok(bytes)
-    }
-}
-
-impl SnapshotFile for ChunkedFile<'_> {
-    fn byte_len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
-        let end = offset.saturating_add(len as u64).min(self.len);
-        let mut at = offset;
-        while at < end {
-            let chunk = at / self.chunk_len;
-            let bytes = self.chunk(chunk)?;
-            let within = (at % self.chunk_len) as usize;
-            let taken = (bytes.len() - within).min((end - at) as usize);
-            into.extend_from_slice(&bytes[within..within + taken]);
-            at += taken as u64;
-        }
-        Ok(())
+        Ok(pruned)
     }
 }

@@ -507,7 +507,7 @@ fn a_snapshot_the_database_fails_to_serve_is_left_for_the_next_opening() {
     let taken = snapshotted(&url);
     let store = PgSnapshots::connect(&url, "test").unwrap();
     end_other_sessions(&url);
-    let failed = store.open(&taken.stored).map(|_| ());
+    let failed = store.list().map(|_| ());
     assert!(
         matches!(failed, Err(SnapshotError::Io { .. })),
         "{failed:?}"
@@ -536,4 +536,121 @@ fn a_snapshot_the_database_fails_to_serve_is_left_for_the_next_opening() {
         .unwrap()
         .get(0);
     assert_eq!(refusals, 0);
+}
+
+/// How many chunks of the snapshot at `seq` the database holds.
+fn chunks_held(url: &str, seq: u64) -> i64 {
+    client(url)
+        .query_one(
+            "SELECT count(*) FROM payonce.snapshot_chunks WHERE seq = $1",
+            &[&(seq as i64)],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Two more sends on `worker`, keys `k-{round}-0` and `k-{round}-1`, each
+/// followed by a snapshot, whose writing prunes all but the newest two.
+fn two_more_snapshots(worker: &payonce::Ledger, round: &str) {
+    for n in 0..2 {
+        let w = worker.create(new_withdrawal("1")).unwrap();
+        worker
+            .submit(&format!("k-{round}-{n}"), &w, |r| Ok(sent(r, "0x2")))
+            .unwrap();
+        worker.snapshot().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn a_snapshot_whose_archive_is_being_read_keeps_its_chunks_until_every_one_is_kept() {
+    // Guards against a prune deleting the chunks of a snapshot a new
+    // worker is still reading its archive from: the worker would fail
+    // every name in a block it had not read yet.
+    let url = database!();
+    let worker = worked(&url);
+    let first = worker.snapshot().unwrap().unwrap().stored;
+    let store = PgSnapshots::connect(&url, "test").unwrap();
+    let file = store.open(&first).unwrap().expect("read in chunks");
+    let archive = file.lasting(0).expect("a pinned reading");
+    drop(file);
+
+    two_more_snapshots(&worker, "pinned");
+    assert_eq!(chunks_held(&url, first.seq), 1, "pinned: not pruned");
+
+    let mut bytes = Vec::new();
+    archive
+        .read_at(0, archive.byte_len() as usize, &mut bytes)
+        .unwrap();
+    two_more_snapshots(&worker, "unpinned");
+    assert_eq!(
+        chunks_held(&url, first.seq),
+        0,
+        "every chunk kept: unpinned"
+    );
+    let mut again = Vec::new();
+    archive
+        .read_at(0, archive.byte_len() as usize, &mut again)
+        .unwrap();
+    assert!(again == bytes, "read from the chunks kept");
+    assert_eq!(&bytes[..8], b"PAYONSS\0");
+}
+
+#[test]
+fn an_archive_block_found_damaged_after_opening_sets_the_snapshot_aside_and_answers_nothing() {
+    // Guards against a worker that opened from a snapshot before reading
+    // its archive answering from a damaged block, or leaving every next
+    // worker to open from it again.
+    let url = database!();
+    let taken = snapshotted(&url);
+    let mut admin = client(&url);
+    let bytes: Vec<u8> = admin
+        .query_one(
+            "SELECT bytes FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = 0",
+            &[&(taken.stored.seq as i64)],
+        )
+        .unwrap()
+        .get(0);
+    let body_len = u64::from_le_bytes(bytes[72..80].try_into().unwrap()) as usize;
+    let mut damaged = bytes.clone();
+    damaged[96 + body_len + 20] ^= 0x40;
+    admin
+        .batch_execute("ALTER TABLE payonce.snapshot_chunks DISABLE TRIGGER append_only")
+        .unwrap();
+    admin
+        .execute(
+            "UPDATE payonce.snapshot_chunks SET bytes = $2 WHERE seq = $1 AND chunk = 0",
+            &[&(taken.stored.seq as i64), &damaged],
+        )
+        .unwrap();
+    admin
+        .batch_execute("ALTER TABLE payonce.snapshot_chunks ENABLE TRIGGER append_only")
+        .unwrap();
+
+    let worker = payonce_postgres::open(&url, "api-2", config()).unwrap();
+    assert_eq!(
+        worker.recovery().snapshot.as_ref().map(|s| s.seq),
+        Some(taken.stored.seq),
+        "believed once its body and fences check"
+    );
+    let read = worker.outcome("k-0");
+    assert!(
+        matches!(read, Err(payonce::LedgerError::Archive(_))),
+        "{read:?}"
+    );
+    let refusals: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM payonce.snapshot_refusals WHERE seq = $1",
+            &[&(taken.stored.seq as i64)],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(refusals, 1, "set aside for the next opening");
+    drop(worker);
+
+    let next = payonce_postgres::open(&url, "api-3", config()).unwrap();
+    assert_eq!(next.recovery().snapshot, None, "a full replay");
+    assert_eq!(
+        next.outcome("k-0").unwrap().map(|o| o.state()),
+        Some(payonce_model::WithdrawalState::Sent)
+    );
 }

@@ -292,7 +292,7 @@ fn archive_in_file(
     }
     let at = SNAPSHOT_HEADER_LEN as u64 + header.body_len;
     let len = header.archive_len;
-    if let Some(file) = file.lasting() {
+    if let Some(file) = file.lasting(at) {
         return Ok(Some(ArchiveAt::File { file, at, len }));
     }
     let mut bytes = Vec::new();

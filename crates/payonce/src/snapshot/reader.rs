@@ -26,12 +26,32 @@ pub trait SnapshotFile: Send + Sync {
         SNAPSHOT_READ_LEN
     }
     /// A handle on the same bytes that stays readable after the snapshot
-    /// is renamed, replaced or removed (a file descriptor): what a state
-    /// loaded from it reads its archive through later. `None` (the
-    /// default): the store has none, and the archive is read into memory
-    /// while the snapshot is loaded.
-    fn lasting(&self) -> Option<std::sync::Arc<dyn SnapshotFile>> {
+    /// is renamed, replaced or removed (a file descriptor, or a pin on a
+    /// database's rows): what a state loaded from it reads its archive,
+    /// from byte `from` to the end, through later. `None` (the default):
+    /// the store has none, and the archive is read into memory while the
+    /// snapshot is loaded.
+    fn lasting(&self, from: u64) -> Option<std::sync::Arc<dyn SnapshotFile>> {
+        let _ = from;
         None
+    }
+    /// Whether an opening believes an archive read through this handle
+    /// before reading every block's checksum, leaving them to a pass on a
+    /// thread of its own while the ledger serves, each block also checked
+    /// whenever a name reads it: a store where reading every byte means
+    /// sending it over a network to each new process (a database). `false`
+    /// (the default): every block is checked before the snapshot is
+    /// believed.
+    fn checked_in_background(&self) -> bool {
+        false
+    }
+    /// Told that a block of the archive read through this handle failed
+    /// its checks after an opening believed the snapshot: the store sets
+    /// the snapshot aside, so the next opening falls back. The default
+    /// does nothing: an opening that checked every block refuses such a
+    /// snapshot itself.
+    fn refuse(&self, error: &SnapshotError) {
+        let _ = error;
     }
 }
 

@@ -285,7 +285,7 @@ impl SnapshotFile for HeldFile {
             })
     }
 
-    fn lasting(&self) -> Option<Arc<dyn SnapshotFile>> {
+    fn lasting(&self, _from: u64) -> Option<Arc<dyn SnapshotFile>> {
         Some(Arc::new(self.clone()))
     }
 }

@@ -138,7 +138,7 @@ impl SnapshotFile for Counted {
         Ok(())
     }
 
-    fn lasting(&self) -> Option<Arc<dyn SnapshotFile>> {
+    fn lasting(&self, _from: u64) -> Option<Arc<dyn SnapshotFile>> {
         self.lasting
             .then(|| Arc::new(self.clone()) as Arc<dyn SnapshotFile>)
     }

@@ -197,13 +197,15 @@ impl State {
 
     /// Takes `blocks`, an archive read from a snapshot, as this state's
     /// pairs set apart.
-    pub(super) fn adopt_archive(&mut self, blocks: Blocks) {
+    pub(super) fn adopt_archive(&mut self, blocks: Blocks) -> Arc<Blocks> {
         assert!(self.archived.is_none(), "a state adopts one archive");
+        let blocks = Arc::new(blocks);
         self.archived = Some(Archived {
-            blocks: Arc::new(blocks),
+            blocks: Arc::clone(&blocks),
             shadowed: HashSet::new(),
             in_memory: false,
         });
+        blocks
     }
 
     /// Whether key slot `slot` and the withdrawal it names form a settled

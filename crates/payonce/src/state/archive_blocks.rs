@@ -118,6 +118,15 @@ pub(super) trait ArchiveSource: fmt::Debug + Send + Sync {
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError>;
     /// How many bytes there are.
     fn byte_len(&self) -> u64;
+    /// Whether its blocks are checked in the background after an opening
+    /// believed them ([`SnapshotFile::checked_in_background`]).
+    fn checked_in_background(&self) -> bool {
+        false
+    }
+    /// Told that a block failed its checks ([`SnapshotFile::refuse`]).
+    fn refuse(&self, error: &SnapshotError) {
+        let _ = error;
+    }
 }
 
 /// An archive kept in memory.
@@ -223,6 +232,14 @@ impl ArchiveSource for FilePart {
 
     fn byte_len(&self) -> u64 {
         self.len
+    }
+
+    fn checked_in_background(&self) -> bool {
+        self.file.checked_in_background()
+    }
+
+    fn refuse(&self, error: &SnapshotError) {
+        self.file.refuse(error);
     }
 }
 
@@ -404,8 +421,7 @@ impl Blocks {
 
     /// The pair of `key`, with its number.
     pub(super) fn find_key(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
-        self.find_key_here(key)
-            .map_err(|error| error.moved_by(self.shift))
+        self.refusing(self.find_key_here(key))
     }
 
     fn find_key_here(&self, key: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
@@ -425,8 +441,7 @@ impl Blocks {
 
     /// The pair of withdrawal `id`, with its number.
     pub(super) fn find_id(&self, id: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
-        self.find_id_here(id)
-            .map_err(|error| error.moved_by(self.shift))
+        self.refusing(self.find_id_here(id))
     }
 
     fn find_id_here(&self, id: &str) -> Result<Option<(u64, SettledPair)>, SnapshotError> {
@@ -486,8 +501,31 @@ impl Blocks {
 
     /// The pairs of pair block `block`, each checked.
     pub(super) fn pairs_of_block(&self, block: usize) -> Result<Vec<SettledPair>, SnapshotError> {
-        self.pair_block(block)
-            .map_err(|error| error.moved_by(self.shift))
+        self.refusing(self.pair_block(block))
+    }
+
+    /// `read`, its refusal moved to the snapshot's offsets; a refusal of
+    /// the bytes themselves is also told to the source
+    /// ([`ArchiveSource::refuse`]).
+    fn refusing<T>(&self, read: Result<T, SnapshotError>) -> Result<T, SnapshotError> {
+        read.map_err(|error| {
+            let error = error.moved_by(self.shift);
+            if matches!(error, SnapshotError::Invalid { .. }) {
+                self.source.refuse(&error);
+            }
+            error
+        })
+    }
+
+    /// Whether its blocks are left to a check in the background
+    /// ([`ArchiveSource::checked_in_background`]).
+    pub(super) fn checked_in_background(&self) -> bool {
+        self.source.checked_in_background()
+    }
+
+    /// Tells its source that it failed its checks.
+    pub(super) fn refuse(&self, error: &SnapshotError) {
+        self.source.refuse(error);
     }
 
     /// A refusal of pair block `block`, whose pairs meet `expected` not.

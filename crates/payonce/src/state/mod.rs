@@ -27,6 +27,7 @@
 mod apply;
 mod archive;
 mod archive_blocks;
+mod archive_check;
 mod archive_writer;
 mod chunks;
 mod compare;
@@ -801,5 +802,7 @@ mod tests;
 mod tests_archive;
 #[cfg(test)]
 mod tests_archive_blocks;
+#[cfg(test)]
+mod tests_archive_check;
 #[cfg(test)]
 mod tests_key_parts;

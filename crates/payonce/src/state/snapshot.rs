@@ -16,6 +16,7 @@ use std::sync::atomic::AtomicU32;
 
 use super::State;
 use super::archive_blocks::{ArchiveAt, Blocks, state_number};
+use super::archive_check::check_in_background;
 use super::chunks::Chunks;
 use super::jobs::{self, run_jobs};
 use super::layout::{
@@ -317,12 +318,18 @@ impl State {
             Some(archive) => {
                 let whole = matches!(archive, ArchiveAt::Checked(_));
                 let blocks = Blocks::open(archive.into_source(), body_len as u64, self.last_seq)?;
-                blocks.check_checksums()?;
+                let later = blocks.checked_in_background();
+                if !later {
+                    blocks.check_checksums()?;
+                }
                 if whole {
                     self.check_archive(&blocks, archived)?;
                 }
-                self.adopt_archive(blocks);
-                Ok(())
+                let blocks = self.adopt_archive(blocks);
+                match later {
+                    true => check_in_background(blocks),
+                    false => Ok(()),
+                }
             }
             None => match archived.iter().position(|total| !total.is_zero()) {
                 None => Ok(()),
