@@ -12,12 +12,13 @@
 //! with it the pin, is closed.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use payonce::{SnapshotError, SnapshotFile};
-use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, Statement};
 use tracing::{error, info};
 
 use crate::error::describe;
@@ -101,21 +102,37 @@ pub(crate) fn pin_key(seq: i64) -> i32 {
     (seq ^ (seq >> 32)) as i32
 }
 
-/// A connection on which `seq` is pinned: a shared advisory lock, held
-/// until the connection closes.
-fn pinned_client(url: &str, seq: i64) -> Result<Client, SnapshotError> {
-    let mut client = connect(url).map_err(|error| SnapshotError::Io {
-        op: "connecting to read a snapshot from",
-        file: "payonce.snapshots".to_owned(),
-        source: io::Error::other(error.to_string()),
-    })?;
-    client
-        .execute(
-            "SELECT pg_advisory_lock_shared($1, $2)",
-            &[&PIN_LOCK_CLASS, &pin_key(seq)],
-        )
-        .map_err(|error| store_error("pinning a snapshot", &error))?;
-    Ok(client)
+/// The query that reads a run of a snapshot's chunks.
+const CHUNKS_QUERY: &str = "SELECT chunk, bytes FROM payonce.snapshot_chunks \
+     WHERE seq = $1 AND chunk BETWEEN $2 AND $3 ORDER BY chunk";
+
+/// A connection on which a snapshot is pinned (a shared advisory lock,
+/// held until the connection closes), with [`CHUNKS_QUERY`] prepared on
+/// it.
+struct PinnedConnection {
+    client: Client,
+    chunks: Statement,
+}
+
+impl PinnedConnection {
+    /// A new connection to `url` pinning snapshot `seq`.
+    fn open(url: &str, seq: i64) -> Result<PinnedConnection, SnapshotError> {
+        let mut client = connect(url).map_err(|error| SnapshotError::Io {
+            op: "connecting to read a snapshot from",
+            file: "payonce.snapshots".to_owned(),
+            source: io::Error::other(error.to_string()),
+        })?;
+        client
+            .execute(
+                "SELECT pg_advisory_lock_shared($1, $2)",
+                &[&PIN_LOCK_CLASS, &pin_key(seq)],
+            )
+            .map_err(|error| store_error("pinning a snapshot", &error))?;
+        let chunks = client
+            .prepare(CHUNKS_QUERY)
+            .map_err(|error| store_error("preparing to read a snapshot", &error))?;
+        Ok(PinnedConnection { client, chunks })
+    }
 }
 
 /// One snapshot's row, read on a connection of its own that pins it.
@@ -127,8 +144,12 @@ pub(crate) struct Pinned {
     chunks: i32,
     /// Bytes in every chunk but the last ([`chunk_len_of`]).
     chunk_len: u64,
-    /// `None` once nothing more is to be read: the pin is gone.
-    client: Mutex<Option<Client>>,
+    /// The connections not reading now: one for each thread that read at
+    /// once, so a lookup does not wait behind the background pass.
+    idle: Mutex<Vec<PinnedConnection>>,
+    /// Whether every connection was closed, and the pin with them: nothing
+    /// more is to be read.
+    unpinned: AtomicBool,
     /// Whether a refusal of it was written: held while it is written, so a
     /// second refusal returns once the first is in the database.
     refused: Mutex<bool>,
@@ -138,9 +159,9 @@ impl Pinned {
     /// The snapshot at `seq` of the ledger at `url`, pinned, its row
     /// checked; refused as `writer` if its archive fails its checks.
     pub(crate) fn open(url: &str, writer: &str, seq: i64) -> Result<Pinned, SnapshotError> {
-        let mut client = pinned_client(url, seq)?;
-        let (len, chunks) = row_of(&mut client, seq)?;
-        let chunk_len = chunk_len_of(&mut client, seq, (len, chunks))?;
+        let mut connection = PinnedConnection::open(url, seq)?;
+        let (len, chunks) = row_of(&mut connection.client, seq)?;
+        let chunk_len = chunk_len_of(&mut connection.client, seq, (len, chunks))?;
         Ok(Pinned {
             url: url.to_owned(),
             writer: writer.to_owned(),
@@ -148,60 +169,102 @@ impl Pinned {
             len,
             chunks,
             chunk_len,
-            client: Mutex::new(Some(client)),
+            idle: Mutex::new(vec![connection]),
+            unpinned: AtomicBool::new(false),
             refused: Mutex::new(false),
         })
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Option<Client>>, SnapshotError> {
-        self.client.lock().map_err(|_| SnapshotError::Store {
+    fn idle(&self) -> Result<MutexGuard<'_, Vec<PinnedConnection>>, SnapshotError> {
+        self.idle.lock().map_err(|_| SnapshotError::Store {
             detail: "a thread panicked reading a snapshot".to_owned(),
         })
     }
 
-    /// Chunk `chunk` from the database, checked to be as long as the
-    /// snapshot's length says. A connection that was lost is made again
-    /// and pinned again, and the snapshot must still hold every chunk
-    /// (chunks are never changed, only pruned whole).
-    fn fetch(&self, chunk: u64) -> Result<Vec<u8>, SnapshotError> {
-        let number = i32::try_from(chunk).map_err(|_| SnapshotError::Store {
-            detail: format!("chunk {chunk} is past what an integer holds"),
-        })?;
-        let mut client = self.lock()?;
-        if client.as_ref().is_none_or(Client::is_closed) {
-            *client = Some(self.pinned_again()?);
-        }
-        let Some(client) = client.as_mut() else {
-            unreachable!("a connection was just made")
+    /// Chunks `first` to `last` from the database, in one query, each
+    /// checked to be there and as long as the snapshot's length says. A
+    /// connection that was lost is made again and pinned again, and the
+    /// snapshot must still hold every chunk (chunks are never changed,
+    /// only pruned whole).
+    fn fetch(&self, first: u64, last: u64) -> Result<Vec<Chunk>, SnapshotError> {
+        assert!(first <= last, "a run of chunks is read forward");
+        let number = |chunk: u64| {
+            i32::try_from(chunk).map_err(|_| SnapshotError::Store {
+                detail: format!("chunk {chunk} is past what an integer holds"),
+            })
         };
-        let row = client
-            .query_opt(
-                "SELECT bytes FROM payonce.snapshot_chunks WHERE seq = $1 AND chunk = $2",
-                &[&self.seq, &number],
+        let (from, to) = (number(first)?, number(last)?);
+        let idle = self.idle()?.pop().filter(|idle| !idle.client.is_closed());
+        let mut connection = match idle {
+            Some(connection) => connection,
+            None => self.pinned_again()?,
+        };
+        let fetched = self.fetch_on(&mut connection, (first, last), (from, to));
+        // Checked under the lock `unpin` takes, so no connection, and no
+        // pin, outlives it.
+        let mut idle = self.idle()?;
+        if !self.unpinned.load(Ordering::SeqCst) && !connection.client.is_closed() {
+            idle.push(connection);
+        }
+        fetched
+    }
+
+    /// [`Pinned::fetch`] on `connection`.
+    fn fetch_on(
+        &self,
+        connection: &mut PinnedConnection,
+        (first, last): (u64, u64),
+        (from, to): (i32, i32),
+    ) -> Result<Vec<Chunk>, SnapshotError> {
+        let failed = |error| store_error("reading a snapshot's chunks", &error);
+        let end = self.len.min((last + 1).saturating_mul(self.chunk_len));
+        let mut run = Vec::with_capacity(end.saturating_sub(first * self.chunk_len) as usize);
+        let mut places = Vec::new();
+        let mut rows = connection
+            .client
+            .query_raw(
+                &connection.chunks,
+                [&self.seq as &dyn postgres::types::ToSql, &from, &to],
             )
-            .map_err(|error| store_error("reading a snapshot's chunk", &error))?;
-        let Some(row) = row else {
+            .map_err(failed)?;
+        let mut wanted = first;
+        while let Some(row) = rows.next().map_err(failed)? {
+            let (chunk, bytes): (i32, &[u8]) = (row.get(0), row.get(1));
+            if i64::from(chunk) != wanted as i64 {
+                break;
+            }
+            let start = wanted * self.chunk_len;
+            let expected = (self.len - start).min(self.chunk_len);
+            if bytes.len() as u64 != expected {
+                return Err(SnapshotError::Length {
+                    expected: self.len,
+                    found: start + bytes.len() as u64,
+                });
+            }
+            places.push((run.len(), bytes.len()));
+            run.extend_from_slice(bytes);
+            wanted += 1;
+        }
+        if wanted <= last {
             return Err(SnapshotError::Store {
-                detail: format!("chunk {chunk} of snapshot {} is missing", self.seq),
-            });
-        };
-        let bytes: Vec<u8> = row.get(0);
-        let start = chunk * self.chunk_len;
-        let expected = (self.len - start).min(self.chunk_len);
-        if bytes.len() as u64 != expected {
-            return Err(SnapshotError::Length {
-                expected: self.len,
-                found: start + bytes.len() as u64,
+                detail: format!("chunk {wanted} of snapshot {} is missing", self.seq),
             });
         }
-        Ok(bytes)
+        let run = Arc::new(run);
+        let chunk = |(at, len)| Chunk {
+            run: Arc::clone(&run),
+            at,
+            len,
+        };
+        Ok(places.into_iter().map(chunk).collect())
     }
 
     /// A new pinned connection, once the snapshot is found to hold every
-    /// chunk still.
-    fn pinned_again(&self) -> Result<Client, SnapshotError> {
-        let mut client = pinned_client(&self.url, self.seq)?;
-        let held: i64 = client
+    /// chunk still: a connection lost, or a second thread reading at once.
+    fn pinned_again(&self) -> Result<PinnedConnection, SnapshotError> {
+        let mut connection = PinnedConnection::open(&self.url, self.seq)?;
+        let held: i64 = connection
+            .client
             .query_one(
                 "SELECT count(*) FROM payonce.snapshot_chunks WHERE seq = $1",
                 &[&self.seq],
@@ -216,12 +279,14 @@ impl Pinned {
                 ),
             });
         }
-        Ok(client)
+        Ok(connection)
     }
 
-    /// Closes the connection, and with it the pin.
+    /// Closes the connections, and with them the pin.
     fn unpin(&self) -> Result<(), SnapshotError> {
-        *self.lock()? = None;
+        let mut idle = self.idle()?;
+        self.unpinned.store(true, Ordering::SeqCst);
+        idle.clear();
         Ok(())
     }
 
@@ -253,6 +318,23 @@ impl Pinned {
     }
 }
 
+/// One chunk's bytes, within the run of chunks fetched with it in one
+/// query: one allocation for the run, copied out of the rows (a row kept
+/// would keep the connection's read buffer, and every message after it
+/// would be read into fresh memory).
+#[derive(Clone)]
+struct Chunk {
+    run: Arc<Vec<u8>>,
+    at: usize,
+    len: usize,
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        &self.run[self.at..self.at + self.len]
+    }
+}
+
 /// A snapshot in the database as an opening reads it: each thread reading
 /// it keeps the last chunk it fetched, so reading on in order fetches each
 /// chunk once per thread.
@@ -263,9 +345,7 @@ pub(crate) struct ChunkedFile {
 }
 
 /// A chunk a thread fetched: the thread, the chunk's number, its bytes.
-/// Copied out of the row: a row kept would keep the connection's read
-/// buffer, and every message after it would be read into fresh memory.
-type Fetched = (ThreadId, u64, Arc<Vec<u8>>);
+type Fetched = (ThreadId, u64, Chunk);
 
 impl ChunkedFile {
     pub(crate) fn new(pinned: Pinned) -> ChunkedFile {
@@ -275,43 +355,53 @@ impl ChunkedFile {
         }
     }
 
-    /// Chunk `chunk`'s bytes: this thread's last, or fetched.
-    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
+    /// Chunks `first` to `last`: this thread's last chunk if it is the
+    /// first of them, the rest fetched in one query; the last of them is
+    /// kept as this thread's.
+    fn chunks(&self, first: u64, last: u64) -> Result<Vec<Chunk>, SnapshotError> {
         let thread = std::thread::current().id();
         let poisoned = |_| SnapshotError::Store {
             detail: "a thread panicked reading a snapshot".to_owned(),
         };
         let kept = (self.last.lock().map_err(poisoned)?.iter())
-            .find(|(by, at, _)| *by == thread && *at == chunk)
+            .find(|(by, at, _)| *by == thread && *at == first)
             .map(|(_, _, bytes)| bytes.clone());
-        if let Some(bytes) = kept {
-            return Ok(bytes);
+        let mut chunks: Vec<Chunk> = kept.into_iter().collect();
+        let from = first + chunks.len() as u64;
+        if from <= last {
+            chunks.extend(self.pinned.fetch(from, last)?);
         }
-        let bytes = Arc::new(self.pinned.fetch(chunk)?);
-        let mut last = self.last.lock().map_err(poisoned)?;
-        last.retain(|(by, _, _)| *by != thread);
-        last.push((thread, chunk, bytes.clone()));
-        Ok(bytes)
+        let mut kept = self.last.lock().map_err(poisoned)?;
+        kept.retain(|(by, _, _)| *by != thread);
+        if let Some(bytes) = chunks.last() {
+            kept.push((thread, last, bytes.clone()));
+        }
+        Ok(chunks)
     }
 }
 
 /// Appends bytes `offset` to `offset + len` (cut at `total`) of a
-/// snapshot in chunks of `chunk_len` to `into`, each chunk's bytes from
-/// `chunk`.
+/// snapshot in chunks of `chunk_len` to `into`, the chunks from the first
+/// to the last the bytes are in given by `chunks`.
 fn read_chunks(
     (offset, len, total, chunk_len): (u64, usize, u64, u64),
     into: &mut Vec<u8>,
-    mut chunk: impl FnMut(u64) -> Result<Arc<Vec<u8>>, SnapshotError>,
+    chunks: impl FnOnce(u64, u64) -> Result<Vec<Chunk>, SnapshotError>,
 ) -> Result<(), SnapshotError> {
     let end = offset.saturating_add(len as u64).min(total);
+    if offset >= end {
+        return Ok(());
+    }
+    let first = offset / chunk_len;
     let mut at = offset;
-    while at < end {
-        let bytes = chunk(at / chunk_len)?;
+    for chunk in chunks(first, (end - 1) / chunk_len)? {
+        let bytes = chunk.bytes();
         let within = (at % chunk_len) as usize;
         let taken = (bytes.len() - within).min((end - at) as usize);
         into.extend_from_slice(&bytes[within..within + taken]);
         at += taken as u64;
     }
+    assert_eq!(at, end, "every chunk of a read is read");
     Ok(())
 }
 
@@ -322,7 +412,7 @@ impl SnapshotFile for ChunkedFile {
 
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
         let shape = (offset, len, self.pinned.len, self.pinned.chunk_len);
-        read_chunks(shape, into, |chunk| self.chunk(chunk))
+        read_chunks(shape, into, |first, last| self.chunks(first, last))
     }
 
     fn lasting(&self, from: u64) -> Option<Arc<dyn SnapshotFile>> {
@@ -343,43 +433,77 @@ impl SnapshotFile for ChunkedFile {
 struct KeptArchive {
     pinned: Arc<Pinned>,
     first: u64,
-    kept: Mutex<Vec<Option<Arc<Vec<u8>>>>>,
+    kept: Mutex<Vec<Option<Chunk>>>,
     missing: AtomicUsize,
 }
 
 impl KeptArchive {
-    /// Chunk `chunk`'s bytes: kept, or fetched and kept.
-    fn chunk(&self, chunk: u64) -> Result<Arc<Vec<u8>>, SnapshotError> {
+    /// Chunks `first` to `last`: those kept, and each run of the others
+    /// fetched in one query and kept.
+    fn chunks(&self, first: u64, last: u64) -> Result<Vec<Chunk>, SnapshotError> {
         let poisoned = |_| SnapshotError::Store {
             detail: "a thread panicked reading a snapshot".to_owned(),
         };
-        let slot = chunk
-            .checked_sub(self.first)
-            .map(|slot| slot as usize)
-            .ok_or_else(|| SnapshotError::Store {
-                detail: format!("chunk {chunk} is before the archive's, {}", self.first),
-            })?;
-        if let Some(Some(bytes)) = self.kept.lock().map_err(poisoned)?.get(slot) {
-            return Ok(Arc::clone(bytes));
+        if first < self.first {
+            return Err(SnapshotError::Store {
+                detail: format!("chunk {first} is before the archive's, {}", self.first),
+            });
         }
-        // Fetched without the lock, so a kept chunk is read meanwhile.
-        let bytes = Arc::new(self.pinned.fetch(chunk)?);
-        let mut kept = self.kept.lock().map_err(poisoned)?;
-        let Some(place) = kept.get_mut(slot) else {
-            unreachable!("a fetched chunk is one of the snapshot's")
+        let slots = (first - self.first) as usize..=(last - self.first) as usize;
+        let mut found: Vec<Option<Chunk>> = {
+            let kept = self.kept.lock().map_err(poisoned)?;
+            let Some(kept) = kept.get(slots.clone()) else {
+                unreachable!("a read ends within the snapshot, so within its chunks")
+            };
+            kept.to_vec()
         };
-        if place.is_none() {
-            *place = Some(Arc::clone(&bytes));
-            if self.missing.fetch_sub(1, Ordering::SeqCst) == 1 {
-                drop(kept);
-                info!(
-                    seq = self.pinned.seq,
-                    "every chunk of the archive kept: the snapshot is unpinned"
-                );
-                self.pinned.unpin()?;
+        // Each run of missing chunks fetched without the lock, so kept
+        // ones are read meanwhile.
+        let mut at = 0;
+        while at < found.len() {
+            if found[at].is_some() {
+                at += 1;
+                continue;
+            }
+            let run = found[at..]
+                .iter()
+                .take_while(|chunk| chunk.is_none())
+                .count();
+            let fetched = self
+                .pinned
+                .fetch(first + at as u64, first + (at + run - 1) as u64)?;
+            for (place, chunk) in found[at..at + run].iter_mut().zip(fetched) {
+                *place = Some(chunk);
+            }
+            self.keep(*slots.start() + at, &found[at..at + run])?;
+            at += run;
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// Keeps `chunks`, from slot `from` on; lets the pin go once every
+    /// chunk of the archive is kept.
+    fn keep(&self, from: usize, chunks: &[Option<Chunk>]) -> Result<(), SnapshotError> {
+        let poisoned = |_| SnapshotError::Store {
+            detail: "a thread panicked reading a snapshot".to_owned(),
+        };
+        let mut kept = self.kept.lock().map_err(poisoned)?;
+        let mut newly = 0;
+        for (place, bytes) in kept[from..from + chunks.len()].iter_mut().zip(chunks) {
+            if place.is_none() {
+                place.clone_from(bytes);
+                newly += 1;
             }
         }
-        Ok(bytes)
+        if newly > 0 && self.missing.fetch_sub(newly, Ordering::SeqCst) == newly {
+            drop(kept);
+            info!(
+                seq = self.pinned.seq,
+                "every chunk of the archive kept: the snapshot is unpinned"
+            );
+            self.pinned.unpin()?;
+        }
+        Ok(())
     }
 }
 
@@ -390,7 +514,7 @@ impl SnapshotFile for KeptArchive {
 
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
         let shape = (offset, len, self.pinned.len, self.pinned.chunk_len);
-        read_chunks(shape, into, |chunk| self.chunk(chunk))
+        read_chunks(shape, into, |first, last| self.chunks(first, last))
     }
 
     fn checked_in_background(&self) -> bool {

@@ -25,11 +25,11 @@ use crate::store::connect;
 
 /// Bytes per row of `payonce.snapshot_chunks` this build writes: far
 /// below the 1 GB a `bytea` holds, so a snapshot is written and read a
-/// chunk at a time. 4 MiB, where chunks of 16 MiB made a new worker's
-/// first decision at 10M withdrawals 1 s slower (docs/performance.md):
-/// the server's and the worker's buffers for a chunk that size were fresh
-/// memory each time.
-pub const SNAPSHOT_CHUNK_LEN: usize = 4 << 20;
+/// chunk at a time. 64 KiB: a new worker fetches the chunk of each archive
+/// block a name asks for before the archive is all kept, so a chunk is
+/// what one lookup costs, and runs of chunks are read in one query
+/// (docs/performance.md).
+pub const SNAPSHOT_CHUNK_LEN: usize = 64 << 10;
 
 /// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
 /// own.
@@ -190,13 +190,16 @@ impl SnapshotStore for PgSnapshots {
             )
             .map_err(|error| store_error("inserting a snapshot's row", &error))?;
         if inserted == 1 {
+            let failed = |error| store_error("inserting a snapshot's chunk", &error);
+            let insert = transaction
+                .prepare(
+                    "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, $2, $3)",
+                )
+                .map_err(failed)?;
             for (chunk, part) in (0i32..).zip(chunks) {
                 transaction
-                    .execute(
-                        "INSERT INTO payonce.snapshot_chunks (seq, chunk, bytes) VALUES ($1, $2, $3)",
-                        &[&row, &chunk, &part],
-                    )
-                    .map_err(|error| store_error("inserting a snapshot's chunk", &error))?;
+                    .execute(&insert, &[&row, &chunk, &part])
+                    .map_err(failed)?;
             }
         }
         // A snapshot of this seq another worker wrote first is the same

@@ -56,6 +56,12 @@ enum Child {
     /// makes its first decision (a withdrawal created and submitted);
     /// prints the seconds to that decision and the events replayed.
     FirstDecision { url: String },
+    /// As `first-decision`, then goes on deciding, one submission after
+    /// another, until the worker holds every chunk of the snapshot's
+    /// archive (its pin gone from `pg_locks`); prints the seconds to the
+    /// first decision, the seconds to the whole archive, the decisions
+    /// made meanwhile, and the resident bytes then.
+    Kept { url: String },
     /// Takes a snapshot of the ledger at URL as a worker would; prints the
     /// seconds it took and its bytes.
     Snapshot { url: String },
@@ -89,7 +95,10 @@ fn run_child(child: Child) -> anyhow::Result<()> {
             let ledger = payonce_postgres::open(&url, "replay-bench", config)?;
             Ok(ledger.last_seq())
         }),
-        Child::FirstDecision { url } => timed(|| first_decision(&url)),
+        Child::FirstDecision { url } => {
+            timed(|| first_decision(&url).map(|(_, replayed)| replayed))
+        }
+        Child::Kept { url } => kept(&url),
         Child::Snapshot { url } => timed(|| {
             let ledger = payonce_postgres::open(&url, "snapshot-bench", never())?;
             let taken = ledger
@@ -122,8 +131,8 @@ fn never() -> Config {
 }
 
 /// A new worker opens from the newest snapshot and decides one submission:
-/// returns the events it replayed after the snapshot.
-fn first_decision(url: &str) -> anyhow::Result<u64> {
+/// returns the worker and the events it replayed after the snapshot.
+fn first_decision(url: &str) -> anyhow::Result<(payonce::Ledger, u64)> {
     let ledger = payonce_postgres::open(url, "first-decision", never())?;
     let replayed = ledger.recovery().replayed;
     if ledger.recovery().snapshot.is_none() {
@@ -132,15 +141,54 @@ fn first_decision(url: &str) -> anyhow::Result<u64> {
             ledger.recovery().refused_snapshots
         );
     }
+    decide(&ledger, "first")?;
+    Ok((ledger, replayed))
+}
+
+/// One submission of a new withdrawal on `ledger`, its key `{name}-{seq}`.
+fn decide(ledger: &payonce::Ledger, name: &str) -> anyhow::Result<()> {
     let request = ledger.create(payonce::NewWithdrawal {
         amount: "1".parse()?,
         currency: "USDC".parse()?,
         destination: "0xfirst".parse()?,
         requested_by: "bench".parse()?,
     })?;
-    let key = format!("first-{}", ledger.last_seq());
+    let key = format!("{name}-{}", ledger.last_seq());
     ledger.submit(&key, &request, |request| Ok(request.sent("0xf1")?))?;
-    Ok(replayed)
+    Ok(())
+}
+
+/// [`Child::Kept`].
+fn kept(url: &str) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let (ledger, _) = first_decision(url)?;
+    let first = start.elapsed().as_secs_f64();
+    let mut watcher = postgres::Client::connect(url, postgres::NoTls)?;
+    let mut decisions = 0u64;
+    loop {
+        let pinned: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::int = $1",
+                &[&payonce_postgres::PIN_LOCK_CLASS],
+            )?
+            .get(0);
+        if pinned == 0 {
+            break;
+        }
+        decide(&ledger, "meanwhile")?;
+        decisions += 1;
+    }
+    let whole = start.elapsed().as_secs_f64();
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let resident = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    println!("{first} {whole} {decisions} {resident}");
+    drop(ledger);
+    Ok(())
 }
 
 /// Builds a ledger into the database at `url`; returns its events.

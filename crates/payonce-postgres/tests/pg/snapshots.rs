@@ -654,3 +654,57 @@ fn an_archive_block_found_damaged_after_opening_sets_the_snapshot_aside_and_answ
         Some(payonce_model::WithdrawalState::Sent)
     );
 }
+
+/// How many pins on snapshots the database's sessions hold.
+fn pins(url: &str) -> i64 {
+    client(url)
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::int = $1",
+            &[&payonce_postgres::PIN_LOCK_CLASS],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn an_archive_read_in_pieces_keeps_each_chunk_once_and_lets_its_pin_go_when_all_are_kept() {
+    // Guards against a reading that joins kept and fetched chunks in the
+    // wrong order, fetches a run of chunks short, or lets the pin go (or
+    // keeps it) at the wrong time.
+    let whole: Vec<u8> = (0..43u8).collect();
+    let numbered: Vec<(i32, Vec<u8>)> = (0..).zip(whole.chunks(5).map(<[u8]>::to_vec)).collect();
+    let url = database!();
+    drop(worked(&url));
+    stored_chunks(&url, (43, 9), &numbered);
+    let store = PgSnapshots::connect(&url, "test").unwrap();
+    let file = store
+        .open(&payonce::StoredSnapshot {
+            seq: 1000,
+            name: "seq 1000".to_owned(),
+        })
+        .unwrap()
+        .expect("read in chunks");
+    let archive = file.lasting(10).expect("a pinned reading");
+    drop(file);
+    assert_eq!(pins(&url), 1);
+
+    let mut bytes = Vec::new();
+    archive.read_at(22, 6, &mut bytes).unwrap();
+    assert_eq!(bytes, whole[22..28]);
+    bytes.clear();
+    archive.read_at(10, 30, &mut bytes).unwrap();
+    assert_eq!(bytes, whole[10..40]);
+    assert_eq!(pins(&url), 1, "chunk 8 is not kept yet");
+    bytes.clear();
+    archive.read_at(38, 100, &mut bytes).unwrap();
+    assert_eq!(bytes, whole[38..], "cut at the snapshot's end");
+    assert_eq!(pins(&url), 0, "every chunk kept: the pin is gone");
+    bytes.clear();
+    let before = archive.read_at(0, 43, &mut bytes);
+    assert!(
+        matches!(before, Err(SnapshotError::Store { ref detail }) if detail.contains("before the archive's")),
+        "{before:?}"
+    );
+    archive.read_at(10, 33, &mut bytes).unwrap();
+    assert_eq!(bytes, whole[10..], "read from memory");
+}
