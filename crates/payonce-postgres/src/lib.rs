@@ -34,6 +34,7 @@ mod reach;
 mod read_view;
 mod schema;
 mod session;
+mod snapshot_pin;
 mod snapshot_reading;
 mod snapshots;
 mod store;
@@ -52,7 +53,7 @@ pub use crate::read_view::{ReadView, WalkError};
 pub use crate::schema::{
     LOCK_CLASS, Migrated, PIN_LOCK_CLASS, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS,
 };
-pub use crate::snapshot_reading::SNAPSHOT_CHUNK_LEN_MAX;
+pub use crate::snapshot_pin::{PINNED_CONNECTIONS_MAX, SNAPSHOT_CHUNK_LEN_MAX};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
 pub use crate::store::{PgLog, Role};
 /// The chain digest, shared with the file log (docs/log-format.md, "The

@@ -5,8 +5,11 @@
 //! in `payonce.snapshot_chunks`, written in one transaction on a
 //! connection of its own, never under the ledger-wide lock, so taking one
 //! does not hold up any worker's batch. Rows are never updated or deleted;
-//! the chunks of all but the newest two are pruned. A snapshot an opening
-//! refused is set aside by a row of `payonce.snapshot_refusals`.
+//! the chunks of all but the newest two are pruned, but for those a
+//! reading pins (`crate::snapshot_pin`), which a later prune takes. A
+//! snapshot an opening refused, or whose archive a worker found damaged
+//! after believing it, is set aside by a row of
+//! `payonce.snapshot_refusals`.
 
 use std::io;
 use std::sync::{Mutex, MutexGuard};
@@ -20,7 +23,8 @@ use tracing::info;
 
 use crate::redacted;
 use crate::schema::PIN_LOCK_CLASS;
-use crate::snapshot_reading::{ChunkedFile, Pinned, pin_key, row_of, store_error};
+use crate::snapshot_pin::{Pinned, pin_key, row_of, store_error};
+use crate::snapshot_reading::ChunkedFile;
 use crate::store::connect;
 
 /// Bytes per row of `payonce.snapshot_chunks` this build writes: far
@@ -115,7 +119,8 @@ impl SnapshotStore for PgSnapshots {
     fn read(&self, snapshot: &StoredSnapshot) -> Result<Vec<u8>, SnapshotError> {
         let mut client = self.client()?;
         let seq = signed(snapshot.seq)?;
-        let (len, chunks) = row_of(&mut client, seq)?;
+        let row = row_of(&mut client, seq)?;
+        let (len, chunks) = (row.len, row.chunks);
         if len > SNAPSHOT_LEN_MAX {
             return Err(SnapshotError::TooLong {
                 len,

@@ -109,6 +109,7 @@ pub mod snapshots {
         KEYS_PART_LEN, checked, checked_file, decode, encode, encode_in_parts, info,
     };
 }
+pub use crate::state::archive_check::{ARCHIVE_CHECK_RETRIES_MAX, ARCHIVE_CHECK_RETRY_DELAY};
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,
     apply,

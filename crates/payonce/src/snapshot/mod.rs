@@ -247,6 +247,7 @@ fn decode_file(
         Ok((state, Some(computed))) => {
             checksum(computed)?;
             assert_eq!(state.last_seq(), info.seq);
+            state.start_archive_check()?;
             Ok((info, state))
         }
         Ok((_, None)) => unreachable!("a reading that hashes returns its checksum"),

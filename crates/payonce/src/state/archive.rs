@@ -197,15 +197,18 @@ impl State {
 
     /// Takes `blocks`, an archive read from a snapshot, as this state's
     /// pairs set apart.
-    pub(super) fn adopt_archive(&mut self, blocks: Blocks) -> Arc<Blocks> {
+    /// The blocks of the archive it holds, if any.
+    pub(super) fn archive_blocks(&self) -> Option<&Arc<Blocks>> {
+        self.archived.as_ref().map(|archived| &archived.blocks)
+    }
+
+    pub(super) fn adopt_archive(&mut self, blocks: Blocks) {
         assert!(self.archived.is_none(), "a state adopts one archive");
-        let blocks = Arc::new(blocks);
         self.archived = Some(Archived {
-            blocks: Arc::clone(&blocks),
+            blocks: Arc::new(blocks),
             shadowed: HashSet::new(),
             in_memory: false,
         });
-        blocks
     }
 
     /// Whether key slot `slot` and the withdrawal it names form a settled

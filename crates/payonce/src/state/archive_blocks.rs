@@ -357,7 +357,8 @@ impl Blocks {
     /// Checks every block's checksum, reading the blocks in runs of about
     /// [`SNAPSHOT_READ_LEN`] bytes into one buffer: no field is decoded,
     /// so a damaged byte anywhere is found at the speed of reading, before
-    /// the archive is believed.
+    /// the archive is believed (or, for a source that says so, on a thread
+    /// of its own after: `archive_check.rs`).
     pub(super) fn check_checksums(&self) -> Result<(), SnapshotError> {
         let fences: Vec<Fence> = self
             .pair_fences
@@ -505,12 +506,12 @@ impl Blocks {
     }
 
     /// `read`, its refusal moved to the snapshot's offsets; a refusal of
-    /// the bytes themselves is also told to the source
-    /// ([`ArchiveSource::refuse`]).
+    /// the snapshot (anything but a failure to read it, which says nothing
+    /// of its bytes) is also told to the source ([`ArchiveSource::refuse`]).
     fn refusing<T>(&self, read: Result<T, SnapshotError>) -> Result<T, SnapshotError> {
         read.map_err(|error| {
             let error = error.moved_by(self.shift);
-            if matches!(error, SnapshotError::Invalid { .. }) {
+            if !matches!(error, SnapshotError::Io { .. }) {
                 self.source.refuse(&error);
             }
             error

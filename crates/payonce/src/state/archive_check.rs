@@ -9,29 +9,60 @@
 //! [`SnapshotFile::checked_in_background`]: crate::SnapshotFile::checked_in_background
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
+use super::State;
 use super::archive_blocks::Blocks;
 use crate::snapshot::error::SnapshotError;
 
-/// Checks every block of `blocks` on a thread of its own; checks them here
-/// if no thread can be started.
-pub(super) fn check_in_background(blocks: Arc<Blocks>) -> Result<(), SnapshotError> {
-    let checked = Arc::clone(&blocks);
-    let started = std::thread::Builder::new()
-        .name("payonce-archive-check".to_owned())
-        .spawn(move || {
-            let started = Instant::now();
-            let result = checked.check_checksums();
-            report(&checked, result, started);
-        });
-    match started {
-        Ok(_) => Ok(()),
-        Err(spawn_error) => {
-            warn!(error = %spawn_error, "no thread for the archive's checks: checking it now");
-            blocks.check_checksums()
+/// How many times the pass starts over after a failure to read (a lost
+/// connection), waiting twice as long each time from
+/// [`ARCHIVE_CHECK_RETRY_DELAY`]: chunks read already are kept, so a pass
+/// started over reads only the rest.
+pub const ARCHIVE_CHECK_RETRIES_MAX: u32 = 8;
+
+/// The wait before the pass first starts over.
+pub const ARCHIVE_CHECK_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+impl State {
+    /// Starts the pass over the archive of a state just loaded from a
+    /// snapshot that was believed, if its source leaves its blocks to one;
+    /// checks them here if no thread can be started.
+    pub(crate) fn start_archive_check(&self) -> Result<(), SnapshotError> {
+        let Some(archived) = self.archive_blocks() else {
+            return Ok(());
+        };
+        if !archived.checked_in_background() {
+            return Ok(());
+        }
+        let blocks = Arc::clone(archived);
+        let started = std::thread::Builder::new()
+            .name("payonce-archive-check".to_owned())
+            .spawn(move || check_with_retries(&blocks));
+        match started {
+            Ok(_) => Ok(()),
+            Err(spawn_error) => {
+                warn!(error = %spawn_error, "no thread for the archive's checks: checking it now");
+                archived.check_checksums()
+            }
+        }
+    }
+}
+
+/// Checks every block of `blocks`, starting over after a failure to read.
+fn check_with_retries(blocks: &Blocks) {
+    let started = Instant::now();
+    let mut delay = ARCHIVE_CHECK_RETRY_DELAY;
+    for attempt in 0..=ARCHIVE_CHECK_RETRIES_MAX {
+        match blocks.check_checksums() {
+            Err(failure @ SnapshotError::Io { .. }) if attempt < ARCHIVE_CHECK_RETRIES_MAX => {
+                warn!(error = %failure, attempt, "the archive's checks could not read it: starting over");
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            result => return report(blocks, result, started),
         }
     }
 }
@@ -46,11 +77,13 @@ fn report(blocks: &Blocks, checked: Result<(), SnapshotError>, started: Instant)
             elapsed_ms = started.elapsed().as_millis() as u64,
             "every block of the snapshot's archive checked"
         ),
+        Err(failure @ SnapshotError::Io { .. }) => warn!(
+            error = %failure,
+            "the archive's checks could not read it: each block is checked when a name reads it"
+        ),
         Err(refusal) => {
             error!(error = %refusal, "a block of the snapshot's archive failed its checks");
-            if matches!(refusal, SnapshotError::Invalid { .. }) {
-                blocks.refuse(&refusal);
-            }
+            blocks.refuse(&refusal);
         }
     }
 }

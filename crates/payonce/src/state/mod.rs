@@ -27,7 +27,7 @@
 mod apply;
 mod archive;
 mod archive_blocks;
-mod archive_check;
+pub(crate) mod archive_check;
 mod archive_writer;
 mod chunks;
 mod compare;

@@ -16,7 +16,6 @@ use std::sync::atomic::AtomicU32;
 
 use super::State;
 use super::archive_blocks::{ArchiveAt, Blocks, state_number};
-use super::archive_check::check_in_background;
 use super::chunks::Chunks;
 use super::jobs::{self, run_jobs};
 use super::layout::{
@@ -277,9 +276,11 @@ impl State {
     /// The state a snapshot's `body` and `archive` hold, after event
     /// `seq`: every field of the body checked, the first one refused, in
     /// body order, named with its offset, then the archive's trailer,
-    /// fences and every block's checksum (a block's fields are checked when
-    /// it is read, or here for an archive to be checked whole). With `hash`, also
-    /// the checksum of the body's bytes, taken as they are read.
+    /// fences and every block's checksum (but for a source that leaves
+    /// them to a pass after the opening: [`State::start_archive_check`];
+    /// a block's fields are checked when it is read, or here for an archive
+    /// to be checked whole). With `hash`, also the checksum of the body's
+    /// bytes, taken as they are read.
     pub(crate) fn from_snapshot_body(
         seq: u64,
         body: BodyBytes<'_>,
@@ -325,11 +326,8 @@ impl State {
                 if whole {
                     self.check_archive(&blocks, archived)?;
                 }
-                let blocks = self.adopt_archive(blocks);
-                match later {
-                    true => check_in_background(blocks),
-                    false => Ok(()),
-                }
+                self.adopt_archive(blocks);
+                Ok(())
             }
             None => match archived.iter().position(|total| !total.is_zero()) {
                 None => Ok(()),
