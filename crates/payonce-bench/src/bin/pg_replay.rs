@@ -13,6 +13,7 @@
 //! cargo run --release -p payonce-bench --bin pg_replay -- --withdrawals 2000 --rounds 1  # checks the harness
 //! pg_replay --compare ./pg_replay-before   # alternates with another build
 //! pg_replay build URL 200000               # into an existing, migrated, empty database
+//! pg_replay kept URL                       # first decision, then until the archive is all kept
 //! ```
 
 use std::process::Command;
