@@ -9,7 +9,6 @@
 //! network. Once every chunk of the archive is kept, the connections, and
 //! with them the pin, are closed.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
@@ -53,8 +52,7 @@ impl ChunkedFile {
     /// kept as this thread's.
     fn chunks(&self, first: u64, last: u64) -> Result<Vec<Chunk>, SnapshotError> {
         let thread = std::thread::current().id();
-        let poisoned = |_| poisoned();
-        let kept = (self.last.lock().map_err(poisoned)?.iter())
+        let kept = (self.last.lock().map_err(|_| poisoned())?.iter())
             .find(|(by, at, _)| *by == thread && *at == first)
             .map(|(_, _, bytes)| bytes.clone());
         let mut chunks: Vec<Chunk> = kept.into_iter().collect();
@@ -62,7 +60,7 @@ impl ChunkedFile {
         if from <= last {
             chunks.extend(self.pinned.fetch(from, last)?);
         }
-        let mut kept = self.last.lock().map_err(poisoned)?;
+        let mut kept = self.last.lock().map_err(|_| poisoned())?;
         kept.retain(|(by, _, _)| *by != thread);
         if let Some(bytes) = chunks.last() {
             kept.push((thread, last, bytes.alone()));
@@ -109,15 +107,17 @@ impl SnapshotFile for ChunkedFile {
     fn lasting(&self, from: u64) -> Option<Arc<dyn SnapshotFile>> {
         let first = from.min(self.pinned.row.len) / self.pinned.chunk_len;
         let count = self.pinned.row.chunks.unsigned_abs() as u64;
-        let kept = (first..count).map(|_| None).collect::<Vec<_>>();
-        if kept.is_empty() && self.pinned.unpin().is_err() {
+        let chunks = (first..count).map(|_| None).collect::<Vec<_>>();
+        if chunks.is_empty() && self.pinned.unpin().is_err() {
             return None;
         }
         Some(Arc::new(KeptArchive {
             pinned: Arc::clone(&self.pinned),
             first,
-            missing: AtomicUsize::new(kept.len()),
-            kept: Mutex::new(kept),
+            kept: Mutex::new(Kept {
+                missing: chunks.len(),
+                chunks,
+            }),
         }))
     }
 }
@@ -127,28 +127,27 @@ impl SnapshotFile for ChunkedFile {
 struct KeptArchive {
     pinned: Arc<Pinned>,
     first: u64,
-    kept: Mutex<Vec<Option<Chunk>>>,
-    missing: AtomicUsize,
+    kept: Mutex<Kept>,
+}
+
+/// The chunks of an archive, from its first: each once fetched, and how
+/// many are not yet.
+struct Kept {
+    chunks: Vec<Option<Chunk>>,
+    missing: usize,
 }
 
 impl KeptArchive {
     /// Chunks `first` to `last`: those kept, and each run of the others
     /// fetched in one query and kept.
     fn chunks(&self, first: u64, last: u64) -> Result<Vec<Chunk>, SnapshotError> {
-        let poisoned = |_| poisoned();
         if first < self.first {
             return Err(SnapshotError::Store {
                 detail: format!("chunk {first} is before the archive's, {}", self.first),
             });
         }
-        let slots = (first - self.first) as usize..=(last - self.first) as usize;
-        let mut found: Vec<Option<Chunk>> = {
-            let kept = self.kept.lock().map_err(poisoned)?;
-            let Some(kept) = kept.get(slots.clone()) else {
-                unreachable!("a read ends within the snapshot, so within its chunks")
-            };
-            kept.to_vec()
-        };
+        let start = (first - self.first) as usize;
+        let mut found = self.kept_in(start, (last - first) as usize + 1)?;
         // Each run of missing chunks fetched without the lock, so kept
         // ones are read meanwhile.
         let mut at = 0;
@@ -168,37 +167,45 @@ impl KeptArchive {
                 Ok(fetched) => fetched.into_iter().map(Some).collect(),
                 // Another thread may have kept them, and let the pin go,
                 // since they were looked for.
-                Err(error) => self.kept_now(*slots.start() + at, run).ok_or(error)?,
+                Err(error) => match self.kept_in(start + at, run) {
+                    Ok(now) if now.iter().all(Option::is_some) => now,
+                    _ => return Err(error),
+                },
             };
             for (place, chunk) in found[at..at + run].iter_mut().zip(fetched) {
                 *place = chunk;
             }
-            self.keep(*slots.start() + at, &found[at..at + run])?;
+            self.keep(start + at, &found[at..at + run])?;
             at += run;
         }
         Ok(found.into_iter().flatten().collect())
     }
 
-    /// The `count` chunks from slot `from` on, if every one is kept.
-    fn kept_now(&self, from: usize, count: usize) -> Option<Vec<Option<Chunk>>> {
-        let kept = self.kept.lock().ok()?;
-        let chunks = kept.get(from..from + count)?;
-        chunks.iter().all(Option::is_some).then(|| chunks.to_vec())
+    /// The `count` slots from `from` on, as kept now.
+    fn kept_in(&self, from: usize, count: usize) -> Result<Vec<Option<Chunk>>, SnapshotError> {
+        let kept = self.kept.lock().map_err(|_| poisoned())?;
+        let Some(slots) = kept.chunks.get(from..from + count) else {
+            unreachable!("a read ends within the snapshot, so within its chunks")
+        };
+        Ok(slots.to_vec())
     }
 
     /// Keeps `chunks`, from slot `from` on; lets the pin go once every
     /// chunk of the archive is kept.
     fn keep(&self, from: usize, chunks: &[Option<Chunk>]) -> Result<(), SnapshotError> {
-        let poisoned = |_| poisoned();
-        let mut kept = self.kept.lock().map_err(poisoned)?;
+        let mut kept = self.kept.lock().map_err(|_| poisoned())?;
         let mut newly = 0;
-        for (place, bytes) in kept[from..from + chunks.len()].iter_mut().zip(chunks) {
+        for (place, bytes) in kept.chunks[from..from + chunks.len()]
+            .iter_mut()
+            .zip(chunks)
+        {
             if place.is_none() {
                 place.clone_from(bytes);
                 newly += 1;
             }
         }
-        if newly > 0 && self.missing.fetch_sub(newly, Ordering::SeqCst) == newly {
+        kept.missing -= newly;
+        if newly > 0 && kept.missing == 0 {
             drop(kept);
             info!(
                 seq = self.pinned.seq,

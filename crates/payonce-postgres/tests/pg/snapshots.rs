@@ -173,13 +173,7 @@ fn the_bytes_of_all_but_the_newest_two_are_pruned_and_every_row_stays() {
     // Guards against snapshots' bytes piling up in the database, and against a snapshot's record disappearing.
     let url = database!();
     let worker = worked(&url);
-    for n in 0..3 {
-        let w = worker.create(new_withdrawal("1")).unwrap();
-        worker
-            .submit(&format!("more-{n}"), &w, |r| Ok(sent(r, "0x2")))
-            .unwrap();
-        worker.snapshot().unwrap().unwrap();
-    }
+    more_snapshots(&worker, "more", 3);
     let mut admin = client(&url);
     let rows: i64 = admin
         .query_one("SELECT count(*) FROM payonce.snapshots", &[])
@@ -546,10 +540,10 @@ fn chunks_held(url: &str, seq: u64) -> i64 {
         .get(0)
 }
 
-/// Two more sends on `worker`, keys `k-{round}-0` and `k-{round}-1`, each
-/// followed by a snapshot, whose writing prunes all but the newest two.
-fn two_more_snapshots(worker: &payonce::Ledger, round: &str) {
-    for n in 0..2 {
+/// `count` more sends on `worker`, keys `k-{round}-0` on, each followed
+/// by a snapshot, whose writing prunes all but the newest two.
+fn more_snapshots(worker: &payonce::Ledger, round: &str, count: usize) {
+    for n in 0..count {
         let w = worker.create(new_withdrawal("1")).unwrap();
         worker
             .submit(&format!("k-{round}-{n}"), &w, |r| Ok(sent(r, "0x2")))
@@ -571,7 +565,7 @@ fn a_snapshot_whose_archive_is_being_read_keeps_its_chunks_until_every_one_is_ke
     let archive = file.lasting(0).expect("a pinned reading");
     drop(file);
 
-    two_more_snapshots(&worker, "pinned");
+    more_snapshots(&worker, "pinned", 2);
     assert_eq!(chunks_held(&url, first.seq), 1, "pinned: not pruned");
 
     let mut bytes = Vec::new();
@@ -579,7 +573,7 @@ fn a_snapshot_whose_archive_is_being_read_keeps_its_chunks_until_every_one_is_ke
         .read_at(0, archive.byte_len() as usize, &mut bytes)
         .unwrap();
     pins_go(&url);
-    two_more_snapshots(&worker, "unpinned");
+    more_snapshots(&worker, "unpinned", 2);
     assert_eq!(
         chunks_held(&url, first.seq),
         0,

@@ -261,8 +261,8 @@ fn decode_file(
 /// read under the rules replay checks, the archive's pairs included, each
 /// block read and checked (an opening from a file checks each block's
 /// checksum, and decodes a block when a name asks for it). Untrusted
-/// bytes: nothing is
-/// allocated for a count before the bytes it needs are known to be there.
+/// bytes: nothing is allocated for a count before the bytes it needs are
+/// known to be there.
 pub fn decode(bytes: &[u8]) -> Result<(SnapshotInfo, State), SnapshotError> {
     let info = info(bytes)?;
     let header = Header::decode(bytes)?;

@@ -195,13 +195,13 @@ impl State {
         }
     }
 
-    /// Takes `blocks`, an archive read from a snapshot, as this state's
-    /// pairs set apart.
     /// The blocks of the archive it holds, if any.
     pub(super) fn archive_blocks(&self) -> Option<&Arc<Blocks>> {
         self.archived.as_ref().map(|archived| &archived.blocks)
     }
 
+    /// Takes `blocks`, an archive read from a snapshot, as this state's
+    /// pairs set apart.
     pub(super) fn adopt_archive(&mut self, blocks: Blocks) {
         assert!(self.archived.is_none(), "a state adopts one archive");
         self.archived = Some(Archived {

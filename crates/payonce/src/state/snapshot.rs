@@ -319,8 +319,7 @@ impl State {
             Some(archive) => {
                 let whole = matches!(archive, ArchiveAt::Checked(_));
                 let blocks = Blocks::open(archive.into_source(), body_len as u64, self.last_seq)?;
-                let later = blocks.checked_in_background();
-                if !later {
+                if !blocks.checked_in_background() {
                     blocks.check_checksums()?;
                 }
                 if whole {
