@@ -222,10 +222,12 @@ pub enum CliCommand {
     ///
     /// Runs on the embedded file ledger in --dir (--init creates it), or as
     /// --worker of the PostgreSQL ledger at --postgres.
-    /// SIGTERM stops accepting, waits for running sends and records their
-    /// outcomes.
+    /// HTTPS with --tls-cert and --tls-key. SIGTERM stops accepting, waits
+    /// for running sends and records their outcomes; SIGHUP rereads the
+    /// tokens file and the TLS files.
     #[command(after_help = EXIT_CODES)]
-    Serve(crate::serve::ServeArgs),
+    // Boxed: its many flags would make every command's value as large.
+    Serve(Box<crate::serve::ServeArgs>),
     /// Apply the payonce schema to a PostgreSQL database: tables, their
     /// constraints, the triggers that make them append-only, and the
     /// schema's version.

@@ -30,7 +30,7 @@ pub fn run(
         CliCommand::Snapshot(args) => snapshots::snapshot(&args, env, out, err),
         CliCommand::Index(args) => index::index_command(&args, env, out, err),
         CliCommand::Demo(args) => demo::demo_command(&args, env, out, err),
-        CliCommand::Serve(args) => serve::serve_command(&args, out),
+        CliCommand::Serve(args) => serve::serve_command(&args, out, err),
         CliCommand::Migrate(args) => shared::migrate(&args, out),
         CliCommand::EndSession(args) => shared::end_session(&args, env, out),
         CliCommand::DemoWorker(args) => demo::race::worker(&args, out),

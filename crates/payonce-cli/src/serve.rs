@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use clap::Args;
 use payonce::{Config, Ledger};
-use payonce_server::rail::{HttpRail, Rail, SimRail, SimRailConfig};
+use payonce_server::rail::{HttpRail, HttpRailConfig, Rail, SimRail, SimRailConfig};
 use payonce_server::server::{CONNECTIONS_MAX, HEADER_READ_TIME_MAX, HEADERS_LEN_MAX, Limits};
-use payonce_server::{ServeError, Service, Tokens};
+use payonce_server::{Event, ServeError, ServerTls, ServerTlsFiles, Service, Tokens};
 
 use crate::env::Status;
 use crate::error::CliError;
 
 /// `payonce serve`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct ServeArgs {
     /// The embedded file ledger's directory.
     #[arg(
@@ -39,15 +39,45 @@ pub struct ServeArgs {
     /// (api-3); one process at a time runs under it.
     #[arg(long, value_name = "NAME", requires = "postgres")]
     pub worker: Option<String>,
-    /// Where to listen.
+    /// Where to listen. An address other than loopback needs --tls-cert (or --insecure-http).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// The tokens file: TOML, a table of clients and one of operators, each name = "token".
+    /// The tokens file: TOML, a table of clients and one of operators, each name = "token"
+    /// or name = "sha256:HEX" (the token's SHA-256). SIGHUP rereads it.
     #[arg(long, value_name = "FILE")]
     pub tokens: PathBuf,
-    /// Send through an HTTP rail client at this URL instead of the simulated rail.
+    /// Serve HTTPS only, with this PEM certificate chain (the server's own first). SIGHUP
+    /// rereads it, its key and --tls-client-ca.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, in PEM.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by a CA in this PEM file (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Allow plain HTTP on an address other than loopback (behind a proxy that terminates
+    /// TLS): bearer tokens cross the network in clear.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub insecure_http: bool,
+    /// Send through an HTTP rail client at this URL instead of the simulated rail: https://,
+    /// or http:// to loopback.
     #[arg(long, value_name = "URL", conflicts_with = "rail_log")]
     pub rail_url: Option<String>,
+    /// Check the HTTPS rail's certificate against the roots in this PEM file only, instead of
+    /// the system's. SIGHUP rereads it and the client certificate.
+    #[arg(long, value_name = "FILE", requires = "rail_url")]
+    pub rail_ca: Option<PathBuf>,
+    /// Show the HTTPS rail this client certificate chain, in PEM (mutual TLS).
+    #[arg(long, value_name = "FILE", requires_all = ["rail_key", "rail_url"])]
+    pub rail_cert: Option<PathBuf>,
+    /// The private key of --rail-cert, in PEM.
+    #[arg(long, value_name = "FILE", requires = "rail_cert")]
+    pub rail_key: Option<PathBuf>,
+    /// Allow a plain http:// rail on a host other than loopback: withdrawals cross the
+    /// network in clear.
+    #[arg(long, requires = "rail_url")]
+    pub rail_insecure_http: bool,
     /// How long the HTTP rail may take to answer before the outcome is unknown.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub rail_timeout_ms: u64,
@@ -88,6 +118,30 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The PostgreSQL URL and the rail's URL may hold passwords: the one is
+/// shown redacted, the other not at all.
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("dir", &self.dir)
+            .field(
+                "postgres",
+                &self.postgres.as_deref().map(payonce_postgres::redacted),
+            )
+            .field("worker", &self.worker)
+            .field("listen", &self.listen)
+            .field("tokens", &self.tokens)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_client_ca", &self.tls_client_ca)
+            .field("rail_url", &self.rail_url.is_some())
+            .field("rail_ca", &self.rail_ca)
+            .field("rail_cert", &self.rail_cert)
+            .field("rail_key", &self.rail_key)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServeArgs {
     /// The service's limits.
     pub fn limits(&self) -> Limits {
@@ -99,12 +153,32 @@ impl ServeArgs {
         }
     }
 
-    /// The rail: the HTTP adapter with --rail-url, the simulated one
-    /// otherwise. Needs a runtime (the HTTP client starts on one).
+    /// The listener's TLS with --tls-cert, its files read now.
+    pub fn tls(&self) -> Result<Option<ServerTls>, ServeError> {
+        let (Some(certificate), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let files = ServerTlsFiles {
+            certificate: certificate.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        ServerTls::load(files).map(Some).map_err(ServeError::Tls)
+    }
+
+    /// The rail: the HTTP adapter with --rail-url (its rules checked and
+    /// its TLS files read now), the simulated one otherwise. Needs a
+    /// runtime (the HTTP client starts on one).
     pub fn rail(&self) -> Result<Arc<dyn Rail>, ServeError> {
         if let Some(url) = &self.rail_url {
-            let rail = HttpRail::new(url, Duration::from_millis(self.rail_timeout_ms))
-                .map_err(ServeError::Rail)?;
+            let config = HttpRailConfig {
+                roots: self.rail_ca.clone(),
+                client_certificate: self.rail_cert.clone(),
+                client_key: self.rail_key.clone(),
+                insecure_http: self.rail_insecure_http,
+                ..HttpRailConfig::new(url, Duration::from_millis(self.rail_timeout_ms))
+            };
+            let rail = HttpRail::with_config(config).map_err(ServeError::HttpRail)?;
             return Ok(Arc::new(rail));
         }
         if self.rail_refuse_rate + self.rail_unknown_rate > 1.0 {
@@ -169,11 +243,71 @@ fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
         .map_err(|error| CliError::from_ledger(&shown, error))
 }
 
-/// `payonce serve`: everything that can be refused (the tokens file, the
-/// rail) is checked before the ledger is opened, so a refusal writes
-/// nothing; then the service runs until SIGTERM or SIGINT.
-pub(crate) fn serve_command(args: &ServeArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+/// Everything that can be refused, checked before the ledger is opened so
+/// that a refusal writes nothing: the tokens file (and a warning on `err`
+/// when others can read its tokens), the listener's TLS and where it may
+/// listen in clear, the rail and its TLS.
+fn checked_service(
+    args: &ServeArgs,
+    runtime: &tokio::runtime::Runtime,
+    err: &mut dyn Write,
+) -> Result<Service, CliError> {
     let tokens = Tokens::read(&args.tokens).map_err(ServeError::Tokens)?;
+    if let Some(exposed) = tokens.exposure(&args.tokens) {
+        writeln!(err, "payonce serve: warning: {exposed}").map_err(CliError::output)?;
+    }
+    let tls = args.tls()?;
+    let service = Service {
+        listen: args.listen,
+        tokens,
+        tokens_file: Some(args.tokens.clone()),
+        rail: runtime.block_on(async { args.rail() })?,
+        limits: args.limits(),
+        tls,
+        insecure_http: args.insecure_http,
+    };
+    service.check()?;
+    if service.tls.is_none() && !args.listen.ip().is_loopback() {
+        tracing::warn!(listen = %args.listen, "serving plain HTTP beyond loopback (--insecure-http)");
+        writeln!(
+            err,
+            "payonce serve: warning: plain HTTP on {} (--insecure-http): bearer tokens cross \
+             the network in clear up to whatever terminates TLS",
+            args.listen
+        )
+        .map_err(CliError::output)?;
+    }
+    Ok(service)
+}
+
+/// What the running service says: where it listens, and each reload
+/// (one line on `out`, and a warning on `err` if the tokens file read
+/// exposes tokens).
+fn tell(out: &mut dyn Write, err: &mut dyn Write, event: Event<'_>) -> std::io::Result<()> {
+    match event {
+        Event::Listening { addr, tls } => {
+            let scheme = if tls { "https" } else { "http" };
+            writeln!(out, "payonce serve: listening on {scheme}://{addr}")?;
+        }
+        Event::Reloaded(reload) => {
+            if let Some(exposed) = &reload.exposed {
+                writeln!(err, "payonce serve: warning: {exposed}")?;
+            }
+            writeln!(out, "payonce serve: {reload}")?;
+        }
+        _ => {}
+    }
+    out.flush()
+}
+
+/// `payonce serve`: everything that can be refused is checked before the
+/// ledger is opened, so a refusal writes nothing; then the service runs
+/// until SIGTERM or SIGINT, reloading its files on SIGHUP.
+pub(crate) fn serve_command(
+    args: &ServeArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Status, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -181,18 +315,9 @@ pub(crate) fn serve_command(args: &ServeArgs, out: &mut dyn Write) -> Result<Sta
             doing: "starting the async runtime".into(),
             error,
         })?;
-    let rail = runtime.block_on(async { args.rail() })?;
+    let service = checked_service(args, &runtime, err)?;
     let ledger = open_ledger(args)?;
-    let service = Service {
-        listen: args.listen,
-        tokens,
-        rail,
-        limits: args.limits(),
-    };
-    runtime.block_on(service.run(ledger, |addr| {
-        writeln!(out, "payonce serve: listening on http://{addr}")?;
-        out.flush()
-    }))?;
+    runtime.block_on(service.run(ledger, |event| tell(out, err, event)))?;
     writeln!(
         out,
         "payonce serve: stopped; every running send was recorded"

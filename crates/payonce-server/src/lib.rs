@@ -12,18 +12,23 @@
 //! The service reaches the ledger only through a [`Backend`]: [`Embedded`]
 //! is the payonce library in this process, through `AsyncLedger`, on a
 //! file ledger or as one worker of a PostgreSQL ledger several workers
-//! share. Callers are named by a bearer token from a [`Tokens`] file, as a
-//! client or an operator; a client's key is scoped to it ([`scope`]), so
+//! share. Callers are named by a bearer token from a [`Tokens`] file (each
+//! token in clear or as its SHA-256), as a client or an operator; a client's key is scoped to it ([`scope`]), so
 //! two clients' keys never name one ledger key. Every refusal is RFC 9457
 //! problem+json with a stable type ([`problem`]), naming a holder key only
 //! to the client that owns it and to operators. [`Metrics`] counts every
 //! decision and times every durable commit, in Prometheus text.
 //!
-//! [`Server`] is the accept loop: hyper's HTTP/1 connections within
-//! [`Limits`] (connections, header bytes and read time, request time), and
-//! a graceful shutdown that waits for every running send, so SIGTERM never
-//! cuts a send short. [`start`] runs it on a listener; [`Service::run`]
-//! runs it as `payonce serve` does, until SIGTERM or SIGINT.
+//! [`Server`] is the accept loop: hyper's HTTP/1 connections, over TLS
+//! with a [`ServerTls`] (mutual TLS with a client CA), within [`Limits`]
+//! (connections, handshake and header read time, header bytes, request
+//! time), and a graceful shutdown that waits for every running send, so
+//! SIGTERM never cuts a send short. [`start`] runs it on a listener in
+//! plain HTTP, [`start_with`] as a [`Setup`] says; [`Server::reload`]
+//! rereads the tokens file, the listener's TLS files and the rail's, each
+//! set all or nothing, for new requests, handshakes and sends, while open
+//! connections keep theirs. [`Service::run`] runs it as `payonce serve`
+//! does: until SIGTERM or SIGINT, reloading on SIGHUP.
 //!
 //! The service does not decide anything: every decision is the `payonce`
 //! library's, and the service maps the library's typed answers to HTTP.
@@ -65,15 +70,21 @@ pub mod problem;
 pub mod rail;
 pub mod scope;
 pub mod server;
+pub mod tls;
 pub mod tokens;
 
 mod api;
+mod reload;
 mod service;
+mod signals;
+mod swap;
 
 pub use crate::api::{BODY_LEN_MAX, REPLAYED_HEADER};
 pub use crate::backend::{Backend, Embedded};
 pub use crate::metrics::Metrics;
 pub use crate::rail::Rail;
+pub use crate::reload::Reload;
 pub use crate::server::{Limits, Server};
-pub use crate::service::{ServeError, Service, start};
+pub use crate::service::{Event, ServeError, Service, Setup, check_listen, start, start_with};
+pub use crate::tls::{ServerTls, ServerTlsFiles};
 pub use crate::tokens::Tokens;

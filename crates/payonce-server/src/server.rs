@@ -1,6 +1,6 @@
-//! The accept loop: one HTTP/1 connection per accepted socket, within the
-//! service's limits, and a graceful shutdown that lets running requests and
-//! sends finish.
+//! The accept loop: one HTTP/1 connection per accepted socket, over TLS
+//! when the service has it, within the service's limits, and a graceful
+//! shutdown that lets running requests and sends finish.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,13 +9,16 @@ use std::time::Duration;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+
+use crate::reload::{Reload, Reloader};
+use crate::tls::ServerTls;
 
 /// Default for [`Limits::connections_max`].
 pub const CONNECTIONS_MAX: usize = 256;
@@ -36,7 +39,8 @@ pub struct Limits {
     pub connections_max: usize,
     /// Bytes of request line and headers; more is answered 431.
     pub headers_len_max: usize,
-    /// Time to send the request's headers; a slower client is cut off.
+    /// Time to send the request's headers, and, over TLS, to finish the
+    /// handshake before that; a slower client is cut off.
     pub header_read_time_max: Duration,
     /// Time to answer a request; a slower answer is a 503 (a submission's
     /// send goes on and records its outcome).
@@ -55,36 +59,74 @@ impl Default for Limits {
 }
 
 /// A running server.
-#[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
     shutdown: CancellationToken,
     stopped: tokio::task::JoinHandle<()>,
+    reloader: Option<Reloader>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server {
-    /// Serves `router` on `listener`; `sends` tracks the sends a shutdown
-    /// waits for.
+    /// Serves `router` on `listener`, over TLS with `tls`; `sends` tracks
+    /// the sends a shutdown waits for.
     pub fn start(
         listener: TcpListener,
         router: Router,
         limits: Limits,
         sends: TaskTracker,
+        tls: Option<ServerTls>,
     ) -> std::io::Result<Server> {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let stopped = tokio::spawn(accept_loop(
-            listener,
+        let connections = Connections {
             router,
             limits,
-            shutdown.clone(),
-            sends,
-        ));
+            tls,
+            shutdown: shutdown.clone(),
+        };
+        let stopped = tokio::spawn(accept_loop(listener, connections, sends));
         Ok(Server {
             addr,
             shutdown,
             stopped,
+            reloader: None,
         })
+    }
+
+    /// The server, reloading what `reloader` holds.
+    pub(crate) fn reloading(self, reloader: Reloader) -> Server {
+        Server {
+            reloader: Some(reloader),
+            ..self
+        }
+    }
+
+    /// Rereads the service's files (what SIGHUP does to `payonce serve`):
+    /// the tokens file, the listener's TLS files and the rail's, each set
+    /// all or nothing, off the executor threads. A server started with
+    /// [`Server::start`] alone has nothing to reload.
+    pub async fn reload(&self) -> Reload {
+        let Some(reloader) = self.reloader.clone() else {
+            return Reload::default();
+        };
+        match tokio::task::spawn_blocking(move || reloader.reload()).await {
+            Ok(reload) => reload,
+            Err(error) => {
+                warn!(%error, "a reload did not finish");
+                Reload {
+                    interrupted: true,
+                    ..Reload::default()
+                }
+            }
+        }
     }
 
     /// Where it listens.
@@ -102,19 +144,22 @@ impl Server {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+/// What every connection is served with.
+struct Connections {
     router: Router,
     limits: Limits,
+    tls: Option<ServerTls>,
     shutdown: CancellationToken,
-    sends: TaskTracker,
-) {
+}
+
+async fn accept_loop(listener: TcpListener, connections: Connections, sends: TaskTracker) {
     let graceful = GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    let shutdown = connections.shutdown.clone();
+    let permits = Arc::new(Semaphore::new(connections.limits.connections_max.max(1)));
     loop {
         let permit = tokio::select! {
             () = shutdown.cancelled() => break,
-            permit = connections.clone().acquire_owned() => permit,
+            permit = permits.clone().acquire_owned() => permit,
         };
         let Ok(permit) = permit else { break };
         let accepted = tokio::select! {
@@ -131,18 +176,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_time_max)
-            .max_buf_size(limits.headers_len_max.max(8192))
-            .max_headers(HEADERS_COUNT_MAX);
-        let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            let _ = connection.await;
-            drop(permit);
-        });
+        tokio::spawn(connections.serve(stream, graceful.watcher(), permit));
     }
     drop(listener);
     info!("shutting down: waiting for running requests");
@@ -150,4 +184,65 @@ async fn accept_loop(
     sends.close();
     info!(sends = sends.len(), "waiting for running sends");
     sends.wait().await;
+}
+
+impl Connections {
+    /// One connection, in a task of its own: the TLS handshake (with the
+    /// configuration as it is when the connection was accepted, within the
+    /// header read time, and cut short by a shutdown), then HTTP/1. The
+    /// permit counts it against `connections_max` until it closes.
+    fn serve(
+        &self,
+        stream: TcpStream,
+        watcher: Watcher,
+        permit: OwnedSemaphorePermit,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let acceptor = self.tls.as_ref().map(ServerTls::acceptor);
+        let (builder, router) = (self.http(), self.router.clone());
+        let (shutdown, handshake_time_max) =
+            (self.shutdown.clone(), self.limits.header_read_time_max);
+        async move {
+            let Some(acceptor) = acceptor else {
+                let _ = watcher.watch(serve_http(&builder, stream, router)).await;
+                drop(permit);
+                return;
+            };
+            let handshake = tokio::time::timeout(handshake_time_max, acceptor.accept(stream));
+            let tls = tokio::select! {
+                () = shutdown.cancelled() => return,
+                handshake = handshake => handshake,
+            };
+            match tls {
+                Ok(Ok(stream)) => {
+                    let _ = watcher.watch(serve_http(&builder, stream, router)).await;
+                }
+                Ok(Err(error)) => debug!(%error, "a TLS handshake failed"),
+                Err(_) => debug!("a TLS handshake took longer than the header read time"),
+            }
+            drop(permit);
+        }
+    }
+
+    /// hyper's HTTP/1 settings within the limits.
+    fn http(&self) -> http1::Builder {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_time_max)
+            .max_buf_size(self.limits.headers_len_max.max(8192))
+            .max_headers(HEADERS_COUNT_MAX);
+        builder
+    }
+}
+
+/// HTTP/1 over `stream`, plain or TLS.
+fn serve_http<S>(
+    builder: &http1::Builder,
+    stream: S,
+    router: Router,
+) -> http1::Connection<TokioIo<S>, TowerToHyperService<Router>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
 }

@@ -1,7 +1,9 @@
 //! Starting the service, and running it as `payonce serve` does: until
-//! SIGTERM or SIGINT, then a graceful shutdown and a last sync.
+//! SIGTERM or SIGINT, reloading its files on SIGHUP, then a graceful
+//! shutdown and a last sync.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use payonce::Ledger;
@@ -12,8 +14,12 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, AppState};
 use crate::backend::{Backend, Embedded};
 use crate::metrics::Metrics;
-use crate::rail::Rail;
+use crate::rail::{HttpRailError, Rail};
+use crate::reload::{Reload, Reloader};
 use crate::server::{Limits, Server};
+use crate::signals::{Asked, Signals};
+use crate::swap::Swap;
+use crate::tls::{ServerTls, ServerTlsError};
 use crate::tokens::{Tokens, TokensError};
 
 /// Why the service could not start.
@@ -22,9 +28,21 @@ use crate::tokens::{Tokens, TokensError};
 pub enum ServeError {
     /// The tokens file was refused.
     Tokens(TokensError),
-    /// The rail could not be set up (the rail log could not be opened, the
-    /// rail URL does not parse).
+    /// The simulated rail could not be set up (its log could not be
+    /// opened, its rates add up to more than 1).
     Rail(String),
+    /// The HTTP rail could not be set up: its URL breaks a rule, or a TLS
+    /// file of it cannot be used.
+    HttpRail(HttpRailError),
+    /// The listener's TLS files cannot be used.
+    Tls(ServerTlsError),
+    /// The service would listen on an address other than loopback in
+    /// clear, without `--insecure-http`: bearer tokens would cross a
+    /// network unencrypted.
+    Cleartext {
+        /// Where it would listen.
+        listen: SocketAddr,
+    },
     /// Listening, starting the runtime, or saying where it listens failed.
     Io {
         /// What was being done.
@@ -39,15 +57,62 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Tokens(error) => write!(f, "{error}"),
             ServeError::Rail(message) => write!(f, "{}", Escaped(message)),
+            ServeError::HttpRail(error) => write!(f, "{error}"),
+            ServeError::Tls(error) => write!(f, "{error}"),
+            ServeError::Cleartext { listen } => write!(
+                f,
+                "--listen {listen} is not a loopback address and the service has no TLS: \
+                 bearer tokens would cross the network in clear; give --tls-cert and \
+                 --tls-key, or --insecure-http to allow it (behind a proxy that terminates \
+                 TLS, say)"
+            ),
             ServeError::Io { doing, error } => write!(f, "{doing}: {error}"),
         }
     }
 }
 
-impl std::error::Error for ServeError {}
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Tokens(error) => Some(error),
+            ServeError::HttpRail(error) => Some(error),
+            ServeError::Tls(error) => Some(error),
+            ServeError::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
-/// Starts the service on `listener`: the routes over `backend` and `rail`,
-/// callers from `tokens`, within `limits`.
+/// The rule for where the service may listen in clear: on loopback, or
+/// anywhere with `insecure_http` (a proxy in front terminates TLS).
+pub fn check_listen(listen: SocketAddr, tls: bool, insecure_http: bool) -> Result<(), ServeError> {
+    if tls || insecure_http || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(ServeError::Cleartext { listen })
+}
+
+/// What a server serves with, beside its listener.
+pub struct Setup {
+    /// The ledger.
+    pub backend: Arc<dyn Backend>,
+    /// Where withdrawals leave custody.
+    pub rail: Arc<dyn Rail>,
+    /// Who may call.
+    pub tokens: Tokens,
+    /// What the service counts.
+    pub metrics: Arc<Metrics>,
+    /// Connections, header bytes, request time.
+    pub limits: Limits,
+    /// TLS on the listener; without it, plain HTTP.
+    pub tls: Option<ServerTls>,
+    /// The file `tokens` was read from, which a reload reads again;
+    /// without it, the tokens stay as given.
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// Starts the service on `listener` in plain HTTP: the routes over
+/// `backend` and `rail`, callers from `tokens`, within `limits`.
 pub fn start(
     listener: TcpListener,
     backend: Arc<dyn Backend>,
@@ -56,16 +121,53 @@ pub fn start(
     metrics: Arc<Metrics>,
     limits: Limits,
 ) -> std::io::Result<Server> {
-    let sends = TaskTracker::new();
-    let state = AppState {
+    let setup = Setup {
         backend,
         rail,
-        tokens: Arc::new(tokens),
+        tokens,
         metrics,
-        sends: sends.clone(),
-        request_time_max: limits.request_time_max,
+        limits,
+        tls: None,
+        tokens_file: None,
     };
-    Server::start(listener, api::router(state), limits, sends)
+    start_with(listener, setup)
+}
+
+/// Starts the service on `listener` as `setup` says; [`Server::reload`]
+/// rereads its files.
+pub fn start_with(listener: TcpListener, setup: Setup) -> std::io::Result<Server> {
+    let sends = TaskTracker::new();
+    let tokens = Arc::new(Swap::new(setup.tokens));
+    let reloader = Reloader {
+        tokens: setup.tokens_file.map(|file| (file, tokens.clone())),
+        tls: setup.tls.clone(),
+        rail: setup.rail.clone(),
+    };
+    let state = AppState {
+        backend: setup.backend,
+        rail: setup.rail,
+        tokens,
+        metrics: setup.metrics,
+        sends: sends.clone(),
+        request_time_max: setup.limits.request_time_max,
+    };
+    let server = Server::start(listener, api::router(state), setup.limits, sends, setup.tls)?;
+    Ok(server.reloading(reloader))
+}
+
+/// What the service tells the one running it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// It listens at this address, over TLS or not.
+    Listening {
+        /// Where.
+        addr: SocketAddr,
+        /// Whether it speaks HTTPS there.
+        tls: bool,
+    },
+    /// A SIGHUP reloaded its files, or tried to.
+    Reloaded(&'a Reload),
 }
 
 /// Everything `payonce serve` runs with but its ledger, checked before the
@@ -75,10 +177,17 @@ pub struct Service {
     pub listen: SocketAddr,
     /// Who may call.
     pub tokens: Tokens,
+    /// The file `tokens` was read from, which SIGHUP reads again.
+    pub tokens_file: Option<PathBuf>,
     /// Where withdrawals leave custody.
     pub rail: Arc<dyn Rail>,
     /// Connections, header bytes, request time.
     pub limits: Limits,
+    /// TLS on the listener, whose files SIGHUP reads again; without it,
+    /// plain HTTP.
+    pub tls: Option<ServerTls>,
+    /// Allow plain HTTP on an address other than loopback.
+    pub insecure_http: bool,
 }
 
 impl std::fmt::Debug for Service {
@@ -86,75 +195,79 @@ impl std::fmt::Debug for Service {
         f.debug_struct("Service")
             .field("listen", &self.listen)
             .field("tokens", &self.tokens)
+            .field("tokens_file", &self.tokens_file)
             .field("limits", &self.limits)
+            .field("tls", &self.tls)
+            .field("insecure_http", &self.insecure_http)
             .finish_non_exhaustive()
     }
 }
 
 impl Service {
-    /// Serves `ledger` until SIGTERM or SIGINT; `listening` is told where
-    /// once the service listens. Then it stops accepting, waits for every
-    /// running request and send, and syncs the ledger. Runs on a
-    /// multi-threaded tokio runtime with its I/O and time drivers.
+    /// Checks the rules that need no file: where it may listen in clear.
+    pub fn check(&self) -> Result<(), ServeError> {
+        check_listen(self.listen, self.tls.is_some(), self.insecure_http)
+    }
+
+    /// Serves `ledger` until SIGTERM or SIGINT, reloading its files on
+    /// SIGHUP; `tell` hears where it listens and what each reload did.
+    /// Then it stops accepting, waits for every running request and send,
+    /// and syncs the ledger. Runs on a multi-threaded tokio runtime with
+    /// its I/O and time drivers.
     pub async fn run(
         self,
         ledger: Ledger,
-        listening: impl FnOnce(SocketAddr) -> std::io::Result<()>,
+        mut tell: impl FnMut(Event<'_>) -> std::io::Result<()>,
     ) -> Result<(), ServeError> {
-        let metrics = Arc::new(Metrics::default());
-        let backend: Arc<dyn Backend> = Arc::new(Embedded::new(ledger, metrics.clone()));
+        self.check()?;
+        let io = |doing: &str| {
+            let doing = doing.to_owned();
+            move |error| ServeError::Io { doing, error }
+        };
+        let mut signals = Signals::new().map_err(io("listening for signals"))?;
         let listener = TcpListener::bind(self.listen)
             .await
-            .map_err(|error| ServeError::Io {
-                doing: format!("listening on {}", self.listen),
-                error,
-            })?;
-        let server = start(
-            listener,
-            backend.clone(),
-            self.rail,
-            self.tokens,
+            .map_err(io(&format!("listening on {}", self.listen)))?;
+        let metrics = Arc::new(Metrics::default());
+        let backend: Arc<dyn Backend> = Arc::new(Embedded::new(ledger, metrics.clone()));
+        let tls = self.tls.is_some();
+        let setup = Setup {
+            backend: backend.clone(),
+            rail: self.rail,
+            tokens: self.tokens,
             metrics,
-            self.limits,
-        )
-        .map_err(|error| ServeError::Io {
-            doing: "starting the server".into(),
-            error,
-        })?;
-        let told = listening(server.addr()).map_err(|error| ServeError::Io {
-            doing: "writing the output".into(),
-            error,
-        });
-        if told.is_ok() {
-            stop_signal().await;
-        }
+            limits: self.limits,
+            tls: self.tls,
+            tokens_file: self.tokens_file,
+        };
+        let server = start_with(listener, setup).map_err(io("starting the server"))?;
+        let addr = server.addr();
+        let told = tell(Event::Listening { addr, tls });
+        let told = match told {
+            Ok(()) => until_stopped(&server, &mut signals, &mut tell).await,
+            Err(error) => Err(error),
+        };
         server.shut_down().await;
         if let Err(error) = backend.sync().await {
             tracing::warn!(%error, "the last sync at shutdown failed");
         }
-        told
+        told.map_err(io("writing the output"))
     }
 }
 
-/// Waits for SIGTERM or SIGINT (Ctrl-C).
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = terminate.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+/// Reloads on every SIGHUP until SIGTERM or SIGINT.
+async fn until_stopped(
+    server: &Server,
+    signals: &mut Signals,
+    tell: &mut impl FnMut(Event<'_>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    loop {
+        match signals.next().await {
+            Asked::Stop => return Ok(()),
+            Asked::Reload => {
+                let reload = server.reload().await;
+                tell(Event::Reloaded(&reload))?;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

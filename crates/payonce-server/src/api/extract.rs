@@ -57,7 +57,7 @@ impl FromRequestParts<AppState> for Caller {
             .as_bytes()
             .strip_prefix(b"Bearer ")
             .ok_or_else(|| unauthorized("the Authorization header is not Bearer TOKEN"))?;
-        match state.tokens.principal(token.trim_ascii()) {
+        match state.tokens.get().principal(token.trim_ascii()) {
             Some(principal) => Ok(Caller(principal)),
             None => Err(unauthorized("the token is not one this service knows")),
         }

@@ -23,6 +23,7 @@ use super::backend::Backend;
 use super::metrics::{InFlightGauge, Metrics};
 use super::problem::Problem;
 use super::rail::Rail;
+use super::swap::Swap;
 use super::tokens::Tokens;
 
 pub use self::extract::BODY_LEN_MAX;
@@ -37,8 +38,8 @@ pub(crate) struct AppState {
     pub backend: Arc<dyn Backend>,
     /// The rail.
     pub rail: Arc<dyn Rail>,
-    /// Who may call.
-    pub tokens: Arc<Tokens>,
+    /// Who may call, as the tokens file said when last read.
+    pub tokens: Arc<Swap<Tokens>>,
     /// What the service counts.
     pub metrics: Arc<Metrics>,
     /// The sends running: a shutdown waits for them.

@@ -8,23 +8,45 @@
 //! - a 2xx with `{"reference": "..."}`: sent;
 //! - a 4xx other than 408 and 429, with `{"reason": "..."}`: refused
 //!   cleanly, nothing left the account;
-//! - anything else (a timeout, a lost connection, a 5xx, a 408 or 429, a
-//!   body that is not one of the two above): unknown.
+//! - anything else (a timeout, a lost connection, a failed TLS handshake, a
+//!   5xx, a 408 or 429, a redirect, a body that is not one of the two
+//!   above): unknown.
+//!
+//! Redirects are never followed: a send goes to the configured URL or
+//! nowhere. Over `https://` the rail's certificate is checked against the
+//! system's roots or the configured ones, and a client certificate is shown
+//! when one is configured ([`HttpRailConfig`]); a handshake that fails is
+//! an unknown outcome whose error says what failed, in words, with the
+//! rail's host and the roots used.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::handshake::{chain, describe, tls_failure};
+use super::setup::{HttpRailConfig, HttpRailError, Target};
 use super::{BoxFuture, Rail, RailAnswer, RailSend};
+use crate::swap::Swap;
 
 /// Largest answer body read from the rail client, in bytes.
 pub const HTTP_RAIL_BODY_LEN_MAX: usize = 64 * 1024;
 
 /// The HTTP rail adapter.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpRail {
-    client: reqwest::Client,
-    url: reqwest::Url,
+    target: Arc<Target>,
+    /// Replaced when the TLS files are reread; a send keeps the client it
+    /// started with.
+    client: Arc<Swap<reqwest::Client>>,
+}
+
+impl std::fmt::Debug for HttpRail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpRail")
+            .field("config", &self.target.config)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Serialize)]
@@ -44,14 +66,40 @@ struct RefusedBody {
 }
 
 impl HttpRail {
-    /// An adapter POSTing to `url`, giving up on an answer after `timeout`.
-    pub fn new(url: &str, timeout: Duration) -> Result<HttpRail, String> {
-        let url = reqwest::Url::parse(url).map_err(|error| format!("--rail-url: {error}"))?;
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .map_err(|error| format!("the rail's HTTP client: {error}"))?;
-        Ok(HttpRail { client, url })
+    /// An adapter POSTing to `url`, giving up on an answer after `timeout`,
+    /// with the system's roots and no client certificate.
+    pub fn new(url: &str, timeout: Duration) -> Result<HttpRail, HttpRailError> {
+        HttpRail::with_config(HttpRailConfig::new(url, timeout))
+    }
+
+    /// An adapter as `config` says, its rules checked and its TLS files
+    /// read now.
+    pub fn with_config(config: HttpRailConfig) -> Result<HttpRail, HttpRailError> {
+        let target = Target::new(config)?;
+        let client = target.client()?;
+        tracing::info!(
+            host = %target.host,
+            https = target.https(),
+            roots = %target.roots_shown(),
+            client_certificate = target.identity().is_some(),
+            "the HTTP rail is set up"
+        );
+        Ok(HttpRail {
+            target: Arc::new(target),
+            client: Arc::new(Swap::new(client)),
+        })
+    }
+
+    /// Rereads the TLS files (the roots, the client certificate and key)
+    /// for the sends that start after; all or nothing: on an error the
+    /// client in use stays. Returns whether there was anything to reread
+    /// (a plain http:// rail has no TLS).
+    pub fn reload(&self) -> Result<bool, HttpRailError> {
+        if !self.target.https() {
+            return Ok(false);
+        }
+        self.client.set(self.target.client()?);
+        Ok(true)
     }
 
     async fn call(&self, send: &RailSend) -> Result<RailAnswer, reqwest::Error> {
@@ -59,9 +107,9 @@ impl HttpRail {
             withdrawal: &send.withdrawal,
             key: &send.key,
         };
-        let mut response = self
-            .client
-            .post(self.url.clone())
+        let client = self.client.get();
+        let mut response = client
+            .post(self.target.url.clone())
             .json(&body)
             .send()
             .await?;
@@ -76,6 +124,29 @@ impl HttpRail {
             bytes.extend_from_slice(&chunk);
         }
         Ok(answer(status, &bytes))
+    }
+
+    /// What a send that got no answer says: a failed TLS handshake in
+    /// words, naming the rail's host and the roots used, or the causes.
+    fn failure(&self, error: reqwest::Error) -> RailAnswer {
+        let timed_out = error.is_timeout();
+        let host = &self.target.host;
+        let error = match tls_failure(&error) {
+            Some(tls) => {
+                let words = describe(tls, self.target.identity().is_some());
+                tracing::warn!(%host, error = %tls, "the TLS handshake with the rail failed");
+                format!(
+                    "the TLS handshake with the rail at {host} failed: {words}; checked against \
+                     {}",
+                    self.target.roots_shown()
+                )
+            }
+            None => format!(
+                "the rail at {host} could not be reached or did not answer: {}",
+                chain(error)
+            ),
+        };
+        RailAnswer::Unknown { error, timed_out }
     }
 }
 
@@ -115,12 +186,13 @@ impl Rail for HttpRail {
         Box::pin(async move {
             match self.call(send).await {
                 Ok(answer) => answer,
-                Err(error) => RailAnswer::Unknown {
-                    timed_out: error.is_timeout(),
-                    error: format!("the rail could not be reached or did not answer: {error}"),
-                },
+                Err(error) => self.failure(error),
             }
         })
+    }
+
+    fn reload(&self) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(HttpRail::reload(self)?)
     }
 }
 

@@ -16,8 +16,10 @@
 //! An implementation that cannot tell answers `Unknown`: only a rail that
 //! says "refused" in so many words gives money back.
 
+mod handshake;
 mod http;
 mod scripted;
+mod setup;
 mod sim;
 
 use std::future::Future;
@@ -28,6 +30,7 @@ use payonce_model::WithdrawalRequest;
 
 pub use self::http::{HTTP_RAIL_BODY_LEN_MAX, HttpRail};
 pub use self::scripted::{ScriptedRail, ScriptedSend};
+pub use self::setup::{HttpRailConfig, HttpRailError};
 pub use self::sim::{RailLogLine, SimRail, SimRailConfig};
 
 /// A boxed future that can be sent between threads.
@@ -70,6 +73,14 @@ pub struct RailSend {
 pub trait Rail: Send + Sync + 'static {
     /// Hands `send` to the rail and waits for its answer.
     fn send<'a>(&'a self, send: &'a RailSend) -> BoxFuture<'a, RailAnswer>;
+
+    /// Rereads the files the rail was set up from (an HTTPS rail's roots,
+    /// client certificate and key) for the sends that start after, all or
+    /// nothing: on an error the rail goes on as it was. Returns whether it
+    /// had anything to reread; a rail without files has not.
+    fn reload(&self) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(false)
+    }
 }
 
 /// An unknown outcome as the error a send reports to the ledger, so the

@@ -1,8 +1,9 @@
 //! The HTTP service end to end, in this process, through a real HTTP
 //! client: every status of the contract in docs/http.md, the limits, the
-//! ledger's storage failing, the HTTP rail, and workers of one PostgreSQL
-//! ledger. `payonce serve` as a process (SIGTERM, SIGKILL under load, its
-//! startup refusals) is tested with the binary, in payonce-cli.
+//! ledger's storage failing, the HTTP rail (in clear and over mutual TLS),
+//! the service over TLS and its reload, and workers of one PostgreSQL
+//! ledger. `payonce serve` as a process (SIGTERM, SIGHUP, SIGKILL under
+//! load, its startup refusals) is tested with the binary, in payonce-cli.
 
 #![allow(
     clippy::unwrap_used,
@@ -12,18 +13,23 @@
 )]
 
 mod http_rail;
+mod https_rail;
 mod limits;
 mod operator;
 mod storage;
 mod submissions;
+mod tls;
 mod workers;
 
 use std::sync::Arc;
 
 use payonce::Ledger;
 use payonce_server::rail::ScriptedRail;
-use payonce_server::{self, Embedded, Limits, Metrics, Server, Tokens};
+use payonce_server::{self, Embedded, Limits, Metrics, Server, Setup, Tokens};
+use payonce_tls::testing::{Issued, TestCa};
 use reqwest::{Response, StatusCode};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 
 pub const ALICE: &str = "alice-token-0123456789";
@@ -67,19 +73,46 @@ impl TestService {
         limits: Limits,
         rail: Arc<ScriptedRail>,
     ) -> TestService {
+        let scripted = rail.clone();
+        let mut service = TestService::start_from(ledger, dir, http_client(None, None), |setup| {
+            setup.limits = limits;
+            setup.rail = scripted;
+        })
+        .await;
+        service.rail = rail;
+        service
+    }
+
+    /// A service on `ledger` as `change` makes its setup (another rail,
+    /// TLS, a tokens file to reload), reached through `http`. Its test rail
+    /// is the one it sends through unless `change` gives another.
+    pub async fn start_from(
+        ledger: Ledger,
+        dir: tempfile::TempDir,
+        http: reqwest::Client,
+        change: impl FnOnce(&mut Setup),
+    ) -> TestService {
         let metrics = Arc::new(Metrics::default());
-        let backend = Arc::new(Embedded::new(ledger.clone(), metrics.clone()));
-        let tokens = Tokens::parse(TOKENS, std::path::Path::new("tokens.toml")).unwrap();
+        let rail = Arc::new(ScriptedRail::default());
+        let mut setup = Setup {
+            backend: Arc::new(Embedded::new(ledger.clone(), metrics.clone())),
+            rail: rail.clone(),
+            tokens: Tokens::parse(TOKENS, std::path::Path::new("tokens.toml")).unwrap(),
+            metrics,
+            limits: Limits::default(),
+            tls: None,
+            tokens_file: None,
+        };
+        change(&mut setup);
+        let scheme = if setup.tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server =
-            payonce_server::start(listener, backend, rail.clone(), tokens, metrics, limits)
-                .unwrap();
+        let server = payonce_server::start_with(listener, setup).unwrap();
         TestService {
             ledger,
             rail,
-            base: format!("http://{}", server.addr()),
+            base: format!("{scheme}://{}", server.addr()),
             server: Some(server),
-            http: reqwest::Client::new(),
+            http,
             _dir: dir,
         }
     }
@@ -129,6 +162,40 @@ impl TestService {
     }
 }
 
+/// A rustls client configuration trusting `ca` (nothing without it) and
+/// showing `identity` when given. reqwest has no cryptography of its own
+/// here: every client is built on this.
+pub fn client_tls(ca: Option<&TestCa>, identity: Option<&Issued>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = ca {
+        roots
+            .add(CertificateDer::from_pem_slice(ca.certificate.as_bytes()).unwrap())
+            .unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(payonce_tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    match identity {
+        Some(issued) => {
+            let chain = CertificateDer::pem_slice_iter(issued.certificate.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    }
+}
+
+/// A reqwest client on [`client_tls`].
+pub fn http_client(ca: Option<&TestCa>, identity: Option<&Issued>) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(client_tls(ca, identity))
+        .build()
+        .unwrap()
+}
+
 /// The response's body as JSON.
 pub async fn body(response: Response) -> Value {
     let text = response.text().await.unwrap();
@@ -150,4 +217,65 @@ pub async fn problem(response: Response, status: StatusCode, kind: &str) -> Valu
     );
     assert_eq!(body["status"], status.as_u16());
     body
+}
+
+/// A TLS connection to `addr` trusting `ca`, showing `identity` if given,
+/// for a server named `localhost`.
+pub async fn tls_connect(
+    addr: std::net::SocketAddr,
+    ca: &TestCa,
+    identity: Option<&Issued>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_tls(Some(ca), identity)));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await
+}
+
+/// The certificate the server showed on `stream`.
+pub fn served_certificate(
+    stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+) -> Vec<u8> {
+    stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The DER bytes of the first certificate of `issued`.
+pub fn der(issued: &Issued) -> Vec<u8> {
+    CertificateDer::from_pem_slice(issued.certificate.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// `GET path` on an open connection, kept alive; its status and body.
+pub async fn get_on<S>(stream: &mut S, path: &str, token: &str) -> (u16, String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut bytes = Vec::new();
+    let mut chunk = [0; 4096];
+    let head_len = loop {
+        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the connection closed before an answer");
+        bytes.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_len]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |len| len.trim().parse().unwrap());
+    while bytes.len() < head_len + len {
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the connection closed mid-answer");
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+    let body = String::from_utf8(bytes[head_len..head_len + len].to_vec()).unwrap();
+    (status, body)
 }
