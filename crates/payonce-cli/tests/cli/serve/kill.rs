@@ -99,7 +99,7 @@ pub async fn client(
     answers: Arc<Mutex<Vec<Answer>>>,
     stop: Arc<AtomicBool>,
 ) {
-    let http = reqwest::Client::new();
+    let http = super::clients::http_client(None, None);
     let token = if number.is_multiple_of(2) { ALICE } else { BOB };
     let at = |turn: usize| bases[(number + turn) % bases.len()].as_str();
     for round in 0.. {
@@ -153,7 +153,7 @@ pub async fn check(bases: &[String], ledger: &str, rail_log: &Path, answers: &[A
     }
     let twice: Vec<_> = sends.iter().filter(|(_, count)| **count > 1).collect();
     assert!(twice.is_empty(), "sent more than once: {twice:?}");
-    let http = reqwest::Client::new();
+    let http = super::clients::http_client(None, None);
     for (turn, (id, token, key, body)) in answers.iter().enumerate() {
         let base = &bases[turn % bases.len()];
         let replay = submit(&http, base, token, id, key).await.unwrap();

@@ -1,12 +1,16 @@
 //! `payonce serve` as a process: its startup refusals, SIGTERM while a
-//! send runs, and a load with SIGKILLs. The service's routes are tested in
-//! payonce-server, in one process.
+//! send runs, a load with SIGKILLs, HTTPS and SIGHUP, and what it says of
+//! secrets. The service's routes are tested in payonce-server, in one
+//! process.
 
+mod clients;
 mod kill;
 mod kill_postgres;
+mod secrets;
 mod served;
 mod shutdown;
 mod startup;
+mod tls;
 
 pub const ALICE: &str = "alice-token-0123456789";
 pub const BOB: &str = "bob-token-0123456789";

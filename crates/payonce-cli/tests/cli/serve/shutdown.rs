@@ -82,7 +82,7 @@ async fn sigterm_waits_for_the_running_send_and_the_rail_log_counts_it() {
             .into(),
     ];
     let (mut served, base) = Served::start(&slow.concat());
-    let http = reqwest::Client::new();
+    let http = super::clients::http_client(None, None);
     let id = create(&http, &base).await;
     let running = tokio::spawn({
         let (http, base, id) = (http.clone(), base.clone(), id.clone());

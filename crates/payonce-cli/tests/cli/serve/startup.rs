@@ -58,3 +58,97 @@ fn the_example_tokens_file_is_one_the_service_takes() {
     let tokens = payonce_server::Tokens::read(&file).unwrap();
     assert!(tokens.principal(b"frank-token-0123456789").is_some());
 }
+
+/// `payonce serve --init` on a ledger directory that must stay unwritten,
+/// with the tests' tokens and `rest`; checks it was refused saying every
+/// one of `texts`.
+fn refused_before_the_ledger(scratch: &std::path::Path, rest: &[String], texts: &[&str]) {
+    let tokens = scratch.join("tokens.toml");
+    std::fs::write(&tokens, super::TOKENS).unwrap();
+    let ledger = scratch.join("never");
+    let mut args = vec!["serve", "--init", "--dir"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    args.extend([arg(&ledger), "--tokens".to_owned(), arg(&tokens)]);
+    args.extend(rest.iter().cloned());
+    let run = payonce(&args);
+    for text in texts {
+        refused(&run, text);
+    }
+    assert!(!ledger.exists(), "nothing was written: {}", run.stderr);
+}
+
+// Guards against a service that starts on TLS files it cannot use, or
+// that sends withdrawals or takes bearer tokens in clear across a network
+// without being told to.
+#[test]
+fn serve_refuses_unusable_tls_files_and_cleartext_beyond_loopback() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let ca = payonce_tls::testing::TestCa::new("test CA").unwrap();
+    let (certificate, key) = ca.server(&["localhost"]).unwrap().write(dir, "a").unwrap();
+    let (_, other_key) = ca.server(&["localhost"]).unwrap().write(dir, "b").unwrap();
+    let ca_file = ca.write(dir, "ca").unwrap();
+    let missing = dir.join("missing.crt");
+    let to_args = |args: &[&str]| args.iter().map(|&a| a.to_owned()).collect::<Vec<_>>();
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (
+            to_args(&["--tls-cert", &arg(&missing), "--tls-key", &arg(&key)]),
+            vec!["missing.crt"],
+        ),
+        (
+            to_args(&[
+                "--tls-cert",
+                &arg(&certificate),
+                "--tls-key",
+                &arg(&other_key),
+            ]),
+            vec!["b.key", "a.crt", "is not the key of the certificate"],
+        ),
+        (
+            to_args(&["--rail-url", "http://10.0.0.7:9000/send"]),
+            vec![
+                "10.0.0.7:9000, which is not loopback",
+                "--rail-insecure-http",
+            ],
+        ),
+        (
+            to_args(&[
+                "--rail-url",
+                "http://127.0.0.1:9/send",
+                "--rail-ca",
+                &arg(&ca_file),
+            ]),
+            vec!["--rail-ca is for an https:// rail"],
+        ),
+        (
+            to_args(&[
+                "--rail-url",
+                "https://localhost/send",
+                "--rail-ca",
+                &arg(&missing),
+            ]),
+            vec!["missing.crt"],
+        ),
+        (
+            to_args(&[
+                "--rail-url",
+                "https://localhost/",
+                "--rail-cert",
+                &arg(&certificate),
+            ]),
+            vec!["--rail-key"],
+        ),
+        (
+            to_args(&["--listen", "0.0.0.0:0"]),
+            vec![
+                "--listen 0.0.0.0:0 is not a loopback address",
+                "--insecure-http",
+            ],
+        ),
+    ];
+    for (rest, texts) in cases {
+        refused_before_the_ledger(dir, &rest, &texts);
+    }
+}
