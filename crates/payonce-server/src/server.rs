@@ -207,6 +207,12 @@ impl Connections {
                 drop(permit);
                 return;
             };
+            // rustls writes a handshake flight, and an answer, as several
+            // records; with Nagle's algorithm each write after the first
+            // waits for the peer's ACK, which a delayed ACK holds for 40 ms.
+            if let Err(error) = stream.set_nodelay(true) {
+                debug!(%error, "TCP_NODELAY could not be set");
+            }
             let handshake = tokio::time::timeout(handshake_time_max, acceptor.accept(stream));
             let tls = tokio::select! {
                 () = shutdown.cancelled() => return,
