@@ -7,8 +7,16 @@
 //! cargo run --release -p payonce-bench --bin serve_bench            # the full run
 //! cargo run --release -p payonce-bench --bin serve_bench -- --quick # seconds
 //! cargo run --release -p payonce-bench --bin serve_bench -- --postgres # and 4 workers on PostgreSQL
+//! cargo run --release -p payonce-bench --bin serve_bench -- --tls      # HTTPS beside plain HTTP
 //! perf stat -e context-switches,task-clock target/release/serve_bench --only http # one side's costs
 //! ```
+//!
+//! With `--tls` it runs `payonce serve` over HTTPS (a certificate of a CA
+//! made for the run, the client trusting it) beside plain HTTP instead of
+//! beside the library, on the file ledger: the same submissions, each
+//! caller on a keep-alive connection of its own; then what a new
+//! connection costs: `GET /healthz` on a new connection per request, at
+//! 64 callers (requests per second) and at 1 (the mean time of one).
 //!
 //! With `--postgres` it also runs both sides on a throwaway PostgreSQL
 //! cluster: 4 worker ledgers in this process sharing one database, the 64
@@ -39,7 +47,10 @@ use payonce_bench::pg::{self, Measured, Side};
 use payonce_model::WithdrawalRequest;
 use payonce_postgres::cluster::Cluster;
 use payonce_server::rail::{Rail, RailSend, SimRail, SimRailConfig};
-use payonce_server::{Embedded, Limits, Metrics, Server, Tokens};
+use payonce_server::{Embedded, Limits, Metrics, Server, ServerTls, ServerTlsFiles, Setup, Tokens};
+use payonce_tls::testing::TestCa;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 const TOKEN: &str = "bench-client-token-0123";
 const CONCURRENCY: usize = 64;
@@ -75,6 +86,15 @@ struct Args {
     /// costs; no ratio is printed.
     #[arg(long, value_enum)]
     only: Option<Through>,
+    /// `payonce serve` over HTTPS beside plain HTTP on the file ledger,
+    /// instead of beside the library: keep-alive connections, then a new
+    /// connection per request.
+    #[arg(long, conflicts_with_all = ["postgres", "only"])]
+    tls: bool,
+    /// With --tls: requests on new connections per round at 64 callers
+    /// (default 4000; quick 256), and a sixteenth of that at 1 caller.
+    #[arg(long)]
+    fresh: Option<usize>,
 }
 
 /// The way a round's submissions go: one side of the table.
@@ -187,17 +207,30 @@ fn workers(cluster: &Cluster) -> anyhow::Result<Vec<AsyncLedger>> {
         .collect()
 }
 
-/// Runs `call(caller, i)` for every i below `count` on 64 callers, each
-/// taking the next i once its last call returned; the latencies
-/// and the time it all took.
+/// Runs `call(caller, i)` for every i below `count` on [`CONCURRENCY`]
+/// callers, each taking the next i once its last call returned; the
+/// latencies and the time it all took.
 async fn drive<F, Fut>(count: usize, call: F) -> anyhow::Result<(Vec<Duration>, Duration)>
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    drive_on(CONCURRENCY, count, call).await
+}
+
+/// [`drive`] on `callers` callers.
+async fn drive_on<F, Fut>(
+    callers: usize,
+    count: usize,
+    call: F,
+) -> anyhow::Result<(Vec<Duration>, Duration)>
 where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let workers: Vec<_> = (0..CONCURRENCY)
+    let workers: Vec<_> = (0..callers)
         .map(|caller| {
             let (next, call) = (next.clone(), call.clone());
             tokio::spawn(async move {
@@ -253,37 +286,88 @@ async fn library_round(prepared: &Prepared, count: usize) -> anyhow::Result<Roun
     Ok(round_of(latencies, elapsed))
 }
 
-/// `payonce serve` on `ledger`.
-async fn server_on(ledger: &AsyncLedger) -> anyhow::Result<Server> {
+/// A CA made for the run and the certificate `payonce serve` shows over
+/// HTTPS, for `localhost` and 127.0.0.1.
+struct Pki {
+    _dir: tempfile::TempDir,
+    ca: TestCa,
+    files: ServerTlsFiles,
+}
+
+impl Pki {
+    fn new() -> anyhow::Result<Pki> {
+        let dir = tempfile::tempdir()?;
+        let ca = TestCa::new("serve_bench CA")?;
+        let (certificate, key) = ca
+            .server(&["localhost", "127.0.0.1"])?
+            .write(dir.path(), "server")?;
+        let files = ServerTlsFiles {
+            certificate,
+            key,
+            client_ca: None,
+        };
+        Ok(Pki {
+            _dir: dir,
+            ca,
+            files,
+        })
+    }
+}
+
+/// `payonce serve` on `ledger`, over HTTPS with `tls`.
+async fn server_on(ledger: &AsyncLedger, tls: Option<&Pki>) -> anyhow::Result<Server> {
     let metrics = Arc::new(Metrics::default());
-    let backend = Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone()));
-    let tokens = Tokens::parse(
-        &format!("[clients]\nbench = \"{TOKEN}\"\n"),
-        Path::new("tokens"),
-    )?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let rail = rail()?;
-    Ok(payonce_server::start(
-        listener,
-        backend,
-        rail,
-        tokens,
+    let setup = Setup {
+        backend: Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone())),
+        rail: rail()?,
+        tokens: Tokens::parse(
+            &format!("[clients]\nbench = \"{TOKEN}\"\n"),
+            Path::new("tokens"),
+        )?,
         metrics,
-        Limits::default(),
-    )?)
+        limits: Limits::default(),
+        tls: tls
+            .map(|pki| ServerTls::load(pki.files.clone()))
+            .transpose()?,
+        tokens_file: None,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    Ok(payonce_server::start_with(listener, setup)?)
+}
+
+/// A caller's client: trusting the run's CA with `tls`, and keeping its
+/// connection alive or opening a new one for every request. reqwest has
+/// no cryptography of its own here: every client gets a rustls
+/// configuration.
+fn client(tls: Option<&Pki>, keep_alive: bool) -> anyhow::Result<reqwest::Client> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(pki) = tls {
+        roots.add(CertificateDer::from_pem_slice(
+            pki.ca.certificate.as_bytes(),
+        )?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(payonce_tls::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::from(keep_alive))
+        .use_preconfigured_tls(config)
+        .build()?)
 }
 
 /// The same submissions through `payonce serve` (one server per ledger),
-/// one keep-alive connection per caller.
-async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> {
+/// over HTTPS with `tls`, one keep-alive connection per caller.
+async fn http_round(prepared: &Prepared, count: usize, tls: Option<&Pki>) -> anyhow::Result<Round> {
     let mut servers = Vec::new();
     for ledger in &prepared.ledgers {
-        servers.push(server_on(ledger).await?);
+        servers.push(server_on(ledger, tls).await?);
     }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let urls: Arc<Vec<String>> = Arc::new(
         servers
             .iter()
-            .map(|server| format!("http://{}/v1/withdrawals", server.addr()))
+            .map(|server| format!("{scheme}://{}/v1/withdrawals", server.addr()))
             .collect(),
     );
     let ids: Arc<Vec<String>> = Arc::new(
@@ -295,7 +379,7 @@ async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> 
     );
     let clients: Arc<Vec<reqwest::Client>> = Arc::new(
         (0..CONCURRENCY)
-            .map(|_| reqwest::Client::builder().pool_max_idle_per_host(1).build())
+            .map(|_| client(tls, true))
             .collect::<Result<_, _>>()?,
     );
     let (latencies, elapsed) = drive(count, move |caller, i| {
@@ -321,6 +405,36 @@ async fn http_round(prepared: &Prepared, count: usize) -> anyhow::Result<Round> 
     for server in servers {
         server.shut_down().await;
     }
+    Ok(round_of(latencies, elapsed))
+}
+
+/// `count` requests of `GET /healthz` from `callers` callers, each on a
+/// new connection (TCP, and over HTTPS a full handshake), to a server on
+/// a ledger of its own.
+async fn fresh_round(
+    prepared: &Prepared,
+    (callers, count): (usize, usize),
+    tls: Option<&Pki>,
+) -> anyhow::Result<Round> {
+    let server = server_on(&prepared.ledgers[0], tls).await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = Arc::new(format!("{scheme}://{}/healthz", server.addr()));
+    let http = client(tls, false)?;
+    let (latencies, elapsed) = drive_on(callers, count, move |_, i| {
+        let (url, http) = (url.clone(), http.clone());
+        async move {
+            let response = http.get(url.as_str()).send().await?;
+            ensure!(
+                response.status() == 200,
+                "request {i}: {}",
+                response.status()
+            );
+            response.bytes().await?;
+            Ok(())
+        }
+    })
+    .await?;
+    server.shut_down().await;
     Ok(round_of(latencies, elapsed))
 }
 
@@ -404,8 +518,8 @@ fn print_rows(ledger: &str, sides: &Sides) {
     );
 }
 
-/// One round of `side` on a new ledger at `at` (kept in `kept`), on a
-/// runtime of its own, dropped after the round: a round inherits no
+/// One round of `side` on a new ledger at `at` (kept in `kept`), over
+/// HTTPS with `tls`, on a runtime of its own, dropped after the round: a round inherits no
 /// threads from the one before. The library's rounds grow tokio's blocking
 /// pool to hundreds of threads (a caller's next call often comes before
 /// the thread of its last is idle again), and a round of the service run
@@ -415,12 +529,13 @@ fn side_round(
     at: Where<'_>,
     count: usize,
     kept: &mut Vec<Prepared>,
+    tls: Option<&Pki>,
 ) -> anyhow::Result<Round> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let prepared = ledger_with(&runtime, at, count)?;
     let measured = match side {
         Through::Library => runtime.block_on(library_round(&prepared, count)),
-        Through::Http => runtime.block_on(http_round(&prepared, count)),
+        Through::Http => runtime.block_on(http_round(&prepared, count, tls)),
     };
     // The runtime first, then (at the end) the ledger: see `ledger_with`.
     drop(runtime);
@@ -450,7 +565,7 @@ fn measure(
             .into_iter()
             .filter(|&side| only.is_none_or(|o| o == side))
         {
-            let measured = side_round(side, at, count, kept)?;
+            let measured = side_round(side, at, count, kept, None)?;
             match side {
                 Through::Library => sides.library.push(measured),
                 Through::Http => sides.http.push(measured),
@@ -467,6 +582,109 @@ fn measure(
         );
     }
     Ok(sides)
+}
+
+/// Every round of `payonce serve` over HTTPS and over plain HTTP.
+#[derive(Debug, Default)]
+struct TlsSides {
+    /// Submissions on keep-alive connections: plain, then HTTPS.
+    kept_alive: [Vec<Round>; 2],
+    /// `GET /healthz` on a new connection per request, at 64 callers.
+    fresh: [Vec<Round>; 2],
+    /// The same at 1 caller.
+    fresh_alone: [Vec<Round>; 2],
+}
+
+/// One round of new connections, plain or over HTTPS, on a ledger and a
+/// runtime of its own.
+fn fresh_side(
+    base: &Path,
+    load: (usize, usize),
+    tls: Option<&Pki>,
+    kept: &mut Vec<Prepared>,
+) -> anyhow::Result<Round> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let prepared = ledger_with(&runtime, Where::File(base), 0)?;
+    let measured = runtime.block_on(fresh_round(&prepared, load, tls));
+    drop(runtime);
+    kept.push(prepared);
+    measured
+}
+
+/// `rounds` rounds of `payonce serve` over plain HTTP and over HTTPS on
+/// the file ledger, plain first in odd rounds and HTTPS first in even
+/// ones: `count` submissions on keep-alive connections, then `fresh`
+/// requests on new connections at 64 callers and a sixteenth of them at
+/// one.
+fn measure_tls(
+    base: &Path,
+    (count, rounds, fresh): (usize, usize, usize),
+    kept: &mut Vec<Prepared>,
+) -> anyhow::Result<TlsSides> {
+    let pki = Pki::new()?;
+    let mut sides = TlsSides::default();
+    for round in 1..=rounds {
+        let order = match round % 2 {
+            1 => [0, 1],
+            _ => [1, 0],
+        };
+        for side in order {
+            let tls = (side == 1).then_some(&pki);
+            let at = Where::File(base);
+            let measured = side_round(Through::Http, at, count, kept, tls)?;
+            sides.kept_alive[side].push(measured);
+            let load = (CONCURRENCY, fresh);
+            sides.fresh[side].push(fresh_side(base, load, tls, kept)?);
+            let load = (1, (fresh / 16).max(1));
+            sides.fresh_alone[side].push(fresh_side(base, load, tls, kept)?);
+        }
+        eprintln!(
+            "round {round} of {rounds}: http {:?} {:?} {:?}, https {:?} {:?} {:?}",
+            sides.kept_alive[0].last(),
+            sides.fresh[0].last(),
+            sides.fresh_alone[0].last(),
+            sides.kept_alive[1].last(),
+            sides.fresh[1].last(),
+            sides.fresh_alone[1].last(),
+        );
+    }
+    Ok(sides)
+}
+
+/// The tables of `--tls`: medians of the rounds.
+fn print_tls(sides: &TlsSides) {
+    println!("| ledger | path | submissions/s | p50 ms | p99 ms |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    let plain = print_row(
+        "file",
+        "`payonce serve` over HTTP, keep-alive",
+        &sides.kept_alive[0],
+    );
+    let tls = print_row(
+        "file",
+        "`payonce serve` over HTTPS, keep-alive",
+        &sides.kept_alive[1],
+    );
+    println!(
+        "| file | HTTPS / HTTP | {:.2} | {:.2} | {:.2} |\n",
+        tls.0 / plain.0,
+        tls.1 / plain.1,
+        tls.2 / plain.2
+    );
+    println!("| a new connection per request | requests/s, 64 callers | mean ms, 1 caller |");
+    println!("| --- | ---: | ---: |");
+    let figures = |side: usize| {
+        let mean_ms = median(&sides.fresh_alone[side], |r| 1e3 / r.per_second);
+        (median(&sides.fresh[side], |r| r.per_second), mean_ms)
+    };
+    let (plain, tls) = (figures(0), figures(1));
+    println!("| HTTP | {:.0} | {:.3} |", plain.0, plain.1);
+    println!("| HTTPS | {:.0} | {:.3} |", tls.0, tls.1);
+    println!(
+        "| HTTPS / HTTP | {:.2} | {:.2} |",
+        tls.0 / plain.0,
+        tls.1 / plain.1
+    );
 }
 
 fn main() -> anyhow::Result<()> {
@@ -486,6 +704,17 @@ fn main() -> anyhow::Result<()> {
     // Every round's ledgers, dropped only at the end, once their runtimes
     // are.
     let mut kept = Vec::new();
+    if args.tls {
+        let fresh = args.fresh.unwrap_or(if args.quick { 256 } else { 4000 });
+        let sides = measure_tls(&base, (count, rounds, fresh), &mut kept)?;
+        println!(
+            "{count} submissions and {fresh} new connections ({} at 1 caller) per round, \
+             {rounds} rounds each (medians)\n",
+            (fresh / 16).max(1)
+        );
+        print_tls(&sides);
+        return Ok(());
+    }
     let file = measure(
         Where::File(&base),
         (count, rounds, args.only),
