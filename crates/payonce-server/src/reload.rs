@@ -60,14 +60,14 @@ impl std::fmt::Display for Reload {
             None => {}
         }
         match &self.tls {
-            Some(Ok(())) => reloaded.push("the TLS certificate, key and client CA".to_owned()),
-            Some(Err(error)) => kept.push(format!("the old TLS configuration ({error})")),
+            Some(Ok(())) => reloaded.push("the listener's TLS files".to_owned()),
+            Some(Err(error)) => kept.push(format!("the listener's old TLS files ({error})")),
             None => {}
         }
         match &self.rail {
             Some(Ok(())) => reloaded.push("the rail's TLS files".to_owned()),
             Some(Err(error)) => kept.push(format!(
-                "the rail's old TLS configuration ({})",
+                "the rail's old TLS files ({})",
                 Escaped(&error.to_string())
             )),
             None => {}

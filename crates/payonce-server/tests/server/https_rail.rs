@@ -2,7 +2,8 @@
 //! tokio-rustls that requires a client certificate and records every send:
 //! a submission is sent once and replayed on retry; a rail the adapter
 //! must not trust, or one that refuses the adapter's certificate, leaves
-//! the key claimed with an error that says what failed.
+//! the key claimed with an error that says what failed; a reload takes a
+//! new client certificate for the next send.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -234,6 +235,7 @@ async fn a_rail_that_refuses_our_certificate_leaves_the_key_claimed_and_says_so(
             "the rail requires a client certificate and we showed none",
         ),
     ];
+    let mut services = Vec::new();
     for (client, words) in cases {
         let rail = HttpRail::with_config(pki.config(addr, client)).unwrap();
         let service = service_with(rail).await;
@@ -243,6 +245,21 @@ async fn a_rail_that_refuses_our_certificate_leaves_the_key_claimed_and_says_so(
             error.contains(&format!("localhost:{}", addr.port())),
             "{error}"
         );
+        services.push(service);
     }
     assert!(sends.lock().unwrap().is_empty());
+
+    // The right certificate written over the files is taken by a reload,
+    // for the next send.
+    let service = &services[0];
+    let ours = pki.client_ca.client("payonce").unwrap();
+    ours.write(pki.dir.path(), "payonce").unwrap();
+    let reload = service.server.as_ref().unwrap().reload().await;
+    assert!(matches!(reload.rail, Some(Ok(()))), "{reload}");
+    let id = service.create(ALICE).await;
+    assert_eq!(
+        service.submit(ALICE, &id, "k-2").await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(sends.lock().unwrap().len(), 1);
 }

@@ -5,8 +5,10 @@
 
 use std::path::Path;
 
+use std::time::Duration;
+
 use payonce::Ledger;
-use payonce_server::{ServerTls, ServerTlsFiles, Tokens};
+use payonce_server::{Limits, ServerTls, ServerTlsFiles, Tokens};
 use payonce_tls::testing::{Issued, TestCa};
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,12 +33,22 @@ fn server_files(dir: &Path, ca: &TestCa, client_ca: Option<&TestCa>) -> (ServerT
 /// A service over TLS on a new ledger, reached through `http`; its tokens
 /// are read from `dir/tokens.toml`.
 async fn tls_service(files: ServerTlsFiles, http: reqwest::Client) -> TestService {
+    tls_service_within(files, http, Limits::default()).await
+}
+
+/// [`tls_service`] within `limits`.
+async fn tls_service_within(
+    files: ServerTlsFiles,
+    http: reqwest::Client,
+    limits: Limits,
+) -> TestService {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::init(dir.path().join("ledger")).unwrap();
     let tokens_file = dir.path().join("tokens.toml");
     std::fs::write(&tokens_file, TOKENS).unwrap();
     let tls = ServerTls::load(files).unwrap();
     TestService::start_from(ledger, dir, http, |setup| {
+        setup.limits = limits;
         setup.tokens = Tokens::read(&tokens_file).unwrap();
         setup.tokens_file = Some(tokens_file);
         setup.tls = Some(tls);
@@ -76,6 +88,32 @@ async fn https_answers_and_plain_http_on_the_same_port_does_not() {
     let untrusting = http_client(Some(&TestCa::new("another CA").unwrap()), None);
     let https = format!("{}/healthz", service.base);
     assert!(untrusting.get(&https).send().await.is_err());
+}
+
+// Guards against a handshake run in the accept loop, where one client that
+// never speaks holds up every other, or one that never ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handshake_holds_up_no_one_and_is_cut_off_at_the_header_read_time() {
+    let certificates = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("payonce test CA").unwrap();
+    let (files, _) = server_files(certificates.path(), &ca, None);
+    let limits = Limits {
+        header_read_time_max: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let service = tls_service_within(files, http_client(Some(&ca), None), limits).await;
+    let mut stalled = tokio::net::TcpStream::connect(addr(&service))
+        .await
+        .unwrap();
+    let mut other = tls_connect(addr(&service), &ca, None).await.unwrap();
+    assert_eq!(get_on(&mut other, "/healthz", ALICE).await.0, 200);
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut answer));
+    assert!(
+        closed.await.is_ok(),
+        "the stalled connection was never cut off"
+    );
+    assert!(answer.is_empty(), "{answer:?}");
 }
 
 // Guards against mutual TLS that serves a client without a certificate,
@@ -138,7 +176,7 @@ async fn a_reload_takes_new_files_for_new_connections_and_keeps_the_old_on_an_er
     );
     assert!(matches!(reload.tokens, Some(Ok(1))), "{reload}");
     let line = reload.to_string();
-    assert!(line.contains("kept the old TLS configuration") && line.contains("server.key"));
+    assert!(line.contains("kept the listener's old TLS files") && line.contains("server.key"));
     let again = tls_connect(addr(&service), &ca, None).await.unwrap();
     assert_eq!(
         served_certificate(&again),

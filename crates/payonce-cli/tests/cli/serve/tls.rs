@@ -62,7 +62,7 @@ async fn a_rotated_certificate_is_served_after_sighup_and_open_connections_keep_
     served.signal("HUP");
     let reloaded = served.next_line();
     assert!(
-        reloaded.contains("reloaded") && reloaded.contains("TLS certificate"),
+        reloaded.contains("reloaded") && reloaded.contains("the listener's TLS files"),
         "{reloaded}"
     );
     assert!(!reloaded.contains("kept"), "{reloaded}");
