@@ -57,6 +57,10 @@ fn the_example_tokens_file_is_one_the_service_takes() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/tokens.example.toml");
     let tokens = payonce_server::Tokens::read(&file).unwrap();
     assert!(tokens.principal(b"frank-token-0123456789").is_some());
+    assert!(
+        tokens.principal(b"bob-token-0123456789").is_some(),
+        "a digest entry"
+    );
 }
 
 /// `payonce serve --init` on a ledger directory that must stay unwritten,
