@@ -243,10 +243,9 @@ impl Service {
         let server = start_with(listener, setup).map_err(io("starting the server"))?;
         let addr = server.addr();
         let told = tell(Event::Listening { addr, tls });
-        let told = match told {
-            Ok(()) => until_stopped(&server, &mut signals, &mut tell).await,
-            Err(error) => Err(error),
-        };
+        if told.is_ok() {
+            until_stopped(&server, &mut signals, &mut tell).await;
+        }
         server.shut_down().await;
         if let Err(error) = backend.sync().await {
             tracing::warn!(%error, "the last sync at shutdown failed");
@@ -255,18 +254,22 @@ impl Service {
     }
 }
 
-/// Reloads on every SIGHUP until SIGTERM or SIGINT.
+/// Reloads on every SIGHUP until SIGTERM or SIGINT. A reload's report that
+/// cannot be told (its output closed) is logged, and the service goes on:
+/// the reload itself was done.
 async fn until_stopped(
     server: &Server,
     signals: &mut Signals,
     tell: &mut impl FnMut(Event<'_>) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+) {
     loop {
         match signals.next().await {
-            Asked::Stop => return Ok(()),
+            Asked::Stop => return,
             Asked::Reload => {
                 let reload = server.reload().await;
-                tell(Event::Reloaded(&reload))?;
+                if let Err(error) = tell(Event::Reloaded(&reload)) {
+                    tracing::warn!(%error, %reload, "a reload could not be reported");
+                }
             }
         }
     }
