@@ -16,7 +16,8 @@
 //! [`Settings`] puts a server on a port and socket directory of the
 //! caller's (so a standby made later can take a dead server's place in a
 //! URL that names both: [`hosts_url`]), in a network namespace, listening
-//! on a TCP address there.
+//! on a TCP address there, and over TLS ([`ServerTls`]) with `pg_hba.conf`
+//! lines of the caller's ([`Settings::hba`]).
 
 use std::fmt;
 use std::io::Write;
@@ -26,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use payonce::StoreError;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::error::failed;
 
@@ -73,8 +74,25 @@ pub struct Settings {
     /// The network namespace (`ip netns`) the server runs in.
     pub netns: Option<String>,
     /// A TCP address to listen on besides the socket (in `netns`), which
-    /// takes connections from any client with trust.
+    /// takes connections from any client with trust unless `hba` says
+    /// otherwise.
     pub listen: Option<String>,
+    /// TLS on the server (`ssl = on`), with these files.
+    pub tls: Option<ServerTls>,
+    /// `pg_hba.conf` lines for TCP connections, in place of trusting every
+    /// client; connections over the socket stay trusted.
+    pub hba: Option<String>,
+}
+
+/// A server's TLS files, copied into its data directory.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// Its certificate chain (PEM).
+    pub certificate: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA whose client certificates it accepts (`cert` authentication).
+    pub client_ca: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -84,8 +102,18 @@ impl Default for Settings {
             socket: None,
             netns: None,
             listen: None,
+            tls: None,
+            hba: None,
         }
     }
+}
+
+/// A TCP port on the loopback interface that nothing listens on now.
+pub fn free_port() -> Result<u16, ClusterError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|error| cluster_error("finding a free port", error))
 }
 
 /// How a standby follows its primary.
@@ -255,15 +283,53 @@ impl Cluster {
             .open(&conf)
             .and_then(|mut file| file.write_all(b"\nfsync = on\nsynchronous_commit = on\n"))
             .map_err(|error| cluster_error("writing postgresql.conf", error))?;
-        if cluster.settings.listen.is_some() {
+        match &cluster.settings.hba {
+            Some(lines) => {
+                let hba = format!("local all all trust\nlocal replication all trust\n{lines}\n");
+                std::fs::write(cluster.data.join("pg_hba.conf"), hba)
+                    .map_err(|error| cluster_error("writing pg_hba.conf", error))?;
+            }
             // Inside the test's own network namespace: no one else there.
-            append(
+            None if cluster.settings.listen.is_some() => append(
                 &cluster.data.join("pg_hba.conf"),
                 "\nhost all all 0.0.0.0/0 trust\n",
-            )?;
+            )?,
+            None => {}
+        }
+        if let Some(tls) = &cluster.settings.tls {
+            cluster.install_tls(tls)?;
         }
         cluster.start_server()?;
         Ok(cluster)
+    }
+
+    /// Copies `tls`'s files into the data directory (where a standby's
+    /// base backup finds them too) and turns TLS on.
+    fn install_tls(&self, tls: &ServerTls) -> Result<(), ClusterError> {
+        let mut conf =
+            String::from("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        let mut files = vec![(&tls.certificate, "server.crt"), (&tls.key, "server.key")];
+        if let Some(ca) = &tls.client_ca {
+            files.push((ca, "client_ca.crt"));
+            conf.push_str("ssl_ca_file = 'client_ca.crt'\n");
+        }
+        for (source, name) in files {
+            let target = self.data.join(name);
+            std::fs::copy(source, &target)
+                .map_err(|error| cluster_error(&format!("copying {}", source.display()), error))?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|error| cluster_error("chmod 600", error))?;
+            }
+            if self.as_postgres {
+                let mut chown = Command::new("chown");
+                chown.arg("postgres").arg(&target);
+                run("chown postgres", chown)?;
+            }
+        }
+        append(&self.data.join("postgresql.conf"), &conf)
     }
 
     /// Makes a standby of this cluster as `settings` say, streaming from
@@ -550,7 +616,7 @@ impl Cluster {
 
     /// A connection to the `postgres` database, as its superuser.
     pub fn admin(&self) -> Result<Client, StoreError> {
-        Client::connect(&self.url("postgres"), NoTls).map_err(failed)
+        Ok(crate::client(&self.url("postgres"))?)
     }
 
     /// Creates a new, empty database and returns its URL.

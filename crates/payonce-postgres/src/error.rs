@@ -53,3 +53,33 @@ pub(crate) fn unsafe_store(detail: String) -> StoreError {
 pub(crate) fn damaged(seq: u64, detail: String) -> StoreError {
     StoreError::Damaged { seq, detail }
 }
+
+/// `text`, a connection string that does not parse, with what may be a
+/// password masked: a URL's `user:password@`, and every `password=` value.
+pub(crate) fn masked(text: &str) -> String {
+    let mut shown = match text.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(end);
+            let authority = match authority.rsplit_once('@') {
+                Some((user, host)) => {
+                    let name = user.split_once(':').map_or(user, |(name, _)| name);
+                    format!("{name}:***@{host}")
+                }
+                None => authority.to_owned(),
+            };
+            format!("{scheme}://{authority}{tail}")
+        }
+        None => text.to_owned(),
+    };
+    let mut from = 0;
+    while let Some(found) = shown[from..].find("password=") {
+        let start = from + found + "password=".len();
+        let end = shown[start..]
+            .find(|c: char| c == '&' || c.is_whitespace())
+            .map_or(shown.len(), |end| start + end);
+        shown.replace_range(start..end, "***");
+        from = start + 3;
+    }
+    shown
+}

@@ -25,19 +25,26 @@
 //!
 //! docs/postgres.md describes deployment, grants, replication and audits.
 
+mod backoff;
 pub mod cluster;
+mod connect;
+mod conninfo;
 mod copy;
 mod error;
 mod follow;
 mod index;
+mod passfile;
 mod reach;
 mod read_view;
+mod refusal;
 mod schema;
 mod session;
 mod snapshot_pin;
 mod snapshot_reading;
 mod snapshots;
 mod store;
+mod tls;
+mod tls_identity;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -45,57 +52,97 @@ use std::sync::Arc;
 use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
 use payonce_model::WorkerName;
 
+pub use crate::conninfo::{CONNINFO_LEN_MAX, Conninfo, ConninfoError};
 pub use crate::index::Subject;
+pub use crate::passfile::PASSFILE_LEN_MAX;
 pub use crate::reach::{
-    CONNECT_TIMEOUT, DEAD_PEER_MAX, LOOKUP_PATIENCE, RECONNECT_DELAY_MAX, RECONNECT_DELAY_MIN,
+    CONNECT_TIMEOUT, DEAD_PEER_MAX, Environment, HOSTS_MAX, LOOKUP_PATIENCE, RECONNECT_DELAY_MAX,
+    RECONNECT_DELAY_MIN,
 };
 pub use crate::read_view::{ReadView, WalkError};
+pub use crate::refusal::{ConnectError, HostRefusal, Refusal};
 pub use crate::schema::{
     LOCK_CLASS, Migrated, PIN_LOCK_CLASS, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS,
 };
 pub use crate::snapshot_pin::{PINNED_CONNECTIONS_MAX, SNAPSHOT_CHUNK_LEN_MAX};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
 pub use crate::store::{PgLog, Role};
+pub use crate::tls::SslMode;
 /// The chain digest, shared with the file log (docs/log-format.md, "The
 /// chain digest").
 pub use payonce_log::chain::{Digest, Head};
 
 /// Whether `text` names a PostgreSQL ledger rather than a directory: a
-/// `postgres://` or `postgresql://` URL.
+/// `postgres://` or `postgresql://` URL, or libpq's key=value form
+/// (`host=db1 dbname=custody sslmode=verify-full`).
 pub fn is_url(text: &str) -> bool {
-    text.starts_with("postgres://") || text.starts_with("postgresql://")
+    conninfo::is_conninfo(text)
 }
 
-/// `url` with its password, if it has one, replaced by `***`, for
-/// messages.
+/// `url` without its password, for messages: its options as key=value
+/// pairs, the password shown as `***`. A string that does not parse keeps
+/// its form, with anything after `password=` and a URL's `user:` masked.
 pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => match user.split_once(':') {
-            Some((name, _)) => format!("{name}:***@{host}"),
-            None => format!("{user}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let path = path
-        .split('&')
-        .map(|part| match part.split_once("password=") {
-            Some((before, _)) => format!("{before}password=***"),
-            None => part.to_owned(),
-        });
-    format!(
-        "{scheme}://{authority}/{}",
-        path.collect::<Vec<_>>().join("&")
-    )
+    match Conninfo::parse(url) {
+        Ok(conninfo) => conninfo.redacted(),
+        Err(_) => error::masked(url),
+    }
+}
+
+/// What a connection to `url` came to, in `environment`: the host and
+/// port that accepted it, the user, and whether it runs over TLS (as the
+/// server sees it, `pg_stat_ssl`). What an operator checks a deployment's
+/// connection string with, before giving it to workers.
+pub fn probe(url: &str, environment: &Environment) -> Result<Probe, ConnectError> {
+    let reach = reach::Reach::in_environment(url, reach::Target::AsGiven, environment)?;
+    let mut client = connect::first_accepted(&reach, |config, tls| {
+        postgres::Config::from(config.clone()).connect(tls)
+    })?;
+    let row = client
+        .query_one(
+            "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false), \
+             current_user::text, coalesce(inet_server_port(), 0)",
+            &[],
+        )
+        .map_err(|error| ConnectError::Refused {
+            attempts: vec![HostRefusal {
+                host: redacted(url),
+                port: 0,
+                tls: false,
+                refusal: Refusal::Other,
+                cause: error::chain(&error),
+            }],
+        })?;
+    Ok(Probe {
+        tls: row.get(0),
+        user: row.get(1),
+        port: u16::try_from(row.get::<_, i32>(2)).unwrap_or(0),
+    })
+}
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Probe {
+    /// Whether the connection runs over TLS.
+    pub tls: bool,
+    /// The user it logged in as.
+    pub user: String,
+    /// The server's port (0 over a Unix socket).
+    pub port: u16,
+}
+
+/// A synchronous client of the database at `url`, made as every payonce
+/// connection is (libpq's options and environment, TLS as `sslmode`
+/// says): for the benchmarks' and tools' own statements.
+pub fn client(url: &str) -> Result<postgres::Client, ConnectError> {
+    connect::client(url, reach::Target::AsGiven)
 }
 
 /// Applies the schema to the database at `url` (`payonce migrate URL`): see
 /// [`Migrated`].
 pub fn migrate(url: &str) -> Result<Migrated, StoreError> {
-    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(error::failed)?;
+    let mut client = connect::client(url, reach::Target::Primary)?;
     schema::migrate(&mut client)
 }
 
@@ -104,7 +151,7 @@ pub fn migrate(url: &str) -> Result<Migrated, StoreError> {
 /// of the migration from it.
 #[doc(hidden)]
 pub fn migrate_to(url: &str, version: i32) -> Result<Migrated, StoreError> {
-    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(error::failed)?;
+    let mut client = connect::client(url, reach::Target::Primary)?;
     schema::migrate_to(&mut client, version)
 }
 

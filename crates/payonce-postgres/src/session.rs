@@ -17,10 +17,11 @@ use payonce::StoreError;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Error, NoTls, Row, Statement, ToStatement};
+use tokio_postgres::{Client, Error, Row, Statement, ToStatement};
 
+use crate::connect::first_accepted;
 use crate::error::failed;
-use crate::reach::{self, Target};
+use crate::reach::{self, Reach, Target};
 
 /// A connection and the runtime that drives it.
 pub(crate) struct Session {
@@ -81,14 +82,15 @@ impl Session {
     /// is safe to write, and its schema this build's, is
     /// `schema::connect`'s to check.
     pub(crate) fn connect(url: &str, target: Target) -> Result<Session, StoreError> {
-        let config = reach::config(url, target)?;
+        let reach = Reach::new(url, target)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|error| StoreError::Failed {
                 detail: format!("no runtime for the connection: {error}"),
             })?;
-        let (client, connection) = runtime.block_on(config.connect(NoTls)).map_err(failed)?;
+        let (client, connection) =
+            first_accepted(&reach, |config, tls| runtime.block_on(config.connect(tls)))?;
         // Runs whenever the session waits on the runtime: every request
         // below does.
         let connection = Some(runtime.spawn(connection));

@@ -35,13 +35,14 @@ use std::time::Instant;
 use payonce::{Appended, ClaimChange, SharedLog, SharedRecord, StoreError, Visit};
 use payonce_model::WorkerName;
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Statement};
+use postgres::{Client, Statement};
 use tracing::{info, warn};
 
+use crate::backoff::Backoff;
 use crate::error::{damaged, describe, failed, unsafe_store};
 use crate::follow::{Follower, Row, rewound, scan, signed, unsigned};
 use crate::index;
-use crate::reach::{self, Backoff, LOOKUP_PATIENCE, Target};
+use crate::reach::{LOOKUP_PATIENCE, Target};
 use crate::schema::{self, LOCK_CLASS, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
@@ -128,8 +129,7 @@ impl fmt::Debug for PgLog {
 /// safe to write: `fsync` and `synchronous_commit` on, the schema of this
 /// build's version.
 pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
-    let config = postgres::Config::from(reach::config(url, Target::Primary)?);
-    let mut client = config.connect(NoTls).map_err(failed)?;
+    let mut client = crate::connect::client(url, Target::Primary)?;
     schema::check_durability(&mut client)?;
     schema::check(&mut client)?;
     Ok(client)

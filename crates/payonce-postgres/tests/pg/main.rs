@@ -17,6 +17,7 @@ mod same;
 mod scan;
 mod schema;
 mod snapshots;
+mod tls;
 
 use payonce::{Config, ManualClock, NewWithdrawal, Timestamp};
 use payonce_model::WithdrawalRequest;
