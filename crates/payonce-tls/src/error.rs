@@ -5,8 +5,6 @@ use std::path::PathBuf;
 
 use payonce_model::escape::{EchoPath, Escaped};
 
-use crate::files::{CERTIFICATES_PER_FILE_MAX, PEM_FILE_LEN_MAX};
-
 /// A certificate, key or roots file that cannot be used. Each variant
 /// names the file; none holds a key's bytes.
 #[derive(Debug)]
@@ -19,12 +17,15 @@ pub enum TlsFileError {
         /// The operating system's error.
         error: std::io::Error,
     },
-    /// The file is longer than [`PEM_FILE_LEN_MAX`].
+    /// The file is longer than its limit
+    /// ([`PEM_FILE_LEN_MAX`](crate::PEM_FILE_LEN_MAX)).
     TooLarge {
         /// The file.
         file: PathBuf,
         /// Its length in bytes.
         len: u64,
+        /// The limit.
+        max: u64,
     },
     /// The file is not PEM, or a section of it does not decode.
     Pem {
@@ -33,13 +34,15 @@ pub enum TlsFileError {
         /// What the PEM reader said.
         detail: String,
     },
-    /// The file holds no certificate, or more than
-    /// [`CERTIFICATES_PER_FILE_MAX`].
+    /// The file holds no certificate, or more than its limit
+    /// ([`CERTIFICATES_PER_FILE_MAX`](crate::CERTIFICATES_PER_FILE_MAX)).
     Certificates {
         /// The file.
         file: PathBuf,
         /// How many it holds (up to one past the limit).
         count: usize,
+        /// The limit.
+        max: usize,
     },
     /// The file holds no private key.
     NoKey {
@@ -73,22 +76,20 @@ impl fmt::Display for TlsFileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TlsFileError::Read { file, error } => write!(f, "{}: {error}", EchoPath(file)),
-            TlsFileError::TooLarge { file, len } => write!(
+            TlsFileError::TooLarge { file, len, max } => write!(
                 f,
-                "{} is {len} bytes; a PEM file is at most {PEM_FILE_LEN_MAX}",
+                "{} is {len} bytes; a PEM file is at most {max}",
                 EchoPath(file)
             ),
             TlsFileError::Pem { file, detail } => {
                 write!(f, "{} is not PEM: {}", EchoPath(file), Escaped(detail))
             }
-            TlsFileError::Certificates { file, count: 0 } => {
+            TlsFileError::Certificates { file, count: 0, .. } => {
                 write!(f, "{} holds no certificate", EchoPath(file))
             }
-            TlsFileError::Certificates { file, .. } => write!(
-                f,
-                "{} holds more than {CERTIFICATES_PER_FILE_MAX} certificates",
-                EchoPath(file)
-            ),
+            TlsFileError::Certificates { file, max, .. } => {
+                write!(f, "{} holds more than {max} certificates", EchoPath(file))
+            }
             TlsFileError::NoKey { file } => write!(f, "{} holds no private key", EchoPath(file)),
             TlsFileError::KeyMismatch { certificate, key } => write!(
                 f,

@@ -32,6 +32,7 @@ fn read_pem(file: &Path) -> Result<Vec<u8>, TlsFileError> {
         return Err(TlsFileError::TooLarge {
             file: file.to_owned(),
             len,
+            max: PEM_FILE_LEN_MAX,
         });
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -44,6 +45,7 @@ fn read_pem(file: &Path) -> Result<Vec<u8>, TlsFileError> {
         return Err(TlsFileError::TooLarge {
             file: file.to_owned(),
             len: bytes.len() as u64,
+            max: PEM_FILE_LEN_MAX,
         });
     }
     Ok(bytes)
@@ -67,6 +69,7 @@ pub fn read_certificates(file: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
             return Err(TlsFileError::Certificates {
                 file: file.to_owned(),
                 count: certificates.len() + 1,
+                max: CERTIFICATES_PER_FILE_MAX,
             });
         }
         certificates.push(certificate.map_err(|error| pem_error(file, &error))?);
@@ -75,6 +78,7 @@ pub fn read_certificates(file: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
         return Err(TlsFileError::Certificates {
             file: file.to_owned(),
             count: 0,
+            max: CERTIFICATES_PER_FILE_MAX,
         });
     }
     Ok(certificates)
