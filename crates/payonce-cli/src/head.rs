@@ -37,7 +37,7 @@ pub(crate) fn head(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    if args.dir.to_str().is_some_and(payonce_postgres::is_url) {
+    if crate::postgres_url::as_url(&args.dir).is_some() {
         return shared::head(args, out);
     }
     let mut log = open_log(&args.dir, env.progress_for(args.json))?;

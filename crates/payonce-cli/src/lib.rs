@@ -74,6 +74,7 @@ mod json;
 mod logdir;
 mod operator;
 mod output;
+mod postgres_url;
 mod report;
 mod run;
 mod serve;

@@ -133,8 +133,8 @@ pub(crate) fn check_directory(dir: &Path) -> Result<(), CliError> {
 /// Opens the log in `dir` read-only: no lock, no write. A missing directory,
 /// a file in its place and a directory without a log are told apart.
 pub(crate) fn open_log(dir: &Path, progress: bool) -> Result<LogDir, CliError> {
-    if let Some(url) = dir.to_str().filter(|dir| payonce_postgres::is_url(dir)) {
-        let shown = PathBuf::from(payonce_postgres::redacted(url));
+    if let Some(url) = crate::postgres_url::as_url(dir) {
+        let shown = crate::postgres_url::checked(url)?;
         let view = payonce_postgres::ReadView::open(url)
             .map_err(|error| CliError::from_ledger(&shown, LedgerError::Store(error)))?;
         return Ok(LogDir {

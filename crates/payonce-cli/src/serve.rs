@@ -234,7 +234,7 @@ fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
             message: "give --dir DIR, or --postgres URL with --worker NAME".to_owned(),
         });
     };
-    let shown = std::path::PathBuf::from(payonce_postgres::redacted(url));
+    let shown = crate::postgres_url::checked(url)?;
     if args.init {
         let created = payonce_postgres::init(url, Config::default());
         drop(created.map_err(|error| CliError::from_ledger(&shown, error))?);

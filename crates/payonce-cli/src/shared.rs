@@ -15,13 +15,15 @@ use crate::error::{CliError, WriteStep};
 use crate::escape::Echo;
 use crate::operator::{note_argument, operator};
 
-/// Refuses anything but a PostgreSQL URL, and gives it as it is shown.
+/// Refuses anything but a PostgreSQL connection string, checks it, and
+/// gives it as it is shown.
 fn url_argument(url: &str) -> Result<PathBuf, CliError> {
     match payonce_postgres::is_url(url) {
-        true => Ok(PathBuf::from(payonce_postgres::redacted(url))),
+        true => crate::postgres_url::checked(url),
         false => Err(CliError::Usage {
             message: format!(
-                "{} is not a PostgreSQL URL: give postgres://... or postgresql://...",
+                "{} is not a PostgreSQL connection string: give postgresql://..., or libpq's \
+                 key=value form (host=... dbname=...)",
                 Echo(url)
             ),
         }),

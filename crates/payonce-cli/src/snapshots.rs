@@ -165,8 +165,8 @@ pub(crate) fn print_snapshot(report: &SnapshotJson, out: &mut dyn Write) -> Resu
 
 fn take(args: &SnapshotArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<Status, CliError> {
     let given = args.dir.as_path();
-    let shown = match given.to_str().filter(|url| payonce_postgres::is_url(url)) {
-        Some(url) => std::path::PathBuf::from(payonce_postgres::redacted(url)),
+    let shown = match crate::postgres_url::as_url(given) {
+        Some(url) => crate::postgres_url::checked(url)?,
         None => given.to_owned(),
     };
     let config = Config {
@@ -174,7 +174,7 @@ fn take(args: &SnapshotArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         snapshots: SnapshotPolicy::never(),
         ..Config::default()
     };
-    let ledger = match given.to_str().filter(|url| payonce_postgres::is_url(url)) {
+    let ledger = match crate::postgres_url::as_url(given) {
         Some(url) => payonce_postgres::attach(url, config),
         None => {
             check_directory(given)?;

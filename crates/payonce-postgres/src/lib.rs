@@ -89,6 +89,14 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// Checks `url` as a connection would, short of connecting: the string,
+/// libpq's environment, and the files it names (roots, a client
+/// certificate and its key's mode). What a command line does before it
+/// opens anything, so a mistake is told as bad input.
+pub fn check(url: &str) -> Result<(), ConnectError> {
+    reach::Reach::new(url, reach::Target::AsGiven).map(drop)
+}
+
 /// What a connection to `url` came to, in `environment`: the host and
 /// port that accepted it, the user, and whether it runs over TLS (as the
 /// server sees it, `pg_stat_ssl`). What an operator checks a deployment's

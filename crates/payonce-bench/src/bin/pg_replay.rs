@@ -164,7 +164,7 @@ fn kept(url: &str) -> anyhow::Result<()> {
     let start = Instant::now();
     let (ledger, _) = first_decision(url)?;
     let first = start.elapsed().as_secs_f64();
-    let mut watcher = postgres::Client::connect(url, postgres::NoTls)?;
+    let mut watcher = payonce_postgres::client(url)?;
     let mut decisions = 0u64;
     loop {
         let pinned: i64 = watcher

@@ -21,9 +21,9 @@ use payonce::{
 };
 use payonce_log::chain::{Head, batch_digest};
 use payonce_model::{Reference, WithdrawalRequest, WorkerName};
+use postgres::Client;
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls};
 
 use crate::error::BenchError;
 
@@ -209,7 +209,7 @@ fn copy_in<'a, R: 'a>(
 /// constraint rows of its claims and releases. Returns the head.
 pub fn copy_into(url: &str, events: &[Appended], batch_events: usize) -> Result<Head, BenchError> {
     let postgres = |step| move |source| BenchError::Postgres { step, source };
-    let mut client = Client::connect(url, NoTls).map_err(postgres("connect"))?;
+    let mut client = super::connect(url)?;
     let client = &mut client;
     // The copies share one transaction: a ledger half copied is never seen.
     client.batch_execute("BEGIN").map_err(postgres("BEGIN"))?;

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use payonce::{Config, LedgerError};
 use payonce_postgres::cluster::Cluster;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
@@ -90,8 +90,11 @@ pub(crate) fn pg_error(step: &'static str) -> impl FnOnce(postgres::Error) -> Be
     move |source| BenchError::Postgres { step, source }
 }
 
+/// A connection made as every payonce connection is (libpq's options and
+/// environment, TLS as `sslmode` says).
 pub(crate) fn connect(url: &str) -> Result<Client, BenchError> {
-    Client::connect(url, NoTls).map_err(pg_error("connecting"))
+    payonce_postgres::client(url)
+        .map_err(|error| BenchError::from(LedgerError::from(payonce::StoreError::from(error))))
 }
 
 /// A fresh database on `cluster`, made ready for `side`: the payonce

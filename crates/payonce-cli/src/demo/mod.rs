@@ -220,7 +220,7 @@ pub fn run_demo_postgres(
     exe: &Path,
     out: &mut dyn Write,
 ) -> Result<DemoReport, CliError> {
-    let shown = PathBuf::from(payonce_postgres::redacted(url));
+    let shown = crate::postgres_url::checked(url)?;
     let store = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
     payonce_postgres::migrate(url).map_err(store)?;
     let (clock, config) = story_clock();

@@ -175,7 +175,7 @@ fn open_ledger(
         snapshots: payonce::SnapshotPolicy::never(),
         ..Config::default()
     };
-    let opened = match given.to_str().filter(|url| payonce_postgres::is_url(url)) {
+    let opened = match crate::postgres_url::as_url(given) {
         // The ledger's own policy decides; an operator claims nothing.
         Some(url) => payonce_postgres::attach(url, config),
         None => Ledger::open_with(&log.dir, config),

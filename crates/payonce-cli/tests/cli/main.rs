@@ -21,6 +21,7 @@ mod index;
 mod operator;
 mod outcomes;
 mod postgres;
+mod postgres_tls;
 mod report;
 mod schemas;
 mod serve;
