@@ -1,6 +1,7 @@
 //! Certificate authorities the tests make for themselves: a CA, the
-//! certificates it issues for servers and clients, and PEM files of both
-//! written where a server or a client reads them.
+//! certificates it issues for servers and clients, PEM files of both
+//! written where a server or a client reads them, and a client's rustls
+//! configuration trusting a CA.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// A certificate and its key, in PEM.
 #[derive(Clone)]
@@ -120,4 +123,29 @@ impl TestCa {
         params.distinguished_name = named(common_name);
         self.issue(&mut params, ExtendedKeyUsagePurpose::ClientAuth)
     }
+}
+
+/// A client's rustls configuration (on [`crate::provider`]) trusting `ca`
+/// alone (nothing without it) and showing `identity` when given: what the
+/// tests' HTTPS clients are built on.
+pub fn client_config(
+    ca: Option<&TestCa>,
+    identity: Option<&Issued>,
+) -> Result<rustls::ClientConfig, Box<dyn std::error::Error + Send + Sync>> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = ca {
+        roots.add(CertificateDer::from_pem_slice(ca.certificate.as_bytes())?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(crate::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    Ok(match identity {
+        Some(issued) => {
+            let chain = CertificateDer::pem_slice_iter(issued.certificate.as_bytes())
+                .collect::<Result<Vec<_>, _>>()?;
+            let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes())?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        None => builder.with_no_client_auth(),
+    })
 }

@@ -49,8 +49,6 @@ use payonce_postgres::cluster::Cluster;
 use payonce_server::rail::{Rail, RailSend, SimRail, SimRailConfig};
 use payonce_server::{Embedded, Limits, Metrics, Server, ServerTls, ServerTlsFiles, Setup, Tokens};
 use payonce_tls::testing::TestCa;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 const TOKEN: &str = "bench-client-token-0123";
 const CONCURRENCY: usize = 64;
@@ -340,16 +338,8 @@ async fn server_on(ledger: &AsyncLedger, tls: Option<&Pki>) -> anyhow::Result<Se
 /// no cryptography of its own here: every client gets a rustls
 /// configuration.
 fn client(tls: Option<&Pki>, keep_alive: bool) -> anyhow::Result<reqwest::Client> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(pki) = tls {
-        roots.add(CertificateDer::from_pem_slice(
-            pki.ca.certificate.as_bytes(),
-        )?)?;
-    }
-    let config = rustls::ClientConfig::builder_with_provider(payonce_tls::provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = payonce_tls::testing::client_config(tls.map(|pki| &pki.ca), None)
+        .map_err(|error| anyhow::anyhow!("the client's TLS: {error}"))?;
     Ok(reqwest::Client::builder()
         .pool_max_idle_per_host(usize::from(keep_alive))
         .use_preconfigured_tls(config)

@@ -29,7 +29,7 @@ use payonce_server::{self, Embedded, Limits, Metrics, Server, Setup, Tokens};
 use payonce_tls::testing::{Issued, TestCa};
 use reqwest::{Response, StatusCode};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
 pub const ALICE: &str = "alice-token-0123456789";
@@ -166,26 +166,7 @@ impl TestService {
 /// showing `identity` when given. reqwest has no cryptography of its own
 /// here: every client is built on this.
 pub fn client_tls(ca: Option<&TestCa>, identity: Option<&Issued>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(ca) = ca {
-        roots
-            .add(CertificateDer::from_pem_slice(ca.certificate.as_bytes()).unwrap())
-            .unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(payonce_tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    match identity {
-        Some(issued) => {
-            let chain = CertificateDer::pem_slice_iter(issued.certificate.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    }
+    payonce_tls::testing::client_config(ca, identity).unwrap()
 }
 
 /// A reqwest client on [`client_tls`].

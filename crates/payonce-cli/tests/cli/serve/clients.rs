@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use payonce_tls::testing::{Issued, TestCa};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -15,26 +15,7 @@ use tokio_rustls::client::TlsStream;
 /// A rustls client configuration trusting `ca` (nothing without it) and
 /// showing `identity` when given.
 pub fn client_tls(ca: Option<&TestCa>, identity: Option<&Issued>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(ca) = ca {
-        roots
-            .add(CertificateDer::from_pem_slice(ca.certificate.as_bytes()).unwrap())
-            .unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(payonce_tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    match identity {
-        Some(issued) => {
-            let chain = CertificateDer::pem_slice_iter(issued.certificate.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    }
+    payonce_tls::testing::client_config(ca, identity).unwrap()
 }
 
 /// A reqwest client on [`client_tls`].
