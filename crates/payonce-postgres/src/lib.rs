@@ -34,6 +34,7 @@ mod error;
 mod follow;
 mod index;
 mod passfile;
+mod pooler;
 mod reach;
 mod read_view;
 mod refusal;
@@ -55,6 +56,7 @@ use payonce_model::WorkerName;
 pub use crate::conninfo::{CONNINFO_LEN_MAX, Conninfo, ConninfoError};
 pub use crate::index::Subject;
 pub use crate::passfile::PASSFILE_LEN_MAX;
+pub use crate::pooler::{PoolingError, PoolingStep};
 pub use crate::reach::{
     CONNECT_TIMEOUT, DEAD_PEER_MAX, Environment, HOSTS_MAX, LOOKUP_PATIENCE, RECONNECT_DELAY_MAX,
     RECONNECT_DELAY_MIN,

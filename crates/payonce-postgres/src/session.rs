@@ -17,7 +17,7 @@ use payonce::StoreError;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Error, Row, Statement, ToStatement};
+use tokio_postgres::{Client, Error, Row, SimpleQueryMessage, Statement, ToStatement};
 
 use crate::connect::first_accepted;
 use crate::error::failed;
@@ -28,6 +28,10 @@ pub(crate) struct Session {
     /// Dropped first, which tells the connection to end.
     client: Client,
     runtime: Driver,
+    /// The server backend (`pg_backend_pid()`) the session's settings were
+    /// made on: every statement of this connection must run there (the
+    /// `pooler` module).
+    backend: i32,
 }
 
 /// The runtime and its task that owns the socket, which it closes with a
@@ -98,17 +102,51 @@ impl Session {
             runtime,
             connection,
         };
-        let mut session = Session { client, runtime };
+        let mut session = Session {
+            client,
+            runtime,
+            backend: 0,
+        };
         // Every statement a session runs finds its rows by a key, or reads
         // the log in order once: compiling one costs more than it saves (a
-        // scan of 3M events took 1.5 s with JIT, 1.0 s without).
-        session.batch_execute("SET jit = off").map_err(failed)?;
-        if target == Target::Primary {
-            session
-                .batch_execute(reach::WRITER_SETTINGS)
-                .map_err(failed)?;
-        }
+        // scan of 3M events took 1.5 s with JIT, 1.0 s without). One query,
+        // which a pooler runs on one backend: the one named with them.
+        let settings = match target {
+            Target::Primary => format!("SET jit = off; {}", reach::WRITER_SETTINGS),
+            Target::AsGiven => "SET jit = off".to_owned(),
+        };
+        session.backend = session.backend_after(&settings)?;
         Ok(session)
+    }
+
+    /// Runs `settings` and reads the backend they ran on, in one query.
+    fn backend_after(&mut self, settings: &str) -> Result<i32, StoreError> {
+        let query = format!("{settings}; SELECT pg_backend_pid()");
+        let messages = self
+            .runtime
+            .block_on(self.client.simple_query(&query))
+            .map_err(failed)?;
+        messages
+            .iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Failed {
+                detail: "the server did not say which backend it is".to_owned(),
+            })
+    }
+
+    /// The server backend the session's settings were made on.
+    pub(crate) fn backend(&self) -> i32 {
+        self.backend
+    }
+
+    /// Takes the session's settings to have been made on `backend`: what
+    /// a pooler that moved the session would make it see.
+    #[cfg(test)]
+    pub(crate) fn pretend_backend(&mut self, backend: i32) {
+        self.backend = backend;
     }
 
     pub(crate) fn is_closed(&self) -> bool {

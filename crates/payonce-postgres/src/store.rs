@@ -42,6 +42,7 @@ use crate::backoff::Backoff;
 use crate::error::{damaged, describe, failed, unsafe_store};
 use crate::follow::{Follower, Row, rewound, scan, signed, unsigned};
 use crate::index;
+use crate::pooler::{self, PoolingError};
 use crate::reach::{LOOKUP_PATIENCE, Target};
 use crate::schema::{self, LOCK_CLASS, SCHEMA_VERSION, WORKER_LOCK_CLASS};
 use crate::session::{Pipelined, Request, Session};
@@ -56,6 +57,10 @@ const LOCK_TIMEOUT: &str = "2s";
 /// is gone (at most `reach::DEAD_PEER_MAX` on TCP); if it cannot, the
 /// attempt fails and the next is made after the backoff.
 const RELOCK_TIMEOUT: &str = "1s";
+
+/// How a refusal of the worker's lock, held by another connection,
+/// begins.
+const ANOTHER_PROCESS: &str = "another process runs as worker";
 
 /// Who writes through a [`PgLog`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,25 +143,77 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
 /// Takes `worker`'s lock on `client`, waiting at most `wait` (a
 /// PostgreSQL interval) for a connection that holds it to go: the server
 /// lets the lock of a killed process go once it notices, a moment later.
+/// Refuses a backend that holds a worker's lock already (another client's
+/// session, handed out by a pooler), and one other than the connection's
+/// setup ran on.
 fn lock_worker(client: &mut Session, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
+    let held = client
+        .query_one(pooler::WORKER_LOCKS_HELD, &[&WORKER_LOCK_CLASS])
+        .map_err(failed)?;
+    let (backend, locks): (i32, i64) = (held.get(0), held.get(1));
+    if locks > 0 {
+        return Err(PoolingError::Shared {
+            backend,
+            worker: worker.to_string(),
+        }
+        .into());
+    }
+    pooler::check_setup(client.backend(), backend)?;
     client
         .batch_execute(&format!("SET lock_timeout = '{wait}'"))
         .map_err(failed)?;
-    let locked = client.execute(
-        "SELECT pg_advisory_lock($1, hashtext($2))",
+    let locked = client.query_one(
+        "SELECT pg_backend_pid() FROM pg_advisory_lock($1, hashtext($2))",
         &[&WORKER_LOCK_CLASS, &worker.as_str()],
     );
     client.batch_execute("RESET lock_timeout").map_err(failed)?;
     match locked {
-        Ok(_) => Ok(()),
+        Ok(row) => Ok(pooler::check_setup(client.backend(), row.get(0))?),
         Err(error) if error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
             Err(unsafe_store(format!(
-                "another process runs as worker {worker} (it holds the worker's lock): give each \
-                 process its own worker name, or stop the other one first"
+                "{ANOTHER_PROCESS} {worker} (it holds the worker's lock): give each process its \
+                 own worker name, or stop the other one first"
             )))
         }
         Err(error) => Err(failed(error)),
     }
+}
+
+/// A connection to `url`'s host that accepts writes, set up for `role`:
+/// the worker's lock taken (waiting at most `wait` for it) and the batch's
+/// statements prepared, every statement of the setup checked to have run
+/// on the backend the session's settings were made on.
+fn set_up(url: &str, role: &Role, wait: &str) -> Result<(Session, Statements), StoreError> {
+    let mut client = schema::connect(url, Target::Primary)?;
+    if let Some(worker) = role.locked() {
+        lock_worker(&mut client, worker, wait)?;
+    }
+    let set_up = Statements::prepare(&mut client).and_then(|statements| {
+        check_unshared(url, &mut client)?;
+        Ok(statements)
+    });
+    match (set_up, role.locked()) {
+        (Ok(statements), _) => Ok((client, statements)),
+        (Err(error), Some(worker)) => {
+            // Behind a pooler the lock may sit on a server session that
+            // outlives this connection: let it go, wherever it is.
+            let unlock = "SELECT pg_advisory_unlock($1, hashtext($2))";
+            let _ = client.execute(unlock, &[&WORKER_LOCK_CLASS, &worker.as_str()]);
+            Err(error)
+        }
+        (Err(error), None) => Err(error),
+    }
+}
+
+/// Checks that the setup of `client` ran on one backend, which a second
+/// connection to `url` is not handed: while `client` is idle, a pooler
+/// that shares server sessions hands its backend to the next client.
+fn check_unshared(url: &str, client: &mut Session) -> Result<(), StoreError> {
+    let ours = client.query_one(pooler::BACKEND, &[]).map_err(failed)?;
+    pooler::check_setup(client.backend(), ours.get(0))?;
+    let mut other = Session::connect(url, Target::Primary)?;
+    let theirs = other.query_one(pooler::BACKEND, &[]).map_err(failed)?;
+    Ok(pooler::check_unshared(&ours, &theirs)?)
 }
 
 impl PgLog {
@@ -164,11 +221,7 @@ impl PgLog {
     /// may lose an acknowledged commit, a schema of another version, and a
     /// worker some other process runs as.
     pub fn connect(url: &str, role: Role) -> Result<PgLog, StoreError> {
-        let mut client = schema::connect(url, Target::Primary)?;
-        if let Some(worker) = role.locked() {
-            lock_worker(&mut client, worker, LOCK_TIMEOUT)?;
-        }
-        let statements = Statements::prepare(&mut client)?;
+        let (client, statements) = set_up(url, &role, LOCK_TIMEOUT)?;
         Ok(PgLog {
             url: url.to_owned(),
             role,
@@ -227,21 +280,18 @@ impl PgLog {
     /// A new connection to the host that accepts writes, with the worker's
     /// lock and the batch's statements.
     fn reconnect(&self) -> Result<(Session, Statements), StoreError> {
-        let mut client = schema::connect(&self.url, Target::Primary)?;
-        if let Some(worker) = self.role.locked() {
-            lock_worker(&mut client, worker, RELOCK_TIMEOUT).map_err(|error| match error {
-                // Its own lost connection may hold it a little longer.
-                StoreError::Unsafe { detail } => StoreError::Failed {
+        set_up(&self.url, &self.role, RELOCK_TIMEOUT).map_err(|error| match error {
+            // Its own lost connection may hold it a little longer.
+            StoreError::Unsafe { detail } if detail.starts_with(ANOTHER_PROCESS) => {
+                StoreError::Failed {
                     detail: format!(
                         "the worker's lock is held, by this worker's lost connection until the \
                          server sees it gone, or by another process: {detail}"
                     ),
-                },
-                error => error,
-            })?;
-        }
-        let statements = Statements::prepare(&mut client)?;
-        Ok((client, statements))
+                }
+            }
+            error => error,
+        })
     }
 
     /// [`SharedLog::reachable`]: its connection answers as a primary, or
@@ -304,9 +354,13 @@ impl PgLog {
         connection.in_batch = true;
         let (client, statements) = live(connection)?;
         // One round trip: the catch-up runs once the lock is taken.
+        let backend = client.backend();
         let rows = client
-            .then_query(&begin_batch(), &statements.catch_up, &[&head_seq])
-            .map_err(failed)?;
+            .then_query(&begin_batch(backend), &statements.catch_up, &[&head_seq])
+            .map_err(|error| match pooler::moved(&error, backend) {
+                Some(moved) => moved.into(),
+                None => failed(error),
+            })?;
         // Every row carries the head's batch; one row without an event
         // says there is none after it.
         let head = rows.first().and_then(|row| {
@@ -581,8 +635,9 @@ fn follow_all(
     Ok(records)
 }
 
-/// A batch's first round trip: its transaction, how the server plans the
-/// batch's statements, and the ledger-wide lock.
+/// A batch's first round trip: its transaction, the check that it runs on
+/// `backend`, the one its connection was set up on (the `pooler` module),
+/// how the server plans the batch's statements, and the ledger-wide lock.
 ///
 /// - Generic plans: the plans do not depend on the values (every lookup
 ///   is by a key), so planning them again on each execution, as the
@@ -592,10 +647,11 @@ fn follow_all(
 ///   the log after `$1`, which passes `jit_above_cost` once the log is
 ///   long, and compiling then took 160 ms for a statement that runs in
 ///   0.05 ms.
-fn begin_batch() -> String {
+fn begin_batch(backend: i32) -> String {
     format!(
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off; \
-         SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)"
+        "BEGIN; {}; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off; \
+         SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)",
+        pooler::same_backend(backend)
     )
 }
 
@@ -824,7 +880,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::{CATCH_UP, PgLog, Role, live};
-    use payonce::SharedLog;
+    use payonce::{SharedLog, StoreError};
     use postgres::{Client, NoTls, SimpleQueryMessage};
 
     /// The plan the server keeps for `sql` once it plans it generically,
@@ -862,6 +918,42 @@ mod tests {
         assert_eq!(settings.get::<_, String>(0), "force_generic_plan");
         assert_eq!(settings.get::<_, String>(1), "off");
         drop(connection);
+        log.commit(&[]).unwrap();
+    }
+
+    #[test]
+    fn a_batch_on_another_backend_than_its_connection_was_set_up_on_is_refused_before_it_reads() {
+        // Guards against a batch running on a server session a pooler handed out in place of the one holding the worker's lock and prepared statements.
+        let Some(url) = crate::cluster::test_database() else {
+            return;
+        };
+        let log = PgLog::connect(&url, Role::Attached).unwrap();
+        let backend = {
+            let mut connection = log.lock().unwrap();
+            let (client, _) = live(&mut connection).unwrap();
+            let backend = client.backend();
+            client.pretend_backend(backend + 1);
+            backend
+        };
+        let error = log.begin(0).unwrap_err();
+        let StoreError::Unsafe { detail } = &error else {
+            panic!("{error:?}");
+        };
+        assert!(
+            detail.contains(&format!(
+                "ran on server backend {backend}, not on backend {}",
+                backend + 1
+            )),
+            "{detail}"
+        );
+        assert!(detail.contains("set pool_mode = session"), "{detail}");
+        // The transaction was rolled back: the connection goes on once it
+        // is where its setup was.
+        live(&mut log.lock().unwrap())
+            .unwrap()
+            .0
+            .pretend_backend(backend);
+        log.begin(0).unwrap();
         log.commit(&[]).unwrap();
     }
 
