@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use payonce_tests::imports::circles;
+use payonce_tests::imports::{circles, folder_circles};
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -71,4 +71,39 @@ fn a_circle_made_on_purpose_is_found() {
 #[test]
 fn parents_children_and_comments_make_no_circle() {
     assert_eq!(fixture_circles("acyclic"), Vec::<Vec<String>>::new());
+}
+
+// Guards against a wing straddling floors: two sibling folders whose files
+// each use the other's, which no circle of files shows.
+#[test]
+fn no_crate_has_a_circle_between_sibling_folders() {
+    for src in sources() {
+        let found = folder_circles(&src).unwrap();
+        assert!(found.is_empty(), "circles of folders in {src:?}: {found:?}");
+    }
+}
+
+// Guards against a folder check that cannot fail, or sees what is not
+// there: a circle of folders made on purpose is found, with no circle of
+// files in it, a test file's arrow left out and the folder both use
+// outside it; the other fixtures have none.
+#[test]
+fn a_circle_of_folders_made_on_purpose_is_found_and_only_it() {
+    let src = root().join("tests/fixtures/imports/folders/src");
+    let found: Vec<Vec<String>> = folder_circles(&src)
+        .unwrap()
+        .into_iter()
+        .map(|circle| {
+            circle
+                .iter()
+                .map(|folder| folder.strip_prefix(&src).unwrap().display().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(found, vec![vec!["state".to_owned(), "wing".to_owned()]]);
+    assert_eq!(fixture_circles("folders"), Vec::<Vec<String>>::new());
+    for name in ["acyclic", "circle"] {
+        let src = root().join("tests/fixtures/imports").join(name).join("src");
+        assert!(folder_circles(&src).unwrap().is_empty(), "{name}");
+    }
 }

@@ -8,6 +8,12 @@
 //! This reads text, not the compiler's resolution: a path through a
 //! re-export or a `#[path]` module is not seen. It errs toward seeing an
 //! arrow that is not there, never toward a silent circle of plain `use`s.
+//!
+//! [`folder_circles`] reads the same arrows a floor higher: a folder is a
+//! room, and two sibling folders whose files each use the other's are a
+//! circle even when no two files are (a wing straddling floors). Test
+//! files (`tests.rs`, `tests_*.rs`) are left out there: a test may reach
+//! anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -38,6 +44,55 @@ pub fn circles(src: &Path) -> std::io::Result<Vec<Vec<PathBuf>>> {
         .filter(|component| component.len() > 1)
         .map(|component| component.into_iter().map(Path::to_path_buf).collect())
         .collect())
+}
+
+/// Every circle among the sibling folders of the crate whose sources are
+/// in `src`: folder A's files use folder B's and B's use A's, directly or
+/// through other folders, each listed as its folders' paths, sorted.
+pub fn folder_circles(src: &Path) -> std::io::Result<Vec<Vec<PathBuf>>> {
+    let modules = modules(src)?;
+    let folders: BTreeMap<&ModulePath, PathBuf> = modules
+        .iter()
+        .filter(|(_, file)| file.file_name().is_some_and(|name| name == "mod.rs"))
+        .filter_map(|(path, file)| Some((path, file.parent()?.to_path_buf())))
+        .collect();
+    let mut graph: BTreeMap<&Path, BTreeSet<&Path>> = BTreeMap::new();
+    for (here, file) in &modules {
+        if is_test_file(file.strip_prefix(src).unwrap_or(file)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file)?;
+        for there in targets(&without_comments(&text), here, &modules) {
+            if here.starts_with(&there) || there.starts_with(here) {
+                continue;
+            }
+            let common = here.iter().zip(&there).take_while(|(a, b)| a == b).count();
+            let (from, to) = (&here[..=common], &there[..=common]);
+            if let (Some(from), Some(to)) = (folder_of(&folders, from), folder_of(&folders, to)) {
+                graph.entry(from).or_default().insert(to);
+            }
+        }
+    }
+    Ok(strongly_connected(&graph)
+        .into_iter()
+        .filter(|component| component.len() > 1)
+        .map(|component| component.into_iter().map(Path::to_path_buf).collect())
+        .collect())
+}
+
+/// The directory of folder module `path`, if it is a folder (`mod.rs`).
+fn folder_of<'a>(folders: &'a BTreeMap<&ModulePath, PathBuf>, path: &[String]) -> Option<&'a Path> {
+    folders.get(&path.to_vec()).map(PathBuf::as_path)
+}
+
+/// Whether `file`, a path inside a crate's `src`, holds tests only:
+/// `tests.rs`, `tests_*.rs`, or a file under a `tests/` folder.
+fn is_test_file(file: &Path) -> bool {
+    let name = file
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned());
+    name.is_some_and(|name| name == "tests.rs" || name.starts_with("tests_"))
+        || file.components().any(|part| part.as_os_str() == "tests")
 }
 
 /// Module path to file, for every `.rs` file under `src` but `src/bin/`.

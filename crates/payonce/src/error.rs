@@ -13,7 +13,7 @@ use payonce_model::{
 use crate::decide::Decision;
 use crate::event::{EventDecodeError, EventKind};
 use crate::refusal::{Refusal, RefusalKind};
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 
 /// An error from the ledger.
 #[derive(Debug)]

@@ -74,6 +74,7 @@ mod recovery;
 mod refusal;
 mod replay;
 mod snapshot;
+mod snapshot_format;
 mod state;
 mod time;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use payonce_log::Head;
 
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 
 /// What opening a ledger found and repaired ([`crate::Ledger::recovery`]).
 #[derive(Debug, Clone, Default)]

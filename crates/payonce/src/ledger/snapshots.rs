@@ -262,7 +262,7 @@ fn durable_head(store: &Store, seq: u64) -> Result<(u64, Head), LedgerError> {
         Store::Shared(shared) => {
             // Copied between batches, the state ends where a batch does.
             let cannot = |detail: String| {
-                LedgerError::Snapshot(crate::snapshot::SnapshotError::Store { detail })
+                LedgerError::Snapshot(crate::snapshot_format::SnapshotError::Store { detail })
             };
             let log_id = shared
                 .log

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use payonce_log::{LogConfig, LogReader, Storage};
 
-use super::error::SnapshotError;
 use super::store::{SnapshotStore, StoredSnapshot};
 use super::{SnapshotInfo, checked, info};
 use crate::audit::{VerifyReport, verify_at};
 use crate::error::LedgerError;
+use crate::snapshot_format::SnapshotError;
 use crate::state::{State, StateDifference};
 
 /// What auditing one snapshot found.

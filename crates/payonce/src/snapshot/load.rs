@@ -11,11 +11,11 @@ use std::sync::Arc;
 use payonce_log::{Head, Opening};
 use tracing::{info, warn};
 
-use super::error::SnapshotError;
 use super::store::{SnapshotStore, StoredSnapshot};
 use super::{SnapshotInfo, checked, checked_file};
 use crate::error::LedgerError;
 use crate::recovery::{SnapshotLoaded, SnapshotRefused};
+use crate::snapshot_format::SnapshotError;
 use crate::state::State;
 
 /// What [`load_newest`] found.

@@ -20,11 +20,8 @@
 //! - [`SnapshotPolicy`]: when a ledger takes them.
 
 mod audit;
-pub(crate) mod error;
-pub(crate) mod format;
 mod load;
 mod policy;
-pub(crate) mod reader;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -34,15 +31,15 @@ use std::num::NonZeroU32;
 use payonce_log::Head;
 
 pub use self::audit::{SnapshotCheck, SnapshotVerdict, verify_snapshots};
-pub use self::error::SnapshotError;
-use self::format::Header;
-pub use self::format::{KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 pub(crate) use self::load::{Loaded, load_newest, load_newest_of};
 pub use self::policy::{SNAPSHOT_EVENTS, SNAPSHOT_INTERVAL, SNAPSHOT_SHARE_MAX, SnapshotPolicy};
-use self::reader::{BodyBytes, Reader};
-pub use self::reader::{SNAPSHOT_READ_LEN, SnapshotFile};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
+pub use crate::snapshot_format::SnapshotError;
+use crate::snapshot_format::header::Header;
+use crate::snapshot_format::reader::{BodyBytes, Reader};
+pub use crate::snapshot_format::{KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
+pub use crate::snapshot_format::{SNAPSHOT_READ_LEN, SnapshotFile};
 use crate::state::{ArchiveAt, State};
 
 /// The largest snapshot read: about 4,000 times a snapshot of 10M claimed

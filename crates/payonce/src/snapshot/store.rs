@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use payonce_log::{FsStorage, Storage, StorageRead};
 
-use super::error::SnapshotError;
-use super::reader::SnapshotFile;
+use crate::snapshot_format::SnapshotError;
+use crate::snapshot_format::SnapshotFile;
 
 /// The directory beside a file ledger's segments that holds its snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";

@@ -9,10 +9,12 @@ use payonce_log::{Digest, Head};
 use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
-use super::format::{Header, KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};
 use super::{SnapshotError, SnapshotFile, checked_file, decode, encode};
 use crate::documented::{SNAPSHOT_FORMAT, header_value, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::snapshot_format::header::{
+    Header, KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN,
+};
 use crate::state::{State, apply, with_archive_keys};
 use crate::time::Timestamp;
 

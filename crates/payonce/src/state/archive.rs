@@ -26,7 +26,7 @@ use super::archive_blocks::{Blocks, PairView, SettledPair, drawn_keys};
 use super::archive_writer::{Encoded, merged};
 use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
 use super::{Names, State};
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 
 /// A state's archive and which of its pairs were brought back: shared by
 /// the state's copies until one of them brings a pair back.

@@ -29,9 +29,9 @@ use payonce_model::{
 use siphasher::sip::SipHasher13;
 
 use super::layout::{Funds, stored};
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::In;
-use crate::snapshot::{SNAPSHOT_HEADER_LEN, SNAPSHOT_READ_LEN, SnapshotFile};
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::fields::In;
+use crate::snapshot_format::{SNAPSHOT_HEADER_LEN, SNAPSHOT_READ_LEN, SnapshotFile};
 use crate::time::Timestamp;
 
 /// Pairs a pair block holds, but for the last: a lookup decodes this many

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 
 use super::State;
 use super::archive_blocks::Blocks;
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 
 /// How many times the pass starts over after a failure to read (a lost
 /// connection), waiting twice as long each time from

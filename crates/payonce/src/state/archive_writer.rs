@@ -13,8 +13,8 @@ use super::archive_blocks::{
     state_number,
 };
 use super::layout::Funds;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::Out;
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::fields::Out;
 
 /// Pairs encoded in the order they were pushed, and where each lies.
 pub(super) struct Encoded {

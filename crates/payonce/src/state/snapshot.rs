@@ -22,10 +22,10 @@ use super::layout::{
     Funds, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, WithdrawalSlot, stored,
 };
 use super::snapshot_keys::{Body, KeysHead, PartRead, SEND_WORKER, keys_job_min, read_job};
-use crate::snapshot::SNAPSHOT_HEADER_LEN;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::{In, Out, ended};
-use crate::snapshot::reader::{BodyBytes, Reader};
+use crate::snapshot_format::SNAPSHOT_HEADER_LEN;
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::fields::{In, Out, ended};
+use crate::snapshot_format::reader::{BodyBytes, Reader};
 
 /// The fewest bytes a currency takes in a body: a one-letter code, three
 /// totals.

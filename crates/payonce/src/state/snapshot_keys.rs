@@ -19,10 +19,10 @@ use super::chunks::Chunks;
 use super::layout::{
     KeySlot, NO_HOLDER, NameHasher, SLOTS_MAX, TextRef, Texts, WithdrawalSlot, stored,
 };
-use crate::snapshot::SNAPSHOT_HEADER_LEN;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::In;
-use crate::snapshot::reader::{BodyBytes, Reader};
+use crate::snapshot_format::SNAPSHOT_HEADER_LEN;
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::fields::In;
+use crate::snapshot_format::reader::{BodyBytes, Reader};
 use crate::time::Timestamp;
 
 /// The fewest bytes a key takes: a one-letter key, its fixed fields, four

@@ -7,8 +7,8 @@ use super::layout::GARBAGE_MIN;
 use super::*;
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::snapshot::SnapshotFile;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::reader::BodyBytes;
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::reader::BodyBytes;
 
 /// Applies events made by `kinds`, numbering them after the last.
 pub(super) fn run(state: &mut State, kinds: impl IntoIterator<Item = EventKind>) {
@@ -680,7 +680,7 @@ fn skipping_through_a_body_in_a_file_holds_a_piece_at_a_time_and_hashes_every_by
         len: body.len(),
         piece: 64,
     };
-    let mut reader = crate::snapshot::reader::Reader::new(bytes);
+    let mut reader = crate::snapshot_format::reader::Reader::new(bytes);
     reader.hash_from_here();
     reader.skip_to(body.len()).unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -689,7 +689,8 @@ fn skipping_through_a_body_in_a_file_holds_a_piece_at_a_time_and_hashes_every_by
         reader.window_capacity()
     );
     assert_eq!(reader.hashed().finalize(), crc32fast::hash(&body));
-    let whole = crate::snapshot::reader::Reader::checksum(bytes).unwrap_or_else(|e| panic!("{e}"));
+    let whole =
+        crate::snapshot_format::reader::Reader::checksum(bytes).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(whole, crc32fast::hash(&body));
 }
 

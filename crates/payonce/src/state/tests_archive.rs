@@ -12,7 +12,7 @@ use crate::command::Command;
 use crate::decide::decide;
 use crate::event::{Event, SCHEMA_VERSION};
 use crate::refusal::Refusal;
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 
 /// Applies the event `kind` makes to a state with pairs set apart, as the
 /// ledger does: what it names brought back first.

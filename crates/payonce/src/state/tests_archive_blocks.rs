@@ -11,7 +11,7 @@ use super::archive_blocks::{
 };
 use super::archive_writer::encode_under;
 use super::layout::Funds;
-use crate::snapshot::error::SnapshotError;
+use crate::snapshot_format::error::SnapshotError;
 use crate::time::Timestamp;
 
 const KEYS: (u64, u64) = (0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908);

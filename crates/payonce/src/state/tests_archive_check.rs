@@ -12,9 +12,9 @@ use payonce_log::{Digest, Head};
 
 use super::tests_key_parts::{Fate, claimed_as};
 use super::*;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::format::{Header, SNAPSHOT_HEADER_LEN};
 use crate::snapshot::{SnapshotFile, checked_file, encode};
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::header::{Header, SNAPSHOT_HEADER_LEN};
 
 /// A snapshot in memory that counts the bytes one thread (the opening's)
 /// reads, may leave its archive to the background pass, and tells a

@@ -15,9 +15,9 @@ use super::tests::{
 };
 use super::*;
 use crate::command::FailureCause;
-use crate::snapshot::SNAPSHOT_HEADER_LEN;
-use crate::snapshot::error::SnapshotError;
-use crate::snapshot::reader::BodyBytes;
+use crate::snapshot_format::SNAPSHOT_HEADER_LEN;
+use crate::snapshot_format::error::SnapshotError;
+use crate::snapshot_format::reader::BodyBytes;
 
 /// What becomes of a key's claim.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@
 //! fresh memory is most of what a load costs (docs/performance.md).
 
 use super::error::SnapshotError;
-use super::format::In;
+use super::fields::In;
 
 /// Bytes of a snapshot read from storage at a time, unless its
 /// [`SnapshotFile`] says otherwise: enough that a read costs its copying
@@ -14,7 +14,7 @@ use super::format::In;
 pub const SNAPSHOT_READ_LEN: usize = 8 << 20;
 
 /// A snapshot in storage that can be read a piece at a time
-/// ([`super::SnapshotStore::open`]).
+/// ([`crate::SnapshotStore::open`]).
 pub trait SnapshotFile: Send + Sync {
     /// Its length in bytes, header included.
     fn byte_len(&self) -> u64;
