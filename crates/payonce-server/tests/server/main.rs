@@ -28,8 +28,8 @@ use payonce_server::rail::ScriptedRail;
 use payonce_server::{self, Embedded, Limits, Metrics, Server, Setup, Tokens};
 use payonce_tls::testing::{Issued, TestCa};
 use reqwest::{Response, StatusCode};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
 pub const ALICE: &str = "alice-token-0123456789";
