@@ -31,6 +31,11 @@ use postgres::Client;
 
 use crate::error::failed;
 
+pub mod patroni;
+mod pgbouncer;
+
+pub use pgbouncer::{Pgbouncer, PoolMode};
+
 /// The port the socket is named after: any will do, the socket directory
 /// is the cluster's own.
 const PORT: u16 = 5432;
@@ -55,7 +60,7 @@ impl fmt::Display for ClusterError {
 
 impl std::error::Error for ClusterError {}
 
-fn cluster_error(step: &str, detail: impl fmt::Display) -> ClusterError {
+pub(crate) fn cluster_error(step: &str, detail: impl fmt::Display) -> ClusterError {
     ClusterError {
         step: step.to_owned(),
         detail: detail.to_string(),
@@ -155,7 +160,7 @@ impl fmt::Debug for Cluster {
 
 /// The newest server binaries installed: `pg_config --bindir`'s, else the
 /// highest version under [`BIN_DIRS`].
-fn find_bin() -> Result<PathBuf, ClusterError> {
+pub(crate) fn find_bin() -> Result<PathBuf, ClusterError> {
     if let Ok(output) = Command::new("pg_config").arg("--bindir").output()
         && output.status.success()
     {
@@ -182,14 +187,14 @@ fn find_bin() -> Result<PathBuf, ClusterError> {
     })
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|output| output.stdout.trim_ascii() == b"0")
 }
 
-fn mktemp_dir() -> Result<PathBuf, ClusterError> {
+pub(crate) fn mktemp_dir() -> Result<PathBuf, ClusterError> {
     let output = Command::new("mktemp")
         .args(["-d", "-t", "payonce-pg.XXXXXX"])
         .output()
@@ -206,7 +211,7 @@ fn mktemp_dir() -> Result<PathBuf, ClusterError> {
 }
 
 /// Runs `command`, and says what it printed if it failed.
-fn run(step: &str, mut command: Command) -> Result<(), ClusterError> {
+pub(crate) fn run(step: &str, mut command: Command) -> Result<(), ClusterError> {
     let output = command
         .output()
         .map_err(|error| cluster_error(step, error))?;
@@ -224,7 +229,7 @@ fn run(step: &str, mut command: Command) -> Result<(), ClusterError> {
 }
 
 /// Quotes `text` for `sh`.
-fn quoted(text: &Path) -> String {
+pub(crate) fn quoted(text: &Path) -> String {
     format!("'{}'", text.display().to_string().replace('\'', r"'\''"))
 }
 
@@ -511,6 +516,11 @@ impl Cluster {
         &self.socket
     }
 
+    /// The port its socket is named after, and its TCP port.
+    pub fn port(&self) -> u16 {
+        self.settings.port
+    }
+
     /// The URL of database `name` on the TCP address the server listens
     /// on ([`Settings::listen`]), as reached from its network namespace.
     pub fn tcp_url(&self, name: &str) -> Option<String> {
@@ -554,22 +564,10 @@ impl Cluster {
             true => quoted(&self.socket),
             false => String::new(),
         };
-        let script = format!(
-            "cat >/dev/null; {stop} >/dev/null 2>&1; rm -rf {} {socket}",
+        watchdog(&format!(
+            "{stop} >/dev/null 2>&1; rm -rf {} {socket}",
             quoted(&self.data),
-        );
-        let mut child = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|error| cluster_error("starting the cluster's watchdog", error))?;
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| cluster_error("starting the cluster's watchdog", "no pipe"))?;
-        Ok((child, stdin))
+        ))
     }
 
     /// Starts the server (again).
@@ -662,7 +660,7 @@ pub fn hosts_url(clusters: &[&Cluster], name: &str) -> String {
 }
 
 /// Whether process `pid` runs (a zombie does not).
-fn is_alive(pid: &str) -> bool {
+pub(crate) fn is_alive(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
@@ -678,7 +676,7 @@ fn is_alive(pid: &str) -> bool {
 }
 
 /// The processes whose parent is `pid`, from `/proc`.
-fn children_of(pid: &str) -> Vec<String> {
+pub(crate) fn children_of(pid: &str) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -694,8 +692,26 @@ fn children_of(pid: &str) -> Vec<String> {
         .collect()
 }
 
+/// A shell that waits for this process's end (its pipe, whose writing end
+/// is returned, closing), then runs `script`: what stops a test's servers
+/// however this process ends.
+pub(crate) fn watchdog(script: &str) -> Result<(Child, ChildStdin), ClusterError> {
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("cat >/dev/null; {script}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|error| cluster_error("starting a watchdog", error))?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| cluster_error("starting a watchdog", "no pipe"))?;
+    Ok((child, stdin))
+}
+
 /// Appends `text` to the file at `path`.
-fn append(path: &Path, text: &str) -> Result<(), ClusterError> {
+pub(crate) fn append(path: &Path, text: &str) -> Result<(), ClusterError> {
     std::fs::OpenOptions::new()
         .append(true)
         .open(path)
