@@ -24,7 +24,7 @@ const WITHDRAWALS: usize = 16;
 
 /// How many of something a test makes: `name` from the environment, or
 /// `default`.
-fn count_from_env(name: &str, default: usize) -> usize {
+pub(crate) fn count_from_env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .map(|text| text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
@@ -33,7 +33,7 @@ fn count_from_env(name: &str, default: usize) -> usize {
 
 /// Runs the `payonce` command line with `args` as its binary does, and
 /// returns its exit code and what it printed.
-fn payonce(args: &[&str]) -> (i32, String) {
+pub(crate) fn payonce(args: &[&str]) -> (i32, String) {
     use clap::Parser;
     let words = std::iter::once("payonce").chain(args.iter().copied());
     let cli = payonce_cli::Cli::try_parse_from(words).unwrap();
@@ -47,7 +47,7 @@ fn payonce(args: &[&str]) -> (i32, String) {
 }
 
 /// `payonce verify URL` finds the log clean.
-fn assert_verify_clean(url: &str) {
+pub(crate) fn assert_verify_clean(url: &str) {
     let (code, out) = payonce(&["verify", url]);
     assert_eq!(code, payonce_cli::EXIT_OK, "payonce verify: {out}");
 }

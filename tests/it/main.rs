@@ -8,5 +8,7 @@ mod fuzz_regressions;
 mod imports;
 mod model;
 mod network;
+mod patroni;
+mod pgbouncer;
 mod postgres;
 mod sim;

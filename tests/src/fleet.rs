@@ -143,6 +143,11 @@ impl Fleet {
         self.wait_for("done", self.children.len())
     }
 
+    /// The next line a worker writes.
+    pub fn next_line(&self) -> Said {
+        self.next()
+    }
+
     fn next(&self) -> Said {
         self.lines
             .recv_timeout(std::time::Duration::from_secs(300))

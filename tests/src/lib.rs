@@ -7,6 +7,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod imports;
 pub mod netns;
+pub mod patroni;
 pub mod relay;
 pub mod rng;
 pub mod sim;

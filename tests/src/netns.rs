@@ -226,3 +226,148 @@ impl Drop for Link {
         let _ = run(&["ip", "link", "delete", &self.outside]);
     }
 }
+
+/// Several namespaces on one bridge, each with an address of its own on
+/// one /24, this process's namespace on it too: a network of hosts, for a
+/// cluster whose members each run in a namespace of their own. The bridge
+/// is in a namespace of its own, so nothing outside changes. A member is
+/// cut off from every other (and from this process) by iptables in its
+/// own namespace, and healed there.
+pub struct Net {
+    /// The bridge's namespace.
+    hub: String,
+    /// The veth end in this process's namespace.
+    outside: String,
+    /// This process's address on the network.
+    pub outside_addr: String,
+    /// The members' namespaces and addresses, in order.
+    pub members: Vec<payonce_postgres::cluster::patroni::Place>,
+}
+
+impl Net {
+    /// A network of `count` member namespaces, with names and addresses no
+    /// other network or link of this machine's tests has.
+    pub fn make(count: usize) -> Result<Net, String> {
+        static NETS: AtomicU32 = AtomicU32::new(0);
+        let n = NETS.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let tag = format!("{}n{n}", pid % 100_000);
+        let prefix = format!("10.{}.{}", 200 + pid % 50, (pid / 50 + n) % 250);
+        let mut net = Net {
+            hub: format!("pnet{tag}h"),
+            outside: format!("pn{tag}o"),
+            outside_addr: format!("{prefix}.1"),
+            members: Vec::new(),
+        };
+        run(&["ip", "netns", "add", &net.hub])?;
+        net.in_hub(&["ip", "link", "add", "br0", "type", "bridge"])?;
+        net.in_hub(&["ip", "link", "set", "br0", "up"])?;
+        let outside = net.outside.clone();
+        net.plug(
+            &outside,
+            &format!("pn{tag}O"),
+            None,
+            &format!("{prefix}.1/24"),
+        )?;
+        for member in 0..count {
+            let netns = format!("pnet{tag}m{member}");
+            let addr = format!("{prefix}.{}", 10 + member);
+            run(&["ip", "netns", "add", &netns])?;
+            net.members.push(payonce_postgres::cluster::patroni::Place {
+                netns: netns.clone(),
+                addr: addr.clone(),
+            });
+            let end = format!("pn{tag}m{member}");
+            net.plug(
+                &end,
+                &format!("{end}b"),
+                Some(&netns),
+                &format!("{addr}/24"),
+            )?;
+        }
+        Ok(net)
+    }
+
+    /// A network, or `None` (having said why) when none can be made
+    /// outside CI; under `CI=true` one that cannot be made fails the test.
+    pub fn make_or_skip(count: usize) -> Option<Net> {
+        match Net::make(count) {
+            Ok(net) => Some(net),
+            Err(error) if cluster::required() => {
+                panic!("CI=true, and no network of namespaces could be made: {error}")
+            }
+            Err(error) => {
+                cluster::shout(&format!("SKIPPING a network fault test: {error}"));
+                None
+            }
+        }
+    }
+
+    fn in_hub(&self, args: &[&str]) -> Result<(), String> {
+        let mut words = vec!["ip", "netns", "exec", &self.hub];
+        words.extend_from_slice(args);
+        run(&words)
+    }
+
+    /// A veth pair: `end` in `netns` (this process's when `None`) with
+    /// `cidr`, `peer` on the hub's bridge.
+    fn plug(&self, end: &str, peer: &str, netns: Option<&str>, cidr: &str) -> Result<(), String> {
+        run(&[
+            "ip", "link", "add", end, "type", "veth", "peer", "name", peer,
+        ])?;
+        run(&["ip", "link", "set", peer, "netns", &self.hub])?;
+        self.in_hub(&["ip", "link", "set", peer, "master", "br0"])?;
+        self.in_hub(&["ip", "link", "set", peer, "up"])?;
+        let mut inside: Vec<&str> = Vec::new();
+        if let Some(netns) = netns {
+            run(&["ip", "link", "set", end, "netns", netns])?;
+            inside = vec!["ip", "netns", "exec", netns];
+        }
+        let steps: [&[&str]; 3] = [
+            &["ip", "addr", "add", cidr, "dev", end],
+            &["ip", "link", "set", end, "up"],
+            &["ip", "link", "set", "lo", "up"],
+        ];
+        for step in &steps[..2 + usize::from(netns.is_some())] {
+            run(&[inside.as_slice(), step].concat())?;
+        }
+        Ok(())
+    }
+
+    /// Cuts member `n` off: every packet to or from its namespace, but on
+    /// its loopback, is dropped there. Its processes run on.
+    pub fn cut(&self, n: usize) {
+        let netns = self.members[n].netns.as_str();
+        for chain in ["INPUT", "OUTPUT"] {
+            let way = if chain == "INPUT" { "-i" } else { "-o" };
+            run(&[
+                "ip", "netns", "exec", netns, "iptables", "-w", "-I", chain, "1", way, "lo", "-j",
+                "ACCEPT",
+            ])
+            .unwrap();
+            run(&[
+                "ip", "netns", "exec", netns, "iptables", "-w", "-A", chain, "-j", "DROP",
+            ])
+            .unwrap();
+        }
+    }
+
+    /// Heals member `n`: its namespace drops nothing again.
+    pub fn heal(&self, n: usize) {
+        let netns = self.members[n].netns.as_str();
+        for chain in ["INPUT", "OUTPUT"] {
+            run(&["ip", "netns", "exec", netns, "iptables", "-w", "-F", chain]).unwrap();
+        }
+    }
+}
+
+impl Drop for Net {
+    /// The namespaces go, and with them the veth pairs and every rule.
+    fn drop(&mut self) {
+        for member in &self.members {
+            let _ = run(&["ip", "netns", "delete", &member.netns]);
+        }
+        let _ = run(&["ip", "netns", "delete", &self.hub]);
+        let _ = run(&["ip", "link", "delete", &self.outside]);
+    }
+}
