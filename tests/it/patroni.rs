@@ -17,7 +17,7 @@ use payonce_tests::fleet::{self, Checked, Fleet, Said, Told};
 use payonce_tests::patroni::{Patroni, TIMINGS};
 use payonce_tests::rng::{Rng, seed_from_env};
 
-use crate::failover::{assert_verify_clean, count_from_env};
+use crate::failover::{count_from_env, payonce};
 
 const WORKERS: usize = 4;
 const THREADS: usize = 4;
@@ -55,10 +55,13 @@ impl Run {
         withdrawals: &[payonce_model::WithdrawalRequest],
     ) {
         assert!(self.told.rewound.is_empty(), "{:?}", self.told.rewound);
-        let (report, head) = payonce_postgres::verify(url).unwrap();
+        let (report, head) = until_answered("verify", || payonce_postgres::verify(url));
         assert!(report.is_clean(), "{:?}", report.divergences);
         assert_eq!(head.seq, report.events);
-        assert_verify_clean(url);
+        until_answered("payonce verify", || match payonce(&["verify", url]) {
+            (payonce_cli::EXIT_OK, _) => Ok(()),
+            (code, out) => Err(format!("exit {code}: {out}")),
+        });
         let heads: Vec<_> = self
             .told
             .heads
@@ -67,7 +70,7 @@ impl Run {
             .copied()
             .collect();
         self.checked = fleet::check(&report.state, &fleet.sends(), &self.told, &heads, |seq| {
-            payonce_postgres::head_through(url, seq).unwrap().1
+            until_answered("head_through", || payonce_postgres::head_through(url, seq)).1
         });
         let claimed: HashSet<_> = withdrawals
             .iter()
@@ -106,6 +109,23 @@ impl Run {
             self.told.errors,
             self.told.slowest_error_ms,
         );
+    }
+}
+
+/// What `ask` answers, asked again while it fails for at most a minute:
+/// under load a member may lose the leader key for a moment, and none
+/// takes writes until Patroni elects one again.
+fn until_answered<T, E: std::fmt::Display>(what: &str, mut ask: impl FnMut() -> Result<T, E>) -> T {
+    let started = Instant::now();
+    loop {
+        match ask() {
+            Ok(answer) => return answer,
+            Err(error) if started.elapsed() < Duration::from_secs(60) => {
+                eprintln!("{what}: {error}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("{what}: {error}"),
+        }
     }
 }
 
@@ -151,10 +171,12 @@ fn patroni_kills_of_the_leader_under_load_lose_no_acknowledged_claim_and_send_no
     let started = Instant::now();
     for round in 0..kills {
         let withdrawals = fleet::create(&driver, WITHDRAWALS, round);
-        run.heads_read.push(driver.head().unwrap());
+        run.heads_read
+            .push(until_answered("head", || driver.head()));
         fleet.round(&withdrawals);
         let before = fleet.answers(1 + rng.below(answers as u64 / 2) as usize);
-        run.heads_read.push(payonce_postgres::head(&url).unwrap());
+        run.heads_read
+            .push(until_answered("head", || payonce_postgres::head(&url)));
         let killed_at = Instant::now();
         let killed = cluster.kill_leader();
         let (rest, window) = finish_round_timed(&fleet, killed_at);
@@ -175,4 +197,227 @@ fn patroni_kills_of_the_leader_under_load_lose_no_acknowledged_claim_and_send_no
     run.report("Patroni leader kills", kills, started);
     assert!(run.checked.sends <= kills * WITHDRAWALS);
     assert!(run.checked.sends > 0, "the load ran");
+}
+
+/// Every batch row of the ledger on member `n`, over its socket: first
+/// event, last event, digest, and when its transaction began (as the
+/// servers' logs write it).
+fn batches(cluster: &Patroni, n: usize) -> Vec<(i64, i64, Vec<u8>, String)> {
+    let url = cluster.members[n].socket_url(payonce_tests::patroni::DATABASE);
+    let mut client = payonce_postgres::client(&url).unwrap();
+    client
+        .query(
+            "SELECT first_seq, last_seq, digest, \
+             to_char(committed_at AT TIME ZONE current_setting('log_timezone'), \
+             'YYYY-MM-DD HH24:MI:SS.MS') FROM payonce.batches ORDER BY first_seq",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect()
+}
+
+/// The timestamp (`log_line_prefix = '%m '`, one format and zone on every
+/// member, so they compare as text) of the last line of `log` that `is`
+/// holds, or of the entry it continues.
+fn last_logged(log: &str, is: impl Fn(&str) -> bool) -> Option<String> {
+    let mut stamp: Option<&str> = None;
+    let mut found = None;
+    for line in log.lines() {
+        if line.len() > 23 && line.as_bytes()[4] == b'-' && line.as_bytes()[10] == b' ' {
+            stamp = Some(&line[..23]);
+        }
+        if is(line) {
+            found = stamp.map(str::to_owned);
+        }
+    }
+    found
+}
+
+/// What the servers' logs and the chain show of a cut-off leader `old`
+/// and the member `new` Patroni promoted: no batch was inserted on `old`
+/// after `new`'s promotion, and every batch `old` holds that `new` does
+/// not was begun before it. Returns how many batches `old` holds that
+/// `new` does not (commits that waited for the synchronous standby, cut
+/// off too, and were never acknowledged).
+fn fenced(cluster: &Patroni, old: usize, new: usize) -> usize {
+    let promoted = last_logged(&cluster.members[new].server_log(), |line| {
+        line.contains("received promote request")
+    })
+    .expect("the promoted member's log shows its promotion");
+    let inserted = last_logged(&cluster.members[old].server_log(), |line| {
+        line.contains("INSERT INTO payonce.batches")
+    })
+    .expect("the old leader's log shows its batches");
+    assert!(
+        inserted < promoted,
+        "a batch inserted on the old leader at {inserted}, after {} was promoted at {promoted}",
+        cluster.members[new].name()
+    );
+    assert!(
+        cluster.members[old]
+            .patroni_log()
+            .contains("demoting self because DCS is not accessible and I was a leader"),
+        "Patroni did not demote the cut-off leader for want of etcd"
+    );
+    let kept: std::collections::HashMap<i64, (i64, Vec<u8>)> = batches(cluster, new)
+        .into_iter()
+        .map(|(first, last, digest, _)| (first, (last, digest)))
+        .collect();
+    let lacking: Vec<_> = batches(cluster, old)
+        .into_iter()
+        .filter(|(first, last, digest, _)| kept.get(first) != Some(&(*last, digest.clone())))
+        .collect();
+    for (first, last, _, begun) in &lacking {
+        assert!(
+            begun.as_str() < &promoted[..23],
+            "batch {first}..{last}, on the old leader only, was begun at {begun}, after the \
+             promotion at {promoted}"
+        );
+    }
+    lacking.len()
+}
+
+#[test]
+fn patroni_leader_cut_off_from_etcd_and_the_workers_is_fenced_and_no_write_lands_on_it_after_the_promotion()
+ {
+    // Guards against a leader that runs on, cut off from etcd and from the workers, taking a write after Patroni promoted its synchronous standby (two primaries), and against the workers not following the promotion.
+    let partitions = count_from_env("PAYONCE_PATRONI_PARTITIONS", 3);
+    let seed = seed_from_env("PAYONCE_PATRONI_SEED");
+    eprintln!("PAYONCE_PATRONI_SEED={seed} PAYONCE_PATRONI_PARTITIONS={partitions}");
+    let mut rng = Rng::new(seed);
+    let Some(cluster) = Patroni::start() else {
+        return;
+    };
+    let url = cluster.url().to_owned();
+    let driver = fleet::driver(&url, "driver");
+    let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
+    let (mut run, mut lacking) = (Run::default(), 0);
+    let answers = WORKERS * THREADS * WITHDRAWALS;
+    let started = Instant::now();
+    for round in 0..partitions {
+        let withdrawals = fleet::create(&driver, WITHDRAWALS, round);
+        run.heads_read
+            .push(until_answered("head", || driver.head()));
+        fleet.round(&withdrawals);
+        let before = fleet.answers(1 + rng.below(answers as u64 / 2) as usize);
+        run.heads_read
+            .push(until_answered("head", || payonce_postgres::head(&url)));
+        let old = cluster.leader().unwrap();
+        let cut_at = Instant::now();
+        cluster.net.cut(Patroni::net_member(old));
+        let wait = Duration::from_secs(120);
+        cluster
+            .wait_until("another member promoted", wait, |c| {
+                c.leader_but(old).is_some()
+            })
+            .unwrap();
+        let new = cluster.leader_but(old).unwrap();
+        let promoted_after = cut_at.elapsed();
+        let (rest, window) = finish_round_timed(&fleet, cut_at);
+        let finished_after = cut_at.elapsed();
+        cluster
+            .wait_until("the cut-off leader demoted", wait, |c| {
+                c.takes_writes(old) == Some(false)
+            })
+            .unwrap();
+        eprintln!(
+            "partition {round}: {} promoted after {promoted_after:?}, the round finished after \
+             {finished_after:?}, the old leader read-only after {:?}",
+            cluster.members[new].name(),
+            cut_at.elapsed()
+        );
+        run.windows_ms.extend(window);
+        lacking += fenced(&cluster, old, new);
+        cluster.net.heal(Patroni::net_member(old));
+        run.told.add(&before);
+        run.told.add(&rest);
+        run.check(&url, &fleet, &withdrawals);
+        cluster.wait_ready().unwrap();
+        if (round + 1) % 10 == 0 {
+            run.report("partitions so far:", round + 1, started);
+        }
+    }
+    fleet.stop();
+    drop(driver);
+    run.report("Patroni leader partitions", partitions, started);
+    eprintln!(
+        "batches the cut-off leaders held that the promoted ones did not (never acknowledged, \
+         rewound when they rejoined): {lacking}"
+    );
+    assert!(run.checked.sends > 0, "the load ran");
+}
+
+#[test]
+fn patroni_without_an_etcd_quorum_demotes_its_leader_and_workers_answer_cannot_record_never_sent() {
+    // Guards against a worker being told "sent", or a send running, while etcd has lost its quorum and Patroni can no longer hold a leader, and against the workers not serving again once etcd has its quorum back.
+    let Some(cluster) = Patroni::start() else {
+        return;
+    };
+    let url = cluster.url().to_owned();
+    let driver = fleet::driver(&url, "driver");
+    let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
+    let withdrawals = fleet::create(&driver, WITHDRAWALS, 0);
+    let leader = cluster.leader().unwrap();
+    // Two of three members hang: no quorum.
+    cluster.etcd.freeze(1).unwrap();
+    cluster.etcd.freeze(2).unwrap();
+    let lost_at = Instant::now();
+    let wait = Duration::from_secs(120);
+    cluster
+        .wait_until("no member takes writes", wait, |c| c.leader().is_none())
+        .unwrap();
+    let demoted_after = lost_at.elapsed();
+    assert!(
+        cluster.members[leader]
+            .patroni_log()
+            .contains("demoting self because DCS is not accessible and I was a leader"),
+        "{}",
+        cluster.members[leader].patroni_log()
+    );
+    fleet.round(&withdrawals);
+    // While no quorum: every submission of the driver is "cannot record"
+    // and never reaches its rail; the workers, retrying, answer nothing.
+    let (mut refused, observed) = (0, Instant::now());
+    while observed.elapsed() < Duration::from_secs(3) {
+        let sent = std::cell::Cell::new(false);
+        let result = driver.submit(&format!("driver-{refused}"), &withdrawals[0], |request| {
+            sent.set(true);
+            Ok(request.sent("0xnever")?)
+        });
+        let error = result.expect_err("an answer while etcd has no quorum");
+        assert!(!sent.get(), "a send while etcd has no quorum: {error}");
+        assert!(
+            error.to_string().contains("cannot record") || error.to_string().contains("shared log"),
+            "{error}"
+        );
+        refused += 1;
+        // A client's pace, not a wait for anything.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        fleet.said_so_far().is_empty(),
+        "a worker answered while etcd had no quorum"
+    );
+    assert!(fleet.sends().is_empty(), "a send while etcd had no quorum");
+    cluster.etcd.thaw(1).unwrap();
+    cluster.etcd.thaw(2).unwrap();
+    let back_at = Instant::now();
+    let mut told = Told::default();
+    told.add(&fleet.finish_round());
+    let served_after = back_at.elapsed();
+    let (report, _) = payonce_postgres::verify(&url).unwrap();
+    assert!(report.is_clean(), "{:?}", report.divergences);
+    let checked = fleet::check(&report.state, &fleet.sends(), &told, &told.heads, |seq| {
+        payonce_postgres::head_through(&url, seq).unwrap().1
+    });
+    fleet.stop();
+    eprintln!(
+        "etcd without quorum: the leader demoted itself {demoted_after:?} after, {refused} \
+         submissions answered \"cannot record\" and none sent meanwhile; the workers' round \
+         finished {served_after:?} after the quorum was back: {} sends, {} outcomes told",
+        checked.sends, checked.outcomes
+    );
+    assert_eq!(checked.sends, WITHDRAWALS);
 }

@@ -22,6 +22,8 @@ pub struct Said {
     pub worker: usize,
     /// The line, without its newline.
     pub line: String,
+    /// When it reached this process.
+    pub at: std::time::Instant,
 }
 
 /// Worker processes of one ledger, and the rail files they write.
@@ -143,6 +145,12 @@ impl Fleet {
         self.wait_for("done", self.children.len())
     }
 
+    /// Every line the workers wrote that was not read yet, without
+    /// waiting.
+    pub fn said_so_far(&self) -> Vec<Said> {
+        self.lines.try_iter().collect()
+    }
+
     /// The next line a worker writes.
     pub fn next_line(&self) -> Said {
         self.next()
@@ -203,7 +211,8 @@ fn read_lines(worker: usize, output: impl BufRead + Send + 'static, to: Sender<S
     std::thread::spawn(move || {
         for line in output.lines() {
             let Ok(line) = line else { return };
-            if to.send(Said { worker, line }).is_err() {
+            let at = std::time::Instant::now();
+            if to.send(Said { worker, line, at }).is_err() {
                 return;
             }
         }
@@ -213,7 +222,7 @@ fn read_lines(worker: usize, output: impl BufRead + Send + 'static, to: Sender<S
 impl Told {
     /// Takes in what the workers said.
     pub fn add(&mut self, said: &[Said]) {
-        for Said { line, worker } in said {
+        for Said { line, worker, .. } in said {
             let words: Vec<&str> = line.splitn(4, ' ').collect();
             match words.as_slice() {
                 ["told", _, key, reference] => {

@@ -10,7 +10,9 @@
 //! caller names (`ip netns exec`), so a test can cut one off; the test's
 //! own look-ups go over each server's Unix socket, which no network fault
 //! reaches. [`Timings`] are Patroni's `ttl`, `loop_wait` and
-//! `retry_timeout`, set for tests.
+//! `retry_timeout`, set for tests. `wal_sender_timeout` is 5 s: a leader
+//! Patroni demotes stops only once its WAL senders have sent the shutdown
+//! checkpoint, and a sender to a standby cut off waits that long.
 //!
 //! Processes stop on every exit: the drops kill them, and a watchdog per
 //! process does the same when this process ends any other way.
@@ -447,7 +449,8 @@ fn member_yaml(scope: &Scope, name: &str, place: &Place, dir: &Path) -> String {
          use_pg_rewind: true\n      remove_data_directory_on_rewind_failure: true\n      \
          remove_data_directory_on_diverged_timelines: true\n      parameters:\n        \
          wal_log_hints: 'on'\n        max_connections: 200\n        \
-         synchronous_commit: 'on'\n        wal_keep_size: 256MB\n  \
+         synchronous_commit: 'on'\n        wal_keep_size: 256MB\n        \
+         wal_sender_timeout: 5s\n  \
          initdb:\n  - encoding: UTF8\n  - auth-local: trust\n"
     );
     let ssl = format!("sslmode: verify-full\n      sslrootcert: {dir}/ca.crt\n");
