@@ -67,6 +67,14 @@ fn a_synchronous_failover_under_load_loses_no_acknowledged_claim_and_sends_nothi
         return;
     };
     let url = pair.url().to_owned();
+    failovers_under_load(&mut pair, &url, failovers, &mut rng);
+}
+
+/// `failovers` rounds of 4 workers of 4 threads racing on the ledger at
+/// `url`, which reaches `pair`, each round's primary killed and its
+/// standby promoted at a random moment, and the checks after each.
+pub(crate) fn failovers_under_load(pair: &mut Pair, url: &str, failovers: usize, rng: &mut Rng) {
+    let url = url.to_owned();
     let driver = fleet::driver(&url, "driver");
     let mut fleet = Fleet::start(worker_bin(), &url, WORKERS, THREADS);
     let (mut told, mut heads_read) = (Told::default(), Vec::new());

@@ -5,7 +5,9 @@
 //! what to set, before anything is written.
 
 use payonce::Config;
-use payonce_postgres::cluster::{self, Pgbouncer, PoolMode};
+use payonce_postgres::cluster::{self, Pgbouncer, PoolMode, Replication};
+use payonce_tests::rng::{Rng, seed_from_env};
+use payonce_tests::standby::Pair;
 
 /// The port every PgBouncer of these tests listens on, each in a socket
 /// directory of its own.
@@ -19,17 +21,23 @@ fn behind_bouncer(mode: PoolMode) -> Option<(String, String, Pgbouncer)> {
     let direct = cluster::test_database()?;
     drop(payonce_postgres::init(&direct, Config::default()).unwrap());
     let server = cluster::for_tests()?;
-    let bouncer = match Pgbouncer::start(mode, server.socket(), server.port(), BOUNCER_PORT) {
-        Ok(bouncer) => bouncer,
-        Err(error) if cluster::required() => panic!("CI=true, and no PgBouncer started: {error}"),
-        Err(error) => {
-            cluster::shout(&format!("SKIPPING a PgBouncer test: {error}"));
-            return None;
-        }
-    };
+    let bouncer = bouncer(mode, server.socket(), server.port())?;
     let name = database_name(&direct);
     let through = bouncer.url(&name);
     Some((direct, through, bouncer))
+}
+
+/// A PgBouncer in `mode` in front of `server` (a socket directory) and
+/// `port`; fails the test under `CI=true` when none starts.
+fn bouncer(mode: PoolMode, server: &std::path::Path, port: u16) -> Option<Pgbouncer> {
+    match Pgbouncer::start(mode, server, port, BOUNCER_PORT) {
+        Ok(bouncer) => Some(bouncer),
+        Err(error) if cluster::required() => panic!("CI=true, and no PgBouncer started: {error}"),
+        Err(error) => {
+            cluster::shout(&format!("SKIPPING a PgBouncer test: {error}"));
+            None
+        }
+    }
 }
 
 /// The database a test cluster's URL names (`postgresql:///NAME?...`).
@@ -93,4 +101,39 @@ fn pgbouncer_in_transaction_mode_is_refused_naming_the_mode_before_anything_is_w
     );
     // Directly, the same worker opens.
     drop(payonce_postgres::open(&direct, "api-0", Config::default()).unwrap());
+}
+
+#[test]
+fn pgbouncer_in_session_mode_in_front_of_each_server_carries_workers_through_a_failover() {
+    // Guards against workers behind poolers not following a failover made behind them (the pooler of the dead primary answering for it), or losing an acknowledged claim or sending twice across it.
+    let seed = seed_from_env("PAYONCE_FAILOVER_SEED");
+    eprintln!("PAYONCE_FAILOVER_SEED={seed}");
+    let Some(mut pair) = Pair::start(Replication::Synchronous) else {
+        return;
+    };
+    // One pooler in front of each slot, as one beside each server; the
+    // workers' URL names both poolers.
+    let mut bouncers = Vec::new();
+    for slot in 0..2 {
+        let (socket, port) = pair.slot(slot);
+        let Some(bouncer) = bouncer(PoolMode::Session, socket, port) else {
+            return;
+        };
+        bouncers.push(bouncer);
+    }
+    let hosts: Vec<String> = bouncers
+        .iter()
+        .map(|b| {
+            format!(
+                "{}:{}",
+                b.socket().display().to_string().replace('/', "%2F"),
+                b.port()
+            )
+        })
+        .collect();
+    let url = format!(
+        "postgresql://{}/custody?user=postgres&target_session_attrs=read-write",
+        hosts.join(",")
+    );
+    crate::failover::failovers_under_load(&mut pair, &url, 1, &mut Rng::new(seed));
 }

@@ -71,6 +71,12 @@ impl Pair {
         })
     }
 
+    /// The socket directory and port of slot `n` (0 or 1): where a pooler
+    /// in front of that slot reaches its server, whichever it holds.
+    pub fn slot(&self, n: usize) -> (&std::path::Path, u16) {
+        (self.sockets.path(), PORTS[n])
+    }
+
     /// The URL naming both slots, writers reaching whichever takes writes.
     pub fn url(&self) -> &str {
         &self.url

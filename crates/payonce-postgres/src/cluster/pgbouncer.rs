@@ -76,6 +76,7 @@ fn ini(dir: &Path, port: u16, mode: PoolMode, server: &Path, server_port: u16) -
          default_pool_size = 200\n\
          server_login_retry = 0.2\n\
          server_connect_timeout = 2\n\
+         query_wait_timeout = 10\n\
          ignore_startup_parameters = extra_float_digits\n",
         server.display(),
         mode.word()
