@@ -14,12 +14,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::checked::CheckedBlock;
 use crate::error::Section;
 
 /// Shards of a cache.
 const SHARDS: usize = 16;
-/// Bytes a held block is charged beyond its own: its map entry, its slot
-/// and its allocation's header, about.
+/// Bytes a held block is charged beyond its own and its index's (12
+/// bytes a record): its map entry, its slot and its allocations' headers,
+/// about.
 pub const BLOCK_CHARGE_EXTRA: u64 = 64;
 
 /// A block of a run: the run's number and trailer checksum (so two runs
@@ -82,8 +84,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What holding `block` costs.
-fn charge(block: &[u8]) -> u64 {
-    block.len() as u64 + BLOCK_CHARGE_EXTRA
+fn charge(block: &CheckedBlock) -> u64 {
+    block.held_len() + BLOCK_CHARGE_EXTRA
 }
 
 impl BlockCache {
@@ -141,7 +143,7 @@ impl BlockCache {
     }
 
     /// The block `key` if held, counting a hit.
-    pub(crate) fn get(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
+    pub(crate) fn get(&self, key: &BlockKey) -> Option<Arc<CheckedBlock>> {
         let found = lock(self.shard(key)).get(key);
         if found.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
@@ -158,7 +160,7 @@ impl BlockCache {
     /// Holds `block`, checked, as `key`, making room first; returns the
     /// copy held (another thread's, if it added the same block first), or
     /// `block` itself if it is larger than the budget.
-    pub(crate) fn insert(&self, key: BlockKey, block: Arc<[u8]>) -> Arc<[u8]> {
+    pub(crate) fn insert(&self, key: BlockKey, block: Arc<CheckedBlock>) -> Arc<CheckedBlock> {
         let cost = charge(&block);
         if cost > self.budget {
             return block;
@@ -215,20 +217,20 @@ struct Shard {
 
 struct Slot {
     key: BlockKey,
-    block: Option<Arc<[u8]>>,
+    block: Option<Arc<CheckedBlock>>,
     /// Set by a hit, cleared by the hand passing: a block is evicted when
     /// the hand finds it unreferenced.
     referenced: bool,
 }
 
 impl Shard {
-    fn get(&mut self, key: &BlockKey) -> Option<Arc<[u8]>> {
+    fn get(&mut self, key: &BlockKey) -> Option<Arc<CheckedBlock>> {
         let slot = self.slots.get_mut(*self.map.get(key)?)?;
         slot.referenced = true;
         slot.block.clone()
     }
 
-    fn insert(&mut self, key: BlockKey, block: Arc<[u8]>) {
+    fn insert(&mut self, key: BlockKey, block: Arc<CheckedBlock>) {
         let slot = Slot {
             key,
             block: Some(block),
@@ -291,6 +293,8 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use proptest::prelude::*;
 
     use super::*;
@@ -318,7 +322,7 @@ mod tests {
                 if read {
                     let _ = cache.get(&key(block));
                 } else {
-                    cache.insert(key(block), vec![block as u8; len].into());
+                    cache.insert(key(block), Arc::new(CheckedBlock::of_entries(vec![block as u8; len])));
                 }
                 prop_assert!(cache.used_bytes() <= budget);
                 let counted: u64 = cache.shards.iter()
@@ -336,10 +340,16 @@ mod tests {
         let block_len = 1000;
         let cache = BlockCache::new(4 * (block_len + BLOCK_CHARGE_EXTRA));
         let hot = BlockKey { run: 9, ..key(0) };
-        cache.insert(hot, vec![0; block_len as usize].into());
+        cache.insert(
+            hot,
+            Arc::new(CheckedBlock::of_entries(vec![0; block_len as usize])),
+        );
         for block in 1..100 {
             assert!(cache.get(&hot).is_some(), "evicted before block {block}");
-            cache.insert(key(block), vec![0; block_len as usize].into());
+            cache.insert(
+                key(block),
+                Arc::new(CheckedBlock::of_entries(vec![0; block_len as usize])),
+            );
         }
         assert!(cache.stats().evictions > 90);
     }

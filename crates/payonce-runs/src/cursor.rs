@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use crate::cache::BlockCache;
+use crate::checked::{CheckedBlock, RecordRef};
 use crate::error::{RunError, Section};
-use crate::record::{RecordRef, Span};
-use crate::record_block::spans;
+use crate::record_block::Span;
 use crate::run::Run;
 use crate::secondary::{SecondaryEntry, entries};
 
@@ -20,8 +20,7 @@ pub(crate) struct RecordCursor<'r> {
     /// the source and not kept, so a scan does not flush the cache.
     cache: Option<&'r BlockCache>,
     next_block: usize,
-    block: Arc<[u8]>,
-    spans: Vec<(u64, Span)>,
+    block: Arc<CheckedBlock>,
     index: usize,
     seen: u64,
 }
@@ -32,8 +31,7 @@ impl<'r> RecordCursor<'r> {
             run,
             cache,
             next_block: 0,
-            block: Arc::from([]),
-            spans: Vec::new(),
+            block: Arc::new(CheckedBlock::of_records(Vec::new(), &[])),
             index: 0,
             seen: 0,
         }
@@ -43,19 +41,20 @@ impl<'r> RecordCursor<'r> {
     /// there. At the end, refuses a run whose blocks held other than the
     /// trailer's count.
     pub(crate) fn fill(&mut self) -> Result<bool, RunError> {
-        if self.index < self.spans.len() {
+        if self.index < self.block.records_len() {
             return Ok(true);
         }
         let fences = self.run.record_fences();
         let Some(fence) = fences.get(self.next_block) else {
             return self.ended();
         };
-        let last =
-            (self.spans.last()).map(|&(hash, span)| (hash, span.primary(&self.block).to_vec()));
+        let last = (self.block.records_len().checked_sub(1))
+            .and_then(|last| self.block.record(last))
+            .map(|(hash, span)| (hash, span.primary(self.block.bytes()).to_vec()));
         self.load()?;
         let first = self
             .current()
-            .map(|(hash, block, span)| (hash, span.primary(block)));
+            .map(|(hash, block, span)| (hash, span.primary(block.bytes())));
         if let (Some((last_hash, last)), Some(first)) = (&last, first)
             && (*last_hash, last.as_slice()) >= first
         {
@@ -76,27 +75,19 @@ impl<'r> RecordCursor<'r> {
     fn load(&mut self) -> Result<(), RunError> {
         let number = self.next_block;
         let key = self.run.block_key(Section::Records, number);
-        let held = self.cache.and_then(|cache| cache.get(&key));
-        self.block = match held {
-            Some(block) => {
-                let hash_key = self.run.hash_key();
-                self.spans.clear();
-                let hashed =
-                    spans(&block).map(|span| (hash_key.primary_hash(span.primary(&block)), span));
-                self.spans.extend(hashed);
-                block
-            }
+        self.block = match self.cache.and_then(|cache| cache.get(&key)) {
+            Some(block) => block,
             None => {
-                let block = self.run.read_record_block(number, &mut self.spans)?;
+                let block = self.run.read_record_block(number)?;
                 if let Some(cache) = self.cache {
-                    cache.count_miss(block.len() as u64);
+                    cache.count_miss(block.bytes().len() as u64);
                 }
                 block
             }
         };
         self.next_block += 1;
         self.index = 0;
-        self.seen += self.spans.len() as u64;
+        self.seen += self.block.records_len() as u64;
         Ok(())
     }
 
@@ -116,8 +107,8 @@ impl<'r> RecordCursor<'r> {
     }
 
     /// The record at the cursor: its primary hash, its block and place.
-    pub(crate) fn current(&self) -> Option<(u64, &Arc<[u8]>, Span)> {
-        let &(hash, span) = self.spans.get(self.index)?;
+    pub(crate) fn current(&self) -> Option<(u64, &Arc<CheckedBlock>, Span)> {
+        let (hash, span) = self.block.record(self.index)?;
         Some((hash, &self.block, span))
     }
 
@@ -159,18 +150,18 @@ impl<'r> EntryCursor<'r> {
         };
         let last = self.entries.last().copied();
         let key = self.run.block_key(Section::Secondary, number);
-        match self.cache.and_then(|cache| cache.get(&key)) {
-            Some(block) => {
-                self.entries.clear();
-                self.entries.extend(entries(&block));
-            }
+        let block = match self.cache.and_then(|cache| cache.get(&key)) {
+            Some(block) => block,
             None => {
-                let block = self.run.read_secondary_block(number, &mut self.entries)?;
+                let block = self.run.read_secondary_block(number)?;
                 if let Some(cache) = self.cache {
-                    cache.count_miss(block.len() as u64);
+                    cache.count_miss(block.bytes().len() as u64);
                 }
+                block
             }
-        }
+        };
+        self.entries.clear();
+        self.entries.extend(entries(block.bytes()));
         (self.next_block, self.index) = (number + 1, 0);
         let first = self.entries.first().copied();
         if let (Some(last), Some(first)) = (last, first)

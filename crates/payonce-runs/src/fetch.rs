@@ -7,23 +7,34 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::{BlockCache, BlockKey};
+use crate::checked::CheckedBlock;
 use crate::error::{RunError, Section};
 use crate::run::Run;
 
 /// A source of checked blocks for lookups.
 pub(crate) trait Fetch {
     /// Block `number` of `section` of `run`, checked.
-    fn block(&self, run: &Run, section: Section, number: usize) -> Result<Arc<[u8]>, RunError>;
+    fn block(
+        &self,
+        run: &Run,
+        section: Section,
+        number: usize,
+    ) -> Result<Arc<CheckedBlock>, RunError>;
 }
 
 impl Fetch for BlockCache {
-    fn block(&self, run: &Run, section: Section, number: usize) -> Result<Arc<[u8]>, RunError> {
+    fn block(
+        &self,
+        run: &Run,
+        section: Section,
+        number: usize,
+    ) -> Result<Arc<CheckedBlock>, RunError> {
         let key = run.block_key(section, number);
         if let Some(block) = self.get(&key) {
             return Ok(block);
         }
         let block = run.read_checked(section, number)?;
-        self.count_miss(block.len() as u64);
+        self.count_miss(block.bytes().len() as u64);
         Ok(self.insert(key, block))
     }
 }
@@ -36,7 +47,7 @@ impl Fetch for BlockCache {
 /// are the caller's, beside the cache's budget; drop it when done.
 #[derive(Debug, Default)]
 pub struct Prefetched {
-    blocks: HashMap<BlockKey, Arc<[u8]>>,
+    blocks: HashMap<BlockKey, Arc<CheckedBlock>>,
 }
 
 impl Prefetched {
@@ -47,12 +58,17 @@ impl Prefetched {
 
     /// How many bytes of blocks it holds.
     pub fn held_bytes(&self) -> u64 {
-        self.blocks.values().map(|block| block.len() as u64).sum()
+        self.blocks.values().map(|block| block.held_len()).sum()
     }
 }
 
 impl Fetch for Prefetched {
-    fn block(&self, run: &Run, section: Section, number: usize) -> Result<Arc<[u8]>, RunError> {
+    fn block(
+        &self,
+        run: &Run,
+        section: Section,
+        number: usize,
+    ) -> Result<Arc<CheckedBlock>, RunError> {
         let key = run.block_key(section, number);
         self.blocks
             .get(&key)
@@ -85,7 +101,12 @@ impl<'c> Recording<'c> {
 }
 
 impl Fetch for Recording<'_> {
-    fn block(&self, run: &Run, section: Section, number: usize) -> Result<Arc<[u8]>, RunError> {
+    fn block(
+        &self,
+        run: &Run,
+        section: Section,
+        number: usize,
+    ) -> Result<Arc<CheckedBlock>, RunError> {
         let block = self.cache.block(run, section, number)?;
         let key = run.block_key(section, number);
         self.held.borrow_mut().blocks.insert(key, block.clone());

@@ -76,6 +76,7 @@ mod batch;
 mod block;
 mod bytes;
 mod cache;
+mod checked;
 mod cursor;
 mod error;
 mod fetch;
@@ -94,6 +95,7 @@ mod writer;
 
 pub use crate::batch::{secondary_entries, sort_records, write_batch};
 pub use crate::cache::{BLOCK_CHARGE_EXTRA, BlockCache, CacheStats};
+pub use crate::checked::RecordRef;
 pub use crate::cursor::{Records, SecondaryEntries};
 pub use crate::error::{RunError, Section};
 pub use crate::fetch::Prefetched;
@@ -104,7 +106,7 @@ pub use crate::format::{
 };
 pub use crate::hash::HashKey;
 pub use crate::merge::merge;
-pub use crate::record::{Name, Record, RecordRef};
+pub use crate::record::{Name, Record};
 pub use crate::run::{CHECK_READ_LEN, Run};
 pub use crate::secondary::SecondaryEntry;
 pub use crate::set::RunSet;

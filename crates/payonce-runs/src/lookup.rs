@@ -3,13 +3,13 @@
 //! then the block, checked before it was cached.
 
 use crate::cache::BlockCache;
+use crate::checked::RecordRef;
 use crate::error::{RunError, Section};
 use crate::fetch::Fetch;
 use crate::format::Fence;
-use crate::record::{Name, RecordRef};
-use crate::record_block::spans;
+use crate::record::Name;
 use crate::run::Run;
-use crate::secondary::{SecondaryEntry, entries};
+use crate::secondary::{SecondaryEntry, entries_with};
 
 impl Run {
     /// The record whose primary name is `primary`, if this run holds it.
@@ -61,7 +61,7 @@ impl Run {
         let mut found = None;
         in_blocks_of(self.record_fences(), hash, |number| {
             let block = fetch.block(self, Section::Records, number)?;
-            let span = spans(&block).find(|span| span.primary(&block) == name);
+            let span = (block.hashed(hash)).find(|span| span.primary(block.bytes()) == name);
             found = span.map(|span| RecordRef::new(block.clone(), self.number(), span));
             Ok(found.is_some())
         })?;
@@ -78,7 +78,7 @@ impl Run {
         in_blocks_of(self.secondary_fences(), hash, |number| {
             let block = fetch.block(self, Section::Secondary, number)?;
             let at = self.secondary_fences()[number].at;
-            for entry in entries(&block).filter(|entry| entry.secondary_hash == hash) {
+            for entry in entries_with(block.bytes(), hash) {
                 found = self.record_of_entry(fetch, entry, name, at)?;
                 if found.is_some() {
                     return Ok(true);
@@ -103,15 +103,13 @@ impl Run {
         let (mut found, mut named) = (None, false);
         in_blocks_of(self.record_fences(), entry.primary_hash, |number| {
             let block = fetch.block(self, Section::Records, number)?;
-            for span in spans(&block) {
-                if key.primary_hash(span.primary(&block)) != entry.primary_hash {
-                    continue;
-                }
-                if span.secondary(&block) == name {
+            for span in block.hashed(entry.primary_hash) {
+                let secondary = span.secondary(block.bytes());
+                if secondary == name {
                     found = Some(RecordRef::new(block.clone(), self.number(), span));
                     return Ok(true);
                 }
-                named |= key.secondary_hash(span.secondary(&block)) == entry.secondary_hash;
+                named |= key.secondary_hash(secondary) == entry.secondary_hash;
             }
             Ok(false)
         })?;

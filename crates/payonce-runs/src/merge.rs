@@ -73,7 +73,8 @@ fn merge_records<S: RunSink>(
                 let Some((_, best_block, best_span)) = cursors[best].current() else {
                     return true;
                 };
-                (hash, span.primary(block)) < (best_hash, best_span.primary(best_block))
+                (hash, span.primary(block.bytes()))
+                    < (best_hash, best_span.primary(best_block.bytes()))
             });
             if lower {
                 newest = Some((index, hash));
@@ -86,10 +87,11 @@ fn merge_records<S: RunSink>(
             return Ok(());
         };
         let block = block.clone();
+        let bytes = block.bytes();
         let record = Record {
-            primary: span.primary(&block),
-            secondary: span.secondary(&block),
-            payload: span.payload(&block),
+            primary: span.primary(bytes),
+            secondary: span.secondary(bytes),
+            payload: span.payload(bytes),
         };
         writer.push_hashed(record, hash, key.secondary_hash(record.secondary))?;
         for (older, cursor) in cursors.iter_mut().enumerate().skip(index + 1) {
@@ -111,10 +113,10 @@ fn skip_older_copy(
     let Some((older_hash, block, span)) = cursor.current() else {
         return Ok(());
     };
-    if (older_hash, span.primary(block)) != (hash, record.primary) {
+    if (older_hash, span.primary(block.bytes())) != (hash, record.primary) {
         return Ok(());
     }
-    if span.secondary(block) != record.secondary {
+    if span.secondary(block.bytes()) != record.secondary {
         return Err(RunError::SecondaryConflict {
             primary: record.primary.to_vec(),
             newer_run: newer.number(),

@@ -7,7 +7,44 @@ use crate::block::{BlockBuilder, Place};
 use crate::bytes::Le;
 use crate::format::{BLOCK_TARGET_LEN, NAME_LEN_MAX, PAYLOAD_LEN_MAX, RECORD_HEADER_LEN};
 use crate::hash::HashKey;
-use crate::record::{Record, Span};
+use crate::record::Record;
+
+/// Where a record's fields lie in its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// The offset of its primary name in the block.
+    pub(crate) at: u32,
+    pub(crate) primary_len: u16,
+    pub(crate) secondary_len: u16,
+    pub(crate) payload_len: u32,
+}
+
+impl Span {
+    /// Where its lengths start: what a checked block keeps of it.
+    pub(crate) fn header_at(&self) -> u32 {
+        self.at - RECORD_HEADER_LEN as u32
+    }
+
+    /// Its bytes from `at` for `len`, in `block`: the empty slice if the
+    /// span does not lie in it (a span is only made from a checked block).
+    fn part(block: &[u8], at: usize, len: usize) -> &[u8] {
+        block.get(at..at + len).unwrap_or_default()
+    }
+
+    pub(crate) fn primary<'b>(&self, block: &'b [u8]) -> &'b [u8] {
+        Span::part(block, self.at as usize, usize::from(self.primary_len))
+    }
+
+    pub(crate) fn secondary<'b>(&self, block: &'b [u8]) -> &'b [u8] {
+        let at = self.at as usize + usize::from(self.primary_len);
+        Span::part(block, at, usize::from(self.secondary_len))
+    }
+
+    pub(crate) fn payload<'b>(&self, block: &'b [u8]) -> &'b [u8] {
+        let at = self.at as usize + usize::from(self.primary_len) + usize::from(self.secondary_len);
+        Span::part(block, at, self.payload_len as usize)
+    }
+}
 
 /// How many bytes `record` takes in a block.
 pub(crate) fn record_len(record: &Record<'_>) -> usize {
@@ -95,9 +132,9 @@ pub(crate) fn check_record_block(
     place.ended(&input)
 }
 
-/// The records of a checked block, in order.
-pub(crate) fn spans(block: &[u8]) -> impl Iterator<Item = Span> + '_ {
+/// The record whose lengths start at `at` in a checked block.
+pub(crate) fn span_at(block: &[u8], at: u32) -> Option<Span> {
     let mut input = Le::new(block);
-    let count = input.u32().unwrap_or_default();
-    (0..count).map_while(move |_| next_span(&mut input))
+    input.take(at as usize)?;
+    next_span(&mut input)
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::block::Place;
 use crate::bytes::sealed;
 use crate::cache::BlockKey;
+use crate::checked::CheckedBlock;
 use crate::error::{RunError, Section};
 use crate::filter::Filter;
 use crate::format::{
@@ -15,9 +16,8 @@ use crate::format::{
     read_fences,
 };
 use crate::hash::HashKey;
-use crate::record::Span;
 use crate::record_block::check_record_block;
-use crate::secondary::{SecondaryEntry, check_secondary_block, entries_in_block};
+use crate::secondary::{check_secondary_block, entries_in_block};
 use crate::source::RunSource;
 
 /// Bytes [`Run::check_blocks`] reads at a time.
@@ -362,30 +362,24 @@ impl Run {
         Ok((bytes, place))
     }
 
-    /// Record block `number`, read and checked, with each record's
-    /// primary hash and place in `spans`.
-    pub(crate) fn read_record_block(
-        &self,
-        number: usize,
-        spans: &mut Vec<(u64, Span)>,
-    ) -> Result<Arc<[u8]>, RunError> {
+    /// Record block `number`, read and checked.
+    pub(crate) fn read_record_block(&self, number: usize) -> Result<Arc<CheckedBlock>, RunError> {
         let (bytes, place) = self.read_block(Section::Records, &self.record_fences, number)?;
-        check_record_block(&bytes, &place, self.trailer.hash_key, spans)?;
-        Ok(bytes.into())
+        let mut spans = Vec::new();
+        check_record_block(&bytes, &place, self.trailer.hash_key, &mut spans)?;
+        Ok(Arc::new(CheckedBlock::of_records(bytes, &spans)))
     }
 
-    /// Secondary block `number`, read and checked, with its entries in
-    /// `entries`.
+    /// Secondary block `number`, read and checked.
     pub(crate) fn read_secondary_block(
         &self,
         number: usize,
-        entries: &mut Vec<SecondaryEntry>,
-    ) -> Result<Arc<[u8]>, RunError> {
+    ) -> Result<Arc<CheckedBlock>, RunError> {
         let fences = &self.secondary_fences;
         let (bytes, place) = self.read_block(Section::Secondary, fences, number)?;
         let wanted = entries_in_block(self.trailer.entries, number as u64);
-        check_secondary_block(&bytes, &place, wanted, entries)?;
-        Ok(bytes.into())
+        check_secondary_block(&bytes, &place, wanted, &mut Vec::new())?;
+        Ok(Arc::new(CheckedBlock::of_entries(bytes)))
     }
 
     /// Block `number` of `section`, read and checked.
@@ -393,10 +387,10 @@ impl Run {
         &self,
         section: Section,
         number: usize,
-    ) -> Result<Arc<[u8]>, RunError> {
+    ) -> Result<Arc<CheckedBlock>, RunError> {
         match section {
-            Section::Secondary => self.read_secondary_block(number, &mut Vec::new()),
-            _ => self.read_record_block(number, &mut Vec::new()),
+            Section::Secondary => self.read_secondary_block(number),
+            _ => self.read_record_block(number),
         }
     }
 }

@@ -82,7 +82,30 @@ fn next_entry(input: &mut Le<'_>) -> Option<SecondaryEntry> {
 
 /// The entries of a checked block, in order.
 pub(crate) fn entries(block: &[u8]) -> impl Iterator<Item = SecondaryEntry> + '_ {
+    let count = Le::new(block).u32().unwrap_or_default() as usize;
+    (0..count).filter_map(|index| entry(block, index))
+}
+
+/// Entry `index` of a checked block.
+fn entry(block: &[u8], index: usize) -> Option<SecondaryEntry> {
     let mut input = Le::new(block);
-    let count = input.u32().unwrap_or_default();
-    (0..count).map_while(move |_| next_entry(&mut input))
+    input.take(4 + index * ENTRY_LEN)?;
+    next_entry(&mut input)
+}
+
+/// The entries of a checked block whose secondary hash is `hash`, found
+/// by binary search.
+pub(crate) fn entries_with(block: &[u8], hash: u64) -> impl Iterator<Item = SecondaryEntry> + '_ {
+    let count = Le::new(block).u32().unwrap_or_default() as usize;
+    let (mut first, mut end) = (0, count);
+    while first < end {
+        let middle = first + (end - first) / 2;
+        match entry(block, middle).is_some_and(|entry| entry.secondary_hash < hash) {
+            true => first = middle + 1,
+            false => end = middle,
+        }
+    }
+    (first..count)
+        .map_while(move |index| entry(block, index))
+        .take_while(move |entry| entry.secondary_hash == hash)
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use crate::cache::BlockCache;
+use crate::checked::RecordRef;
 use crate::error::RunError;
 use crate::fetch::{Fetch, Prefetched, Recording};
 use crate::hash::HashKey;
-use crate::record::{Name, RecordRef};
+use crate::record::Name;
 use crate::run::Run;
 
 /// Runs sharing a hash key, newest first: a newer run's record of a name

@@ -114,3 +114,56 @@ fn forgetting_a_run_lets_its_blocks_go() {
     cache.forget_run(7);
     assert_eq!((cache.used_bytes(), cache.stats().blocks), (0, 0));
 }
+
+#[test]
+fn two_runs_numbered_alike_do_not_share_blocks() {
+    // Guards against a cache answering a run's lookup with another run's
+    // block because a caller gave both the same number.
+    let first = Run::open(run_bytes(&numbered(0..300, 30)), 1).unwrap();
+    let second = Run::open(run_bytes(&numbered(300..600, 30)), 1).unwrap();
+    let cache = BlockCache::new(1 << 20);
+    for number in (0..600).step_by(11) {
+        let name = format!("key-{number}");
+        let (holder, other) = if number < 300 {
+            (&first, &second)
+        } else {
+            (&second, &first)
+        };
+        assert!(
+            holder.get(&cache, name.as_bytes()).unwrap().is_some(),
+            "{name}"
+        );
+        assert!(
+            other.get(&cache, name.as_bytes()).unwrap().is_none(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn threads_sharing_a_cache_and_a_set_all_find_their_records() {
+    // Guards against the cache's shards or its admission losing or mixing
+    // blocks when lookups race, and against it passing its budget then.
+    let records = numbered(0..4000, 100);
+    let older = Run::open(Arc::<[u8]>::from(run_bytes(&records[..3000])), 1).unwrap();
+    let newer = Run::open(Arc::<[u8]>::from(run_bytes(&records[3000..])), 2).unwrap();
+    let set = RunSet::new(vec![Arc::new(newer), Arc::new(older)]).unwrap();
+    let budget = 6 * BLOCK_TARGET_LEN as u64;
+    let cache = BlockCache::new(budget);
+    std::thread::scope(|scope| {
+        for thread in 0..4 {
+            let (set, cache, records) = (&set, &cache, &records);
+            scope.spawn(move || {
+                for record in records.iter().skip(thread).step_by(4) {
+                    let found = set
+                        .get_by_secondary(cache, &record.secondary)
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(found.record(), record.record());
+                    assert!(cache.used_bytes() <= budget);
+                }
+            });
+        }
+    });
+    assert!(cache.stats().evictions > 0);
+}
