@@ -38,6 +38,15 @@ pub const DATABASE: &str = "custody";
 /// How long a cluster has to elect a leader and stream to its standbys.
 const READY_WAIT_MAX: Duration = Duration::from_secs(120);
 
+/// What etcd holds of a Patroni cluster.
+#[derive(Debug, Default)]
+pub struct Dcs {
+    /// The standby the `sync` key names: the only one Patroni may promote.
+    pub sync_standby: Option<String>,
+    /// Each member's name and the state its Patroni last wrote.
+    pub members: Vec<(String, String)>,
+}
+
 /// The cluster. Fields drop in order: the members, etcd, then the network.
 pub struct Patroni {
     /// The PostgreSQL members; `None` while one is killed.
@@ -47,6 +56,9 @@ pub struct Patroni {
     /// The network; member `n`'s namespace is `net.members[ETCD_MEMBERS + n]`.
     pub net: Net,
     url: String,
+    /// Patroni's `scope`: the cluster's keys in etcd are under
+    /// `/service/SCOPE/`.
+    scope: String,
     /// The CA, the certificates and the password file.
     files: tempfile::TempDir,
 }
@@ -115,6 +127,7 @@ impl Patroni {
             etcd,
             net,
             url,
+            scope: scope.name.clone(),
             files,
         };
         patroni.wait_ready()?;
@@ -177,18 +190,73 @@ impl Patroni {
         Ok(())
     }
 
-    /// Polls until one member leads and the two others stream from it, one
-    /// of them synchronous.
+    /// Polls until the cluster is settled: one member leads, the two others
+    /// stream from it, the synchronous one is the one etcd names (so
+    /// Patroni may promote it), and every member's Patroni says its server
+    /// runs (none is still being rewound or restarted).
     pub fn wait_ready(&self) -> Result<(), String> {
         self.wait_until(
-            "a leader streaming to two standbys",
+            "a settled leader streaming to two standbys",
             READY_WAIT_MAX,
             |patroni| {
                 patroni
                     .leader()
-                    .is_some_and(|leader| patroni.streams(leader) == Some((2, 1)))
+                    .is_some_and(|leader| patroni.settled(leader))
             },
         )
+    }
+
+    fn settled(&self, leader: usize) -> bool {
+        if self.streams(leader) != Some((2, 1)) {
+            return false;
+        }
+        let url = self.members[leader].socket_url("postgres");
+        let Some(sync) = payonce_postgres::client(&url).ok().and_then(|mut client| {
+            let row = client
+                .query_opt(
+                    "SELECT application_name FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &[],
+                )
+                .ok()??;
+            Some(row.get::<_, String>(0))
+        }) else {
+            return false;
+        };
+        let dcs = self.dcs();
+        let running = dcs
+            .members
+            .iter()
+            .filter(|(_, state)| state == "running")
+            .count();
+        dcs.sync_standby.as_deref() == Some(sync.as_str()) && running == POSTGRES_MEMBERS
+    }
+
+    /// What etcd holds of the cluster now (empty if it cannot be read).
+    pub fn dcs(&self) -> Dcs {
+        let output = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.etcd.endpoints().join(",")))
+            .arg("--command-timeout=2s")
+            .args(["get", "--prefix", &format!("/service/{}/", self.scope)])
+            .output();
+        let text = output
+            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+            .unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut dcs = Dcs::default();
+        for pair in lines.chunks(2) {
+            let [key, value] = pair else { continue };
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(value) else {
+                continue;
+            };
+            if key.ends_with("/sync") {
+                dcs.sync_standby = value["sync_standby"].as_str().map(str::to_owned);
+            } else if let Some((_, name)) = key.split_once("/members/") {
+                let state = value["state"].as_str().unwrap_or("").to_owned();
+                dcs.members.push((name.to_owned(), state));
+            }
+        }
+        dcs
     }
 
     /// How many standbys member `n` streams to, and how many of them are
