@@ -17,6 +17,7 @@
 //!   and a reader of the same bytes field by field for replay's hot path.
 //! - [`escape`]: untrusted text (a key, a note, a rail's error) made safe
 //!   to print, and a value a user gave echoed back bounded.
+//! - [`hex`]: a 32-byte digest as 64 lowercase hex digits, both ways.
 //!
 //! This crate does no I/O, reads no clock and stores nothing: deciding
 //! whether a withdrawal may be sent is the `payonce` crate's job.
@@ -47,6 +48,7 @@ mod error;
 pub mod escape;
 mod fingerprint;
 pub mod handover;
+pub mod hex;
 mod text;
 mod withdrawal;
 
