@@ -25,13 +25,15 @@ mod exposure;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use payonce_model::hex::parse_digest;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
+use toml::Spanned;
 
-use crate::scope::check_name;
+use crate::scope::{NAME_LEN_MAX, check_name};
 
-pub use self::error::TokensError;
+pub use self::error::{Entry, Position, SyntaxProblem, Table, TokensError};
 pub use self::exposure::ExposedTokens;
 
 /// Largest tokens file read, in bytes.
@@ -57,13 +59,23 @@ pub enum Principal {
     Operator(String),
 }
 
+/// One table of the file, each name and token with where it was written.
+type Written = BTreeMap<Spanned<String>, Spanned<String>>;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokensFile {
     #[serde(default)]
-    clients: BTreeMap<String, String>,
+    clients: Written,
     #[serde(default)]
-    operators: BTreeMap<String, String>,
+    operators: Written,
+}
+
+/// One entry as the file has it.
+struct Line {
+    entry: Entry,
+    name: String,
+    token: String,
 }
 
 /// The callers the service knows, each by the digest of its token.
@@ -76,10 +88,16 @@ pub struct Tokens {
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the tokens, nor their digests.
-        let names: Vec<&Principal> = self.entries.iter().map(|(_, who)| who).collect();
+        // Never the tokens, nor their digests, nor the names: a name may
+        // be a token written in its place.
+        let operators = self
+            .entries
+            .iter()
+            .filter(|(_, who)| matches!(who, Principal::Operator(_)))
+            .count();
         f.debug_struct("Tokens")
-            .field("names", &names)
+            .field("clients", &(self.entries.len() - operators))
+            .field("operators", &operators)
             .field("clear", &self.clear)
             .finish()
     }
@@ -97,6 +115,7 @@ impl Tokens {
             return Err(TokensError::TooLarge {
                 file: file.to_owned(),
                 len,
+                len_max: TOKENS_FILE_LEN_MAX,
             });
         }
         let text = std::fs::read_to_string(file).map_err(read)?;
@@ -107,41 +126,44 @@ impl Tokens {
     pub fn parse(text: &str, file: &Path) -> Result<Tokens, TokensError> {
         let parsed: TokensFile = toml::from_str(text).map_err(|error| TokensError::Syntax {
             file: file.to_owned(),
-            message: error::without_quoted(error.message()),
+            at: error.span().map(|span| position(text, span.start)),
+            problem: SyntaxProblem::of(error.message()),
         })?;
-        let count = parsed.clients.len() + parsed.operators.len();
+        let lines = lines(text, parsed);
+        let count = lines.len();
         if count == 0 || count > TOKENS_MAX {
             return Err(TokensError::Count {
                 file: file.to_owned(),
                 count,
+                count_max: TOKENS_MAX,
             });
         }
-        let clients = parsed
-            .clients
-            .into_iter()
-            .map(|(n, t)| (Principal::Client(n.clone()), n, t));
-        let operators = parsed
-            .operators
-            .into_iter()
-            .map(|(n, t)| (Principal::Operator(n.clone()), n, t));
         let mut tokens = Tokens {
             entries: Vec::with_capacity(count),
             clear: 0,
         };
-        for (principal, name, token) in clients.chain(operators) {
-            let (digest, in_clear) = entry_digest(file, &name, &token)?;
-            let repeated = tokens
+        let mut read: Vec<Entry> = Vec::with_capacity(count);
+        for line in lines {
+            let (digest, in_clear) = entry_digest(file, &line)?;
+            let first = tokens
                 .entries
                 .iter()
-                .any(|(other, who)| *other == digest || principal_name(who) == name);
-            if repeated {
+                .zip(&read)
+                .find(|((other, who), _)| *other == digest || principal_name(who) == line.name);
+            if let Some((_, &first)) = first {
                 return Err(TokensError::Repeated {
                     file: file.to_owned(),
-                    name,
+                    entry: line.entry,
+                    first,
                 });
             }
+            let principal = match line.entry.table {
+                Table::Clients => Principal::Client(line.name),
+                Table::Operators => Principal::Operator(line.name),
+            };
             tokens.clear += usize::from(in_clear);
             tokens.entries.push((digest, principal));
+            read.push(line.entry);
         }
         Ok(tokens)
     }
@@ -182,6 +204,14 @@ impl Tokens {
     pub fn clear_count(&self) -> usize {
         self.clear
     }
+
+    /// Whether `file`, the file these tokens were read from, exposes them:
+    /// some are in clear and its mode gives its group or others access. A
+    /// file that cannot be examined any more (it was read a moment ago) is
+    /// not reported.
+    pub fn exposure(&self, file: &Path) -> Option<ExposedTokens> {
+        exposure::exposed(file, self.clear)
+    }
 }
 
 fn principal_name(principal: &Principal) -> &str {
@@ -190,16 +220,48 @@ fn principal_name(principal: &Principal) -> &str {
     }
 }
 
-/// The digest of `name`'s entry `token`, and whether it was in clear.
-fn entry_digest(file: &Path, name: &str, token: &str) -> Result<(TokenDigest, bool), TokensError> {
-    check_name(name).map_err(|error| TokensError::Name {
+/// The line and column of byte `offset` of `text`.
+fn position(text: &str, offset: usize) -> Position {
+    let before = text.get(..offset).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+    Position {
+        line: before.matches('\n').count() + 1,
+        column: before[line_start..].chars().count() + 1,
+    }
+}
+
+/// Every entry of `parsed`, in the order of the file.
+fn lines(text: &str, parsed: TokensFile) -> Vec<Line> {
+    let clients = parsed.clients.into_iter().map(|e| (Table::Clients, e));
+    let operators = parsed.operators.into_iter().map(|e| (Table::Operators, e));
+    let mut lines: Vec<(usize, Line)> = clients
+        .chain(operators)
+        .map(|(table, (name, token))| {
+            let offset = name.span().start;
+            let line = position(text, offset).line;
+            let entry = Entry { line, table };
+            let (name, token) = (name.into_inner(), token.into_inner());
+            (offset, Line { entry, name, token })
+        })
+        .collect();
+    lines.sort_by_key(|(offset, _)| *offset);
+    lines.into_iter().map(|(_, line)| line).collect()
+}
+
+/// The digest of `line`'s token, and whether it was in clear.
+fn entry_digest(file: &Path, line: &Line) -> Result<(TokenDigest, bool), TokensError> {
+    let entry = line.entry;
+    check_name(&line.name).map_err(|_| TokensError::Name {
         file: file.to_owned(),
-        error,
+        entry,
+        len_max: NAME_LEN_MAX,
     })?;
+    let token = line.token.as_str();
     if let Some(hex) = token.strip_prefix(DIGEST_PREFIX) {
-        let digest = parse_digest(hex).ok_or_else(|| TokensError::BadDigest {
+        let digest = parse_digest(hex).map_err(|_| TokensError::BadDigest {
             file: file.to_owned(),
-            name: name.to_owned(),
+            entry,
+            prefix: DIGEST_PREFIX,
         })?;
         return Ok((digest, false));
     }
@@ -207,35 +269,18 @@ fn entry_digest(file: &Path, name: &str, token: &str) -> Result<(TokenDigest, bo
     if !(TOKEN_LEN_MIN..=TOKEN_LEN_MAX).contains(&token.len()) || !printable {
         return Err(TokensError::BadToken {
             file: file.to_owned(),
-            name: name.to_owned(),
+            entry,
+            len_min: TOKEN_LEN_MIN,
+            len_max: TOKEN_LEN_MAX,
         });
     }
     Ok((Sha256::digest(token.as_bytes()).into(), true))
 }
 
-/// 64 lowercase hex digits as the 32 bytes they spell.
-fn parse_digest(hex: &str) -> Option<TokenDigest> {
-    let digits = hex.as_bytes();
-    if digits.len() != 64 {
-        return None;
-    }
-    let mut digest = [0; 32];
-    for (byte, pair) in digest.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = (hex_digit(pair[0])? << 4) | hex_digit(pair[1])?;
-    }
-    Some(digest)
-}
-
-fn hex_digit(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use payonce_model::hex::DigestHex;
+
     use super::*;
 
     fn parse(text: &str) -> Result<Tokens, TokensError> {
@@ -278,11 +323,18 @@ mod tests {
         );
         assert!(!format!("{tokens:?}").contains("token-0"));
         let refused = [
-            ("[clients]\nalice = \"short\"\n", "token"),
-            ("[clients]\n\"a:b\" = \"alice-token-0123456\"\n", "name"),
+            (
+                "[clients]\nalice = \"short\"\n",
+                "the token of the entry on line 2 ([clients])",
+            ),
+            (
+                "[clients]\n\"a:b\" = \"alice-token-0123456\"\n",
+                "the name of the entry on line 2",
+            ),
             (
                 "[clients]\nalice = \"alice-token-0123456\"\n[operators]\nbob = \"alice-token-0123456\"\n",
-                "repeats",
+                "the entry on line 4 ([operators]) repeats the name or the token of the entry on \
+                 line 2 ([clients])",
             ),
             (
                 "[clients]\nalice = \"alice-token-0123456\"\n[operators]\nalice = \"other-token-0123456\"\n",
@@ -290,7 +342,7 @@ mod tests {
             ),
             (
                 "[admins]\nalice = \"alice-token-0123456\"\n",
-                "unknown field",
+                "line 1, column 2: a key other than [clients] and [operators]",
             ),
             ("", "0 entries"),
         ];
@@ -302,16 +354,15 @@ mod tests {
 
     /// The entry of `token` written as its digest.
     fn digest_of(token: &str) -> String {
-        let digest = Sha256::digest(token.as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{DIGEST_PREFIX}{hex}")
+        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
+        format!("{DIGEST_PREFIX}{}", DigestHex(&digest))
     }
 
     // Guards against a digest entry that does not authenticate its token,
     // a malformed one taken for a clear token or for some other digest, and
     // two entries that name one token, once in clear and once hashed.
     #[test]
-    fn digest_entries_authenticate_and_malformed_ones_are_refused_by_name() {
+    fn digest_entries_authenticate_and_malformed_ones_are_refused_by_place() {
         let (alice, frank) = ("alice-token-0123456", "frank-token-0123456");
         let text = format!(
             "[clients]\nalice = \"{}\"\n[operators]\nfrank = \"{frank}\"\n",
@@ -338,14 +389,18 @@ mod tests {
             format!("{DIGEST_PREFIX}{}g", &hex[1..]),
             DIGEST_PREFIX.to_owned(),
         ] {
-            let text = format!("[clients]\nalice = \"{bad}\"\n");
+            let text = format!("[clients]\n\n  alice = \"{bad}\"\n");
             let error = parse(&text).unwrap_err();
+            let place = Entry {
+                line: 3,
+                table: Table::Clients,
+            };
             assert!(
-                matches!(&error, TokensError::BadDigest { name, .. } if name == "alice"),
+                matches!(&error, TokensError::BadDigest { entry, .. } if *entry == place),
                 "{bad}: {error:?}"
             );
             let message = error.to_string();
-            assert!(message.contains("alice") && message.contains("64 lowercase hex"));
+            assert!(message.contains("line 3") && message.contains("64 lowercase hex"));
         }
         let twice = format!(
             "[clients]\nalice = \"{alice}\"\n[operators]\nfrank = \"{}\"\n",
@@ -353,33 +408,65 @@ mod tests {
         );
         assert!(matches!(
             parse(&twice).unwrap_err(),
-            TokensError::Repeated { name, .. } if name == "frank"
+            TokensError::Repeated { entry, first, .. } if entry.line == 4 && first.line == 2
         ));
     }
 
-    // Guards against a refusal or a debug print that shows a token: serde
-    // quotes a value of the wrong type, and a digest is as good as a
-    // password to anyone who can try guesses offline.
+    // Guards against a refusal or a debug print that shows a token: the
+    // TOML parser quotes the value or key it stumbled on (a number in
+    // backticks, a string in quotes), an entry may be swapped (the token
+    // where the name belongs), and a digest is as good as a password to
+    // anyone who can try guesses offline.
     #[test]
     fn no_refusal_and_no_debug_print_shows_a_token() {
         let secret = "secret-token-0123456789";
-        for text in [
-            format!("clients = \"{secret}\"\n"),
-            format!("[clients]\nalice = \"{secret} x\"\n"),
-            format!("[clients]\nalice = [\"{secret}\"]\n"),
-            format!("[clients]\nalice = \"{secret}\"\nalice = \"{secret}\"\n"),
+        let number = "4242424242424242";
+        let hex_name = &"a1b2c3d4".repeat(8);
+        for (text, shown_secret) in [
+            (format!("clients = \"{secret}\"\n"), secret),
+            (format!("[clients]\nalice = \"{secret} x\"\n"), secret),
+            (format!("[clients]\nalice = [\"{secret}\"]\n"), secret),
+            (
+                format!("[clients]\nalice = \"{secret}\"\nalice = \"{secret}\"\n"),
+                secret,
+            ),
+            (format!("[clients]\nalice = {number}\n"), number),
+            (format!("[clients]\nalice = {number}.5\n"), number),
+            (format!("{secret} = \"x\"\n"), secret),
+            (format!("[clients]\n{secret} = \"alice\"\n"), secret),
+            (
+                format!("[clients]\n{hex_name} = \"{secret}\"\n"),
+                &hex_name[..32],
+            ),
+            (
+                format!(
+                    "[clients]\n\"{secret}\" = \"{secret}-2\"\n[operators]\n{secret} = \"{secret}-3\"\n"
+                ),
+                secret,
+            ),
         ] {
             let error = parse(&text).unwrap_err();
             let shown = format!("{error} {error:?}");
-            assert!(!shown.contains(secret), "{shown}");
+            assert!(!shown.contains(shown_secret), "{text:?}: {shown}");
         }
         let hashed = digest_of(secret);
         let tokens = parse(&format!("[clients]\nalice = \"{hashed}\"\n")).unwrap();
         let shown = format!("{tokens:?}");
         assert!(!shown.contains(&hashed[DIGEST_PREFIX.len()..]), "{shown}");
-        assert_eq!(
-            error::without_quoted(r#"invalid type: string "a\"b", expected a map"#),
-            r#"invalid type: string "…", expected a map"#
-        );
+        let swapped = parse(&format!("[clients]\n{secret} = \"alice-token-0123456\"\n")).unwrap();
+        let shown = format!("{swapped:?}");
+        assert!(!shown.contains(secret), "{shown}");
+    }
+
+    // Guards against the exposure warning and the file's syntax naming two
+    // different prefixes.
+    #[test]
+    fn the_exposure_warning_names_the_digest_prefix() {
+        let exposed = ExposedTokens {
+            file: "tokens.toml".into(),
+            mode: 0o644,
+            clear: 1,
+        };
+        assert!(exposed.to_string().contains(DIGEST_PREFIX));
     }
 }

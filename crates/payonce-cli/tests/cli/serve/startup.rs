@@ -42,7 +42,7 @@ fn serve_refuses_a_nameless_worker_a_missing_ledger_and_a_bad_tokens_file() {
         "--tokens",
         &arg(&tokens),
     ]);
-    refused(&bad, "the token of alice");
+    refused(&bad, "the token of the entry on line 2 ([clients])");
     assert_eq!(
         std::fs::read_dir(&empty).unwrap().count(),
         0,
