@@ -206,21 +206,15 @@ fn patroni_kills_of_the_leader_under_load_lose_no_acknowledged_claim_and_send_no
             .push(until_answered("head", || payonce_postgres::head(&url)));
         let killed_at = Instant::now();
         let killed = cluster.kill_leader();
-        let stalled = promoted_or_stalled(&cluster, &mut run, killed);
-        if stalled {
-            // Patroni waits for the old leader: start it again.
-            cluster.restart(killed);
-        }
+        promoted_or_stalled(&cluster, &mut run, killed);
+        // Its service manager starts it again, as systemd would: it rejoins
+        // as a standby of the new leader (or, after a stall, leads again).
+        cluster.restart(killed);
         let (rest, window) = finish_round_timed(&fleet, killed_at);
         run.windows_ms.extend(window);
         run.told.add(&before);
         run.told.add(&rest);
         run.check(&url, &fleet, &withdrawals);
-        // Back to three members, so the next kill has a synchronous
-        // standby to promote and a third to stream to.
-        if !stalled {
-            cluster.restart(killed);
-        }
         cluster.wait_ready().unwrap();
         if (round + 1) % 10 == 0 {
             run.report("kills so far:", round + 1, started);

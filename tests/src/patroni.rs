@@ -47,6 +47,18 @@ pub struct Dcs {
     pub members: Vec<(String, String)>,
 }
 
+impl Drop for Patroni {
+    /// Says what the cluster looked like when a test failed with it up.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "the Patroni cluster when the test failed:\n{}",
+                self.diagnose()
+            );
+        }
+    }
+}
+
 /// The cluster. Fields drop in order: the members, etcd, then the network.
 pub struct Patroni {
     /// The PostgreSQL members; `None` while one is killed.
@@ -305,6 +317,26 @@ impl Patroni {
     /// Member `n`'s place in [`Patroni::net`].
     pub fn net_member(n: usize) -> usize {
         ETCD_MEMBERS + n
+    }
+
+    /// What each member's Patroni and server said last, and what etcd
+    /// holds: printed when a test fails with the cluster up.
+    pub fn diagnose(&self) -> String {
+        let mut said = format!("{}\n{:?}\n", self.state(), self.dcs());
+        for member in &self.members {
+            let tail = |log: String, lines: usize| {
+                let all: Vec<&str> = log.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            };
+            said.push_str(&format!(
+                "--- {} patroni:\n{}\n--- {} server:\n{}\n",
+                member.name(),
+                tail(member.patroni_log(), 25),
+                member.name(),
+                tail(member.server_log(), 15)
+            ));
+        }
+        said
     }
 
     /// The files' directory (the CA as `ca.crt`).
