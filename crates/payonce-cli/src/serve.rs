@@ -172,7 +172,7 @@ impl ServeArgs {
     pub fn rail(&self) -> Result<Arc<dyn Rail>, ServeError> {
         if let Some(url) = &self.rail_url {
             let config = HttpRailConfig {
-                roots: self.rail_ca.clone(),
+                ca: self.rail_ca.clone(),
                 client_certificate: self.rail_cert.clone(),
                 client_key: self.rail_key.clone(),
                 insecure_http: self.rail_insecure_http,

@@ -8,23 +8,25 @@
 //! - a 2xx with `{"reference": "..."}`: sent;
 //! - a 4xx other than 408 and 429, with `{"reason": "..."}`: refused
 //!   cleanly, nothing left the account;
-//! - anything else (a timeout, a lost connection, a failed TLS handshake, a
-//!   5xx, a 408 or 429, a redirect, a body that is not one of the two
-//!   above): unknown.
+//! - anything else (a timeout, a lost connection, a failed TLS handshake or
+//!   connection, a 5xx, a 408 or 429, a redirect, a body that is not one of
+//!   the two above): unknown.
 //!
-//! Redirects are never followed: a send goes to the configured URL or
-//! nowhere. Over `https://` the rail's certificate is checked against the
-//! system's roots or the configured ones, and a client certificate is shown
-//! when one is configured ([`HttpRailConfig`]); a handshake that fails is
-//! an unknown outcome whose error says what failed, in words, with the
-//! rail's host and the roots used.
+//! Redirects are never followed, and no proxy is used: a send goes to the
+//! configured URL or nowhere. Over `https://` the rail's certificate is
+//! checked against the system's CAs or the configured ones, and a client
+//! certificate is shown when one is configured ([`HttpRailConfig`]). A TLS
+//! failure is an unknown outcome whose error says when it happened: in the
+//! handshake, so the rail took no request (what failed, in words, with the
+//! rail's host and the CAs used), or after the request was sent, so the
+//! rail may have acted on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::handshake::{chain, describe, tls_failure};
+use super::handshake::{TlsFailure, chain, describe, tls_failure};
 use super::setup::{HttpRailConfig, HttpRailError, Target};
 use super::{BoxFuture, Rail, RailAnswer, RailSend};
 use crate::swap::Swap;
@@ -67,7 +69,7 @@ struct RefusedBody {
 
 impl HttpRail {
     /// An adapter POSTing to `url`, giving up on an answer after `timeout`,
-    /// with the system's roots and no client certificate.
+    /// with the system's CAs and no client certificate.
     pub fn new(url: &str, timeout: Duration) -> Result<HttpRail, HttpRailError> {
         HttpRail::with_config(HttpRailConfig::new(url, timeout))
     }
@@ -77,20 +79,13 @@ impl HttpRail {
     pub fn with_config(config: HttpRailConfig) -> Result<HttpRail, HttpRailError> {
         let target = Target::new(config)?;
         let client = target.client()?;
-        tracing::info!(
-            host = %target.host,
-            https = target.https(),
-            roots = %target.roots_shown(),
-            client_certificate = target.identity().is_some(),
-            "the HTTP rail is set up"
-        );
         Ok(HttpRail {
             target: Arc::new(target),
             client: Arc::new(Swap::new(client)),
         })
     }
 
-    /// Rereads the TLS files (the roots, the client certificate and key)
+    /// Rereads the TLS files (the CA, the client certificate and key)
     /// for the sends that start after; all or nothing: on an error the
     /// client in use stays. Returns whether there was anything to reread
     /// (a plain http:// rail has no TLS).
@@ -126,27 +121,54 @@ impl HttpRail {
         Ok(answer(status, &bytes))
     }
 
-    /// What a send that got no answer says: a failed TLS handshake in
-    /// words, naming the rail's host and the roots used, or the causes.
+    /// What a send that got no answer says: a TLS failure by when it
+    /// happened (in the handshake, in words, naming the rail's host and
+    /// the CAs used; or after the request was sent), or the causes.
     fn failure(&self, error: reqwest::Error) -> RailAnswer {
         let timed_out = error.is_timeout();
         let host = &self.target.host;
         let error = match tls_failure(&error) {
-            Some(tls) => {
-                let words = describe(tls, self.target.identity().is_some());
-                tracing::warn!(%host, error = %tls, "the TLS handshake with the rail failed");
-                format!(
-                    "the TLS handshake with the rail at {host} failed: {words}; checked against \
-                     {}",
-                    self.target.roots_shown()
-                )
-            }
+            Some(TlsFailure::Handshake(tls)) => format!(
+                "the TLS handshake with the rail at {host} failed, so the rail took no request: \
+                 {}; checked against {}",
+                describe(tls, self.target.client_files().is_some()),
+                self.target.ca_shown()
+            ),
+            Some(TlsFailure::AfterRequest(tls)) => format!(
+                "the TLS connection with the rail at {host} failed after the request was sent: \
+                 the rail may have acted on it (TLS said: {tls})"
+            ),
             None => format!(
                 "the rail at {host} could not be reached or did not answer: {}",
                 chain(error)
             ),
         };
         RailAnswer::Unknown { error, timed_out }
+    }
+}
+
+/// How the adapter reaches its rail: the host (never the whole URL), and
+/// over HTTPS the CAs and whether it shows a client certificate.
+impl std::fmt::Display for HttpRail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = &self.target;
+        if !target.https() {
+            return write!(f, "the HTTP rail at {} in clear", target.host);
+        }
+        write!(
+            f,
+            "the HTTP rail at {} over HTTPS, checked against {}",
+            target.host,
+            target.ca_shown()
+        )?;
+        match target.client_files() {
+            Some((certificate, _)) => write!(
+                f,
+                ", showing the client certificate in {}",
+                payonce_model::escape::EchoPath(certificate)
+            ),
+            None => f.write_str(", without a client certificate"),
+        }
     }
 }
 
@@ -223,6 +245,9 @@ mod tests {
             (StatusCode::REQUEST_TIMEOUT, refused),
             (StatusCode::INTERNAL_SERVER_ERROR, refused),
             (StatusCode::BAD_GATEWAY, sent),
+            // A redirect is never followed, nor taken for an answer.
+            (StatusCode::FOUND, sent),
+            (StatusCode::TEMPORARY_REDIRECT, sent),
         ] {
             assert!(
                 matches!(

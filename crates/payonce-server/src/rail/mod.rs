@@ -74,7 +74,7 @@ pub trait Rail: Send + Sync + 'static {
     /// Hands `send` to the rail and waits for its answer.
     fn send<'a>(&'a self, send: &'a RailSend) -> BoxFuture<'a, RailAnswer>;
 
-    /// Rereads the files the rail was set up from (an HTTPS rail's roots,
+    /// Rereads the files the rail was set up from (an HTTPS rail's CA,
     /// client certificate and key) for the sends that start after, all or
     /// nothing: on an error the rail goes on as it was. Returns whether it
     /// had anything to reread; a rail without files has not.

@@ -1,8 +1,10 @@
 //! The HTTP rail's client, as configured: its URL and the rules it must
-//! keep (https, or plain http to loopback only unless allowed), the roots
+//! keep (https, or plain http to loopback only unless allowed), the CAs
 //! its certificate is checked against, the client certificate it shows,
 //! and the reqwest client built from them on rustls with
-//! [`payonce_tls::provider`].
+//! [`payonce_tls::provider`]. The client goes to the URL directly: proxy
+//! variables (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`) are ignored, or
+//! they would carry a plain http:// send off this host.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -23,9 +25,9 @@ pub struct HttpRailConfig {
     pub url: String,
     /// How long an answer may take before the outcome is unknown.
     pub timeout: Duration,
-    /// Trust only the roots in this PEM file (`--rail-ca`); without it,
-    /// the operating system's.
-    pub roots: Option<PathBuf>,
+    /// Trust only the CAs in this PEM file (`--rail-ca`); without it, the
+    /// operating system's.
+    pub ca: Option<PathBuf>,
     /// A client certificate chain to show the rail (`--rail-cert`), with
     /// [`HttpRailConfig::client_key`].
     pub client_certificate: Option<PathBuf>,
@@ -38,13 +40,13 @@ pub struct HttpRailConfig {
 }
 
 impl HttpRailConfig {
-    /// A rail at `url` with the system's roots, no client certificate, and
-    /// plain HTTP to loopback only.
+    /// A rail at `url` checked against the system's CAs, with no client
+    /// certificate, and plain HTTP to loopback only.
     pub fn new(url: &str, timeout: Duration) -> HttpRailConfig {
         HttpRailConfig {
             url: url.to_owned(),
             timeout,
-            roots: None,
+            ca: None,
             client_certificate: None,
             client_key: None,
             insecure_http: false,
@@ -59,7 +61,7 @@ impl std::fmt::Debug for HttpRailConfig {
         f.debug_struct("HttpRailConfig")
             .field("host", &host)
             .field("timeout", &self.timeout)
-            .field("roots", &self.roots)
+            .field("ca", &self.ca)
             .field("client_certificate", &self.client_certificate)
             .field("client_key", &self.client_key)
             .field("insecure_http", &self.insecure_http)
@@ -189,7 +191,7 @@ impl Target {
             "https" if config.insecure_http => return Err(HttpRailError::InsecureWithHttps),
             "https" => {}
             "http" => {
-                if config.roots.is_some() {
+                if config.ca.is_some() {
                     return Err(HttpRailError::TlsWithHttp { flag: "--rail-ca" });
                 }
                 if config.client_certificate.is_some() || config.client_key.is_some() {
@@ -227,20 +229,23 @@ impl Target {
         self.url.scheme() == "https"
     }
 
-    /// Which roots the rail's certificate is checked against, in words.
-    pub(super) fn roots_shown(&self) -> String {
-        match &self.config.roots {
+    /// Which CAs the rail's certificate is checked against, in words.
+    pub(super) fn ca_shown(&self) -> String {
+        match &self.config.ca {
             Some(file) => format!("--rail-ca {}", EchoPath(file)),
-            None => "the system roots".to_owned(),
+            None => "the system's CAs".to_owned(),
         }
     }
 
     /// A new client, its TLS files read now. Redirects are not followed: a
     /// send goes to the configured URL or nowhere, never to wherever an
-    /// answer points (perhaps in clear).
+    /// answer points (perhaps in clear). No proxy is used, whatever the
+    /// environment says: the rule for plain http:// is about where the
+    /// bytes go, and a proxy would take them off this host.
     pub(super) fn client(&self) -> Result<reqwest::Client, HttpRailError> {
         reqwest::Client::builder()
             .timeout(self.config.timeout)
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .https_only(self.https())
             .use_preconfigured_tls(self.tls()?)
@@ -253,7 +258,7 @@ impl Target {
     /// The rustls configuration: for a plain http:// rail, one that trusts
     /// nothing (it is never used, and needs no trust store on the machine).
     fn tls(&self) -> Result<rustls::ClientConfig, HttpRailError> {
-        let roots = match (self.https(), &self.config.roots) {
+        let roots = match (self.https(), &self.config.ca) {
             (false, _) => RootCertStore::empty(),
             (true, Some(file)) => payonce_tls::read_roots(file)?,
             (true, None) => payonce_tls::system_roots()?,
@@ -264,7 +269,7 @@ impl Target {
                 detail: error.to_string(),
             })?
             .with_root_certificates(roots);
-        let mut config = match self.identity() {
+        let mut config = match self.client_files() {
             Some((certificate, key)) => {
                 let identity = payonce_tls::read_identity(certificate, key)?;
                 let resolver = SingleCertAndKey::from(identity.certified_key());
@@ -276,8 +281,8 @@ impl Target {
         Ok(config)
     }
 
-    /// The client certificate and key files, if given.
-    pub(super) fn identity(&self) -> Option<(&Path, &Path)> {
+    /// The client certificate's file and its key's, if given.
+    pub(super) fn client_files(&self) -> Option<(&Path, &Path)> {
         let certificate = self.config.client_certificate.as_deref()?;
         Some((certificate, self.config.client_key.as_deref()?))
     }
@@ -350,7 +355,7 @@ mod tests {
         assert!(insecure.is_ok());
         let error = target("https://rail.example/", |c| c.insecure_http = true);
         assert!(matches!(error, Err(HttpRailError::InsecureWithHttps)));
-        let error = target("http://127.0.0.1/", |c| c.roots = Some("ca.crt".into()));
+        let error = target("http://127.0.0.1/", |c| c.ca = Some("ca.crt".into()));
         assert!(matches!(
             error,
             Err(HttpRailError::TlsWithHttp { flag: "--rail-ca" })

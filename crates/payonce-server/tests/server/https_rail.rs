@@ -2,8 +2,10 @@
 //! tokio-rustls that requires a client certificate and records every send:
 //! a submission is sent once and replayed on retry; a rail the adapter
 //! must not trust, or one that refuses the adapter's certificate, leaves
-//! the key claimed with an error that says what failed; a reload takes a
-//! new client certificate for the next send.
+//! the key claimed with an error that says what failed and that the rail
+//! took no request; a TLS connection that fails once the request was sent
+//! leaves it claimed saying the rail may have acted on it; a reload takes
+//! a new client certificate for the next send.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,10 +21,8 @@ use payonce::Ledger;
 use payonce_server::rail::{HttpRail, HttpRailConfig};
 use payonce_tls::testing::{Issued, TestCa};
 use reqwest::StatusCode;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use payonce_server::REPLAYED_HEADER;
 
@@ -40,24 +40,7 @@ async fn record(State(sends): State<Sends>, Json(send): Json<Value>) -> Json<Val
 /// A rail on 127.0.0.1 showing `certificate`, serving only clients with a
 /// certificate `clients` signed.
 async fn start_rail(certificate: &Issued, clients: &TestCa) -> (SocketAddr, Sends) {
-    let chain = CertificateDer::pem_slice_iter(certificate.certificate.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(certificate.key.as_bytes()).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(clients.certificate.as_bytes()).unwrap())
-        .unwrap();
-    let provider = payonce_tls::provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .unwrap();
+    let config = payonce_tls::testing::server_config(certificate, Some(clients)).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let sends = Sends::default();
     let app = axum::Router::new()
@@ -112,7 +95,7 @@ impl Pki {
             None => (None, None),
         };
         HttpRailConfig {
-            roots: Some(self.rail_ca.write(dir, "rail-ca").unwrap()),
+            ca: Some(self.rail_ca.write(dir, "rail-ca").unwrap()),
             client_certificate: certificate,
             client_key: key,
             ..HttpRailConfig::new(
@@ -192,7 +175,7 @@ async fn an_untrusted_or_misnamed_rail_certificate_leaves_the_key_claimed_and_sa
     let cases = [
         (
             impostor.server(&["localhost"]).unwrap(),
-            "is not signed by a root we trust",
+            "is not signed by a CA we trust",
         ),
         (
             pki.rail_ca.server(&["rail.example"]).unwrap(),
@@ -205,6 +188,7 @@ async fn an_untrusted_or_misnamed_rail_certificate_leaves_the_key_claimed_and_sa
         let service = service_with(rail).await;
         let error = unknown_outcome(&service).await;
         assert!(error.contains(words), "{error}");
+        assert!(error.contains("handshake") && error.contains("took no request"));
         assert!(
             error.contains(&format!("localhost:{}", addr.port())),
             "{error}"
@@ -241,6 +225,7 @@ async fn a_rail_that_refuses_our_certificate_leaves_the_key_claimed_and_says_so(
         let service = service_with(rail).await;
         let error = unknown_outcome(&service).await;
         assert!(error.contains(words), "{error}");
+        assert!(error.contains("took no request"), "{error}");
         assert!(
             error.contains(&format!("localhost:{}", addr.port())),
             "{error}"
@@ -262,4 +247,83 @@ async fn a_rail_that_refuses_our_certificate_leaves_the_key_claimed_and_says_so(
         StatusCode::OK
     );
     assert_eq!(sends.lock().unwrap().len(), 1);
+}
+
+/// A rail that completes the handshake, reads the whole request, counts
+/// it, and then answers with a record that cannot be decrypted: written
+/// under TLS's framing, but not by the connection's keys.
+async fn start_garbling_rail(certificate: &Issued, clients: &TestCa) -> (SocketAddr, Sends) {
+    let config = payonce_tls::testing::server_config(certificate, Some(clients)).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sends = Sends::default();
+    let received = sends.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let request = read_request(&mut tls).await;
+            received.lock().unwrap().push(request);
+            // An application-data record of 32 bytes the client cannot
+            // decrypt, straight onto the socket under the TLS layer.
+            let mut record = vec![0x17, 0x03, 0x03, 0x00, 0x20];
+            record.extend_from_slice(&[0x42; 32]);
+            let (tcp, _) = tls.get_mut();
+            tcp.write_all(&record).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = tcp.read_to_end(&mut rest).await;
+        }
+    });
+    (addr, sends)
+}
+
+/// A whole HTTP request (headers, and a body of its Content-Length), its
+/// body as JSON.
+async fn read_request<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Value {
+    let mut bytes = Vec::new();
+    let mut chunk = [0; 4096];
+    let head_len = loop {
+        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the request ended early");
+        bytes.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_len]).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |len| len.trim().parse().unwrap());
+    while bytes.len() < head_len + len {
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the body ended early");
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+    serde_json::from_slice(&bytes[head_len..]).unwrap()
+}
+
+// Guards against a TLS failure after the rail read the request told as a
+// failed handshake, which the runbook reads as "the rail took nothing": a
+// release on that word would pay twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_failure_after_the_request_was_sent_says_the_rail_may_have_acted() {
+    let pki = Pki::new();
+    let served = pki.rail_ca.server(&["localhost"]).unwrap();
+    let (addr, sends) = start_garbling_rail(&served, &pki.client_ca).await;
+    let ours = pki.client_ca.client("payonce").unwrap();
+    let rail = HttpRail::with_config(pki.config(addr, Some(&ours))).unwrap();
+    let service = service_with(rail).await;
+    let error = unknown_outcome(&service).await;
+    assert!(
+        error.contains("failed after the request was sent")
+            && error.contains("the rail may have acted on it"),
+        "{error}"
+    );
+    assert!(!error.contains("handshake"), "{error}");
+    let sends = sends.lock().unwrap().clone();
+    assert_eq!(sends.len(), 1, "{sends:?}");
+    assert_eq!(sends[0]["key"], "alice:k-1");
 }
