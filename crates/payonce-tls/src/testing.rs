@@ -3,7 +3,8 @@
 //! written where a server or a client reads them, rustls configurations
 //! of a client trusting a CA and of a server showing a certificate, and a
 //! blocking HTTPS client to look at what a server serves (its certificate,
-//! its refusals) and to ask it on one connection kept open.
+//! its refusals) and to ask it on one connection kept open, and a reader
+//! of one HTTP/1.1 message for the tests' own small servers.
 
 use std::error::Error;
 use std::io::{Read, Write};
@@ -265,6 +266,19 @@ pub fn get_on(
     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}\r\n");
     stream.write_all(request.as_bytes())?;
     stream.flush()?;
+    let (head, body) = read_message(stream)?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|status| status.parse().ok());
+    let status = status.ok_or_else(|| invalid(&head))?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// One HTTP/1.1 message read from `stream`, a request or an answer: its
+/// head (the start line and headers, in lowercase) and its body of
+/// `Content-Length` bytes.
+pub fn read_message(stream: &mut impl Read) -> std::io::Result<(String, Vec<u8>)> {
     let mut bytes = Vec::new();
     let mut chunk = [0; 4096];
     let mut read = |bytes: &mut Vec<u8>| -> std::io::Result<()> {
@@ -282,22 +296,19 @@ pub fn get_on(
         read(&mut bytes)?;
     };
     let head = String::from_utf8_lossy(&bytes[..head_len]).to_ascii_lowercase();
-    let malformed = || std::io::Error::new(std::io::ErrorKind::InvalidData, head.clone());
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|status| status.parse().ok());
-    let status = status.ok_or_else(malformed)?;
     let len: usize = match head
         .lines()
         .find_map(|line| line.strip_prefix("content-length:"))
     {
-        Some(len) => len.trim().parse().map_err(|_| malformed())?,
+        Some(len) => len.trim().parse().map_err(|_| invalid(&head))?,
         None => 0,
     };
     while bytes.len() < head_len + len {
         read(&mut bytes)?;
     }
-    let body = String::from_utf8_lossy(&bytes[head_len..head_len + len]).into_owned();
-    Ok((status, body))
+    Ok((head, bytes[head_len..head_len + len].to_vec()))
+}
+
+fn invalid(head: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, head.to_owned())
 }

@@ -7,6 +7,7 @@
 //! leaves it claimed saying the rail may have acted on it; a reload takes
 //! a new client certificate for the next send.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -19,10 +20,9 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use payonce::Ledger;
 use payonce_server::rail::{HttpRail, HttpRailConfig};
-use payonce_tls::testing::{Issued, TestCa};
+use payonce_tls::testing::{Issued, TestCa, read_message};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use payonce_server::REPLAYED_HEADER;
 
@@ -251,58 +251,36 @@ async fn a_rail_that_refuses_our_certificate_leaves_the_key_claimed_and_says_so(
 
 /// A rail that completes the handshake, reads the whole request, counts
 /// it, and then answers with a record that cannot be decrypted: written
-/// under TLS's framing, but not by the connection's keys.
-async fn start_garbling_rail(certificate: &Issued, clients: &TestCa) -> (SocketAddr, Sends) {
+/// under TLS's framing, but not by the connection's keys. It runs on a
+/// thread of its own, with blocking I/O.
+fn start_garbling_rail(certificate: &Issued, clients: &TestCa) -> (SocketAddr, Sends) {
     let config = payonce_tls::testing::server_config(certificate, Some(clients)).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = Arc::new(config);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let sends = Sends::default();
     let received = sends.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let Ok(mut tls) = acceptor.accept(tcp).await else {
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(tcp) = tcp else { return };
+            let connection = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(connection, tcp);
+            let Ok((_, body)) = read_message(&mut tls) else {
                 continue;
             };
-            let request = read_request(&mut tls).await;
-            received.lock().unwrap().push(request);
+            received
+                .lock()
+                .unwrap()
+                .push(serde_json::from_slice(&body).unwrap());
             // An application-data record of 32 bytes the client cannot
             // decrypt, straight onto the socket under the TLS layer.
             let mut record = vec![0x17, 0x03, 0x03, 0x00, 0x20];
             record.extend_from_slice(&[0x42; 32]);
-            let (tcp, _) = tls.get_mut();
-            tcp.write_all(&record).await.unwrap();
-            let mut rest = Vec::new();
-            let _ = tcp.read_to_end(&mut rest).await;
+            tls.sock.write_all(&record).unwrap();
+            let _ = tls.sock.read_to_end(&mut Vec::new());
         }
     });
     (addr, sends)
-}
-
-/// A whole HTTP request (headers, and a body of its Content-Length), its
-/// body as JSON.
-async fn read_request<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Value {
-    let mut bytes = Vec::new();
-    let mut chunk = [0; 4096];
-    let head_len = loop {
-        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let read = stream.read(&mut chunk).await.unwrap();
-        assert!(read > 0, "the request ended early");
-        bytes.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&bytes[..head_len]).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length:"))
-        .map_or(0, |len| len.trim().parse().unwrap());
-    while bytes.len() < head_len + len {
-        let read = stream.read(&mut chunk).await.unwrap();
-        assert!(read > 0, "the body ended early");
-        bytes.extend_from_slice(&chunk[..read]);
-    }
-    serde_json::from_slice(&bytes[head_len..]).unwrap()
 }
 
 // Guards against a TLS failure after the rail read the request told as a
@@ -312,7 +290,7 @@ async fn read_request<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Value 
 async fn a_tls_failure_after_the_request_was_sent_says_the_rail_may_have_acted() {
     let pki = Pki::new();
     let served = pki.rail_ca.server(&["localhost"]).unwrap();
-    let (addr, sends) = start_garbling_rail(&served, &pki.client_ca).await;
+    let (addr, sends) = start_garbling_rail(&served, &pki.client_ca);
     let ours = pki.client_ca.client("payonce").unwrap();
     let rail = HttpRail::with_config(pki.config(addr, Some(&ours))).unwrap();
     let service = service_with(rail).await;
