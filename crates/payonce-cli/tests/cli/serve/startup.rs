@@ -83,9 +83,10 @@ fn refused_before_the_ledger(scratch: &std::path::Path, rest: &[String], texts: 
     assert!(!ledger.exists(), "nothing was written: {}", run.stderr);
 }
 
-// Guards against a service that starts on TLS files it cannot use, or
-// that sends withdrawals or takes bearer tokens in clear across a network
-// without being told to.
+// Guards against a service that starts on TLS files it cannot use (its
+// own, or the client certificate it shows the rail), or that sends
+// withdrawals or takes bearer tokens in clear across a network without
+// being told to.
 #[test]
 fn serve_refuses_unusable_tls_files_and_cleartext_beyond_loopback() {
     let scratch = tempfile::tempdir().unwrap();
@@ -143,6 +144,33 @@ fn serve_refuses_unusable_tls_files_and_cleartext_beyond_loopback() {
                 &arg(&certificate),
             ]),
             vec!["--rail-key"],
+        ),
+        (
+            to_args(&[
+                "--rail-url",
+                "https://localhost/send",
+                "--rail-cert",
+                &arg(&certificate),
+                "--rail-key",
+                &arg(&other_key),
+            ]),
+            vec![
+                "the rail's TLS",
+                "b.key",
+                "a.crt",
+                "is not the key of the certificate",
+            ],
+        ),
+        (
+            to_args(&[
+                "--rail-url",
+                "https://localhost/send",
+                "--rail-cert",
+                &arg(&missing),
+                "--rail-key",
+                &arg(&key),
+            ]),
+            vec!["the rail's TLS", "missing.crt"],
         ),
         (
             to_args(&["--listen", "0.0.0.0:0"]),
