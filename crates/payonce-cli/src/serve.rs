@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use clap::Args;
 use payonce::{Config, Ledger};
+use payonce_model::escape::Escaped;
 use payonce_server::rail::{HttpRail, HttpRailConfig, Rail, SimRail, SimRailConfig};
 use payonce_server::server::{CONNECTIONS_MAX, HEADER_READ_TIME_MAX, HEADERS_LEN_MAX, Limits};
-use payonce_server::{Event, ServeError, ServerTls, ServerTlsFiles, Service, Tokens};
+use payonce_server::{
+    Notice, ServeError, ServerTls, ServerTlsFiles, Service, Signals, Tokens, Transport,
+};
 
 use crate::env::Status;
 use crate::error::CliError;
@@ -61,10 +64,17 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "tls_cert")]
     pub insecure_http: bool,
     /// Send through an HTTP rail client at this URL instead of the simulated rail: https://,
-    /// or http:// to loopback.
-    #[arg(long, value_name = "URL", conflicts_with = "rail_log")]
+    /// or http:// to loopback. Proxy variables are ignored. A URL that holds a password or a
+    /// key is better given in the environment, where ps does not show it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "PAYONCE_RAIL_URL",
+        hide_env_values = true,
+        conflicts_with = "rail_log"
+    )]
     pub rail_url: Option<String>,
-    /// Check the HTTPS rail's certificate against the roots in this PEM file only, instead of
+    /// Check the HTTPS rail's certificate against the CAs in this PEM file only, instead of
     /// the system's. SIGHUP rereads it and the client certificate.
     #[arg(long, value_name = "FILE", requires = "rail_url")]
     pub rail_ca: Option<PathBuf>,
@@ -166,21 +176,35 @@ impl ServeArgs {
         ServerTls::load(files).map(Some).map_err(ServeError::Tls)
     }
 
-    /// The rail: the HTTP adapter with --rail-url (its rules checked and
-    /// its TLS files read now), the simulated one otherwise. Needs a
-    /// runtime (the HTTP client starts on one).
+    /// The HTTP rail adapter with --rail-url (its rules checked and its
+    /// TLS files read now), or `None` without it. Needs a runtime (the HTTP
+    /// client starts on one).
+    pub fn http_rail(&self) -> Result<Option<HttpRail>, ServeError> {
+        let Some(url) = &self.rail_url else {
+            return Ok(None);
+        };
+        let config = HttpRailConfig {
+            ca: self.rail_ca.clone(),
+            client_certificate: self.rail_cert.clone(),
+            client_key: self.rail_key.clone(),
+            insecure_http: self.rail_insecure_http,
+            ..HttpRailConfig::new(url, Duration::from_millis(self.rail_timeout_ms))
+        };
+        let rail = HttpRail::with_config(config).map_err(ServeError::HttpRail)?;
+        Ok(Some(rail))
+    }
+
+    /// The rail: the HTTP adapter with --rail-url, the simulated one
+    /// otherwise. Needs a runtime (the HTTP client starts on one).
     pub fn rail(&self) -> Result<Arc<dyn Rail>, ServeError> {
-        if let Some(url) = &self.rail_url {
-            let config = HttpRailConfig {
-                ca: self.rail_ca.clone(),
-                client_certificate: self.rail_cert.clone(),
-                client_key: self.rail_key.clone(),
-                insecure_http: self.rail_insecure_http,
-                ..HttpRailConfig::new(url, Duration::from_millis(self.rail_timeout_ms))
-            };
-            let rail = HttpRail::with_config(config).map_err(ServeError::HttpRail)?;
+        if let Some(rail) = self.http_rail()? {
             return Ok(Arc::new(rail));
         }
+        self.sim_rail()
+    }
+
+    /// The simulated rail, as its flags say.
+    fn sim_rail(&self) -> Result<Arc<dyn Rail>, ServeError> {
         if self.rail_refuse_rate + self.rail_unknown_rate > 1.0 {
             return Err(ServeError::Rail(
                 "--rail-refuse-rate and --rail-unknown-rate add up to more than 1".into(),
@@ -246,7 +270,8 @@ fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
 /// Everything that can be refused, checked before the ledger is opened so
 /// that a refusal writes nothing: the tokens file (and a warning on `err`
 /// when others can read its tokens), the listener's TLS and where it may
-/// listen in clear, the rail and its TLS.
+/// listen in clear (a warning on `err` when in clear beyond loopback), the
+/// rail and its TLS (said on `err`, by its host alone).
 fn checked_service(
     args: &ServeArgs,
     runtime: &tokio::runtime::Runtime,
@@ -257,18 +282,23 @@ fn checked_service(
         writeln!(err, "payonce serve: warning: {exposed}").map_err(CliError::output)?;
     }
     let tls = args.tls()?;
+    let rail: Arc<dyn Rail> = match runtime.block_on(async { args.http_rail() })? {
+        Some(http) => {
+            writeln!(err, "payonce serve: sending through {http}").map_err(CliError::output)?;
+            Arc::new(http)
+        }
+        None => args.sim_rail()?,
+    };
     let service = Service {
         listen: args.listen,
         tokens,
         tokens_file: Some(args.tokens.clone()),
-        rail: runtime.block_on(async { args.rail() })?,
+        rail,
         limits: args.limits(),
         tls,
         insecure_http: args.insecure_http,
     };
-    service.check()?;
-    if service.tls.is_none() && !args.listen.ip().is_loopback() {
-        tracing::warn!(listen = %args.listen, "serving plain HTTP beyond loopback (--insecure-http)");
+    if service.check()? == Transport::InsecureHttp {
         writeln!(
             err,
             "payonce serve: warning: plain HTTP on {} (--insecure-http): bearer tokens cross \
@@ -280,27 +310,51 @@ fn checked_service(
     Ok(service)
 }
 
-/// What the running service says: where it listens, and each reload
-/// (one line on `out`, and a warning on `err` if the tokens file read
-/// exposes tokens).
-fn tell(out: &mut dyn Write, err: &mut dyn Write, event: Event<'_>) -> std::io::Result<()> {
-    match event {
-        Event::Listening { addr, tls } => {
+/// What the running service says: where it listens and each reload (one
+/// line on `out`; on `err` if `out` cannot take it, and a warning on `err`
+/// if the tokens file read exposes tokens), and each unknown outcome (on
+/// `err`: the key an operator must close).
+fn tell(out: &mut dyn Write, err: &mut dyn Write, notice: Notice<'_>) -> std::io::Result<()> {
+    match notice {
+        Notice::Listening { addr, tls } => {
             let scheme = if tls { "https" } else { "http" };
             writeln!(out, "payonce serve: listening on {scheme}://{addr}")?;
+            out.flush()
         }
-        Event::Reloaded(reload) => {
+        Notice::Reloaded(reload) => {
             if let Some(exposed) = &reload.exposed {
                 writeln!(err, "payonce serve: warning: {exposed}")?;
             }
-            writeln!(out, "payonce serve: {reload}")?;
+            let line = format!("payonce serve: {reload}");
+            match writeln!(out, "{line}").and_then(|()| out.flush()) {
+                Ok(()) => Ok(()),
+                Err(error) => writeln!(err, "{line} (not on stdout: {error})"),
+            }
         }
-        _ => {}
+        Notice::OutcomeUnknown {
+            key,
+            withdrawal,
+            error,
+        } => writeln!(
+            err,
+            "payonce serve: the outcome of {} (withdrawal {}) is unknown: {}; the key stays \
+             claimed until an operator closes it",
+            Escaped(key),
+            Escaped(withdrawal),
+            Escaped(error)
+        ),
+        Notice::Untold { count } => writeln!(
+            err,
+            "payonce serve: {count} more outcomes were unknown and are not told here: see \
+             payonce inflight"
+        ),
+        _ => Ok(()),
     }
-    out.flush()
 }
 
-/// `payonce serve`: everything that can be refused is checked before the
+/// `payonce serve`: SIGHUP's handler is installed first (a SIGHUP during
+/// start-up is remembered, and rereads the files once the service
+/// listens), then everything that can be refused is checked before the
 /// ledger is opened, so a refusal writes nothing; then the service runs
 /// until SIGTERM or SIGINT, reloading its files on SIGHUP.
 pub(crate) fn serve_command(
@@ -315,15 +369,24 @@ pub(crate) fn serve_command(
             doing: "starting the async runtime".into(),
             error,
         })?;
+    let signals = {
+        let _entered = runtime.enter();
+        Signals::new()
+    };
+    let signals = signals.map_err(|error| ServeError::Io {
+        doing: "listening for SIGHUP".into(),
+        error,
+    })?;
     let service = checked_service(args, &runtime, err)?;
     let ledger = open_ledger(args)?;
-    runtime.block_on(service.run(ledger, |event| tell(out, err, event)))?;
+    runtime.block_on(service.run(ledger, signals, |notice| tell(out, err, notice)))?;
     writeln!(
         out,
         "payonce serve: stopped; every running send was recorded"
     )
     .map_err(CliError::output)?;
-    // Sends still on the blocking pool were waited for above.
+    // Sends still on the blocking pool were waited for above; a reload
+    // hung on a file runs on a thread of its own, which exiting ends.
     runtime.shutdown_timeout(Duration::from_secs(10));
     Ok(Status::Clean)
 }

@@ -13,22 +13,26 @@
 //! is the payonce library in this process, through `AsyncLedger`, on a
 //! file ledger or as one worker of a PostgreSQL ledger several workers
 //! share. Callers are named by a bearer token from a [`Tokens`] file (each
-//! token in clear or as its SHA-256), as a client or an operator; a client's key is scoped to it ([`scope`]), so
-//! two clients' keys never name one ledger key. Every refusal is RFC 9457
+//! token in clear or as its SHA-256), as a client or an operator; a
+//! client's key is scoped to it ([`scope`]), so two clients' keys never
+//! name one ledger key. Every refusal is RFC 9457
 //! problem+json with a stable type ([`problem`]), naming a holder key only
 //! to the client that owns it and to operators. [`Metrics`] counts every
 //! decision and times every durable commit, in Prometheus text.
 //!
 //! [`Server`] is the accept loop: hyper's HTTP/1 connections, over TLS
 //! with a [`ServerTls`] (mutual TLS with a client CA), within [`Limits`]
-//! (connections, handshake and header read time, header bytes, request
-//! time), and a graceful shutdown that waits for every running send, so
-//! SIGTERM never cuts a send short. [`start`] runs it on a listener in
-//! plain HTTP, [`start_with`] as a [`Setup`] says; [`Server::reload`]
-//! rereads the tokens file, the listener's TLS files and the rail's, each
-//! set all or nothing, for new requests, handshakes and sends, while open
-//! connections keep theirs. [`Service::run`] runs it as `payonce serve`
-//! does: until SIGTERM or SIGINT, reloading on SIGHUP.
+//! (connections, one deadline for the handshake and the headers, header
+//! bytes, request time), and a graceful shutdown that waits for every
+//! running send, so SIGTERM never cuts a send short. [`start`] runs it on
+//! a listener in plain HTTP, [`start_with`] as a [`Setup`] says;
+//! [`Server::reload`] rereads the tokens file, the listener's TLS files
+//! and the rail's, each set all or nothing and one reload at a time, for
+//! new requests, handshakes and sends, while open connections keep theirs.
+//! [`Service::run`] runs it as `payonce serve` does: until SIGTERM or
+//! SIGINT, reloading on SIGHUP ([`Signals`]), and telling the one running
+//! it what an operator must see ([`Notice`]) without a `tracing`
+//! subscriber.
 //!
 //! The service does not decide anything: every decision is the `payonce`
 //! library's, and the service maps the library's typed answers to HTTP.
@@ -55,7 +59,8 @@
 //!     let backend = Arc::new(Embedded::new(ledger, metrics.clone()));
 //!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //!     let rail = Arc::new(ScriptedRail::default());
-//!     let server = payonce_server::start(listener, backend, rail, tokens, metrics, Limits::default())?;
+//!     let limits = Limits::default();
+//!     let server = payonce_server::start(listener, backend, rail, tokens, metrics, limits)?;
 //!     println!("listening on http://{}", server.addr());
 //!     server.shut_down().await; // waits for running requests and sends
 //!     Ok::<_, std::io::Error>(())
@@ -74,6 +79,7 @@ pub mod tls;
 pub mod tokens;
 
 mod api;
+mod notices;
 mod reload;
 mod service;
 mod signals;
@@ -81,10 +87,12 @@ mod swap;
 
 pub use crate::api::{BODY_LEN_MAX, REPLAYED_HEADER};
 pub use crate::backend::{Backend, Embedded};
-pub use crate::metrics::Metrics;
+pub use crate::metrics::{HandshakeFailure, Metrics};
+pub use crate::notices::{NOTICES_WAITING_MAX, Notice};
 pub use crate::rail::Rail;
 pub use crate::reload::Reload;
 pub use crate::server::{Limits, Server};
-pub use crate::service::{Event, ServeError, Service, Setup, check_listen, start, start_with};
+pub use crate::service::{ServeError, Service, Setup, Transport, start, start_with};
+pub use crate::signals::Signals;
 pub use crate::tls::{ServerTls, ServerTlsFiles};
 pub use crate::tokens::Tokens;

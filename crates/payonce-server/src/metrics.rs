@@ -22,6 +22,32 @@ pub struct Metrics {
     commit_buckets: [AtomicU64; COMMIT_BUCKETS.len() + 1],
     commit_count: AtomicU64,
     commit_nanos: AtomicU64,
+    /// TLS handshakes on the listener that failed, by [`HandshakeFailure`].
+    handshake_failures: [AtomicU64; HandshakeFailure::ALL.len()],
+}
+
+/// Why a TLS handshake on the listener failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandshakeFailure {
+    /// It was not done within the header read time.
+    TimedOut,
+    /// It failed: a client without an acceptable certificate, one that
+    /// speaks no TLS (plain HTTP on the HTTPS port), or one that went away.
+    Refused,
+}
+
+impl HandshakeFailure {
+    /// Every reason, in the order the metric lists them.
+    pub const ALL: [HandshakeFailure; 2] = [HandshakeFailure::TimedOut, HandshakeFailure::Refused];
+
+    /// Its `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeFailure::TimedOut => "timed_out",
+            HandshakeFailure::Refused => "refused",
+        }
+    }
 }
 
 /// What the ledger's queue looks like at one scrape.
@@ -66,6 +92,16 @@ impl Metrics {
         self.commit_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Counts one TLS handshake on the listener that failed.
+    pub fn handshake_failed(&self, why: HandshakeFailure) {
+        self.handshake_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many TLS handshakes on the listener failed for `why`.
+    pub fn handshake_failures(&self, why: HandshakeFailure) -> u64 {
+        self.handshake_failures[why as usize].load(Ordering::Relaxed)
+    }
+
     /// The Prometheus text exposition (format 0.0.4).
     pub fn render(&self, in_flight: InFlightGauge) -> String {
         let mut text = String::new();
@@ -92,7 +128,24 @@ impl Metrics {
             in_flight.oldest_age.as_secs_f64()
         );
         self.render_commits(&mut text);
+        self.render_handshakes(&mut text);
         text
+    }
+
+    fn render_handshakes(&self, text: &mut String) {
+        text.push_str(
+            "# HELP payonce_tls_handshake_failures_total TLS handshakes on the listener that \
+             failed, by reason.\n",
+        );
+        text.push_str("# TYPE payonce_tls_handshake_failures_total counter\n");
+        for why in HandshakeFailure::ALL {
+            let _ = writeln!(
+                text,
+                "payonce_tls_handshake_failures_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.handshake_failures(why)
+            );
+        }
     }
 
     fn render_commits(&self, text: &mut String) {
@@ -148,6 +201,7 @@ mod tests {
         let metrics = Metrics::default();
         metrics.decided("key-in-flight");
         metrics.committed(Duration::from_millis(1));
+        metrics.handshake_failed(HandshakeFailure::TimedOut);
         let text = metrics.render(InFlightGauge {
             keys: 2,
             oldest_age: Duration::from_millis(90_500),
@@ -158,6 +212,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("payonce_decisions_total{kind=\"key-in-flight\"} 1\n"));
+        assert!(
+            text.contains("payonce_tls_handshake_failures_total{reason=\"timed_out\"} 1\n"),
+            "{text}"
+        );
         let mut typed = Vec::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -176,6 +234,6 @@ mod tests {
                 assert!(typed.iter().any(|t| t == family), "untyped: {line}");
             }
         }
-        assert_eq!(typed.len(), 4, "{text}");
+        assert_eq!(typed.len(), 5, "{text}");
     }
 }

@@ -8,7 +8,7 @@
 
 use std::error::Error;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use payonce_model::escape::Escaped;
 
@@ -29,28 +29,39 @@ pub struct Reload {
     pub exposed: Option<ExposedTokens>,
     /// The listener's certificate, key and client CA.
     pub tls: Option<Result<(), ServerTlsError>>,
-    /// The rail's roots, client certificate and key.
+    /// The rail's CA, client certificate and key.
     pub rail: Option<Result<(), Box<dyn Error + Send + Sync>>>,
-    /// The reload did not finish (the service is stopping); each set is
-    /// the old one or the new one.
-    pub interrupted: bool,
+    /// The reload ended without a report: it panicked, or its thread could
+    /// not be started. Each set is the old one or the new one.
+    pub unfinished: bool,
 }
 
 impl Reload {
     /// Whether a set was kept because its files could not be read.
     pub fn refused(&self) -> bool {
-        self.interrupted
+        self.unfinished
             || matches!(self.tokens, Some(Err(_)))
             || matches!(self.tls, Some(Err(_)))
             || matches!(self.rail, Some(Err(_)))
+    }
+
+    /// A reload that ended without a report.
+    pub(crate) fn unfinished() -> Reload {
+        Reload {
+            unfinished: true,
+            ..Reload::default()
+        }
     }
 }
 
 /// One line: what was reloaded, and what was kept and why.
 impl std::fmt::Display for Reload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.interrupted {
-            return f.write_str("the reload was interrupted: the service is stopping");
+        if self.unfinished {
+            return f.write_str(
+                "the reload did not finish (it panicked, or could not start); each set is the \
+                 old one or the new one: signal again",
+            );
         }
         let mut reloaded = Vec::new();
         let mut kept = Vec::new();
@@ -72,29 +83,41 @@ impl std::fmt::Display for Reload {
             )),
             None => {}
         }
-        let reloaded = match reloaded.is_empty() {
-            true => "nothing to reload".to_owned(),
-            false => format!("reloaded {}", reloaded.join(", ")),
-        };
-        match kept.is_empty() {
-            true => f.write_str(&reloaded),
-            false => write!(f, "reload refused, kept {}; {reloaded}", kept.join("; ")),
+        match (kept.is_empty(), reloaded.is_empty()) {
+            (true, true) => f.write_str("nothing to reload"),
+            (true, false) => write!(f, "reloaded {}", reloaded.join(", ")),
+            (false, true) => write!(f, "reload refused, kept {}", kept.join("; ")),
+            (false, false) => write!(
+                f,
+                "reload refused, kept {}; reloaded {}",
+                kept.join("; "),
+                reloaded.join(", ")
+            ),
         }
     }
 }
 
-/// Everything a reload replaces. Clones share it.
+/// Everything a reload replaces. Clones share it, and one reload runs at a
+/// time: two reloads at once could otherwise apply the older reading of a
+/// file last.
 #[derive(Clone)]
 pub(crate) struct Reloader {
     pub(crate) tokens: Option<(PathBuf, Arc<Swap<Tokens>>)>,
     pub(crate) tls: Option<ServerTls>,
     pub(crate) rail: Arc<dyn Rail>,
+    pub(crate) one_at_a_time: Arc<Mutex<()>>,
 }
 
 impl Reloader {
-    /// Rereads every set; blocks on the files (run it off the executor
-    /// threads).
+    /// Rereads every set, after any reload already running has applied
+    /// its own; blocks on the files (run it off the executor threads).
     pub(crate) fn reload(&self) -> Reload {
+        // A reload that panicked left whole sets behind (each is replaced
+        // in one assignment): the next one may go on.
+        let _one = self
+            .one_at_a_time
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut reload = Reload::default();
         if let Some((file, current)) = &self.tokens {
             reload.tokens = Some(Tokens::read(file).map(|tokens| {
@@ -110,10 +133,6 @@ impl Reloader {
             Ok(false) => None,
             Err(error) => Some(Err(error)),
         };
-        match reload.refused() {
-            true => tracing::warn!(%reload, "a reload kept some of the old configuration"),
-            false => tracing::info!(%reload, "reloaded"),
-        }
         reload
     }
 }

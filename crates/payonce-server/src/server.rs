@@ -4,9 +4,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use hyper::rt::{Sleep, Timer};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -17,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::metrics::{HandshakeFailure, Metrics};
 use crate::reload::{Reload, Reloader};
 use crate::tls::ServerTls;
 
@@ -39,8 +42,10 @@ pub struct Limits {
     pub connections_max: usize,
     /// Bytes of request line and headers; more is answered 431.
     pub headers_len_max: usize,
-    /// Time to send the request's headers, and, over TLS, to finish the
-    /// handshake before that; a slower client is cut off.
+    /// Time from a connection's accept to the end of its first request's
+    /// headers, over TLS the handshake included (one deadline for both),
+    /// and then for each later request's headers; a slower client is cut
+    /// off.
     pub header_read_time_max: Duration,
     /// Time to answer a request; a slower answer is a 503 (a submission's
     /// send goes on and records its outcome).
@@ -76,13 +81,15 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Serves `router` on `listener`, over TLS with `tls`; `sends` tracks
-    /// the sends a shutdown waits for.
+    /// the sends a shutdown waits for, and `metrics` counts the handshakes
+    /// that fail.
     pub fn start(
         listener: TcpListener,
         router: Router,
         limits: Limits,
         sends: TaskTracker,
         tls: Option<ServerTls>,
+        metrics: Arc<Metrics>,
     ) -> std::io::Result<Server> {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
@@ -90,6 +97,7 @@ impl Server {
             router,
             limits,
             tls,
+            metrics,
             shutdown: shutdown.clone(),
         };
         let stopped = tokio::spawn(accept_loop(listener, connections, sends));
@@ -111,22 +119,29 @@ impl Server {
 
     /// Rereads the service's files (what SIGHUP does to `payonce serve`):
     /// the tokens file, the listener's TLS files and the rail's, each set
-    /// all or nothing, off the executor threads. A server started with
-    /// [`Server::start`] alone has nothing to reload.
+    /// all or nothing, after any reload already running has applied its
+    /// own. It runs on a thread of its own, so a read that never ends (a
+    /// FIFO, a hung network mount) holds neither an executor thread nor
+    /// the runtime's shutdown: a caller may stop waiting for it (drop the
+    /// future, as `payonce serve` does on SIGTERM), and the thread then
+    /// finishes, or hangs, alone. A server started with [`Server::start`]
+    /// alone has nothing to reload.
     pub async fn reload(&self) -> Reload {
         let Some(reloader) = self.reloader.clone() else {
             return Reload::default();
         };
-        match tokio::task::spawn_blocking(move || reloader.reload()).await {
-            Ok(reload) => reload,
-            Err(error) => {
-                warn!(%error, "a reload did not finish");
-                Reload {
-                    interrupted: true,
-                    ..Reload::default()
-                }
-            }
+        let (report, reported) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("payonce-reload".into())
+            .spawn(move || {
+                // The receiver is gone only if the caller stopped waiting.
+                let _ = report.send(reloader.reload());
+            });
+        if spawned.is_err() {
+            return Reload::unfinished();
         }
+        // The sender is dropped unsent only if the reload panicked.
+        reported.await.unwrap_or_else(|_| Reload::unfinished())
     }
 
     /// Where it listens.
@@ -149,6 +164,7 @@ struct Connections {
     router: Router,
     limits: Limits,
     tls: Option<ServerTls>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
@@ -188,19 +204,22 @@ async fn accept_loop(listener: TcpListener, connections: Connections, sends: Tas
 
 impl Connections {
     /// One connection, in a task of its own: the TLS handshake (with the
-    /// configuration as it is when the connection was accepted, within the
-    /// header read time, and cut short by a shutdown), then HTTP/1. The
-    /// permit counts it against `connections_max` until it closes.
+    /// configuration as it is when the connection was accepted, and cut
+    /// short by a shutdown), then HTTP/1. The handshake and the first
+    /// request's headers share one deadline, the header read time from the
+    /// accept, so a slow handshake leaves less time for the headers, not
+    /// more. The permit counts it against `connections_max` until it
+    /// closes.
     fn serve(
         &self,
         stream: TcpStream,
         watcher: Watcher,
         permit: OwnedSemaphorePermit,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let deadline = tokio::time::Instant::now() + self.limits.header_read_time_max;
         let acceptor = self.tls.as_ref().map(ServerTls::acceptor);
-        let (builder, router) = (self.http(), self.router.clone());
-        let (shutdown, handshake_time_max) =
-            (self.shutdown.clone(), self.limits.header_read_time_max);
+        let (builder, router) = (self.http(deadline.into_std()), self.router.clone());
+        let (shutdown, metrics) = (self.shutdown.clone(), self.metrics.clone());
         async move {
             let Some(acceptor) = acceptor else {
                 let _ = watcher.watch(serve_http(&builder, stream, router)).await;
@@ -213,7 +232,7 @@ impl Connections {
             if let Err(error) = stream.set_nodelay(true) {
                 debug!(%error, "TCP_NODELAY could not be set");
             }
-            let handshake = tokio::time::timeout(handshake_time_max, acceptor.accept(stream));
+            let handshake = tokio::time::timeout_at(deadline, acceptor.accept(stream));
             let tls = tokio::select! {
                 () = shutdown.cancelled() => return,
                 handshake = handshake => handshake,
@@ -222,22 +241,77 @@ impl Connections {
                 Ok(Ok(stream)) => {
                     let _ = watcher.watch(serve_http(&builder, stream, router)).await;
                 }
-                Ok(Err(error)) => debug!(%error, "a TLS handshake failed"),
-                Err(_) => debug!("a TLS handshake took longer than the header read time"),
+                Ok(Err(error)) => {
+                    metrics.handshake_failed(HandshakeFailure::Refused);
+                    debug!(%error, "a TLS handshake failed");
+                }
+                Err(_) => {
+                    metrics.handshake_failed(HandshakeFailure::TimedOut);
+                    debug!("a TLS handshake took longer than the header read time");
+                }
             }
             drop(permit);
         }
     }
 
-    /// hyper's HTTP/1 settings within the limits.
-    fn http(&self) -> http1::Builder {
+    /// hyper's HTTP/1 settings within the limits, for a connection whose
+    /// first request's headers must be in by `first_deadline`.
+    fn http(&self, first_deadline: Instant) -> http1::Builder {
         let mut builder = http1::Builder::new();
         builder
-            .timer(TokioTimer::new())
+            .timer(FirstDeadline::new(first_deadline))
             .header_read_timeout(self.limits.header_read_time_max)
             .max_buf_size(self.limits.headers_len_max.max(8192))
             .max_headers(HEADERS_COUNT_MAX);
         builder
+    }
+}
+
+/// hyper's timer for one connection: tokio's, but its first sleep (the one
+/// hyper starts for the first request's headers) ends by the deadline
+/// set at the accept, which the TLS handshake used too. Later requests'
+/// header reads get the whole header read time.
+#[derive(Debug)]
+struct FirstDeadline {
+    tokio: TokioTimer,
+    first: Instant,
+    used: AtomicBool,
+}
+
+impl FirstDeadline {
+    fn new(first: Instant) -> FirstDeadline {
+        FirstDeadline {
+            tokio: TokioTimer::new(),
+            first,
+            used: AtomicBool::new(false),
+        }
+    }
+
+    /// `deadline`, or the first deadline if it is sooner and this is the
+    /// first sleep.
+    fn bounded(&self, deadline: Instant) -> Instant {
+        match self.used.swap(true, Ordering::Relaxed) {
+            false => deadline.min(self.first),
+            true => deadline,
+        }
+    }
+}
+
+impl Timer for FirstDeadline {
+    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn Sleep>> {
+        self.sleep_until(self.now() + duration)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> std::pin::Pin<Box<dyn Sleep>> {
+        self.tokio.sleep_until(self.bounded(deadline))
+    }
+
+    fn now(&self) -> Instant {
+        self.tokio.now()
+    }
+
+    fn reset(&self, sleep: &mut std::pin::Pin<Box<dyn Sleep>>, new_deadline: Instant) {
+        self.tokio.reset(sleep, self.bounded(new_deadline));
     }
 }
 

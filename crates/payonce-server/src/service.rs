@@ -9,13 +9,15 @@ use std::sync::Arc;
 use payonce::Ledger;
 use payonce_model::escape::Escaped;
 use tokio::net::TcpListener;
+use tokio::runtime::RuntimeFlavor;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, AppState};
 use crate::backend::{Backend, Embedded};
 use crate::metrics::Metrics;
+use crate::notices::{self, Heard, Notice, Unknown};
 use crate::rail::{HttpRailError, Rail};
-use crate::reload::{Reload, Reloader};
+use crate::reload::Reloader;
 use crate::server::{Limits, Server};
 use crate::signals::{Asked, Signals};
 use crate::swap::Swap;
@@ -83,13 +85,35 @@ impl std::error::Error for ServeError {
     }
 }
 
+/// How the service's callers reach it, as the rule for listening in clear
+/// allows: [`Service::check`] says which, so the one running it can warn
+/// of a service in clear beyond loopback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Over TLS.
+    Tls,
+    /// In clear, on a loopback address: nothing crosses a network.
+    LoopbackHttp,
+    /// In clear beyond loopback, as `insecure_http` allows (behind a proxy
+    /// that terminates TLS): bearer tokens cross the network in clear up
+    /// to it.
+    InsecureHttp,
+}
+
 /// The rule for where the service may listen in clear: on loopback, or
-/// anywhere with `insecure_http` (a proxy in front terminates TLS).
-pub fn check_listen(listen: SocketAddr, tls: bool, insecure_http: bool) -> Result<(), ServeError> {
-    if tls || insecure_http || listen.ip().is_loopback() {
-        return Ok(());
+/// anywhere with `insecure_http`.
+fn check_listen(
+    listen: SocketAddr,
+    tls: bool,
+    insecure_http: bool,
+) -> Result<Transport, ServeError> {
+    match (tls, listen.ip().is_loopback(), insecure_http) {
+        (true, _, _) => Ok(Transport::Tls),
+        (false, true, _) => Ok(Transport::LoopbackHttp),
+        (false, false, true) => Ok(Transport::InsecureHttp),
+        (false, false, false) => Err(ServeError::Cleartext { listen }),
     }
-    Err(ServeError::Cleartext { listen })
 }
 
 /// What a server serves with, beside its listener.
@@ -142,32 +166,26 @@ pub fn start_with(listener: TcpListener, setup: Setup) -> std::io::Result<Server
         tokens: setup.tokens_file.map(|file| (file, tokens.clone())),
         tls: setup.tls.clone(),
         rail: setup.rail.clone(),
+        one_at_a_time: Arc::default(),
     };
     let state = AppState {
         backend: setup.backend,
         rail: setup.rail,
         tokens,
-        metrics: setup.metrics,
+        metrics: setup.metrics.clone(),
         sends: sends.clone(),
         request_time_max: setup.limits.request_time_max,
     };
-    let server = Server::start(listener, api::router(state), setup.limits, sends, setup.tls)?;
+    let router = api::router(state);
+    let server = Server::start(
+        listener,
+        router,
+        setup.limits,
+        sends,
+        setup.tls,
+        setup.metrics,
+    )?;
     Ok(server.reloading(reloader))
-}
-
-/// What the service tells the one running it.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Event<'a> {
-    /// It listens at this address, over TLS or not.
-    Listening {
-        /// Where.
-        addr: SocketAddr,
-        /// Whether it speaks HTTPS there.
-        tls: bool,
-    },
-    /// A SIGHUP reloaded its files, or tried to.
-    Reloaded(&'a Reload),
 }
 
 /// Everything `payonce serve` runs with but its ledger, checked before the
@@ -204,36 +222,43 @@ impl std::fmt::Debug for Service {
 }
 
 impl Service {
-    /// Checks the rules that need no file: where it may listen in clear.
-    pub fn check(&self) -> Result<(), ServeError> {
+    /// Checks the rules that need no file (where it may listen in clear),
+    /// and says how callers will reach it.
+    pub fn check(&self) -> Result<Transport, ServeError> {
         check_listen(self.listen, self.tls.is_some(), self.insecure_http)
     }
 
-    /// Serves `ledger` until SIGTERM or SIGINT, reloading its files on
-    /// SIGHUP; `tell` hears where it listens and what each reload did.
-    /// Then it stops accepting, waits for every running request and send,
-    /// and syncs the ledger. Runs on a multi-threaded tokio runtime with
-    /// its I/O and time drivers.
+    /// Serves `ledger` until `signals` hears SIGTERM or SIGINT (whose
+    /// handlers it installs first), reloading its files on SIGHUP (one
+    /// that came since `signals` was made included); `tell` hears where it listens, what each
+    /// reload did and each unknown outcome, on a thread where a blocked
+    /// write holds up no task. Then it stops accepting, waits for every
+    /// running request and send, and syncs the ledger. Runs on a
+    /// multi-threaded tokio runtime with its I/O and time drivers.
     pub async fn run(
         self,
         ledger: Ledger,
-        mut tell: impl FnMut(Event<'_>) -> std::io::Result<()>,
+        mut signals: Signals,
+        mut tell: impl FnMut(Notice<'_>) -> std::io::Result<()>,
     ) -> Result<(), ServeError> {
         self.check()?;
         let io = |doing: &str| {
             let doing = doing.to_owned();
             move |error| ServeError::Io { doing, error }
         };
-        let mut signals = Signals::new().map_err(io("listening for signals"))?;
+        signals
+            .listen_for_stop()
+            .map_err(io("listening for signals"))?;
         let listener = TcpListener::bind(self.listen)
             .await
             .map_err(io(&format!("listening on {}", self.listen)))?;
         let metrics = Arc::new(Metrics::default());
         let backend: Arc<dyn Backend> = Arc::new(Embedded::new(ledger, metrics.clone()));
         let tls = self.tls.is_some();
+        let (rail, mut heard) = notices::telling(self.rail);
         let setup = Setup {
             backend: backend.clone(),
-            rail: self.rail,
+            rail,
             tokens: self.tokens,
             metrics,
             limits: self.limits,
@@ -242,11 +267,12 @@ impl Service {
         };
         let server = start_with(listener, setup).map_err(io("starting the server"))?;
         let addr = server.addr();
-        let told = tell(Event::Listening { addr, tls });
+        let told = told(&mut tell, Notice::Listening { addr, tls });
         if told.is_ok() {
-            until_stopped(&server, &mut signals, &mut tell).await;
+            until_stopped(&server, &mut signals, &mut heard, &mut tell).await;
         }
         server.shut_down().await;
+        tell_heard(&mut heard, &mut tell);
         if let Err(error) = backend.sync().await {
             tracing::warn!(%error, "the last sync at shutdown failed");
         }
@@ -254,23 +280,94 @@ impl Service {
     }
 }
 
-/// Reloads on every SIGHUP until SIGTERM or SIGINT. A reload's report that
-/// cannot be told (its output closed) is logged, and the service goes on:
-/// the reload itself was done.
+/// Runs `tell` where a write that blocks (a full pipe) holds up no other
+/// task: on a multi-threaded runtime, tokio moves the thread's tasks
+/// elsewhere first.
+fn told(
+    tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>,
+    notice: Notice<'_>,
+) -> std::io::Result<()> {
+    let flavor = tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor());
+    match flavor {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| tell(notice)),
+        _ => tell(notice),
+    }
+}
+
+/// Tells every unknown outcome heard so far, and how many were not kept.
+fn tell_heard(heard: &mut Heard, tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>) {
+    while let Some(unknown) = heard.next_now() {
+        tell_unknown(heard, &unknown, tell);
+    }
+}
+
+/// Tells `unknown`, after how many were not kept before it. A notice that
+/// cannot be told has nowhere else to go: it is in the ledger, and in the
+/// operator's queue.
+fn tell_unknown(
+    heard: &Heard,
+    unknown: &Unknown,
+    tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>,
+) {
+    let count = heard.untold();
+    if count > 0 {
+        let _ = told(tell, Notice::Untold { count });
+    }
+    let _ = told(tell, unknown.notice());
+}
+
+/// What stopped a wait: a SIGTERM or SIGINT.
+struct Stop;
+
+/// Tells unknown outcomes and reloads on every SIGHUP until SIGTERM or
+/// SIGINT. A notice that cannot be told (its output closed) is dropped
+/// and the service goes on: the reload itself was done, the outcome is
+/// in the ledger.
 async fn until_stopped(
     server: &Server,
     signals: &mut Signals,
-    tell: &mut impl FnMut(Event<'_>) -> std::io::Result<()>,
+    heard: &mut Heard,
+    tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>,
 ) {
     loop {
-        match signals.next().await {
-            Asked::Stop => return,
-            Asked::Reload => {
-                let reload = server.reload().await;
-                if let Err(error) = tell(Event::Reloaded(&reload)) {
-                    tracing::warn!(%error, %reload, "a reload could not be reported");
+        tokio::select! {
+            asked = signals.next() => match asked {
+                Asked::Stop => return,
+                Asked::Reload => {
+                    if let Err(Stop) = reload(server, signals, tell).await {
+                        return;
+                    }
                 }
-            }
+            },
+            Some(unknown) = heard.next() => tell_unknown(heard, &unknown, tell),
         }
     }
+}
+
+/// Reloads, while still answering signals: a SIGTERM or SIGINT stops
+/// waiting for the reload (whose thread finishes, or hangs on a file,
+/// alone), and SIGHUPs that come meanwhile are answered by one more
+/// reload once it is done.
+async fn reload(
+    server: &Server,
+    signals: &mut Signals,
+    tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>,
+) -> Result<(), Stop> {
+    let mut again = true;
+    while again {
+        again = false;
+        let reload = server.reload();
+        tokio::pin!(reload);
+        let report = loop {
+            tokio::select! {
+                report = &mut reload => break report,
+                asked = signals.next() => match asked {
+                    Asked::Stop => return Err(Stop),
+                    Asked::Reload => again = true,
+                },
+            }
+        };
+        let _ = told(tell, Notice::Reloaded(&report));
+    }
+    Ok(())
 }

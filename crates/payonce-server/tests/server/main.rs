@@ -1,8 +1,8 @@
 //! The HTTP service end to end, in this process, through a real HTTP
 //! client: every status of the contract in docs/http.md, the limits, the
 //! ledger's storage failing, the HTTP rail (in clear and over mutual TLS),
-//! the service over TLS and its reload, and workers of one PostgreSQL
-//! ledger. `payonce serve` as a process (SIGTERM, SIGHUP, SIGKILL under
+//! the service over TLS and its reload, two reloads at once, and workers
+//! of one PostgreSQL ledger. `payonce serve` as a process (SIGTERM, SIGHUP, SIGKILL under
 //! load, its startup refusals) is tested with the binary, in payonce-cli.
 
 #![allow(
@@ -16,6 +16,7 @@ mod http_rail;
 mod https_rail;
 mod limits;
 mod operator;
+mod reload;
 mod storage;
 mod submissions;
 mod tls;
@@ -28,8 +29,6 @@ use payonce_server::rail::ScriptedRail;
 use payonce_server::{self, Embedded, Limits, Metrics, Server, Setup, Tokens};
 use payonce_tls::testing::{Issued, TestCa};
 use reqwest::{Response, StatusCode};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
 pub const ALICE: &str = "alice-token-0123456789";
@@ -198,65 +197,4 @@ pub async fn problem(response: Response, status: StatusCode, kind: &str) -> Valu
     );
     assert_eq!(body["status"], status.as_u16());
     body
-}
-
-/// A TLS connection to `addr` trusting `ca`, showing `identity` if given,
-/// for a server named `localhost`.
-pub async fn tls_connect(
-    addr: std::net::SocketAddr,
-    ca: &TestCa,
-    identity: Option<&Issued>,
-) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_tls(Some(ca), identity)));
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await
-}
-
-/// The certificate the server showed on `stream`.
-pub fn served_certificate(
-    stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-) -> Vec<u8> {
-    stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-}
-
-/// The DER bytes of the first certificate of `issued`.
-pub fn der(issued: &Issued) -> Vec<u8> {
-    CertificateDer::from_pem_slice(issued.certificate.as_bytes())
-        .unwrap()
-        .to_vec()
-}
-
-/// `GET path` on an open connection, kept alive; its status and body.
-pub async fn get_on<S>(stream: &mut S, path: &str, token: &str) -> (u16, String)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut bytes = Vec::new();
-    let mut chunk = [0; 4096];
-    let head_len = loop {
-        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let read = stream.read(&mut chunk).await.unwrap();
-        assert!(read > 0, "the connection closed before an answer");
-        bytes.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&bytes[..head_len]).to_ascii_lowercase();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let len: usize = head
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length:"))
-        .map_or(0, |len| len.trim().parse().unwrap());
-    while bytes.len() < head_len + len {
-        let read = stream.read(&mut chunk).await.unwrap();
-        assert!(read > 0, "the connection closed mid-answer");
-        bytes.extend_from_slice(&chunk[..read]);
-    }
-    let body = String::from_utf8(bytes[head_len..head_len + len].to_vec()).unwrap();
-    (status, body)
 }

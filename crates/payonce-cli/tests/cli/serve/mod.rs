@@ -1,14 +1,16 @@
 //! `payonce serve` as a process: its startup refusals, SIGTERM while a
-//! send runs, a load with SIGKILLs, HTTPS and SIGHUP, and what it says of
-//! secrets. The service's routes are tested in payonce-server, in one
-//! process.
+//! send runs, a load with SIGKILLs, HTTPS and SIGHUP, signals at awkward
+//! moments, the HTTP rail's URL and proxies, and what it says of secrets.
+//! The service's routes are tested in payonce-server, in one process.
 
 mod clients;
 mod kill;
 mod kill_postgres;
+mod rail;
 mod secrets;
 mod served;
 mod shutdown;
+mod signals;
 mod startup;
 mod tls;
 

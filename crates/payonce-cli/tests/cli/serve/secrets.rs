@@ -10,6 +10,13 @@ use crate::fixture::{arg, payonce};
 
 const SECRET: &str = "secret-token-0123456789";
 
+/// A token of digits, which TOML reads as a number if its quotes are
+/// forgotten.
+const NUMBER: &str = "4242424242424242";
+
+/// A token of 64 hex digits, which is a valid name once cut to 32 bytes.
+const HEX_TOKEN: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
 /// `printf %s SECRET | sha256sum`, as a tokens entry.
 const SECRET_DIGEST: &str =
     "sha256:64dedf2646a3cb615cc57769d5d812169bf61a67fedb268d785690a17226012f";
@@ -53,7 +60,8 @@ fn clear_tokens_that_others_can_read_are_warned_of_and_only_they() {
 }
 
 // Guards against a token, a password in a URL or a private key echoed by
-// a refusal.
+// a refusal: a token without its quotes (a number), a token where a key
+// or a name belongs, or one too long to be a name.
 #[test]
 fn no_refusal_prints_a_token_a_password_or_a_key() {
     let scratch = tempfile::tempdir().unwrap();
@@ -85,6 +93,11 @@ fn no_refusal_prints_a_token_a_password_or_a_key() {
     let runs = [
         (format!("clients = \"{SECRET}\"\n"), vec![]),
         (format!("[clients]\nalice = \"{SECRET} \"\n"), vec![]),
+        (format!("[clients]\nalice = {NUMBER}\n"), vec![]),
+        (format!("[clients]\nalice = {NUMBER}.5\n"), vec![]),
+        (format!("{SECRET} = \"x\"\n"), vec![]),
+        (format!("[clients]\n{SECRET} = \"alice\"\n"), vec![]),
+        (format!("[clients]\n{HEX_TOKEN} = \"{SECRET}\"\n"), vec![]),
         (
             format!("[clients]\nalice = \"{SECRET}\"\n"),
             vec![
@@ -103,8 +116,60 @@ fn no_refusal_prints_a_token_a_password_or_a_key() {
         let run = payonce(&args);
         assert_eq!(run.code, 2, "{}", run.stderr);
         let printed = format!("{}{}", run.stdout, run.stderr);
-        for secret in [SECRET, "rail-password-42", key_body] {
+        for secret in [
+            SECRET,
+            NUMBER,
+            &HEX_TOKEN[..32],
+            "rail-password-42",
+            key_body,
+        ] {
             assert!(!printed.contains(secret), "{secret}: {printed}");
         }
     }
+}
+
+// Guards against a reload that reads clear tokens others can read without
+// a word, a reload line that quotes a token of a refused file, or one that
+// says "nothing to reload" beside what it kept.
+#[test]
+fn a_reload_warns_of_exposed_tokens_and_its_refusal_quotes_no_token() {
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("tokens.toml");
+    std::fs::write(&file, format!("[clients]\nalice = \"{SECRET}\"\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ledger = arg(&scratch.path().join("ledger"));
+    let args = ["--init", "--dir", &ledger, "--tokens", &arg(&file)].map(str::to_owned);
+    let (mut served, _) = Served::start_capturing(&args);
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    served.signal("HUP");
+    let reloaded = served.next_line();
+    assert!(
+        reloaded.contains("reloaded the tokens file (1 callers)"),
+        "{reloaded}"
+    );
+    std::fs::write(&file, format!("[clients]\nalice = {NUMBER}\n")).unwrap();
+    served.signal("HUP");
+    let refused = served.next_line();
+    assert!(
+        refused.contains("reload refused, kept the old tokens")
+            && refused.contains("line 2, column 9"),
+        "{refused}"
+    );
+    assert!(!refused.contains("nothing to reload"), "{refused}");
+    let (stdout, stderr) = served.stop();
+    let printed = format!("{reloaded}{refused}{stdout}{stderr}");
+    for secret in [SECRET, NUMBER] {
+        assert!(!printed.contains(secret), "{secret}: {printed}");
+    }
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("warning: tokens file"))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "only the reload that read them: {stderr}"
+    );
+    assert!(warnings[0].contains("mode 0644"), "{stderr}");
 }

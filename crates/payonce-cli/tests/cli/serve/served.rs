@@ -3,12 +3,14 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The server's process, killed when dropped, so a failed check leaves
 /// nothing running.
 pub struct Served {
     child: Child,
-    stdout: BufReader<ChildStdout>,
+    /// What it writes on stdout; taken by [`Served::wait_within`].
+    stdout: Option<BufReader<ChildStdout>>,
     /// What it writes on stderr, when the test reads it.
     stderr: Option<JoinHandle<String>>,
 }
@@ -17,20 +19,32 @@ impl Served {
     /// Starts `payonce serve ARGS --listen 127.0.0.1:0`; returns it and
     /// its base URL (`http://` or `https://`) once it listens.
     pub fn start(args: &[String]) -> (Served, String) {
-        Served::spawn(args, Stdio::inherit())
+        let mut served = Served::launch(args, &[], Stdio::inherit());
+        let base = served.listening();
+        (served, base)
     }
 
     /// As [`Served::start`], keeping what it writes on stderr for
     /// [`Served::stop`].
     pub fn start_capturing(args: &[String]) -> (Served, String) {
-        Served::spawn(args, Stdio::piped())
+        let mut served = Served::launch(args, &[], Stdio::piped());
+        let base = served.listening();
+        (served, base)
     }
 
-    fn spawn(args: &[String], stderr: Stdio) -> (Served, String) {
+    /// Starts `payonce serve ARGS --listen 127.0.0.1:0` with `env` added to
+    /// its environment, keeping its stderr, without waiting for it to
+    /// listen ([`Served::listening`] does).
+    pub fn launch_with(args: &[String], env: &[(&str, &str)]) -> Served {
+        Served::launch(args, env, Stdio::piped())
+    }
+
+    fn launch(args: &[String], env: &[(&str, &str)], stderr: Stdio) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_payonce"))
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -43,25 +57,29 @@ impl Served {
                 text
             })
         });
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut served = Served {
+        let stdout = child.stdout.take().map(BufReader::new);
+        Served {
             child,
             stdout,
             stderr,
-        };
-        let line = served.next_line();
+        }
+    }
+
+    /// Waits for the line that says where it listens; its base URL.
+    pub fn listening(&mut self) -> String {
+        let line = self.next_line();
         let base = line.trim().rsplit(' ').next().unwrap().to_owned();
         assert!(
             base.starts_with("http://127.0.0.1:") || base.starts_with("https://127.0.0.1:"),
             "{line}"
         );
-        (served, base)
+        base
     }
 
     /// The next line it prints on stdout (empty once it has closed it).
     pub fn next_line(&mut self) -> String {
         let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
+        self.stdout.as_mut().unwrap().read_line(&mut line).unwrap();
         line
     }
 
@@ -88,8 +106,32 @@ impl Served {
     /// Waits for it to exit; returns how, and what else it printed.
     pub fn wait(&mut self) -> (ExitStatus, String) {
         let mut printed = String::new();
-        self.stdout.read_to_string(&mut printed).unwrap();
+        let stdout = self.stdout.as_mut().unwrap();
+        stdout.read_to_string(&mut printed).unwrap();
         (self.child.wait().unwrap(), printed)
+    }
+
+    /// As [`Served::wait`], failing the test if it has not exited within
+    /// `bound` (a bound on a hang, not a wait: it returns as soon as the
+    /// process closes its stdout).
+    pub fn wait_within(&mut self, bound: Duration) -> (ExitStatus, String) {
+        let mut stdout = self.stdout.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut printed = String::new();
+            let _ = stdout.read_to_string(&mut printed);
+            let _ = sender.send(printed);
+        });
+        let printed = receiver
+            .recv_timeout(bound)
+            .unwrap_or_else(|_| panic!("payonce serve still runs after {bound:?}"));
+        (self.child.wait().unwrap(), printed)
+    }
+
+    /// What it wrote on stderr, once it has exited (if captured).
+    pub fn stderr(&mut self) -> String {
+        let stderr = self.stderr.take().map(|thread| thread.join().unwrap());
+        stderr.unwrap_or_default()
     }
 
     /// SIGTERM, then what it printed: on stdout and, if captured, stderr.
@@ -97,8 +139,7 @@ impl Served {
         self.terminate();
         let (status, printed) = self.wait();
         assert!(status.success(), "{status:?}");
-        let stderr = self.stderr.take().map(|thread| thread.join().unwrap());
-        (printed, stderr.unwrap_or_default())
+        (printed, self.stderr())
     }
 }
 
