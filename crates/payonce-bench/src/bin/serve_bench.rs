@@ -91,7 +91,7 @@ struct Args {
     tls: bool,
     /// With --tls: requests on new connections per round at 64 callers
     /// (default 4000; quick 256), and a sixteenth of that at 1 caller.
-    #[arg(long)]
+    #[arg(long, requires = "tls")]
     fresh: Option<usize>,
 }
 
