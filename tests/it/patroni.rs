@@ -399,6 +399,31 @@ fn patroni_leader_cut_off_from_etcd_and_the_workers_is_fenced_and_no_write_lands
     assert!(run.checked.sends > 0, "the load ran");
 }
 
+/// Submits `request` again and again for 3 s while no member takes
+/// writes: every submission must be answered "cannot record" and its send
+/// never run. Returns how many were.
+fn refused_meanwhile(
+    driver: &payonce::Ledger,
+    request: &payonce_model::WithdrawalRequest,
+) -> usize {
+    let (mut refused, observed) = (0, Instant::now());
+    while observed.elapsed() < Duration::from_secs(3) {
+        let sent = std::cell::Cell::new(false);
+        let result = driver.submit(&format!("driver-{refused}"), request, |request| {
+            sent.set(true);
+            Ok(request.sent("0xnever")?)
+        });
+        let error = result.expect_err("an answer while etcd has no quorum");
+        assert!(!sent.get(), "a send while etcd has no quorum: {error}");
+        let said = error.to_string();
+        assert!(said.contains("shared log"), "{said}");
+        refused += 1;
+        // A client's pace, not a wait for anything.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    refused
+}
+
 #[test]
 fn patroni_without_an_etcd_quorum_demotes_its_leader_and_workers_answer_cannot_record_never_sent() {
     // Guards against a worker being told "sent", or a send running, while etcd has lost its quorum and Patroni can no longer hold a leader, and against the workers not serving again once etcd has its quorum back.
@@ -427,25 +452,7 @@ fn patroni_without_an_etcd_quorum_demotes_its_leader_and_workers_answer_cannot_r
         cluster.members[leader].patroni_log()
     );
     fleet.round(&withdrawals);
-    // While no quorum: every submission of the driver is "cannot record"
-    // and never reaches its rail; the workers, retrying, answer nothing.
-    let (mut refused, observed) = (0, Instant::now());
-    while observed.elapsed() < Duration::from_secs(3) {
-        let sent = std::cell::Cell::new(false);
-        let result = driver.submit(&format!("driver-{refused}"), &withdrawals[0], |request| {
-            sent.set(true);
-            Ok(request.sent("0xnever")?)
-        });
-        let error = result.expect_err("an answer while etcd has no quorum");
-        assert!(!sent.get(), "a send while etcd has no quorum: {error}");
-        assert!(
-            error.to_string().contains("cannot record") || error.to_string().contains("shared log"),
-            "{error}"
-        );
-        refused += 1;
-        // A client's pace, not a wait for anything.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let refused = refused_meanwhile(&driver, &withdrawals[0]);
     assert!(
         fleet.said_so_far().is_empty(),
         "a worker answered while etcd had no quorum"
