@@ -104,11 +104,6 @@ impl ServerTls {
         Ok(())
     }
 
-    /// The files it reads.
-    pub fn files(&self) -> &ServerTlsFiles {
-        &self.files
-    }
-
     /// An acceptor with the configuration as it is now.
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(self.current.get())
