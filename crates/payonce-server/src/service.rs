@@ -230,10 +230,11 @@ impl Service {
 
     /// Serves `ledger` until `signals` hears SIGTERM or SIGINT (whose
     /// handlers it installs first), reloading its files on SIGHUP (one
-    /// that came since `signals` was made included); `tell` hears where it listens, what each
-    /// reload did and each unknown outcome, on a thread where a blocked
-    /// write holds up no task. Then it stops accepting, waits for every
-    /// running request and send, and syncs the ledger. Runs on a
+    /// that came since `signals` was made included); `tell` hears where
+    /// it listens, what each reload did and each unknown outcome, on a
+    /// thread where a blocked write holds up no task. Then it stops
+    /// accepting, waits for every running request and send, tells the
+    /// unknown outcomes not told yet, and syncs the ledger. Runs on a
     /// multi-threaded tokio runtime with its I/O and time drivers.
     pub async fn run(
         self,
@@ -298,6 +299,10 @@ fn told(
 fn tell_heard(heard: &mut Heard, tell: &mut impl FnMut(Notice<'_>) -> std::io::Result<()>) {
     while let Some(unknown) = heard.next_now() {
         tell_unknown(heard, &unknown, tell);
+    }
+    let count = heard.untold();
+    if count > 0 {
+        let _ = told(tell, Notice::Untold { count });
     }
 }
 
