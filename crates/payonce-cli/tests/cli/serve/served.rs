@@ -2,17 +2,21 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
+
+/// Longest a test waits for a line on stderr: a bound on a hang.
+pub const LINE_TIME_MAX: Duration = Duration::from_secs(30);
 
 /// The server's process, killed when dropped, so a failed check leaves
 /// nothing running.
 pub struct Served {
     child: Child,
-    /// What it writes on stdout; taken by [`Served::wait_within`].
+    /// What it writes on stdout; taken by [`Served::wait_within`] and
+    /// [`Served::close_stdout`].
     stdout: Option<BufReader<ChildStdout>>,
-    /// What it writes on stderr, when the test reads it.
-    stderr: Option<JoinHandle<String>>,
+    /// The lines it writes on stderr, when the test reads them.
+    stderr: Option<Receiver<String>>,
 }
 
 impl Served {
@@ -50,12 +54,17 @@ impl Served {
             .spawn()
             .unwrap();
         // Read on a thread of its own, so a full pipe never stalls it.
-        let stderr = child.stderr.take().map(|mut stderr| {
+        let stderr = child.stderr.take().map(|stderr| {
+            let (sender, receiver) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = stderr.read_to_string(&mut text);
-                text
-            })
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { return };
+                    if sender.send(format!("{line}\n")).is_err() {
+                        return;
+                    }
+                }
+            });
+            receiver
         });
         let stdout = child.stdout.take().map(BufReader::new);
         Served {
@@ -128,10 +137,27 @@ impl Served {
         (self.child.wait().unwrap(), printed)
     }
 
-    /// What it wrote on stderr, once it has exited (if captured).
+    /// The next line it writes on stderr (if captured; empty once it has
+    /// closed it), failing the test if none comes within
+    /// [`LINE_TIME_MAX`] (a bound on a hang, not a wait).
+    pub fn next_err_line(&mut self) -> String {
+        let lines = self.stderr.as_ref().unwrap();
+        match lines.recv_timeout(LINE_TIME_MAX) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Disconnected) => String::new(),
+            Err(RecvTimeoutError::Timeout) => panic!("no line on stderr in {LINE_TIME_MAX:?}"),
+        }
+    }
+
+    /// What else it wrote on stderr, once it has exited (if captured).
     pub fn stderr(&mut self) -> String {
-        let stderr = self.stderr.take().map(|thread| thread.join().unwrap());
-        stderr.unwrap_or_default()
+        let lines = self.stderr.take();
+        lines.map_or(String::new(), |lines| lines.iter().collect())
+    }
+
+    /// Closes the test's end of its stdout: what it writes there fails.
+    pub fn close_stdout(&mut self) {
+        self.stdout = None;
     }
 
     /// SIGTERM, then what it printed: on stdout and, if captured, stderr.

@@ -90,3 +90,30 @@ fn sigterm_stops_the_service_while_a_reload_hangs_on_its_file() {
     );
     assert!(!printed.contains("reloaded"), "{printed}");
 }
+
+// Guards against a reload line lost with its stdout (a closed pipe, a
+// full disk), which said nothing but to a tracing subscriber the binary
+// does not have.
+#[test]
+fn a_reload_line_stdout_cannot_take_goes_to_stderr() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tokens = scratch.path().join("tokens.toml");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let mut served = Served::launch_with(&args(scratch.path(), &tokens), &[]);
+    served.listening();
+    served.close_stdout();
+    served.signal("HUP");
+    // Past the warnings of a tokens file others can read.
+    let line = loop {
+        let line = served.next_err_line();
+        if line.is_empty() || !line.contains("warning") {
+            break line;
+        }
+    };
+    assert!(
+        line.contains("payonce serve: reloaded the tokens file (3 callers)")
+            && line.contains("not on stdout"),
+        "{line}"
+    );
+    served.terminate();
+}
