@@ -25,7 +25,8 @@
 //!   ahead of time, so the lookups ([`RunSet::get_prefetched`]) read
 //!   nothing: a caller reads before taking its own lock.
 //! - [`merge`] merges runs into one, newest copy of each name winning,
-//!   holding one block per input at a time.
+//!   holding one block per input at a time; [`merge_prefix`] says which
+//!   newest runs of a set to merge, so a set stays a few runs.
 //!
 //! **Precondition** every caller promises: a primary name has the same
 //! secondary name in every run that holds it, and within one run primary
@@ -85,6 +86,7 @@ mod format;
 mod hash;
 mod lookup;
 mod merge;
+mod policy;
 mod record;
 mod record_block;
 mod run;
@@ -106,6 +108,7 @@ pub use crate::format::{
 };
 pub use crate::hash::HashKey;
 pub use crate::merge::merge;
+pub use crate::policy::{MERGE_FAN_OUT, MERGE_TRIGGER, RUNS_MAX, merge_prefix};
 pub use crate::record::{Name, Record};
 pub use crate::run::{CHECK_READ_LEN, Run};
 pub use crate::secondary::SecondaryEntry;
