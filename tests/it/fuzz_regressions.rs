@@ -74,16 +74,21 @@ fn log_open_holds_over_random_inputs() {
 
 #[test]
 fn a_wrapped_snapshot_body_decodes_as_the_whole_snapshot_it_came_from() {
-    // Guards against the snapshot property's wrapping testing nothing: a seed's body and archive behind a fresh header must decode.
+    // Guards against the snapshot property's wrapping testing nothing: a seed's body and manifest behind a fresh header, with its run, must decode.
     let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/corpus/snapshot_decode/seed-every-kind");
     let bytes = std::fs::read(seed).unwrap();
-    let body_len = u64::from_le_bytes(bytes[72..80].try_into().unwrap()) as usize;
-    let (body, archive) = bytes[payonce::SNAPSHOT_HEADER_LEN..].split_at(body_len);
-    assert!(!archive.is_empty(), "the seed sets settled pairs apart");
-    let wrapped = payonce_tests::fuzz::snapshot_decode::wrapped(body, archive);
-    let (info, state) = payonce::snapshots::decode(&wrapped).unwrap();
-    let (_, original) = payonce::snapshots::decode(&bytes).unwrap();
+    let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let (body_len, manifest_len) = (field(72), field(84));
+    let ends = payonce::SNAPSHOT_HEADER_LEN + body_len + manifest_len;
+    let (snapshot, run) = bytes.split_at(ends);
+    let (body, manifest) = snapshot[payonce::SNAPSHOT_HEADER_LEN..].split_at(body_len);
+    assert!(!run.is_empty(), "the seed's settled pairs are in a run");
+    let runs = payonce::MemRuns::default();
+    runs.insert(1, run.to_vec());
+    let wrapped = payonce_tests::fuzz::snapshot_decode::wrapped(body, manifest);
+    let (info, state) = payonce::snapshots::decode(&wrapped, &runs).unwrap();
+    let (_, original) = payonce::snapshots::decode(snapshot, &runs).unwrap();
     assert_eq!(
         state.difference(&original),
         Some(payonce::StateDifference {

@@ -87,7 +87,8 @@ pub(crate) fn check_all(log: &LogDir, store: &dyn SnapshotStore) -> Result<Vec<C
         let checked = match store.read(&stored) {
             Ok(bytes) => {
                 let info = payonce::snapshots::info(&bytes).ok();
-                let checked = payonce::snapshots::checked(&bytes, log_id, |seq| log.head_at(seq))?;
+                let head_at = |seq| log.head_at(seq);
+                let checked = payonce::snapshots::checked(&bytes, log_id, head_at, store)?;
                 Checked {
                     stored,
                     checked,

@@ -38,10 +38,9 @@ mod pooler;
 mod reach;
 mod read_view;
 mod refusal;
+mod runs;
 mod schema;
 mod session;
-mod snapshot_pin;
-mod snapshot_reading;
 mod snapshots;
 mod store;
 mod tls;
@@ -63,10 +62,11 @@ pub use crate::reach::{
 };
 pub use crate::read_view::{ReadView, WalkError};
 pub use crate::refusal::{ConnectError, HostRefusal, Refusal};
+pub use crate::runs::RUN_CHUNK_LEN;
 pub use crate::schema::{
-    LOCK_CLASS, Migrated, PIN_LOCK_CLASS, SCHEMA, SCHEMA_VERSION, WORKER_LOCK_CLASS,
+    LOCK_CLASS, Migrated, RUN_NUMBER_LOCK_CLASS, RUN_PIN_LOCK_CLASS, SCHEMA, SCHEMA_VERSION,
+    WORKER_LOCK_CLASS,
 };
-pub use crate::snapshot_pin::{PINNED_CONNECTIONS_MAX, SNAPSHOT_CHUNK_LEN_MAX};
 pub use crate::snapshots::{PgSnapshots, SNAPSHOT_CHUNK_LEN};
 pub use crate::store::{PgLog, Role};
 pub use crate::tls::SslMode;

@@ -21,11 +21,17 @@
 //!   aside by this row rather than deleted.
 //! - `snapshots`, `snapshot_chunks` (version 2): snapshots of the
 //!   projections, their bytes in chunks.
+//! - `runs`, `run_chunks` (version 3): the runs of settled pairs that
+//!   snapshots' manifests name, each written once and shared by every
+//!   snapshot that names it, its bytes in chunks; `run_refusals`: a run a
+//!   worker found damaged after believing it, set aside by this row, so
+//!   every snapshot naming it is refused.
 //!
 //! Every table refuses UPDATE, DELETE and TRUNCATE by trigger: the ledger
-//! is append-only at the database too. The one exception: the chunks of a
-//! snapshot older than the newest two may be deleted (their `snapshots`
-//! row stays).
+//! is append-only at the database too. The exceptions: the chunks of a
+//! snapshot older than the newest two, and the chunks of a run no kept
+//! snapshot names, may be deleted (their `snapshots` and `runs` rows
+//! stay).
 
 use postgres::{Client, Transaction};
 
@@ -36,7 +42,7 @@ use crate::session::Session;
 use payonce::StoreError;
 
 /// The version of the schema this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The database schema (namespace) the ledger's tables live in.
 pub const SCHEMA: &str = "payonce";
@@ -51,10 +57,16 @@ pub const LOCK_CLASS: i32 = 0x706f_6e63;
 /// worker from a live one.
 pub const WORKER_LOCK_CLASS: i32 = LOCK_CLASS + 1;
 
-/// The advisory lock class of snapshots' pins: a reading holds the lock
-/// keyed by its snapshot's seq (folded to 32 bits) shared, and a prune
-/// deletes a snapshot's chunks only if it takes that lock exclusively.
-pub const PIN_LOCK_CLASS: i32 = LOCK_CLASS + 2;
+/// The advisory lock class of runs' pins: a worker reading a run holds the
+/// lock keyed by its number (folded to 32 bits) shared, and a prune
+/// deletes a run's chunks only if it takes that lock exclusively. (The
+/// class below it, `LOCK_CLASS + 2`, pinned the snapshots of earlier
+/// builds.)
+pub const RUN_PIN_LOCK_CLASS: i32 = LOCK_CLASS + 3;
+
+/// The advisory lock class under which a new run takes its number: one
+/// writer at a time, for the length of its transaction.
+pub const RUN_NUMBER_LOCK_CLASS: i32 = LOCK_CLASS + 4;
 
 /// The statements that create schema version 1.
 const VERSION_1: &str = r#"
@@ -192,6 +204,41 @@ const APPEND_ONLY_2: [&str; 4] = [
 const TABLES_2: &str = "payonce.key_events, payonce.withdrawal_events, payonce.snapshots, \
      payonce.snapshot_chunks, payonce.snapshot_refusals";
 
+/// The statements that bring schema version 2 to version 3: the runs of
+/// settled pairs that snapshots' manifests name.
+const VERSION_3: &str = r#"
+CREATE TABLE payonce.runs (
+    run bigint PRIMARY KEY CHECK (run >= 1),
+    len bigint NOT NULL CHECK (len >= 0),
+    chunks integer NOT NULL CHECK (chunks >= 1),
+    written_by text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE payonce.run_chunks (
+    run bigint NOT NULL REFERENCES payonce.runs (run) DEFERRABLE INITIALLY DEFERRED,
+    chunk integer NOT NULL CHECK (chunk >= 0),
+    bytes bytea NOT NULL,
+    PRIMARY KEY (run, chunk)
+);
+CREATE TRIGGER append_only BEFORE UPDATE ON payonce.run_chunks
+    FOR EACH ROW EXECUTE FUNCTION payonce.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON payonce.run_chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION payonce.refuse_change();
+CREATE TABLE payonce.run_refusals (
+    run bigint PRIMARY KEY REFERENCES payonce.runs (run),
+    refused_by text NOT NULL,
+    detail text NOT NULL,
+    refused_at timestamptz NOT NULL DEFAULT now()
+);
+"#;
+
+/// The tables of version 3 that refuse UPDATE, DELETE and TRUNCATE
+/// (`run_chunks` has triggers of its own: a prune deletes its rows).
+const APPEND_ONLY_3: [&str; 2] = ["runs", "run_refusals"];
+
+/// The tables of version 3: the grants of `events` are given on them.
+const TABLES_3: &str = "payonce.runs, payonce.run_chunks, payonce.run_refusals";
+
 /// What [`migrate`](crate::migrate) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Migrated {
@@ -291,8 +338,13 @@ fn upgrade(transaction: &mut Transaction<'_>, from: i32, target: i32) -> Result<
             2 => {
                 transaction.batch_execute(VERSION_2).map_err(failed)?;
                 refuse_changes(transaction, &APPEND_ONLY_2)?;
-                grant_as_events(transaction)?;
+                grant_as_events(transaction, TABLES_2)?;
                 events = index::backfill(transaction)?;
+            }
+            3 => {
+                transaction.batch_execute(VERSION_3).map_err(failed)?;
+                refuse_changes(transaction, &APPEND_ONLY_3)?;
+                grant_as_events(transaction, TABLES_3)?;
             }
             _ => {
                 return Err(unsafe_store(format!(
@@ -306,9 +358,9 @@ fn upgrade(transaction: &mut Transaction<'_>, from: i32, target: i32) -> Result<
 }
 
 /// Gives every role that may read, or insert into, `events` the same on
-/// the tables of version 2: the grants docs/postgres.md gives were given
-/// on the tables there were.
-fn grant_as_events(transaction: &mut Transaction<'_>) -> Result<(), StoreError> {
+/// `tables`, a version's new tables: the grants docs/postgres.md gives were
+/// given on the tables there were.
+fn grant_as_events(transaction: &mut Transaction<'_>, tables: &str) -> Result<(), StoreError> {
     let grants = transaction
         .query(
             "SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
@@ -322,7 +374,7 @@ fn grant_as_events(transaction: &mut Transaction<'_>) -> Result<(), StoreError> 
     for grant in grants {
         let (privilege, grantee): (String, String) = (grant.get(0), grant.get(1));
         transaction
-            .batch_execute(&format!("GRANT {privilege} ON {TABLES_2} TO {grantee}"))
+            .batch_execute(&format!("GRANT {privilege} ON {tables} TO {grantee}"))
             .map_err(failed)?;
     }
     Ok(())

@@ -2,38 +2,64 @@
 //! `payonce::SnapshotStore` of a PostgreSQL ledger (docs/postgres.md,
 //! "Snapshots"). A snapshot is a row of `payonce.snapshots` (its seq,
 //! head digest, length and chunk count, who wrote it, when) and its bytes
-//! in `payonce.snapshot_chunks`, written in one transaction on a
-//! connection of its own, never under the ledger-wide lock, so taking one
-//! does not hold up any worker's batch. Rows are never updated or deleted;
-//! the chunks of all but the newest two are pruned, but for those a
-//! reading pins (`crate::snapshot_pin`), which a later prune takes. A
-//! snapshot an opening refused, or whose archive a worker found damaged
-//! after believing it, is set aside by a row of
-//! `payonce.snapshot_refusals`.
+//! (the live part of the state and the manifest naming its runs) in
+//! `payonce.snapshot_chunks`, written in one transaction on a connection of
+//! its own, never under the ledger-wide lock, so taking one does not hold
+//! up any worker's batch. Rows are never updated or deleted; the chunks of
+//! all but the newest two are pruned. A snapshot an opening refused is set
+//! aside by a row of `payonce.snapshot_refusals`. The runs of settled pairs
+//! its manifest names are `crate::runs`'.
 
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use payonce::{
-    SNAPSHOT_LEN_MAX, SnapshotError, SnapshotFile, SnapshotStore, StoredSnapshot, snapshots,
+    RunOut, RunStore, SNAPSHOT_LEN_MAX, SnapshotError, SnapshotStore, StoredSnapshot, snapshots,
 };
+use payonce_runs::RunSource;
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
-use tracing::info;
 
+use crate::error::describe;
 use crate::redacted;
-use crate::schema::PIN_LOCK_CLASS;
-use crate::snapshot_pin::{Pinned, pin_key, row_of, store_error};
-use crate::snapshot_reading::ChunkedFile;
+use crate::runs::{PgRun, PgRunOut};
 use crate::store::connect;
 
 /// Bytes per row of `payonce.snapshot_chunks` this build writes: far
-/// below the 1 GB a `bytea` holds, so a snapshot is written and read a
-/// chunk at a time. 64 KiB: a new worker fetches the chunk of each archive
-/// block a name asks for before the archive is all kept, so a chunk is
-/// what one lookup costs, and runs of chunks are read in one query
-/// (docs/performance.md).
+/// below the 1 GB a `bytea` holds, so a snapshot is written a chunk at a
+/// time.
 pub const SNAPSHOT_CHUNK_LEN: usize = 64 << 10;
+
+/// A failure `doing` something that says nothing of the snapshot.
+pub(crate) fn store_error(doing: &'static str, error: &postgres::Error) -> SnapshotError {
+    SnapshotError::Io {
+        op: doing,
+        file: "payonce.snapshots".to_owned(),
+        source: io::Error::other(describe(error)),
+    }
+}
+
+/// What the row of a snapshot says: its length in bytes and its number of
+/// chunks.
+struct SnapshotRow {
+    len: u64,
+    chunks: i32,
+}
+
+/// The row of the snapshot at `seq`.
+fn row_of(client: &mut Client, seq: i64) -> Result<SnapshotRow, SnapshotError> {
+    let row = client
+        .query_one(
+            "SELECT len, chunks FROM payonce.snapshots WHERE seq = $1",
+            &[&seq],
+        )
+        .map_err(|error| store_error("reading a snapshot's row", &error))?;
+    let (len, chunks): (i64, i32) = (row.get(0), row.get(1));
+    Ok(SnapshotRow {
+        len: len.unsigned_abs(),
+        chunks,
+    })
+}
 
 /// The snapshots of the PostgreSQL ledger at a URL, on a connection of their
 /// own.
@@ -159,14 +185,6 @@ impl SnapshotStore for PgSnapshots {
         Ok(bytes)
     }
 
-    fn open(
-        &self,
-        snapshot: &StoredSnapshot,
-    ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
-        let pinned = Pinned::open(&self.url, &self.writer, signed(snapshot.seq)?)?;
-        Ok(Some(Box::new(ChunkedFile::new(pinned))))
-    }
-
     fn write(&self, seq: u64, bytes: &[u8]) -> Result<StoredSnapshot, SnapshotError> {
         let info = snapshots::info(bytes)?;
         assert_eq!(info.seq, seq, "a snapshot is stored under its own seq");
@@ -235,40 +253,52 @@ impl SnapshotStore for PgSnapshots {
     fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError> {
         let old: Vec<StoredSnapshot> = self.list()?.into_iter().skip(kept).collect();
         let mut client = self.client()?;
-        let mut pruned = Vec::new();
-        for snapshot in old {
-            let seq = signed(snapshot.seq)?;
-            let failed = |error| store_error("pruning a snapshot's chunks", &error);
-            let mut transaction = client.transaction().map_err(failed)?;
-            // A reading pins its snapshot (`Pinned`): its chunks stay for
-            // a later prune.
-            let free: bool = transaction
-                .query_one(
-                    "SELECT pg_try_advisory_xact_lock($1, $2)",
-                    &[&PIN_LOCK_CLASS, &pin_key(seq)],
-                )
-                .map_err(failed)?
-                .get(0);
-            if !free {
-                info!(
-                    seq,
-                    "snapshot pinned by a reading: its chunks stay until a later prune"
-                );
-                continue;
-            }
-            transaction
+        for snapshot in &old {
+            client
                 .execute(
                     // The two snapshots of highest seq keep their chunks
                     // whatever the table's trigger is asked.
                     "DELETE FROM payonce.snapshot_chunks WHERE seq = $1 AND seq < ( \
                          SELECT min(seq) FROM ( \
                              SELECT seq FROM payonce.snapshots ORDER BY seq DESC LIMIT 2) newest)",
-                    &[&seq],
+                    &[&signed(snapshot.seq)?],
                 )
-                .map_err(failed)?;
-            transaction.commit().map_err(failed)?;
-            pruned.push(snapshot);
+                .map_err(|error| store_error("pruning a snapshot's chunks", &error))?;
         }
-        Ok(pruned)
+        Ok(old)
+    }
+}
+
+impl RunStore for PgSnapshots {
+    fn create_run(&self) -> Result<Box<dyn RunOut + '_>, SnapshotError> {
+        Ok(Box::new(PgRunOut::begin(&self.url, &self.writer)?))
+    }
+
+    fn open_run(&self, number: u64) -> Result<Arc<dyn RunSource>, SnapshotError> {
+        match PgRun::open(&self.url, number)? {
+            Some(run) => Ok(run),
+            None => Err(SnapshotError::Store {
+                detail: format!("run {number}, which the manifest names, is not in the database"),
+            }),
+        }
+    }
+
+    fn list_runs(&self) -> Result<Vec<u64>, SnapshotError> {
+        crate::runs::list(&mut *self.client()?)
+    }
+
+    fn remove_run(&self, number: u64) -> Result<(), SnapshotError> {
+        crate::runs::remove(&mut *self.client()?, number).map(drop)
+    }
+
+    fn checked_in_background(&self) -> bool {
+        true
+    }
+
+    fn refuser(&self, number: u64) -> Option<payonce::RefuseRun> {
+        let (url, writer) = (self.url.clone(), self.writer.clone());
+        Some(Arc::new(move |error: &SnapshotError| {
+            crate::runs::refuse(&url, &writer, number, error);
+        }))
     }
 }

@@ -73,6 +73,7 @@ mod ledger;
 mod recovery;
 mod refusal;
 mod replay;
+mod run_store;
 mod snapshot;
 mod snapshot_format;
 mod state;
@@ -92,25 +93,26 @@ pub use crate::event::{
     Event, EventDecodeError, EventKind, SCHEMA_VERSION, SCHEMA_VERSION_MIN, command_key,
 };
 pub use crate::ledger::{
-    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, NewWithdrawal, REPLAY_THREAD_MIN_LEN,
-    SharedLog, SharedRecord, SnapshotStats, SnapshotTaken, Ticket,
+    Appended, BATCH_EVENTS_MAX, Claim, Config, Ledger, MEMORY_BUDGET, MEMORY_BUDGET_MIN, MemoryUse,
+    NewWithdrawal, REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotStats, SnapshotTaken,
+    Ticket,
 };
 pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotRefused};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::snapshot::{
-    DirSnapshots, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL,
-    SNAPSHOT_LEN_MAX, SNAPSHOT_READ_LEN, SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT,
-    SnapshotCheck, SnapshotError, SnapshotFile, SnapshotInfo, SnapshotPolicy, SnapshotStore,
-    SnapshotVerdict, StoredSnapshot, verify_snapshots,
+    DirSnapshots, MemRuns, RefuseRun, RunOut, RunStore, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION,
+    SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL, SNAPSHOT_LEN_MAX, SNAPSHOT_READ_LEN,
+    SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck, SnapshotError, SnapshotFile,
+    SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict, StoredSnapshot, verify_snapshots,
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {
     pub use crate::snapshot::{
         KEYS_PART_LEN, checked, checked_file, decode, encode, encode_in_parts, info,
     };
+    pub use crate::snapshot_format::{MANIFEST_RUNS_MAX, Manifest, RunEntry};
 }
-pub use crate::state::archive_check::{ARCHIVE_CHECK_RETRIES_MAX, ARCHIVE_CHECK_RETRY_DELAY};
 pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,
     apply,

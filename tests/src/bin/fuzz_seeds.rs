@@ -572,16 +572,21 @@ fn snapshot_decode_seeds(dir: &Path) {
         let taken = ledger.snapshot().unwrap().unwrap();
         std::mem::forget(ticket);
         let bytes = payonce_log::Storage::read(&snapshots, &taken.stored.name, u64::MAX).unwrap();
-        write(dir, "snapshot_decode", name, &bytes);
+        // The input is the snapshot and, after it, the one run it names.
+        let run_name = format!("{:020}.run", 1);
+        let run = payonce_log::Storage::read(&snapshots, &run_name, u64::MAX).unwrap();
+        write(dir, "snapshot_decode", name, &[&bytes[..], &run].concat());
         // The same state with a part per key: a load of several parts.
-        let (info, state) = payonce::snapshots::decode(&bytes).unwrap();
+        let runs = payonce::MemRuns::default();
+        runs.insert(1, run.clone());
+        let (info, state) = payonce::snapshots::decode(&bytes, &runs).unwrap();
         let one = std::num::NonZeroU32::MIN;
-        let parts = payonce::snapshots::encode_in_parts(&state, info.log_id, info.head, one);
+        let parts = payonce::snapshots::encode_in_parts(&state, info.log_id, info.head, one, &runs);
         write(
             dir,
             "snapshot_decode",
             &format!("{name}-in-parts"),
-            &parts.unwrap(),
+            &[&parts.unwrap()[..], &run].concat(),
         );
     }
 }

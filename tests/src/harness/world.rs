@@ -397,6 +397,7 @@ impl World {
             } else {
                 u64::MAX
             },
+            memory_budget: payonce::MEMORY_BUDGET,
             set_apart_settled: self.config.set_apart_settled,
         }
     }

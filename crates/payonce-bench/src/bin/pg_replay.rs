@@ -13,7 +13,7 @@
 //! cargo run --release -p payonce-bench --bin pg_replay -- --withdrawals 2000 --rounds 1  # checks the harness
 //! pg_replay --compare ./pg_replay-before   # alternates with another build
 //! pg_replay build URL 200000               # into an existing, migrated, empty database
-//! pg_replay kept URL                       # first decision, then until the archive is all kept
+//! pg_replay kept URL                       # first decision, then until the runs are all checked
 //! ```
 
 use std::process::Command;
@@ -164,17 +164,13 @@ fn kept(url: &str) -> anyhow::Result<()> {
     let start = Instant::now();
     let (ledger, _) = first_decision(url)?;
     let first = start.elapsed().as_secs_f64();
-    let mut watcher = payonce_postgres::client(url)?;
     let mut decisions = 0u64;
     loop {
-        let pinned: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::int = $1",
-                &[&payonce_postgres::PIN_LOCK_CLASS],
-            )?
-            .get(0);
-        if pinned == 0 {
-            break;
+        match ledger.runs_checked() {
+            Some(Ok(())) => break,
+            Some(Err(damage)) => bail!("the runs failed their check: {damage}"),
+            None if ledger.memory()?.runs == 0 => break,
+            None => {}
         }
         decide(&ledger, "meanwhile")?;
         decisions += 1;

@@ -165,7 +165,13 @@ fn a_database_of_version_1_is_refused_until_migrate_indexes_its_events_and_keeps
         .unwrap()
         .get(0);
     assert_eq!(indexed, 2, "k-5's claim and outcome");
-    for table in ["snapshots", "snapshot_chunks", "withdrawal_events"] {
+    for table in [
+        "snapshots",
+        "snapshot_chunks",
+        "withdrawal_events",
+        "runs",
+        "run_chunks",
+    ] {
         auditor
             .query(&format!("SELECT * FROM payonce.{table}"), &[])
             .unwrap();
@@ -183,7 +189,11 @@ fn a_database_of_version_1_is_refused_until_migrate_indexes_its_events_and_keeps
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(under, [1, 2], "the batches before and after the migration");
+    assert_eq!(
+        under,
+        [1, payonce_postgres::SCHEMA_VERSION],
+        "the batches before and after the migration"
+    );
 }
 
 /// Inserts snapshot `seq` with two chunks, the chunks first: the foreign

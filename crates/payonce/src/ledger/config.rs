@@ -51,16 +51,31 @@ pub struct Config {
     /// ([`crate::Ledger::open_on`]). Opening uses the newest one the log
     /// vouches for whatever [`Config::snapshots`] says.
     pub snapshot_store: Option<Arc<dyn SnapshotStore>>,
-    /// Sets settled pairs apart once opened: every key whose outcome says
-    /// what the rail did, with no send running and no funds held, and the
-    /// withdrawal it holds, leave the live slots for an archive in memory,
-    /// and come back when a decision or a query names either. Off by
-    /// default: a ledger opened from a snapshot keeps the pairs the
-    /// snapshot set apart in the snapshot's archive whatever this says,
-    /// and the pairs settled since stay live until the next snapshot
-    /// archives them. Every answer is the same either way.
+    /// Bytes of memory the state may take, whatever the history: its live
+    /// slots (keys in flight, holds, running sends, and settled pairs no
+    /// run holds yet or brought back lately), the cache of blocks read from
+    /// the runs of settled pairs, and those runs' filters. Settled pairs
+    /// beyond it stay in their runs (docs/snapshot-format.md) and are read
+    /// back when a decision or a query names them. Default
+    /// [`MEMORY_BUDGET`]; at least [`MEMORY_BUDGET_MIN`].
+    pub memory_budget: u64,
+    /// Sets settled pairs apart once opened, and keeps them apart: every
+    /// key whose outcome says what the rail did, with no send running and
+    /// no funds held, and the withdrawal it holds, are written into a run
+    /// at opening, and leave memory as soon as a run holds them, coming
+    /// back only while a decision or a query names them. Off by default,
+    /// when only [`Config::memory_budget`] makes them leave. Every answer
+    /// is the same either way.
     pub set_apart_settled: bool,
 }
+
+/// Default for [`Config::memory_budget`]: 256 MiB.
+pub const MEMORY_BUDGET: u64 = 256 << 20;
+
+/// The smallest [`Config::memory_budget`] taken: a smaller one is raised
+/// to it. Keys in flight, holds and running sends stay in memory whatever
+/// the budget.
+pub const MEMORY_BUDGET_MIN: u64 = 4 << 20;
 
 /// Default for [`Config::replay_thread_min_len`]: 4 MiB, about 20,000
 /// events.
@@ -78,6 +93,7 @@ impl Default for Config {
             replay_thread_min_len: REPLAY_THREAD_MIN_LEN,
             snapshots: SnapshotPolicy::default(),
             snapshot_store: None,
+            memory_budget: MEMORY_BUDGET,
             set_apart_settled: false,
         }
     }

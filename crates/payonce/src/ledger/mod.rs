@@ -2,7 +2,11 @@
 //! and appends, durability waits and sends happen outside it.
 
 mod config;
+mod merge;
+mod prefetch;
 mod queue;
+pub(crate) mod settle;
+mod settler;
 mod shared;
 mod snapshots;
 mod ticket;
@@ -13,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use payonce_log::{FsStorage, Head, Log, Storage, segments_len};
@@ -20,10 +25,14 @@ use payonce_model::{
     Actor, Currency, Fingerprint, Note, Reason, RequestKey, WithdrawalId, WithdrawalRequest,
     WorkerName,
 };
+use payonce_runs::BlockCache;
 use rust_decimal::Decimal;
 use tracing::{info, info_span, warn};
 
-pub use self::config::{Config, NewWithdrawal, REPLAY_THREAD_MIN_LEN};
+pub use self::config::{
+    Config, MEMORY_BUDGET, MEMORY_BUDGET_MIN, NewWithdrawal, REPLAY_THREAD_MIN_LEN,
+};
+pub use self::settle::MemoryUse;
 pub use self::shared::{Appended, BATCH_EVENTS_MAX, SharedLog, SharedRecord};
 use self::shared::{Round, Shared};
 use self::snapshots::Snapshots;
@@ -45,9 +54,46 @@ use crate::state::{Hold, InFlight, State, apply_judged};
 /// ledger is reopened. Queries still answer from memory, which may then
 /// hold a decision that never reached the disk (the claim whose sync
 /// failed, say): reopen before trusting them.
-#[derive(Clone)]
 pub struct Ledger {
     inner: Arc<Inner>,
+    /// Whether a caller holds it (counted in `Inner::handles`), rather
+    /// than one of the ledger's own threads for the length of its work.
+    held: bool,
+}
+
+impl Clone for Ledger {
+    fn clone(&self) -> Ledger {
+        if self.held {
+            self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        }
+        Ledger {
+            inner: Arc::clone(&self.inner),
+            held: self.held,
+        }
+    }
+}
+
+impl Drop for Ledger {
+    /// The last handle a caller held is gone: the ledger's threads finish
+    /// what they are doing and stop, so that their handles go too and the
+    /// ledger closes now, on this thread (its log's lock let go before
+    /// this returns), rather than whenever a thread's work ends.
+    fn drop(&mut self) {
+        if self.held && self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.settle.settler.stop();
+            if let Some(snapshots) = &self.inner.snapshots {
+                snapshots.stop();
+            }
+        }
+    }
+}
+
+impl Ledger {
+    /// A handle for one of the ledger's own threads, for the length of its
+    /// work: it does not keep the ledger open once callers let go.
+    fn internal(inner: Arc<Inner>) -> Ledger {
+        Ledger { inner, held: false }
+    }
 }
 
 struct Inner {
@@ -61,12 +107,17 @@ struct Inner {
     /// Where and when snapshots of the state are taken; `None` for a
     /// ledger that keeps none.
     snapshots: Option<Arc<Snapshots>>,
+    /// Keeping the state under its memory budget: its runs and cache.
+    settle: settle::Settle,
+    /// The handles callers hold ([`Ledger::held`]).
+    handles: AtomicUsize,
 }
 
 impl Drop for Inner {
     /// The last handle is gone: a clean close, which takes a snapshot if
     /// the policy says so, and stops the snapshot thread.
     fn drop(&mut self) {
+        self.settle.settler.stop();
         let Some(snapshots) = self.snapshots.take() else {
             return;
         };
@@ -175,6 +226,7 @@ impl Ledger {
         // one, and the open reports what is wrong with it.
         let two_threads =
             segments_len(&*storage).is_ok_and(|len| len >= config.replay_thread_min_len);
+        let cache = settle::cache_for(&config);
         let Replayed {
             log,
             recovery,
@@ -184,7 +236,7 @@ impl Ledger {
             storage,
             config.log.clone(),
             config.witness.clone(),
-            snapshot_source(&config),
+            snapshot_source(&config).map(|store| (store, &cache)),
             two_threads,
             start,
         )?;
@@ -199,7 +251,7 @@ impl Ledger {
             "replayed"
         );
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
-        let ledger = Ledger::assemble(Store::File(log), state, config, recovery);
+        let ledger = Ledger::assemble(Store::File(log), state, config, recovery, cache)?;
         let command = Command::Open {
             accept_foreign_ids,
             epoch,
@@ -234,7 +286,9 @@ impl Ledger {
     ) -> Result<Ledger, LedgerError> {
         let span = info_span!("open", worker = %worker);
         let _entered = span.enter();
-        let (state, recovery) = shared::rebuild_from_snapshot(&*log, snapshot_source(&config))?;
+        let cache = settle::cache_for(&config);
+        let source = snapshot_source(&config).map(|store| (store, &cache));
+        let (state, recovery) = shared::rebuild_from_snapshot(&*log, source)?;
         if state.last_seq() == 0 {
             return Err(LedgerError::NoLog {
                 dir: format!("{log:?}"),
@@ -259,7 +313,8 @@ impl Ledger {
             "replayed"
         );
         let epoch = config.epochs.draw();
-        let ledger = Ledger::on_shared(log, Some(worker.clone()), state, config, recovery);
+        let shared = (log, Some(worker.clone()));
+        let ledger = Ledger::on_shared(shared, state, config, recovery, cache)?;
         let command = Command::Start {
             worker: worker.clone(),
             epoch,
@@ -280,7 +335,8 @@ impl Ledger {
     pub fn init_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
         let state = shared::rebuild(&*log)?;
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
-        let ledger = Ledger::on_shared(log, None, state, config, Recovery::default());
+        let cache = settle::cache_for(&config);
+        let ledger = Ledger::on_shared((log, None), state, config, Recovery::default(), cache)?;
         let command = Command::Open {
             accept_foreign_ids,
             epoch,
@@ -307,34 +363,44 @@ impl Ledger {
     /// needs a worker whose next start ends its send). A log with no
     /// ledger in it is refused ([`LedgerError::NoLog`]).
     pub fn attach_shared(log: Arc<dyn SharedLog>, config: Config) -> Result<Ledger, LedgerError> {
-        let (state, recovery) = shared::rebuild_from_snapshot(&*log, snapshot_source(&config))?;
+        let cache = settle::cache_for(&config);
+        let source = snapshot_source(&config).map(|store| (store, &cache));
+        let (state, recovery) = shared::rebuild_from_snapshot(&*log, source)?;
         if state.last_seq() == 0 {
             return Err(LedgerError::NoLog {
                 dir: format!("{log:?}"),
                 found: Vec::new(),
             });
         }
-        Ok(Ledger::on_shared(log, None, state, config, recovery))
+        Ledger::on_shared((log, None), state, config, recovery, cache)
     }
 
     fn on_shared(
-        log: Arc<dyn SharedLog>,
-        worker: Option<WorkerName>,
+        (log, worker): (Arc<dyn SharedLog>, Option<WorkerName>),
         state: State,
         config: Config,
         recovery: Recovery,
-    ) -> Ledger {
+        cache: Arc<BlockCache>,
+    ) -> Result<Ledger, LedgerError> {
         let store = Store::Shared(Shared::new(log, worker));
-        Ledger::assemble(store, state, config, recovery)
+        Ledger::assemble(store, state, config, recovery, cache)
     }
 
-    /// A ledger over `store` from `state`: its snapshots, if `config` keeps
-    /// any, continue from the one `recovery` says it opened from, and the
-    /// thread that takes them is started.
-    fn assemble(store: Store, mut state: State, config: Config, recovery: Recovery) -> Ledger {
-        if config.set_apart_settled {
-            state.set_apart_settled();
-        }
+    /// A ledger over `store` from `state`, whose runs are read through
+    /// `cache`: its snapshots, if `config` keeps any, continue from the one
+    /// `recovery` says it opened from, and the thread that takes them is
+    /// started. With [`Config::set_apart_settled`], every settled pair goes
+    /// into a run now, and leaves memory.
+    fn assemble(
+        store: Store,
+        state: State,
+        config: Config,
+        recovery: Recovery,
+        cache: Arc<BlockCache>,
+    ) -> Result<Ledger, LedgerError> {
+        let settle = settle::Settle::new(&config, cache);
+        settle.publish(&state);
+        let set_apart = config.set_apart_settled;
         let snapshots = config.snapshot_store.clone().map(|snapshots| {
             let from = recovery
                 .snapshot
@@ -348,9 +414,16 @@ impl Ledger {
             config,
             recovery,
             snapshots,
+            settle,
+            handles: AtomicUsize::new(1),
         });
         Snapshots::start(&inner);
-        Ledger { inner }
+        settler::Settler::start(&inner);
+        let ledger = Ledger { inner, held: true };
+        if set_apart {
+            ledger.flush_settled()?;
+        }
+        Ok(ledger)
     }
 
     fn lock_state(&self) -> Result<MutexGuard<'_, Round>, LedgerError> {
@@ -390,14 +463,12 @@ impl Ledger {
             // Every answer of a shared ledger waits for its batch's commit.
             Store::Shared(shared) => return self.execute_shared(shared, command, decide),
         };
-        let mut round = self.lock_state()?;
+        // Nothing is judged before what the command names is read back.
+        let mut round = self.lock_named(command_names(command), || self.lock_state())?;
         let state = &mut round.state;
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
         log.check()?;
-        // Nothing is judged before what the command names is read back.
-        let [key, id] = command_names(command);
-        state.fault_in(key, id).map_err(LedgerError::Archive)?;
         let executed = match decide(state) {
             Ok(Answer::Append { event, meaning }) => Executed::Appended {
                 seq: self.append(log, state, event)?,
@@ -406,6 +477,7 @@ impl Ledger {
             Ok(Answer::Nothing(reason)) => Executed::Nothing(reason),
             Err(refusal) => return Err(self.refuse(log, state, command, refusal)),
         };
+        let flush = self.inner.settle.keep_under(state);
         // A replayed outcome may have been appended a moment ago by another
         // thread that is still waiting for it to be synced: nothing is
         // acknowledged before it is durable.
@@ -413,6 +485,9 @@ impl Ledger {
         drop(round);
         if wait == Wait::Durable && wait_for > 0 {
             log.wait_durable(wait_for)?;
+        }
+        if flush {
+            self.flush_wanted();
         }
         Ok(executed)
     }
@@ -891,11 +966,7 @@ impl Ledger {
         id: Option<&str>,
         query: impl FnOnce(&State) -> T,
     ) -> Result<T, LedgerError> {
-        let mut round = self.lock_for_reading();
-        round
-            .state
-            .fault_in(key, id)
-            .map_err(LedgerError::Archive)?;
+        let round = self.lock_named([key, id], || Ok(self.lock_for_reading()))?;
         Ok(query(&round.state))
     }
 
@@ -1043,4 +1114,8 @@ fn panic_message(panic: &Box<dyn Any + Send>) -> String {
 }
 
 #[cfg(test)]
-mod tests_archive;
+mod tests_merge;
+#[cfg(test)]
+mod tests_runs;
+#[cfg(test)]
+mod tests_store;

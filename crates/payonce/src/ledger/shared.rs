@@ -19,6 +19,7 @@ use std::sync::{Arc, Condvar, MutexGuard};
 
 use payonce_log::Head;
 use payonce_model::{Reason, RequestKey, WithdrawalId, WorkerName};
+use payonce_runs::{BlockCache, Prefetched};
 use tracing::{Span, info, warn};
 
 use super::queue::{Queue, Slot, Turn, take};
@@ -208,10 +209,14 @@ pub(super) fn rebuild(log: &dyn SharedLog) -> Result<State, LedgerError> {
 /// What it did is the [`Recovery`] it returns.
 pub(super) fn rebuild_from_snapshot(
     log: &dyn SharedLog,
-    snapshots: Option<&dyn SnapshotStore>,
+    snapshots: Option<(&dyn SnapshotStore, &Arc<BlockCache>)>,
 ) -> Result<(State, Recovery), LedgerError> {
     let loaded = match snapshots {
-        Some(store) => load_newest_of(store, &|| Ok(log.log_id()?), &|seq| Ok(log.head_at(seq)?))?,
+        Some((store, cache)) => {
+            let log_id = || Ok(log.log_id()?);
+            let head_at = |seq| Ok(log.head_at(seq)?);
+            load_newest_of(store, &log_id, &head_at, cache)?
+        }
         None => Loaded::default(),
     };
     let (initial, snapshot) = match loaded.state {
@@ -295,6 +300,19 @@ impl Ledger {
         Ok(round.state.copy_for_snapshot())
     }
 
+    /// The state rebuilt from the store once a batch failed and may have
+    /// left part of itself applied: from the newest snapshot the log
+    /// vouches for, and the events after it, as an opening does; then the
+    /// runs it holds are the ones prefetches read.
+    fn rebuilt(&self, shared: &Shared) -> Result<State, LedgerError> {
+        let store = self.inner.config.snapshot_store.as_deref();
+        let settle = &self.inner.settle;
+        let (state, _) =
+            rebuild_from_snapshot(&*shared.log, store.map(|store| (store, &settle.cache)))?;
+        settle.publish(&state);
+        Ok(state)
+    }
+
     /// Catches this worker's projection up on the events other workers
     /// committed since its last batch, so that what it reads
     /// ([`Ledger::outcome`], [`Ledger::claimed_by`], [`Ledger::state`] and
@@ -311,7 +329,7 @@ impl Ledger {
             round = shared.wait(round)?;
         }
         if round.stale {
-            round.state = rebuild(&*shared.log)?;
+            round.state = self.rebuilt(shared)?;
             round.stale = false;
             return Ok(());
         }
@@ -345,9 +363,12 @@ impl Ledger {
         N: Send + 'static,
     {
         let slot: Slot<Executed<M, N>> = Slot::default();
-        let id = shared
-            .queue
-            .push(decision(command.clone(), decide, Arc::clone(&slot)));
+        // Read before the batch: under it, nothing is read but what the
+        // runs' changes since make stale.
+        let [key, id] = command_names(command);
+        let prefetched = self.inner.settle.prefetch(key, id).ok();
+        let decision = decision(command.clone(), decide, prefetched, Arc::clone(&slot));
+        let id = shared.queue.push(decision);
         loop {
             let running = match shared.queue.wait(&slot)? {
                 Turn::Answered(answer) => return answer,
@@ -388,7 +409,7 @@ impl Ledger {
     /// stands.
     fn open_batch(&self, shared: &Shared, round: &mut Round) -> Result<(), LedgerError> {
         if round.stale {
-            round.state = rebuild(&*shared.log)?;
+            round.state = self.rebuilt(shared)?;
             round.stale = false;
         }
         let records = shared.log.begin(round.state.last_seq())?;
@@ -452,13 +473,11 @@ impl Ledger {
         round: &mut Round,
         command: &Command,
         decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+        prefetched: Option<&Prefetched>,
     ) -> Result<Executed<M, N>, LedgerError> {
         // Nothing is judged before what the command names is read back.
-        let [key, id] = command_names(command);
-        round
-            .state
-            .fault_in(key, id)
-            .map_err(LedgerError::Archive)?;
+        let names = command_names(command);
+        (self.inner.settle).fault_in(&mut round.state, names, prefetched)?;
         match decide(&round.state) {
             Ok(Answer::Append { event, meaning }) => Ok(Executed::Appended {
                 seq: self.append_shared(round, event)?,
@@ -526,6 +545,7 @@ impl Ledger {
         {
             snapshots.appended(round.state.last_seq());
         }
+        let flush = self.inner.settle.keep_under(&mut round.state);
         if let Err(error) = &committed {
             warn!(%error, events = open.events.len(), "a batch was not committed");
             round.stale = true;
@@ -542,6 +562,9 @@ impl Ledger {
         }
         drop(round);
         shared.turn.notify_all();
+        if flush {
+            self.flush_wanted();
+        }
         Ok(committed)
     }
 }
@@ -557,6 +580,7 @@ fn is_full(open: &OpenBatch) -> bool {
 fn decision<M, N>(
     command: Command,
     decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+    prefetched: Option<Prefetched>,
     slot: Slot<Executed<M, N>>,
 ) -> Decide
 where
@@ -565,7 +589,8 @@ where
 {
     let span = Span::current();
     Box::new(move |ledger: &Ledger, round: &mut Round| -> Reply {
-        let decided = span.in_scope(|| ledger.decide_into(round, &command, decide));
+        let decided =
+            span.in_scope(|| ledger.decide_into(round, &command, decide, prefetched.as_ref()));
         Box::new(move |committed: Result<(), StoreError>| {
             let answer = committed.map_err(LedgerError::from).and(decided);
             if let Ok(mut slot) = slot.lock() {

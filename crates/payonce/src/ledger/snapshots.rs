@@ -18,10 +18,19 @@ use std::time::{Duration, Instant};
 use payonce_log::Head;
 use tracing::{info, warn};
 
+use super::settle::adopt_run;
 use super::{Inner, Ledger, Store};
 use crate::error::LedgerError;
-use crate::snapshot::{self, SNAPSHOTS_KEPT, SnapshotPolicy, SnapshotStore, StoredSnapshot};
+use crate::snapshot::{
+    self, KEYS_PART_LEN, SNAPSHOTS_KEPT, SnapshotPolicy, SnapshotStore, StoredSnapshot, WrittenRun,
+    prune_runs,
+};
 use crate::state::State;
+
+/// What taking a snapshot does with the run it wrote, once the snapshot is
+/// stored: the live state takes it, if it goes on; then the numbers of
+/// every run the live state holds, which a prune keeps.
+type Adopt<'a> = dyn FnOnce(Option<WrittenRun>, u64) -> Result<Vec<u64>, LedgerError> + 'a;
 
 /// A ledger's snapshots: where they go, when, and the thread that takes
 /// them.
@@ -165,13 +174,26 @@ impl Snapshots {
     /// Stops the thread, after the snapshot at close if the policy takes
     /// one: what dropping the ledger's last handle does.
     pub(super) fn close(&self, store: &Store, state: Option<&State>) {
-        self.signal(|signal| signal.closing = true);
+        self.stop();
         if self.policy.at_close
             && let Some(state) = state
-            && let Err(error) = self.take(store, || Ok(state.copy_for_snapshot()), state.last_seq())
         {
-            warn!(%error, "could not take the snapshot at close");
+            let adopt = |new_run: Option<WrittenRun>, _| {
+                let mut in_use = runs_of(state);
+                in_use.extend(new_run.map(|(run, _)| run.number()));
+                Ok(in_use)
+            };
+            let copy = || Ok(state.copy_for_snapshot());
+            if let Err(error) = self.take(store, copy, state.last_seq(), Box::new(adopt)) {
+                warn!(%error, "could not take the snapshot at close");
+            }
         }
+    }
+
+    /// Stops the thread, once the snapshot it takes, if any, is taken:
+    /// what dropping the last handle a caller holds does first.
+    pub(super) fn stop(&self) {
+        self.signal(|signal| signal.closing = true);
         let thread = self.thread.lock().ok().and_then(|mut thread| thread.take());
         if let Some((handle, id)) = thread
             && id != thread::current().id()
@@ -188,6 +210,7 @@ impl Snapshots {
         store: &Store,
         copy: impl FnOnce() -> Result<State, LedgerError>,
         last_seq: u64,
+        adopt: Box<Adopt<'_>>,
     ) -> Result<Option<SnapshotTaken>, LedgerError> {
         let Some(mut last) = self.lock_last() else {
             return Err(LedgerError::Poisoned);
@@ -200,16 +223,11 @@ impl Snapshots {
         let lock_held = started.elapsed();
         let seq = state.last_seq();
         let written = durable_head(store, seq).and_then(|(log_id, head)| {
-            let bytes = snapshot::encode(&state, log_id, head)?;
+            let taken = snapshot::take(&state, log_id, head, KEYS_PART_LEN, &*self.store)?;
             drop(state);
-            let stored = self.store.write(seq, &bytes)?;
-            // The snapshot is kept whether or not older ones can go (a
-            // database role without DELETE keeps their bytes).
-            let pruned = self.store.prune(SNAPSHOTS_KEPT).unwrap_or_else(|error| {
-                warn!(%error, "could not prune older snapshots");
-                Vec::new()
-            });
-            Ok((head, bytes.len(), stored, pruned))
+            let stored = self.store.write(seq, &taken.bytes)?;
+            let in_use = adopt(taken.new_run, seq)?;
+            Ok((head, taken.bytes.len(), stored, self.prune(&in_use)))
         });
         let took = started.elapsed();
         last.stats.lock_held_max = last.stats.lock_held_max.max(lock_held);
@@ -244,6 +262,30 @@ impl Snapshots {
             took,
         }))
     }
+}
+
+impl Snapshots {
+    /// Removes the snapshots older than the newest [`SNAPSHOTS_KEPT`], then
+    /// the runs none of those kept names and the live state (`in_use`) does
+    /// not hold. The snapshot is kept whether or not older ones can go (a
+    /// database role without DELETE keeps their bytes).
+    fn prune(&self, in_use: &[u64]) -> Vec<StoredSnapshot> {
+        let pruned = self.store.prune(SNAPSHOTS_KEPT).unwrap_or_else(|error| {
+            warn!(%error, "could not prune older snapshots");
+            Vec::new()
+        });
+        if let Err(error) = prune_runs(&*self.store, in_use) {
+            warn!(%error, "could not prune the runs no snapshot names");
+        }
+        pruned
+    }
+}
+
+/// The numbers of the runs `state` holds.
+pub(super) fn runs_of(state: &State) -> Vec<u64> {
+    state.settled().map_or(Vec::new(), |settled| {
+        settled.runs.runs().iter().map(|run| run.number()).collect()
+    })
 }
 
 /// The log's identity and a durable head at or after `seq`, once every
@@ -301,7 +343,7 @@ fn run(snapshots: &Snapshots, weak: &Weak<Inner>) {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        if let Err(error) = (Ledger { inner }).snapshot_if_due() {
+        if let Err(error) = Ledger::internal(inner).snapshot_if_due() {
             warn!(%error, "could not take a snapshot");
         }
         timeout = snapshots.policy.interval;
@@ -402,6 +444,23 @@ impl Ledger {
             return Ok(None);
         };
         let last_seq = self.last_seq();
-        snapshots.take(&self.inner.store, || self.settled_copy(), last_seq)
+        let settle = &self.inner.settle;
+        let _one_at_a_time = settle.taking.lock().map_err(|_| LedgerError::Poisoned)?;
+        let adopt = |new_run: Option<WrittenRun>, seq| {
+            let mut round = self.lock_state()?;
+            if let Some((run, slots)) = new_run {
+                adopt_run(&mut round.state, run, &slots, seq, settle)?;
+                settle.keep_under(&mut round.state);
+                // One more run: the set may want a merge.
+                settle.settler.wake();
+            }
+            Ok(runs_of(&round.state))
+        };
+        snapshots.take(
+            &self.inner.store,
+            || self.settled_copy(),
+            last_seq,
+            Box::new(adopt),
+        )
     }
 }

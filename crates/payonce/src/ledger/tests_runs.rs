@@ -1,24 +1,25 @@
-//! A ledger whose archive of settled pairs cannot be read: every call that
-//! names a name fails closed, with nothing judged or appended, and answers
-//! as before once the archive reads again.
+//! A ledger whose runs of settled pairs cannot be read: every call that
+//! names a pair in them fails closed, with nothing judged or appended, and
+//! answers as before once the runs read again; a name the filters place in
+//! no run is answered without reading them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::tests_store::Hooked;
+use super::{Config, Ledger, NewWithdrawal};
+use crate::error::LedgerError;
+use crate::snapshot::{DirSnapshots, SnapshotPolicy};
 use payonce_log::MemStorage;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, WithdrawalRequest};
 
-use super::{Config, Ledger, NewWithdrawal};
-use crate::error::LedgerError;
-use crate::snapshot::{DirSnapshots, SnapshotError, SnapshotPolicy};
-
-/// Pairs set apart at each opening; snapshots only when asked for, kept
-/// in memory.
-fn config() -> Config {
+/// Pairs set apart at each opening into runs of `store`; snapshots only
+/// when asked for.
+fn config(store: Arc<Hooked>) -> Config {
     Config {
         set_apart_settled: true,
         snapshots: SnapshotPolicy::never(),
-        snapshot_store: Some(Arc::new(DirSnapshots::on(Arc::new(MemStorage::new())))),
+        snapshot_store: Some(store),
         ..Config::default()
     }
 }
@@ -41,11 +42,17 @@ fn sent(request: &WithdrawalRequest) -> WithdrawalRequest {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A ledger reopened with key `k-1`'s sent withdrawal set apart, and the
-/// switch that fails reading its archive.
+/// A ledger reopened with key `k-1`'s sent withdrawal in a run, out of
+/// memory, and the switch that fails reading its runs.
 fn reopened_with_switch(storage: &MemStorage) -> (Ledger, WithdrawalRequest, Arc<AtomicBool>) {
-    let ledger =
-        Ledger::init_on(Arc::new(storage.clone()), config()).unwrap_or_else(|e| panic!("{e}"));
+    let failing = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&failing);
+    let store = Arc::new(Hooked {
+        store: DirSnapshots::on(Arc::new(MemStorage::new())),
+        hook: Arc::new(move || switch.load(Ordering::SeqCst)),
+    });
+    let ledger = Ledger::init_on(Arc::new(storage.clone()), config(Arc::clone(&store)))
+        .unwrap_or_else(|e| panic!("{e}"));
     let w = ledger
         .create(new_withdrawal())
         .unwrap_or_else(|e| panic!("{e}"));
@@ -54,14 +61,8 @@ fn reopened_with_switch(storage: &MemStorage) -> (Ledger, WithdrawalRequest, Arc
         .unwrap_or_else(|e| panic!("{e}"));
     drop(ledger);
     let ledger =
-        Ledger::open_on(Arc::new(storage.clone()), config()).unwrap_or_else(|e| panic!("{e}"));
-    let switch = ledger
-        .lock_state()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .state
-        .archive_switch()
-        .unwrap_or_else(|| panic!("k-1's pair was not set apart"));
-    (ledger, w, switch)
+        Ledger::open_on(Arc::new(storage.clone()), config(store)).unwrap_or_else(|e| panic!("{e}"));
+    (ledger, w, failing)
 }
 
 fn is_archive(error: &LedgerError) -> bool {
@@ -96,12 +97,8 @@ fn an_archive_that_cannot_be_read_fails_every_call_naming_a_name_and_writes_noth
         "{asked:?}"
     );
     assert!(matches!(ledger.claimed_by(w.id()), Err(ref error) if is_archive(error)));
-    // A copy of the whole state cannot be made either, nor a snapshot.
+    // A copy of the whole state cannot be made either.
     assert!(matches!(ledger.state(), Err(ref error) if is_archive(error)));
-    assert!(matches!(
-        ledger.snapshot(),
-        Err(LedgerError::Snapshot(SnapshotError::Store { .. }))
-    ));
     assert_eq!(ledger.last_seq(), before, "nothing was appended");
     assert_eq!(sends.get(), 0, "nothing was sent");
     // Once the archive reads again, the retry replays the first outcome.
@@ -119,7 +116,9 @@ fn an_archive_that_cannot_be_read_fails_every_call_naming_a_name_and_writes_noth
 }
 
 #[test]
-fn a_new_key_waits_for_the_archive_unless_its_fences_place_it_before_every_block() {
+fn a_new_key_is_judged_without_reading_the_runs_when_their_filters_place_it_in_none() {
+    // Guards against every new key waiting on the runs: a filter that says
+    // "not here" is believed, so only its rare false positives wait.
     let storage = MemStorage::new();
     let (ledger, _, switch) = reopened_with_switch(&storage);
     switch.store(true, Ordering::SeqCst);
@@ -132,19 +131,21 @@ fn a_new_key_waits_for_the_archive_unless_its_fences_place_it_before_every_block
         let before = ledger.last_seq();
         let key = format!("k-new-{n}");
         match ledger.claim(&key, &created) {
-            // Whether a new key is one set apart cannot be told unread.
+            // A filter's false positive reads the run, which fails.
             Err(error) if is_archive(&error) => {
                 assert_eq!(ledger.last_seq(), before, "{key}: nothing is appended");
                 waiting.push((key, created));
             }
-            // Its hash, and its id's, come before the only block's first.
             Ok(super::Claim::Granted(_)) => {}
             other => panic!("{key}: {other:?}"),
         }
     }
+    // At 16 bits a name, a false positive is about 1 in 1,000: five of
+    // 64 would happen about once in a billion runs.
     assert!(
-        !waiting.is_empty(),
-        "every new key was placed before the block"
+        waiting.len() < 5,
+        "{} new keys waited on the runs",
+        waiting.len()
     );
     switch.store(false, Ordering::SeqCst);
     for (key, created) in waiting {

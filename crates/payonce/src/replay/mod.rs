@@ -24,6 +24,7 @@ use payonce_log::{
     HeadSource, LOCK_FILE, Log, LogConfig, Opening, Storage, Witness, is_segment_tmp_name,
     parse_segment_name,
 };
+use payonce_runs::BlockCache;
 use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
@@ -186,7 +187,7 @@ pub(crate) fn replay_log(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     witness: Option<Arc<dyn Witness>>,
-    snapshots: Option<&dyn SnapshotStore>,
+    snapshots: Option<(&dyn SnapshotStore, &Arc<BlockCache>)>,
     two_threads: bool,
     start: Start,
 ) -> Result<Replayed, LedgerError> {
@@ -196,7 +197,7 @@ pub(crate) fn replay_log(
         opening.witness(witness)?;
     }
     let Loaded { state, refused } = match snapshots {
-        Some(store) => load_newest(store, &opening)?,
+        Some((store, cache)) => load_newest(store, &opening, cache)?,
         None => Loaded::default(),
     };
     let (initial, snapshot) = match state {

@@ -93,6 +93,6 @@ fn read_checked(
         Ok(bytes) => bytes,
         Err(error) => return Ok(Err((None, error))),
     };
-    let checked = checked(&bytes, reader.log_id()?, |seq| reader.head_at(seq))?;
+    let checked = checked(&bytes, reader.log_id()?, |seq| reader.head_at(seq), store)?;
     Ok(checked.map_err(|error| (info(&bytes).ok(), error)))
 }

@@ -9,10 +9,11 @@
 use std::sync::Arc;
 
 use payonce_log::{Head, Opening};
+use payonce_runs::BlockCache;
 use tracing::{info, warn};
 
 use super::store::{SnapshotStore, StoredSnapshot};
-use super::{SnapshotInfo, checked, checked_file};
+use super::{SnapshotInfo, checked_file_into, checked_into};
 use crate::error::LedgerError;
 use crate::recovery::{SnapshotLoaded, SnapshotRefused};
 use crate::snapshot_format::SnapshotError;
@@ -34,10 +35,11 @@ pub(crate) struct Loaded {
 pub(crate) fn load_newest(
     store: &dyn SnapshotStore,
     opening: &Opening,
+    cache: &Arc<BlockCache>,
 ) -> Result<Loaded, LedgerError> {
-    load_newest_of(store, &|| Ok(opening.log_id()?), &|seq| {
-        Ok(opening.head_at(seq)?)
-    })
+    let log_id = || Ok(opening.log_id()?);
+    let head_at = |seq| Ok(opening.head_at(seq)?);
+    load_newest_of(store, &log_id, &head_at, cache)
 }
 
 /// What a log says of its identity: `None` if it has none to say (no
@@ -57,6 +59,7 @@ pub(crate) fn load_newest_of(
     store: &dyn SnapshotStore,
     log_id: &LogId<'_>,
     head_at: &HeadAt<'_>,
+    cache: &Arc<BlockCache>,
 ) -> Result<Loaded, LedgerError> {
     let mut loaded = Loaded::default();
     let candidates = match store.list() {
@@ -78,7 +81,7 @@ pub(crate) fn load_newest_of(
         }
     };
     for candidate in candidates {
-        match try_load(store, log_id, head_at, &candidate)? {
+        match try_load(store, log_id, head_at, &candidate, cache)? {
             Ok((info, state)) => {
                 info!(snapshot = %candidate.name, seq = info.seq, head = %info.head, "loaded a snapshot");
                 let snapshot = SnapshotLoaded {
@@ -103,14 +106,17 @@ fn try_load(
     log_id: u64,
     head_at: &HeadAt<'_>,
     candidate: &StoredSnapshot,
+    cache: &Arc<BlockCache>,
 ) -> Result<Result<(SnapshotInfo, State), SnapshotError>, LedgerError> {
     let bytes = match store.open(candidate) {
-        Ok(Some(file)) => return checked_file(&*file, log_id, head_at),
+        Ok(Some(file)) => {
+            return checked_file_into(&*file, log_id, head_at, store, Arc::clone(cache));
+        }
         Ok(None) => store.read(candidate),
         Err(error) => Err(error),
     };
     match bytes {
-        Ok(bytes) => checked(&bytes, log_id, head_at),
+        Ok(bytes) => checked_into(&bytes, log_id, head_at, store, Arc::clone(cache)),
         Err(error) => Ok(Err(error)),
     }
 }

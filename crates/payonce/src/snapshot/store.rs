@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use payonce_log::{FsStorage, Storage, StorageRead};
 
+use crate::run_store::RunStore;
 use crate::snapshot_format::SnapshotError;
 use crate::snapshot_format::SnapshotFile;
 
@@ -33,8 +34,9 @@ pub struct StoredSnapshot {
     pub name: String,
 }
 
-/// Where a ledger keeps its snapshots. Every method may block on storage.
-pub trait SnapshotStore: Send + Sync + fmt::Debug {
+/// Where a ledger keeps its snapshots, and the runs of settled pairs their
+/// manifests name ([`RunStore`]). Every method may block on storage.
+pub trait SnapshotStore: RunStore + Send + Sync + fmt::Debug {
     /// Every snapshot held (not those set aside), newest (highest seq) first.
     fn list(&self) -> Result<Vec<StoredSnapshot>, SnapshotError>;
     /// The bytes of `snapshot`, whole.
@@ -57,7 +59,9 @@ pub trait SnapshotStore: Send + Sync + fmt::Debug {
     /// person to look at. Returns where it is now.
     fn set_aside(&self, snapshot: &StoredSnapshot) -> Result<String, SnapshotError>;
     /// Removes every snapshot but the newest `kept` (never one set aside),
-    /// and what a write a crash cut short left; returns those removed.
+    /// and what a write a crash cut short left; returns those removed. The
+    /// runs no kept snapshot names are removed after
+    /// (`crate::snapshot::prune_runs`).
     fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError>;
 }
 
@@ -66,7 +70,7 @@ pub trait SnapshotStore: Send + Sync + fmt::Debug {
 /// `.refused.1`, ...).
 #[derive(Debug, Clone)]
 pub struct DirSnapshots {
-    storage: Arc<dyn Storage>,
+    pub(super) storage: Arc<dyn Storage>,
     /// The directory, for a store on the file system: made (and its parent
     /// synced) before the first write.
     path: Option<PathBuf>,
@@ -75,6 +79,10 @@ pub struct DirSnapshots {
 const SUFFIX: &str = ".snapshot";
 const TMP_SUFFIX: &str = ".snapshot.tmp";
 const REFUSED_SUFFIX: &str = ".snapshot.refused";
+/// How every temporary name in the directory ends, a snapshot's
+/// (`.snapshot.tmp`) and a run's (`.run.tmp`) alike: what a crash
+/// leaves behind and a prune removes.
+const DEBRIS_SUFFIX: &str = ".tmp";
 
 impl DirSnapshots {
     /// The snapshots of the file ledger in `ledger_dir`: its `snapshots/`
@@ -96,7 +104,7 @@ impl DirSnapshots {
         }
     }
 
-    fn io(&self, op: &'static str, name: &str, source: io::Error) -> SnapshotError {
+    pub(super) fn io(&self, op: &'static str, name: &str, source: io::Error) -> SnapshotError {
         SnapshotError::Io {
             op,
             file: self.storage.describe(name),
@@ -105,7 +113,7 @@ impl DirSnapshots {
     }
 
     /// Every file name in the directory; none for a directory not made yet.
-    fn names(&self) -> Result<Vec<String>, SnapshotError> {
+    pub(super) fn names(&self) -> Result<Vec<String>, SnapshotError> {
         match self.storage.list() {
             Ok(names) => Ok(names),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -115,7 +123,7 @@ impl DirSnapshots {
 
     /// Makes the directory, and makes its entry in the ledger's directory
     /// durable, if it is on the file system and missing.
-    fn make_dir(&self) -> Result<(), SnapshotError> {
+    pub(super) fn make_dir(&self) -> Result<(), SnapshotError> {
         let Some(path) = &self.path else {
             return Ok(());
         };
@@ -246,7 +254,7 @@ impl SnapshotStore for DirSnapshots {
         let debris = self
             .names()?
             .into_iter()
-            .filter(|name| name.ends_with(TMP_SUFFIX));
+            .filter(|name| name.ends_with(DEBRIS_SUFFIX));
         for name in old.iter().map(|old| old.name.clone()).chain(debris) {
             self.storage
                 .remove(&name)

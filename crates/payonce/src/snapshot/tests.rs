@@ -2,20 +2,22 @@
 //! through, and its decoding of untrusted bytes.
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use payonce_log::{Digest, Head};
 use payonce_model::WithdrawalRequest;
 use payonce_model::{Actor, Amount, Currency, Destination, Reference, RequestKey, WithdrawalId};
 
+use payonce_runs::HashKey;
+
+use super::runs::with_hash_key;
 use super::{SnapshotError, SnapshotFile, checked_file, decode, encode};
 use crate::documented::{SNAPSHOT_FORMAT, header_value, worked_example_hex};
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::run_store::{MemRuns, RunStore};
 use crate::snapshot_format::header::{
     Header, KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN,
 };
-use crate::state::{State, apply, with_archive_keys};
+use crate::state::{State, apply};
 use crate::time::Timestamp;
 
 /// The state docs/snapshot-format.md works through: an opening, then
@@ -64,8 +66,8 @@ fn documented_state() -> State {
     state
 }
 
-/// The archive's hash key in the worked example.
-const DOCUMENTED_KEYS: (u64, u64) = (1, 2);
+/// The runs' hash key in the worked example.
+const DOCUMENTED_KEY: HashKey = HashKey { k0: 1, k1: 2 };
 
 fn documented_head() -> Head {
     Head {
@@ -76,6 +78,14 @@ fn documented_head() -> Head {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The documented snapshot, its run written into `runs`.
+fn documented_snapshot(runs: &MemRuns, log_id: u64) -> Vec<u8> {
+    with_hash_key(DOCUMENTED_KEY, || {
+        encode(&documented_state(), log_id, documented_head(), runs)
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -105,108 +115,97 @@ fn the_document_names_the_format_and_schema_this_build_writes() {
 fn the_documented_snapshot_is_the_bytes_the_document_gives() {
     // Guards against docs/snapshot-format.md's worked example drifting from
     // what the ledger writes: the test reads the document's table.
-    let bytes = with_archive_keys(DOCUMENTED_KEYS, || {
-        encode(
-            &documented_state(),
-            0x0123_4567_89ab_cdef,
-            documented_head(),
-        )
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let runs = MemRuns::default();
+    let bytes = documented_snapshot(&runs, 0x0123_4567_89ab_cdef);
     assert_eq!(hex(&bytes), worked_example_hex(SNAPSHOT_FORMAT));
-    let (info, state) = decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(runs.list_runs().unwrap_or_else(|e| panic!("{e}")), [1]);
+    let (info, state) = decode(&bytes, &runs).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(info.seq, 4);
     assert_eq!(state.difference(&documented_state()), None);
 }
 
-/// The documented snapshot in a file that counts its reads, and says
-/// whether it stays readable ([`SnapshotFile::lasting`]).
-#[derive(Clone)]
-struct Counted {
-    bytes: Arc<Vec<u8>>,
-    reads: Arc<AtomicUsize>,
-    lasting: bool,
-}
+/// The documented snapshot in a file.
+struct InMemory(Vec<u8>);
 
-impl SnapshotFile for Counted {
+impl SnapshotFile for InMemory {
     fn byte_len(&self) -> u64 {
-        self.bytes.len() as u64
+        self.0.len() as u64
     }
 
     fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        let start = (offset as usize).min(self.bytes.len());
-        into.extend_from_slice(&self.bytes[start..(start + len).min(self.bytes.len())]);
+        let start = (offset as usize).min(self.0.len());
+        into.extend_from_slice(&self.0[start..(start + len).min(self.0.len())]);
         Ok(())
-    }
-
-    fn lasting(&self, _from: u64) -> Option<Arc<dyn SnapshotFile>> {
-        self.lasting
-            .then(|| Arc::new(self.clone()) as Arc<dyn SnapshotFile>)
     }
 }
 
-/// The reads of the documented snapshot's file that bringing back `k-1`
-/// makes once it is loaded, with the file `lasting` or not.
-fn reads_after_loading(lasting: bool) -> usize {
-    let bytes = with_archive_keys(DOCUMENTED_KEYS, || {
-        encode(&documented_state(), 1, documented_head())
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
-    let file = Counted {
-        bytes: Arc::new(bytes),
-        reads: Arc::new(AtomicUsize::new(0)),
-        lasting,
-    };
+#[test]
+fn a_settled_pair_stays_in_its_run_until_a_name_asks_for_it() {
+    // Guards against an opening that brings the runs' pairs into memory,
+    // and against a pair that cannot be found by its key or by its id.
+    let runs = MemRuns::default();
+    let bytes = documented_snapshot(&runs, 1);
     let head = documented_head();
-    let loaded = checked_file::<Infallible>(&file, 1, |_| Ok(Some(head)))
+    let loaded = checked_file::<Infallible>(&InMemory(bytes), 1, |_| Ok(Some(head)), &runs)
         .unwrap_or_else(|never| match never {});
     let (_, mut state) = loaded.unwrap_or_else(|e| panic!("{e}"));
-    let before = file.reads.load(Ordering::SeqCst);
+    assert_eq!(state.key_count(), 1, "k-1 counts, out of memory");
+    assert!(state.record("k-1").is_none(), "not in memory until asked");
     state
-        .fault_in(Some("k-1"), None)
+        .fault_in(None, Some("w-2"))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         state.outcome("k-1"),
         documented_state().outcome("k-1"),
-        "the pair is back"
+        "the pair is back, found by its withdrawal"
     );
-    file.reads.load(Ordering::SeqCst) - before
+    assert_eq!(state.key_count(), 1);
 }
 
 #[test]
-fn an_archive_in_a_file_that_stays_readable_is_read_from_it_when_a_name_asks() {
-    // Guards against a loading that copies the archive into memory when
-    // its file stays readable, and against one that reads a file that may
-    // be pruned later: the archive's blocks are read where they lie only
-    // through a lasting handle.
-    assert!(reads_after_loading(true) > 0, "read from the file");
-    assert_eq!(reads_after_loading(false), 0, "read from memory");
-}
-
-#[test]
-fn an_archive_repeating_a_pair_the_body_holds_is_refused_when_read_whole() {
-    // Guards against an audit believing a snapshot whose archive holds a
-    // pair its body holds too: the next snapshot's merge would meet it
-    // twice, and a lookup would answer from one or the other.
+fn a_run_repeating_a_pair_the_body_holds_is_refused_when_read_whole() {
+    // Guards against an audit believing a snapshot whose run holds a pair
+    // its body holds too: a lookup would answer from one or the other.
     let state = documented_state();
-    let taken = with_archive_keys(DOCUMENTED_KEYS, || encode(&state, 1, documented_head()))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let runs = MemRuns::default();
+    let taken = documented_snapshot(&runs, 1);
     let header = Header::decode(&taken).unwrap_or_else(|e| panic!("{e}"));
-    let archive = &taken[SNAPSHOT_HEADER_LEN + header.body_len as usize..];
+    let manifest = &taken[SNAPSHOT_HEADER_LEN + header.body_len as usize..];
     let body = (state.snapshot_body_in_parts(KEYS_PART_LEN)).unwrap_or_else(|e| panic!("{e}"));
     let both = Header {
         body_len: body.len() as u64,
         body_crc: crc32fast::hash(&body),
         ..header
     };
-    let bytes = [&both.encode()[..], &body, archive].concat();
-    match decode(&bytes) {
-        Err(SnapshotError::Invalid {
-            field: "archived pair",
-            found,
-            ..
-        }) => assert!(found.contains("k-1"), "{found}"),
+    let bytes = [&both.encode()[..], &body, manifest].concat();
+    match decode(&bytes, &runs) {
+        Err(SnapshotError::Pair { key, detail, .. }) => {
+            assert_eq!(key, "k-1");
+            assert!(detail.contains("live"), "{detail}");
+        }
         other => panic!("expected the pair refused, got {other:?}"),
     }
+}
+
+#[test]
+fn a_manifest_naming_a_run_not_held_or_another_run_is_refused() {
+    // Guards against a snapshot believed with a run missing, or with a run
+    // that is not the one its manifest was written with.
+    let runs = MemRuns::default();
+    let bytes = documented_snapshot(&runs, 1);
+    let empty = MemRuns::default();
+    let missing = decode(&bytes, &empty).map(drop);
+    assert!(
+        matches!(&missing, Err(SnapshotError::Store { detail }) if detail.contains("run 1")),
+        "{missing:?}"
+    );
+    let other = MemRuns::default();
+    let mut run = runs
+        .bytes(1)
+        .map(|bytes| bytes.to_vec())
+        .unwrap_or_default();
+    run.push(0);
+    other.insert(1, run);
+    let changed = decode(&bytes, &other).map(drop);
+    assert!(changed.is_err(), "{changed:?}");
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::io;
 
 use payonce_log::Head;
+use payonce_runs::RunError;
 
 /// A snapshot that cannot be used, or written. A refused snapshot is set
 /// aside, never deleted, and opening falls back to an older one or to a
@@ -109,28 +110,27 @@ pub enum SnapshotError {
         /// What the store said.
         detail: String,
     },
+    /// A run of settled pairs the manifest names cannot be used: missing,
+    /// damaged (its section and offset), another than the manifest names
+    /// (its length, checksum or hash key), or unreadable.
+    Run {
+        /// The run's number.
+        run: u64,
+        /// What is wrong with it.
+        error: RunError,
+    },
+    /// A settled pair read from a run breaks a rule replay checks.
+    Pair {
+        /// The run's number.
+        run: u64,
+        /// The pair's key, as read.
+        key: String,
+        /// Which rule, and where in the record.
+        detail: String,
+    },
 }
 
 impl SnapshotError {
-    /// This refusal, its offset moved `by` bytes on: a part read on its own
-    /// named where it lies in a snapshot.
-    pub(crate) fn moved_by(self, by: u64) -> SnapshotError {
-        match self {
-            SnapshotError::Invalid {
-                field,
-                offset,
-                expected,
-                found,
-            } => SnapshotError::Invalid {
-                field,
-                offset: offset.saturating_add(by),
-                expected,
-                found,
-            },
-            other => other,
-        }
-    }
-
     /// Whether the snapshot was written by a newer build than this one (a
     /// later format or event schema): nothing says it is wrong, and a
     /// build that reads it may open the ledger next, as in a rolling
@@ -202,6 +202,10 @@ impl fmt::Display for SnapshotError {
                 "withdrawal {withdrawal} is named by two keys, which only a diverged log leaves"
             ),
             SnapshotError::Store { detail } => f.write_str(detail),
+            SnapshotError::Run { run, error } => write!(f, "run {run}: {error}"),
+            SnapshotError::Pair { run, key, detail } => {
+                write!(f, "run {run}, the pair of key {key:?}: {detail}")
+            }
         }
     }
 }
@@ -210,6 +214,7 @@ impl std::error::Error for SnapshotError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SnapshotError::Io { source, .. } => Some(source),
+            SnapshotError::Run { error, .. } => Some(error),
             _ => None,
         }
     }

@@ -11,7 +11,7 @@ use payonce_log::{Digest, Head};
 pub(crate) const MAGIC: [u8; 8] = *b"PAYONSS\0";
 
 /// The snapshot format this build reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 4;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 5;
 
 /// Keys a part of a body's keys section holds, as this build writes them:
 /// enough parts at 1M keys (4) for two threads to share them evenly, few
@@ -26,8 +26,8 @@ pub const KEYS_PART_LEN: NonZeroU32 = match NonZeroU32::new(1 << 18) {
 pub const SNAPSHOT_HEADER_LEN: usize = 96;
 
 /// The header: who the snapshot belongs to, what it vouches for, how long
-/// and whole its body is, and how long the archive after the body is (it
-/// checks itself, block by block).
+/// and whole its body is, and how long the manifest after the body is (it
+/// checks itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub(crate) format_version: u32,
@@ -40,8 +40,9 @@ pub(crate) struct Header {
     pub(crate) head: Head,
     pub(crate) body_len: u64,
     pub(crate) body_crc: u32,
-    /// Bytes of settled pairs after the body: 0 for none.
-    pub(crate) archive_len: u64,
+    /// Bytes of the manifest after the body, which names the runs holding
+    /// the settled pairs.
+    pub(crate) manifest_len: u64,
 }
 
 impl Header {
@@ -56,7 +57,7 @@ impl Header {
         bytes[40..72].copy_from_slice(&self.head.digest.0);
         bytes[72..80].copy_from_slice(&self.body_len.to_le_bytes());
         bytes[80..84].copy_from_slice(&self.body_crc.to_le_bytes());
-        bytes[84..92].copy_from_slice(&self.archive_len.to_le_bytes());
+        bytes[84..92].copy_from_slice(&self.manifest_len.to_le_bytes());
         let crc = crc32fast::hash(&bytes[0..92]);
         bytes[92..96].copy_from_slice(&crc.to_le_bytes());
         bytes
@@ -108,7 +109,7 @@ impl Header {
             },
             body_len: u64_at(bytes, 72),
             body_crc: u32_at(bytes, 80),
-            archive_len: u64_at(bytes, 84),
+            manifest_len: u64_at(bytes, 84),
         })
     }
 }

@@ -3,7 +3,7 @@
 use payonce_model::{Currency, Reason, TextView, WithdrawalState, WithdrawalView, WorkerName};
 use rust_decimal::Decimal;
 
-use super::layout::{Funds, KeySlot, NO_HOLDER, WithdrawalSlot};
+use super::layout::{Funds, KeySlot, NO_HOLDER, Persisted, WithdrawalSlot};
 use super::sessions::Sessions;
 use super::{Found, Prefetched, State};
 use crate::event::{Event, EventView, KindView};
@@ -23,8 +23,8 @@ pub fn apply(state: &mut State, event: &Event) {
 }
 
 /// [`apply`] of an event the ledger judged a moment ago: what it names was
-/// brought back then, if it was set apart, so applying it reads nothing
-/// from the archive and cannot fail after the event is written.
+/// brought back then, if a run held it, so applying it reads nothing from
+/// the runs and cannot fail after the event is written.
 pub(crate) fn apply_judged(state: &mut State, event: &Event) {
     let event = event.view();
     let names = state.names(&event.kind);
@@ -230,6 +230,8 @@ impl State {
             reference: None,
             reason: None,
             requested_by: None,
+            persisted: Persisted::No,
+            changed_seq: event.seq,
         };
         let slot = match self.key_slot(key, found) {
             // A key claims once. Only a diverging log, applied anyway by
@@ -315,7 +317,16 @@ impl State {
         }
     }
 
+    /// Key slot `slot`'s record changes in the event being applied: no run
+    /// the state holds has it as it now is.
+    fn changed(&mut self, slot: u32) {
+        let entry = &mut self.keys[slot];
+        entry.persisted = Persisted::No;
+        entry.changed_seq = self.last_seq;
+    }
+
     fn set_send_running(&mut self, slot: u32, running: bool) {
+        self.changed(slot);
         let entry = &mut self.keys[slot];
         if entry.send_running == running {
             return;
@@ -369,6 +380,7 @@ impl State {
 
     /// Records `outcome` as the outcome of key slot `slot`.
     fn set_outcome(&mut self, slot: u32, outcome: WithdrawalView<'_>) {
+        self.changed(slot);
         self.free_outcome(slot);
         let reference = outcome.reference().map(|text| self.texts.push(&text));
         let reason = outcome.reason().map(|text| self.texts.push(&text));
@@ -410,6 +422,7 @@ impl State {
 
     /// Records `error` as the last send error of key slot `slot`.
     fn set_last_error(&mut self, slot: u32, error: &str) {
+        self.changed(slot);
         let at = self.texts.push(error);
         if let Some(old) = self.last_errors.insert(slot, at) {
             self.texts.free(old);

@@ -58,6 +58,11 @@ impl<T: Clone> Chunks<T> {
         }
     }
 
+    /// Bytes its chunks take, each at its full length.
+    pub(super) fn bytes(&self) -> usize {
+        self.chunks.len() * CHUNK_LEN * size_of::<T>()
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flat_map(|chunk| chunk.iter())
     }

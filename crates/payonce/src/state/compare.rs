@@ -46,7 +46,7 @@ macro_rules! first_difference {
 }
 
 /// What reading a state whole gave, for a difference: readable, or why not.
-fn read_whole(whole: Result<State, crate::snapshot::SnapshotError>) -> String {
+fn read_whole(whole: Result<State, crate::snapshot_format::SnapshotError>) -> String {
     match whole {
         Ok(_) => "readable".to_owned(),
         Err(error) => format!("unreadable: {error}"),
@@ -60,7 +60,7 @@ impl State {
     /// running send), then every withdrawal (fingerprint, minted here,
     /// funds, holder).
     pub fn difference(&self, other: &State) -> Option<StateDifference> {
-        if self.archived.is_some() || other.archived.is_some() {
+        if self.settled.is_some() || other.settled.is_some() {
             return match (self.whole(), other.whole()) {
                 (Ok(left), Ok(right)) => left.difference(&right),
                 (left, right) => Some(StateDifference {

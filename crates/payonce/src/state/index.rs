@@ -206,6 +206,11 @@ impl NameIndex {
     }
 
     /// Slots held.
+    /// Bytes its buckets take.
+    pub(super) fn bytes(&self) -> usize {
+        self.groups.capacity() * size_of::<Group>()
+    }
+
     pub(super) fn len(&self) -> usize {
         self.len
     }

@@ -113,6 +113,11 @@ impl Texts {
     }
 
     #[inline]
+    /// Bytes its chunks take, each at its full length.
+    pub(super) fn bytes(&self) -> usize {
+        self.chunks.len() * TEXT_CHUNK_LEN
+    }
+
     /// Puts every chunk of `other` after this buffer's: a reference into
     /// `other`, [`TextRef::shifted`] by the returned count, names the same
     /// text here.
@@ -280,6 +285,11 @@ impl<T: NamedEntry + Clone> Slots<T> {
     pub(super) fn len(&self) -> usize {
         self.index.len()
     }
+
+    /// Bytes its entries, free list and index take.
+    pub(super) fn bytes(&self) -> usize {
+        self.entries.bytes() + self.free.capacity() * size_of::<u32>() + self.index.bytes()
+    }
 }
 
 impl<T: NamedEntry + Clone> Slots<T> {
@@ -348,6 +358,25 @@ pub(super) struct KeySlot {
     pub(super) reason: Option<TextRef>,
     /// The outcome's requester; `None` while in flight.
     pub(super) requested_by: Option<TextRef>,
+    /// Whether a run holds this record as it is (see [`Persisted`]).
+    pub(super) persisted: Persisted,
+    /// The last event that changed this record: a run written from the
+    /// state after it holds the record as it is.
+    pub(super) changed_seq: u64,
+}
+
+/// Whether a run of settled pairs the state holds has a key's record as
+/// the slot has it: what decides which settled pairs a snapshot writes
+/// into its new run, and which may leave memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Persisted {
+    /// No run the state holds has it as it is: new, changed since, or
+    /// written into a run the state has not adopted yet.
+    No,
+    /// A run the state holds has it as it is: brought back from a run, or
+    /// written into one the state adopted, unchanged since. A settled pair
+    /// that is `Yes` may leave memory and be read back from its run.
+    Yes,
 }
 
 /// A withdrawal: its fingerprint, holder and hold.
@@ -408,6 +437,6 @@ impl NamedEntry for WithdrawalSlot {
 }
 
 // The per-withdrawal memory figure rests on these sizes (docs/performance.md).
-const _: () = assert!(size_of::<KeySlot>() <= 56);
+const _: () = assert!(size_of::<KeySlot>() <= 64);
 const _: () = assert!(size_of::<WithdrawalSlot>() <= 48);
 const _: () = assert!(size_of::<Option<TextRef>>() == 8);

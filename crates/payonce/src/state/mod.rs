@@ -25,20 +25,22 @@
 //! claimed by a key whose record names another withdrawal.
 
 mod apply;
-mod archive;
-mod archive_blocks;
-pub(crate) mod archive_check;
-mod archive_writer;
 mod chunks;
 mod compare;
+mod evict;
 mod index;
 mod jobs;
 mod layout;
+mod pair;
+mod reading;
+mod run_damage;
+mod runs_written;
 mod sessions;
+mod settled;
 mod snapshot;
 mod snapshot_keys;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
 use payonce_model::{
@@ -49,13 +51,13 @@ use rust_decimal::Decimal;
 
 pub use self::apply::apply;
 pub(crate) use self::apply::apply_judged;
-pub(crate) use self::archive_blocks::ArchiveAt;
-#[cfg(test)]
-pub(crate) use self::archive_blocks::with_archive_keys;
 pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
+pub(crate) use self::reading::{Reading, is_not_prefetched};
+pub(crate) use self::run_damage::{Refusers, RunsCheck};
 use self::sessions::Sessions;
+pub(crate) use self::settled::Settled;
 use crate::event::{EventKind, KindView, command_names};
 use crate::time::Timestamp;
 
@@ -104,8 +106,11 @@ pub struct State {
     /// each running send is.
     sessions: Sessions,
     refusals: u64,
-    /// Settled pairs set apart from the slots above (`archive`), if any.
-    archived: Option<archive::Archived>,
+    /// The runs holding settled pairs out of memory (`settled`), if any.
+    settled: Option<Settled>,
+    /// Key slots whose record a run holds as it is, oldest first: what may
+    /// leave memory (`evict`). A slot changed or freed since is skipped.
+    clean: VecDeque<u32>,
 }
 
 /// A name an event looks up (its request key, or its withdrawal's id),
@@ -168,7 +173,7 @@ struct Found<'a> {
 
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.archived.is_some() {
+        if self.settled.is_some() {
             return match self.whole() {
                 Ok(whole) => whole.fmt(f),
                 Err(error) => write!(f, "State {{ settled pairs unreadable: {error} }}"),
@@ -743,7 +748,8 @@ impl State {
 
     /// Number of request keys with a record.
     pub fn key_count(&self) -> usize {
-        self.keys.len() + self.archived.as_ref().map_or(0, archive::Archived::len)
+        let out_of_memory = self.settled.as_ref().map_or(0, |settled| settled.pairs);
+        self.keys.len() + usize::try_from(out_of_memory).unwrap_or(usize::MAX)
     }
 
     /// Number of refusals recorded in the log so far.
@@ -798,11 +804,5 @@ impl State {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_archive;
-#[cfg(test)]
-mod tests_archive_blocks;
-#[cfg(test)]
-mod tests_archive_check;
 #[cfg(test)]
 mod tests_key_parts;

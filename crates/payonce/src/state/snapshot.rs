@@ -15,12 +15,12 @@ use std::num::NonZeroU32;
 use std::sync::atomic::AtomicU32;
 
 use super::State;
-use super::archive_blocks::{ArchiveAt, Blocks, state_number};
 use super::chunks::Chunks;
 use super::jobs::{self, run_jobs};
 use super::layout::{
     Funds, NO_HOLDER, NameHasher, SLOTS_MAX, Slots, TextRef, Texts, WithdrawalSlot, stored,
 };
+use super::pair::state_number;
 use super::snapshot_keys::{Body, KeysHead, PartRead, SEND_WORKER, keys_job_min, read_job};
 use crate::snapshot_format::SNAPSHOT_HEADER_LEN;
 use crate::snapshot_format::error::SnapshotError;
@@ -50,10 +50,9 @@ const WITHDRAWAL_FLAGS: u8 = CREATED | 0b11 << FUNDS_SHIFT;
 
 impl State {
     /// A copy of this state for a snapshot to encode: its entries and text
-    /// shared copy-on-write with this one, its small maps cloned, its
-    /// archive shared (with the numbers of the pairs brought back), and no
-    /// index (the copy answers no lookup). What the ledger's lock is held
-    /// for while a snapshot is taken.
+    /// shared copy-on-write with this one, its small maps cloned, its runs
+    /// shared, and no index (the copy answers no lookup). What the
+    /// ledger's lock is held for while a snapshot is taken.
     pub(crate) fn copy_for_snapshot(&self) -> State {
         State {
             last_seq: self.last_seq,
@@ -73,40 +72,47 @@ impl State {
             running: self.running.clone(),
             sessions: self.sessions.clone(),
             refusals: self.refusals,
-            archived: self.archived.clone(),
+            settled: self.settled.clone(),
+            clean: std::collections::VecDeque::new(),
         }
     }
 
-    /// The body and the archive of a snapshot of this state, its keys in
-    /// parts of `part_len`: the settled pairs go to the archive, with
-    /// those set apart already, and the rest to the body. Refuses a state
-    /// only a diverged log leaves, which the ledger never holds, and an
-    /// archive that cannot be read back.
-    pub(crate) fn snapshot_parts_in(
-        &self,
-        part_len: NonZeroU32,
-    ) -> Result<(Vec<u8>, Vec<u8>), SnapshotError> {
+    /// The body of a snapshot of this state, its keys in parts of
+    /// `part_len`: everything but the settled pairs, which are in runs (or
+    /// go into the snapshot's new run), and by currency the funds those
+    /// captured. Refuses a state only a diverged log leaves, which the
+    /// ledger never holds.
+    pub(crate) fn snapshot_body(&self, part_len: NonZeroU32) -> Result<Vec<u8>, SnapshotError> {
         let settled = self.settled_slots();
-        let (archive, archived) = self.archive_bytes(&settled)?;
-        let body = self.snapshot_body(part_len, &settled, &archived)?;
-        Ok((body, archive))
+        let mut archived = self.captured.clone();
+        for (slot, entry) in self.withdrawals.entries.iter().enumerate() {
+            let in_body = entry.listed
+                && !(entry.holder != NO_HOLDER
+                    && self.keys[entry.holder].withdrawal as usize == slot
+                    && settled[entry.holder as usize]);
+            if in_body && entry.funds == Funds::Captured {
+                let total = &mut archived[entry.currency as usize];
+                *total = total.saturating_sub(entry.amount.value());
+            }
+        }
+        self.snapshot_body_but(part_len, &settled, &archived)
     }
 
-    /// The body of a snapshot of this state that sets no pair apart: all a
-    /// snapshot with no archive holds.
+    /// The body of a snapshot of this state that keeps no pair out: all a
+    /// snapshot with no run holds.
     #[cfg(test)]
     pub(crate) fn snapshot_body_in_parts(
         &self,
         part_len: NonZeroU32,
     ) -> Result<Vec<u8>, SnapshotError> {
         let none = vec![false; self.keys.entries.len()];
-        self.snapshot_body(part_len, &none, &vec![Decimal::ZERO; self.currencies.len()])
+        self.snapshot_body_but(part_len, &none, &vec![Decimal::ZERO; self.currencies.len()])
     }
 
     /// The body of a snapshot of this state but for the `settled` key
     /// slots and their withdrawals, whose funds captured, `archived`, the
-    /// archive holds.
-    fn snapshot_body(
+    /// runs hold.
+    fn snapshot_body_but(
         &self,
         part_len: NonZeroU32,
         settled: &[bool],
@@ -273,20 +279,16 @@ impl State {
         );
     }
 
-    /// The state a snapshot's `body` and `archive` hold, after event
-    /// `seq`: every field of the body checked, the first one refused, in
-    /// body order, named with its offset, then the archive's trailer,
-    /// fences and every block's checksum (but for a source that leaves
-    /// them to a pass after the opening: [`State::start_archive_check`];
-    /// a block's fields are checked when it is read, or here for an archive
-    /// to be checked whole). With `hash`, also the checksum of the body's
-    /// bytes, taken as they are read.
+    /// The state a snapshot's `body` holds, after event `seq`: every field
+    /// checked, the first one refused, in body order, named with its
+    /// offset; and by currency, the funds the settled pairs out of the body
+    /// captured (the runs the manifest names hold them). With `hash`, also
+    /// the checksum of the body's bytes, taken as they are read.
     pub(crate) fn from_snapshot_body(
         seq: u64,
         body: BodyBytes<'_>,
         hash: bool,
-        archive: Option<ArchiveAt>,
-    ) -> Result<(State, Option<u32>), SnapshotError> {
+    ) -> Result<(State, Option<u32>, Vec<Decimal>), SnapshotError> {
         let mut input = Reader::new(body);
         if hash {
             input.hash_from_here();
@@ -303,41 +305,7 @@ impl State {
         let head_crc = hash.then(|| input.hashed());
         let read = (at, count, keys_at);
         let crc = state.read_withdrawals_and_keys(body, read, head_crc, &archived)?;
-        state.open_archive(archive, body.len(), &archived)?;
-        Ok((state, crc))
-    }
-
-    /// Takes the snapshot's archive, if it has one, after a body of
-    /// `body_len` bytes that says its pairs captured `archived`.
-    fn open_archive(
-        &mut self,
-        archive: Option<ArchiveAt>,
-        body_len: usize,
-        archived: &[Decimal],
-    ) -> Result<(), SnapshotError> {
-        match archive {
-            Some(archive) => {
-                let whole = matches!(archive, ArchiveAt::Checked(_));
-                let blocks = Blocks::open(archive.into_source(), body_len as u64, self.last_seq)?;
-                if !blocks.checked_in_background() {
-                    blocks.check_checksums()?;
-                }
-                if whole {
-                    self.check_archive(&blocks, archived)?;
-                }
-                self.adopt_archive(blocks);
-                Ok(())
-            }
-            None => match archived.iter().position(|total| !total.is_zero()) {
-                None => Ok(()),
-                Some(number) => Err(SnapshotError::Invalid {
-                    field: "archived total",
-                    offset: 0,
-                    expected: "none, with no archive".to_owned(),
-                    found: format!("{} {}", archived[number], self.currencies[number]),
-                }),
-            },
-        }
+        Ok((state, crc, archived))
     }
 
     /// The fields before the currencies.

@@ -17,7 +17,7 @@ use payonce_model::{
 use super::State;
 use super::chunks::Chunks;
 use super::layout::{
-    KeySlot, NO_HOLDER, NameHasher, SLOTS_MAX, TextRef, Texts, WithdrawalSlot, stored,
+    KeySlot, NO_HOLDER, NameHasher, Persisted, SLOTS_MAX, TextRef, Texts, WithdrawalSlot, stored,
 };
 use crate::snapshot_format::SNAPSHOT_HEADER_LEN;
 use crate::snapshot_format::error::SnapshotError;
@@ -509,6 +509,9 @@ impl KeysRead {
             reference: outcome.reference.map(|text| self.texts.push(text)),
             reason: outcome.reason.map(|text| self.texts.push(text)),
             requested_by: outcome.requested_by.map(|text| self.texts.push(text)),
+            // No run holds what a body holds.
+            persisted: Persisted::No,
+            changed_seq: claimed_seq,
         };
         if let Some(error) = last_error {
             self.last_errors.insert(slot, self.texts.push(error));

@@ -6,7 +6,7 @@ use payonce_model::{Note, Reference};
 use super::layout::GARBAGE_MIN;
 use super::*;
 use crate::event::{Event, EventKind, SCHEMA_VERSION};
-use crate::snapshot::SnapshotFile;
+use crate::snapshot_format::SnapshotFile;
 use crate::snapshot_format::error::SnapshotError;
 use crate::snapshot_format::reader::BodyBytes;
 
@@ -460,7 +460,7 @@ fn two_claimed_body() -> (State, Vec<u8>) {
             },
         ],
     );
-    let body = (state.snapshot_body_in_parts(crate::snapshot::KEYS_PART_LEN))
+    let body = (state.snapshot_body_in_parts(crate::snapshot_format::KEYS_PART_LEN))
         .unwrap_or_else(|e| panic!("{e}"));
     (state, body)
 }
@@ -475,7 +475,7 @@ pub(super) fn text_at(body: &[u8], text: &str) -> usize {
 
 /// The state `body` holds, read from memory.
 pub(super) fn read_body(seq: u64, body: &[u8]) -> Result<State, SnapshotError> {
-    State::from_snapshot_body(seq, BodyBytes::Slice(body), false, None).map(|(state, _)| state)
+    State::from_snapshot_body(seq, BodyBytes::Slice(body), false).map(|(state, _, _)| state)
 }
 
 /// A body in a file, read a piece at a time.
@@ -507,7 +507,7 @@ pub(super) fn read_in_pieces(
         len: body.len(),
         piece,
     };
-    let (state, crc) = State::from_snapshot_body(seq, bytes, true, None)?;
+    let (state, crc, _) = State::from_snapshot_body(seq, bytes, true)?;
     Ok((
         state,
         crc.unwrap_or_else(|| panic!("a hashing read returns a checksum")),
@@ -614,7 +614,7 @@ fn a_body_whose_keys_are_not_where_it_says_is_refused_for_that() {
     let (state, body) = two_claimed_body();
     let (at, field) = keys_at(&body);
     assert_eq!(at as usize, text_at(&body, "k-1") - 12, "the keys' count");
-    let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
+    let header = crate::snapshot_format::SNAPSHOT_HEADER_LEN as u64;
     for wrong in [at - 1, at + 1, at + 8, body.len() as u64 - 8] {
         let (refused, offset, _, found) = refusal(&state, &with_u64(&body, field, wrong));
         assert_eq!(
@@ -705,7 +705,7 @@ fn refused_at(state: &State, body: &[u8]) -> (&'static str, u64) {
 fn a_refusal_names_the_offset_where_its_field_starts() {
     // Guards against a refusal checked after its field was read naming the
     // next field's place, or the end of its record.
-    let header = crate::snapshot::SNAPSHOT_HEADER_LEN as u64;
+    let header = crate::snapshot_format::SNAPSHOT_HEADER_LEN as u64;
     let (state, body) = two_claimed_body();
     let mut damaged = body.clone();
     damaged[0] = 2;

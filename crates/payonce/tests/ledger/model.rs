@@ -471,6 +471,37 @@ fn run(ops: Vec<Op>, set_apart_settled: bool) -> Result<(), TestCaseError> {
             );
         }
     }
+    if set_apart_settled {
+        assert_settled_pairs_left_memory(&f, &model)?;
+    }
+    Ok(())
+}
+
+/// Once the settled pairs no run holds are written into one, every
+/// settled pair has left memory, and every key the model says is in
+/// flight or holds funds is still there: what the model's answers were
+/// checked against is the runs, and eviction dropped nothing live.
+fn assert_settled_pairs_left_memory(f: &Fixture, model: &Model) -> Result<(), TestCaseError> {
+    let ledger = f.ledger();
+    prop_assert!(ledger.flush_settled().is_ok());
+    let live = |(fingerprint, outcome): &(Fingerprint, Option<WithdrawalRequest>)| {
+        let settled = outcome
+            .as_ref()
+            .is_some_and(|outcome| outcome.state().is_settled());
+        !settled || model.holds.contains(fingerprint.id())
+    };
+    let least = model.records.values().filter(|record| live(record)).count() as u64;
+    let memory = ledger.memory().unwrap();
+    prop_assert!(
+        memory.live_keys >= least,
+        "{} keys live, {least} in flight or holding funds",
+        memory.live_keys
+    );
+    let settled = model.records.len() as u64 - least;
+    prop_assert!(
+        settled == 0 || memory.live_keys < model.records.len() as u64,
+        "{settled} settled pairs, none left memory: {memory:?}"
+    );
     Ok(())
 }
 

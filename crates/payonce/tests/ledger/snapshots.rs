@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use payonce::NewWithdrawal;
 use payonce::{
-    Config, DirSnapshots, Ledger, LedgerError, SCHEMA_VERSION, SNAPSHOT_FORMAT_VERSION,
-    SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotRefused, SnapshotStore,
-    SnapshotVerdict, State, StoredSnapshot,
+    Config, DirSnapshots, Ledger, LedgerError, RunOut, RunStore, SCHEMA_VERSION,
+    SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotRefused,
+    SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
 use payonce_model::{Actor, Amount, Currency, Destination};
@@ -237,20 +237,57 @@ fn a_snapshot_whose_body_was_damaged_is_refused_by_its_checksum() {
 }
 
 #[test]
-fn a_snapshot_whose_archive_fences_were_damaged_is_refused_at_opening() {
-    // Guards against an opening that believes an archive's fences without
-    // their checksum: the last byte is the checksum of the fences and the
-    // trailer.
+fn a_snapshot_whose_manifest_was_damaged_is_refused_by_its_checksum() {
+    // Guards against an opening that believes a manifest without its
+    // checksum: the last byte is the manifest's checksum.
     refused_then_older(
         |bytes| *bytes.last_mut().unwrap() ^= 0x01,
         |error| {
             assert!(
-                matches!(error, SnapshotError::Invalid { field: "archive fences", offset, .. }
-                    if *offset > SNAPSHOT_HEADER_LEN as u64),
+                matches!(
+                    error,
+                    SnapshotError::Checksum {
+                        part: "manifest",
+                        ..
+                    }
+                ),
                 "{error}"
             )
         },
     );
+}
+
+#[test]
+fn a_run_whose_fences_were_damaged_is_refused_at_opening_naming_the_run_and_the_offset() {
+    // Guards against an opening that believes a run's fences without their
+    // checksum: the run's last byte is the checksum of its fences and
+    // trailer. Every snapshot naming the run is refused, and the opening
+    // replays the log, answering as before.
+    let setup = Setup::new();
+    two_snapshots(&setup);
+    let runs: Vec<String> = payonce_log::Storage::list(&setup.snapshots)
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.ends_with(".run"))
+        .collect();
+    let oldest = runs.iter().min().unwrap().clone();
+    let mut bytes = setup.bytes(&oldest);
+    *bytes.last_mut().unwrap() ^= 0x01;
+    let len = bytes.len() as u64;
+    setup.put(&oldest, &bytes);
+    let ledger = setup.open().unwrap();
+    let recovery = ledger.recovery().clone();
+    assert_eq!(recovery.snapshot, None, "{recovery:?}");
+    assert_eq!(recovery.refused_snapshots.len(), 2, "both name the run");
+    for refused in &recovery.refused_snapshots {
+        assert!(
+            matches!(&*refused.error, SnapshotError::Run { run: 1, error: payonce_runs::RunError::Corrupt { offset, .. } }
+                if *offset < len),
+            "{}",
+            refused.error
+        );
+    }
+    assert_eq!(ledger.state().unwrap().difference(&setup.replayed()), None);
 }
 
 #[test]
@@ -599,6 +636,24 @@ impl SnapshotStore for Unreadable {
 
     fn prune(&self, kept: usize) -> Result<Vec<StoredSnapshot>, SnapshotError> {
         self.0.prune(kept)
+    }
+}
+
+impl RunStore for Unreadable {
+    fn create_run(&self) -> Result<Box<dyn RunOut + '_>, SnapshotError> {
+        self.0.create_run()
+    }
+
+    fn open_run(&self, number: u64) -> Result<Arc<dyn payonce_runs::RunSource>, SnapshotError> {
+        self.0.open_run(number)
+    }
+
+    fn list_runs(&self) -> Result<Vec<u64>, SnapshotError> {
+        self.0.list_runs()
+    }
+
+    fn remove_run(&self, number: u64) -> Result<(), SnapshotError> {
+        self.0.remove_run(number)
     }
 }
 
