@@ -61,6 +61,7 @@
 
 mod attribution;
 mod audit;
+mod bytes;
 mod cli;
 mod demo;
 mod duration;

@@ -16,6 +16,7 @@ use payonce_server::{
     Notice, ServeError, ServerTls, ServerTlsFiles, Service, Signals, Tokens, Transport,
 };
 
+use crate::bytes::parse_memory_budget;
 use crate::env::Status;
 use crate::error::CliError;
 
@@ -116,6 +117,11 @@ pub struct ServeArgs {
     /// Longest a request may take before it is answered 503.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub request_timeout_ms: u64,
+    /// Memory for the ledger's state, whatever its history: live keys, the cache of settled
+    /// pairs read back, and filters (64MiB, 1GiB; at least 4MiB). Settled pairs beyond it
+    /// stay on disk or in the database.
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_memory_budget)]
+    pub memory_budget: u64,
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -243,9 +249,9 @@ fn open_ledger(args: &ServeArgs) -> Result<Ledger, CliError> {
         return open_worker(args);
     };
     let opened = if args.init {
-        Ledger::init_with(dir, Config::default())
+        Ledger::init_with(dir, config(args))
     } else {
-        Ledger::open_with(dir, Config::default())
+        Ledger::open_with(dir, config(args))
     };
     opened.map_err(|error| CliError::from_ledger(dir, error))
 }
@@ -260,11 +266,19 @@ fn open_worker(args: &ServeArgs) -> Result<Ledger, CliError> {
     };
     let shown = crate::postgres_url::checked(url)?;
     if args.init {
-        let created = payonce_postgres::init(url, Config::default());
+        let created = payonce_postgres::init(url, config(args));
         drop(created.map_err(|error| CliError::from_ledger(&shown, error))?);
     }
-    payonce_postgres::open(url, worker, Config::default())
+    payonce_postgres::open(url, worker, config(args))
         .map_err(|error| CliError::from_ledger(&shown, error))
+}
+
+/// The ledger's configuration: the defaults, under `--memory-budget`.
+fn config(args: &ServeArgs) -> Config {
+    Config {
+        memory_budget: args.memory_budget,
+        ..Config::default()
+    }
 }
 
 /// Everything that can be refused, checked before the ledger is opened so

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use payonce::{
-    AsyncLedger, Claim, InFlight, Ledger, LedgerError, NewWithdrawal, State, Submission,
+    AsyncLedger, Claim, InFlight, Ledger, LedgerError, MemoryUse, NewWithdrawal, State, Submission,
     SubmitError, Timestamp,
 };
 use payonce_model::{Fingerprint, Reason, WithdrawalId, WithdrawalRequest};
@@ -109,6 +109,8 @@ pub trait Backend: Send + Sync + 'static {
     /// ledger: whether it reaches a database that accepts writes), for the
     /// health check; never waits longer than one attempt to connect.
     fn reachable(&self) -> BoxFuture<'_, Result<(), LedgerError>>;
+    /// What the ledger's state takes of its memory budget, from memory.
+    fn memory(&self) -> Result<MemoryUse, LedgerError>;
 }
 
 /// The payonce library in the service's process, through [`AsyncLedger`]:
@@ -319,5 +321,9 @@ impl Backend for Embedded {
 
     fn reachable(&self) -> BoxFuture<'_, Result<(), LedgerError>> {
         Box::pin(self.read_off_executor(Ledger::reachable))
+    }
+
+    fn memory(&self) -> Result<MemoryUse, LedgerError> {
+        self.ledger.ledger().memory()
     }
 }

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use payonce::MemoryUse;
+
 /// Upper bounds of the durable-commit latency buckets, in seconds.
 pub const COMMIT_BUCKETS: [f64; 12] = [
     0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -103,7 +105,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition (format 0.0.4).
-    pub fn render(&self, in_flight: InFlightGauge) -> String {
+    pub fn render(&self, in_flight: InFlightGauge, memory: Option<MemoryUse>) -> String {
         let mut text = String::new();
         text.push_str("# HELP payonce_decisions_total Answers the service gave, by kind.\n");
         text.push_str("# TYPE payonce_decisions_total counter\n");
@@ -129,6 +131,9 @@ impl Metrics {
         );
         self.render_commits(&mut text);
         self.render_handshakes(&mut text);
+        if let Some(memory) = memory {
+            render_memory(&mut text, &memory);
+        }
         text
     }
 
@@ -172,6 +177,54 @@ impl Metrics {
     }
 }
 
+/// What the ledger's state takes of its memory budget.
+fn render_memory(text: &mut String, memory: &MemoryUse) {
+    let gauges = [
+        (
+            "payonce_memory_budget_bytes",
+            "The ledger state's memory budget.",
+            memory.budget,
+        ),
+        (
+            "payonce_memory_live_bytes",
+            "Bytes the live keys and their withdrawals take.",
+            memory.live_bytes,
+        ),
+        (
+            "payonce_memory_cache_bytes",
+            "Bytes of run blocks cached.",
+            memory.cache_bytes,
+        ),
+        (
+            "payonce_memory_filter_bytes",
+            "Bytes the runs' filters take.",
+            memory.filter_bytes,
+        ),
+        (
+            "payonce_live_keys",
+            "Keys held in memory.",
+            memory.live_keys,
+        ),
+        (
+            "payonce_runs",
+            "Runs of settled pairs the state holds.",
+            memory.runs as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    let _ = writeln!(
+        text,
+        "# HELP payonce_reads_under_lock_total Lookups in the runs made under the ledger's \
+         lock.\n# TYPE payonce_reads_under_lock_total counter\npayonce_reads_under_lock_total {}",
+        memory.reads_under_lock
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,7 +238,7 @@ mod tests {
         metrics.committed(Duration::from_millis(3));
         metrics.committed(Duration::from_secs(9));
         metrics.decided("sent");
-        let text = metrics.render(InFlightGauge::default());
+        let text = metrics.render(InFlightGauge::default(), None);
         assert!(text.contains("payonce_durable_commit_seconds_bucket{le=\"0.0005\"} 1\n"));
         assert!(text.contains("payonce_durable_commit_seconds_bucket{le=\"0.005\"} 2\n"));
         assert!(text.contains("payonce_durable_commit_seconds_bucket{le=\"2.5\"} 2\n"));
@@ -202,10 +255,11 @@ mod tests {
         metrics.decided("key-in-flight");
         metrics.committed(Duration::from_millis(1));
         metrics.handshake_failed(HandshakeFailure::TimedOut);
-        let text = metrics.render(InFlightGauge {
+        let in_flight = InFlightGauge {
             keys: 2,
             oldest_age: Duration::from_millis(90_500),
-        });
+        };
+        let text = metrics.render(in_flight, None);
         assert!(text.contains("payonce_keys_in_flight 2\n"), "{text}");
         assert!(
             text.contains("payonce_key_in_flight_oldest_age_seconds 90.5\n"),

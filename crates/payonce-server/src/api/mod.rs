@@ -151,7 +151,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
         }
         Err(error) => return Problem::unavailable(&error).into_response(),
     };
-    let mut response = state.metrics.render(gauge).into_response();
+    // Told whenever the state can say it; the rest answers regardless.
+    let memory = state.backend.memory().ok();
+    let mut response = state.metrics.render(gauge, memory).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -6,6 +6,7 @@
 mod clients;
 mod kill;
 mod kill_postgres;
+mod memory;
 mod rail;
 mod secrets;
 mod served;
