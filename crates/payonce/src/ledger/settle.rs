@@ -135,6 +135,10 @@ pub struct MemoryUse {
     pub filter_bytes: u64,
     /// Runs the state holds.
     pub runs: usize,
+    /// Of those, the runs a filter of which failed its checksum and is
+    /// ignored, never believed: every name of its kind reads a block of
+    /// them, until a merge replaces them.
+    pub filters_ignored: usize,
     /// Lookups in the runs made under the ledger's lock since it opened:
     /// a decision's names are read before the lock is taken, unless the
     /// runs keep changing meanwhile, or a shared ledger's batch catches up
@@ -194,6 +198,10 @@ impl Ledger {
             cache_bytes: self.inner.settle.cache.used_bytes(),
             filter_bytes: settled.map_or(0, |settled| settled.runs.filter_bytes()),
             runs: settled.map_or(0, |settled| settled.runs.runs().len()),
+            filters_ignored: settled.map_or(0, |settled| {
+                let runs = settled.runs.runs().iter();
+                runs.filter(|run| run.filter_ignored()).count()
+            }),
             reads_under_lock: (self.inner.settle.reads_under_lock)
                 .load(std::sync::atomic::Ordering::Relaxed),
         })

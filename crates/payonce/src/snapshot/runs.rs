@@ -110,6 +110,13 @@ fn open_entry(
 ) -> Result<Run, SnapshotError> {
     let source = store.open_run(entry.number)?;
     let run = Run::open(source, entry.number).map_err(|error| run_error(entry.number, error))?;
+    for refusal in run.filter_refusals() {
+        tracing::warn!(
+            run = entry.number,
+            %refusal,
+            "a run's filter failed its checksum and is ignored: its blocks are read for every name"
+        );
+    }
     let said = (
         run.byte_len(),
         run.records_len(),

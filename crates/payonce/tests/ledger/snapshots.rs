@@ -128,7 +128,7 @@ fn reseal(bytes: &mut [u8]) {
     bytes[92..96].copy_from_slice(&header.to_le_bytes());
 }
 
-/// Where the body of snapshot bytes ends, and its archive starts.
+/// Where the body of snapshot bytes ends, and its manifest starts.
 fn body_end(bytes: &[u8]) -> usize {
     let body_len = u64::from_le_bytes(bytes[72..80].try_into().unwrap());
     SNAPSHOT_HEADER_LEN + body_len as usize
@@ -287,6 +287,34 @@ fn a_run_whose_fences_were_damaged_is_refused_at_opening_naming_the_run_and_the_
             refused.error
         );
     }
+    assert_eq!(ledger.state().unwrap().difference(&setup.replayed()), None);
+}
+
+#[test]
+fn a_run_whose_filter_was_damaged_is_read_without_it_and_answers_as_before() {
+    // Guards against believing a filter whose bits changed: a filter that
+    // says "not here" for a name that is there would hand a settled key a
+    // second send. The run's blocks are checksummed, so the snapshot is
+    // kept and the run read for every name.
+    let setup = Setup::new();
+    two_snapshots(&setup);
+    let run = payonce_log::Storage::list(&setup.snapshots)
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.ends_with(".run"))
+        .min()
+        .unwrap();
+    let mut bytes = setup.bytes(&run);
+    let trailer = bytes.len() - payonce_runs::TRAILER_LEN;
+    let filter_at = u64::from_le_bytes(bytes[trailer + 68..trailer + 76].try_into().unwrap());
+    bytes[filter_at as usize] ^= 0xff;
+    setup.put(&run, &bytes);
+    let ledger = setup.open().unwrap();
+    let recovery = ledger.recovery().clone();
+    assert!(recovery.snapshot.is_some(), "{recovery:?}");
+    assert!(recovery.refused_snapshots.is_empty(), "{recovery:?}");
+    let memory = ledger.memory().unwrap();
+    assert_eq!(memory.filters_ignored, 1, "{memory:?}");
     assert_eq!(ledger.state().unwrap().difference(&setup.replayed()), None);
 }
 
@@ -692,7 +720,7 @@ fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can(
 /// full replay's (`replayed`), and so is the state of a ledger opened
 /// from the newest, whose archive merged the first one's; `held` lists
 /// the snapshots' names.
-fn reads_its_archive_after_pruning(
+fn reads_its_runs_after_pruning(
     open: impl Fn() -> Ledger,
     held: impl Fn() -> Vec<String>,
     replayed: impl Fn() -> State,
@@ -729,21 +757,26 @@ fn reads_its_archive_after_pruning(
     assert_eq!(state.difference(&replayed()), None);
 }
 
-/// Panics unless snapshot `bytes` carry an archive of settled pairs.
-fn assert_archived(bytes: &[u8]) {
-    let archive_len = u64::from_le_bytes(bytes[84..92].try_into().unwrap());
-    assert!(archive_len > 0, "the snapshot sets settled pairs apart");
+/// Panics unless snapshot `bytes` name a run of settled pairs.
+fn assert_names_runs(bytes: &[u8]) {
+    let at = body_end(bytes);
+    let manifest = payonce::snapshots::Manifest::decode(&bytes[at..], at - SNAPSHOT_HEADER_LEN)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !manifest.runs.is_empty(),
+        "the snapshot sets settled pairs apart"
+    );
 }
 
 #[test]
-fn a_ledger_in_memory_reads_its_archive_after_newer_snapshots_prune_it() {
+fn a_ledger_in_memory_reads_its_runs_after_newer_snapshots_prune_the_snapshot_it_opened_from() {
     // Guards against an archive read by its snapshot's name: once newer
     // snapshots prune the file a ledger opened from, its settled pairs
     // must still be read from it.
     let setup = Setup::new();
     two_snapshots(&setup);
-    assert_archived(&setup.bytes(&setup.held()[0]));
-    reads_its_archive_after_pruning(
+    assert_names_runs(&setup.bytes(&setup.held()[0]));
+    reads_its_runs_after_pruning(
         || setup.open().unwrap(),
         || setup.held(),
         || setup.replayed(),
@@ -751,7 +784,7 @@ fn a_ledger_in_memory_reads_its_archive_after_newer_snapshots_prune_it() {
 }
 
 #[test]
-fn a_ledger_on_disk_reads_its_archive_after_newer_snapshots_prune_it() {
+fn a_ledger_on_disk_reads_its_runs_after_newer_snapshots_prune_the_snapshot_it_opened_from() {
     // Guards against the same on the file system, where the ledger holds
     // the pruned snapshot's file open.
     let dir = tempfile::tempdir().unwrap();
@@ -766,12 +799,12 @@ fn a_ledger_on_disk_reads_its_archive_after_newer_snapshots_prune_it() {
     submit(&ledger, 2, &Rail::default());
     drop(ledger);
     let store = DirSnapshots::beside(dir.path());
-    assert_archived(&store.read(&store.list().unwrap()[0]).unwrap());
+    assert_names_runs(&store.read(&store.list().unwrap()[0]).unwrap());
     let held = || -> Vec<String> {
         let listed = store.list().unwrap();
         listed.into_iter().map(|snapshot| snapshot.name).collect()
     };
-    reads_its_archive_after_pruning(
+    reads_its_runs_after_pruning(
         || Ledger::open_with(dir.path(), config.clone()).unwrap(),
         held,
         || payonce::verify(dir.path()).unwrap().state,
