@@ -13,6 +13,7 @@
 //! failover), the run found unchanged and pinned again, and the read asked
 //! once more.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -58,6 +59,7 @@ pub(crate) fn signed(run: u64) -> Result<i64, SnapshotError> {
 /// (dropped unfinished, the connection closes and nothing is kept).
 pub(crate) struct PgRunOut {
     client: Client,
+    written: Written,
     insert: Statement,
     number: i64,
     writer: String,
@@ -69,7 +71,11 @@ pub(crate) struct PgRunOut {
 impl PgRunOut {
     /// Begins a run on a new connection to `url`: one numbering at a time,
     /// the next number past every run's.
-    pub(crate) fn begin(url: &str, writer: &str) -> Result<PgRunOut, SnapshotError> {
+    pub(crate) fn begin(
+        url: &str,
+        writer: &str,
+        written: &Written,
+    ) -> Result<PgRunOut, SnapshotError> {
         let mut client = connect(url)
             .map_err(|error| runs_error("connecting to write a run to", error.to_string()))?;
         client
@@ -90,6 +96,7 @@ impl PgRunOut {
             .map_err(failed("writing a run's chunks"))?;
         Ok(PgRunOut {
             client,
+            written: Arc::clone(written),
             insert,
             number,
             writer: writer.to_owned(),
@@ -132,10 +139,22 @@ impl RunOut for PgRunOut {
                 &[&self.number, &len, &self.chunks, &self.writer],
             )
             .map_err(failed("writing a run's row"))?;
+        // Pinned before it is committed, so that no prune takes it before
+        // the writer reads it: the connection becomes its reader's.
+        self.client
+            .execute(
+                "SELECT pg_advisory_lock_shared($1, $2)",
+                &[&RUN_PIN_LOCK_CLASS, &pin_key(self.number)],
+            )
+            .map_err(failed("pinning a run"))?;
         self.client
             .batch_execute("COMMIT")
             .map_err(failed("committing a run"))?;
-        Ok(self.number.unsigned_abs())
+        let number = self.number.unsigned_abs();
+        if let Ok(mut written) = self.written.lock() {
+            written.insert(number, self.client);
+        }
+        Ok(number)
     }
 }
 
@@ -145,6 +164,10 @@ struct RunRow {
     len: u64,
     chunks: i32,
 }
+
+/// The connections pinning the runs a store wrote and has not opened yet,
+/// by number: a run is opened on the connection that wrote it.
+pub(crate) type Written = Arc<Mutex<HashMap<u64, Client>>>;
 
 /// A connection pinning a run, with its chunks' query prepared.
 struct Pinned {
@@ -169,9 +192,21 @@ impl std::fmt::Debug for PgRun {
 impl PgRun {
     /// Run `number` of the ledger at `url`, pinned: `None` if no row names
     /// it or its chunks are gone.
-    pub(crate) fn open(url: &str, number: u64) -> Result<Option<Arc<PgRun>>, SnapshotError> {
+    pub(crate) fn open(
+        url: &str,
+        number: u64,
+        written: &Written,
+    ) -> Result<Option<Arc<PgRun>>, SnapshotError> {
+        let own = written
+            .lock()
+            .ok()
+            .and_then(|mut written| written.remove(&number));
         let number = signed(number)?;
-        let (pinned, row) = match pin(url, number)? {
+        let pinned = match own {
+            Some(client) => pin_on(client, number)?,
+            None => pin(url, number)?,
+        };
+        let (pinned, row) = match pinned {
             Some(found) => found,
             None => return Ok(None),
         };
@@ -293,6 +328,13 @@ fn pin(url: &str, number: i64) -> Result<Option<(Pinned, RunRow)>, SnapshotError
             &[&RUN_PIN_LOCK_CLASS, &pin_key(number)],
         )
         .map_err(failed("pinning a run"))?;
+    pin_on(client, number)
+}
+
+/// Run `number`'s row, read on `client`, which pins it, and the
+/// connection with its chunks' query prepared; `None` if no row names it
+/// or no chunk is left.
+fn pin_on(mut client: Client, number: i64) -> Result<Option<(Pinned, RunRow)>, SnapshotError> {
     let row = client
         .query_opt(
             "SELECT len, chunks FROM payonce.runs r WHERE run = $1 \

@@ -22,7 +22,7 @@ use postgres::fallible_iterator::FallibleIterator;
 
 use crate::error::describe;
 use crate::redacted;
-use crate::runs::{PgRun, PgRunOut};
+use crate::runs::{PgRun, PgRunOut, Written};
 use crate::store::connect;
 
 /// Bytes per row of `payonce.snapshot_chunks` this build writes: far
@@ -68,6 +68,9 @@ pub struct PgSnapshots {
     shown: String,
     writer: String,
     client: Mutex<Client>,
+    /// The runs written and not opened yet, pinned by their writers'
+    /// connections.
+    written: Written,
 }
 
 impl std::fmt::Debug for PgSnapshots {
@@ -85,6 +88,7 @@ impl PgSnapshots {
             shown: redacted(url),
             writer: writer.to_owned(),
             client: Mutex::new(connect(url)?),
+            written: Written::default(),
         })
     }
 
@@ -271,11 +275,15 @@ impl SnapshotStore for PgSnapshots {
 
 impl RunStore for PgSnapshots {
     fn create_run(&self) -> Result<Box<dyn RunOut + '_>, SnapshotError> {
-        Ok(Box::new(PgRunOut::begin(&self.url, &self.writer)?))
+        Ok(Box::new(PgRunOut::begin(
+            &self.url,
+            &self.writer,
+            &self.written,
+        )?))
     }
 
     fn open_run(&self, number: u64) -> Result<Arc<dyn RunSource>, SnapshotError> {
-        match PgRun::open(&self.url, number)? {
+        match PgRun::open(&self.url, number, &self.written)? {
             Some(run) => Ok(run),
             None => Err(SnapshotError::Store {
                 detail: format!("run {number}, which the manifest names, is not in the database"),

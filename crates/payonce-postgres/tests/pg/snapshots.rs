@@ -516,4 +516,47 @@ fn a_run_found_damaged_after_opening_answers_nothing_for_its_pairs() {
         matches!(worker.runs_checked(), None | Some(Err(_))),
         "the check pass does not pass a damaged run"
     );
+    // Set aside, its place named: the next opening refuses every snapshot
+    // naming it and replays, answering every key.
+    let detail: String = admin
+        .query_one("SELECT detail FROM payonce.run_refusals WHERE run = 1", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        detail.contains("run 1") && detail.contains("at byte"),
+        "{detail}"
+    );
+    drop(worker);
+    let reopened = payonce_postgres::open(&url, "api-2", config()).unwrap();
+    let recovery = reopened.recovery();
+    assert!(recovery.snapshot.is_none(), "{recovery:?}");
+    assert!(!recovery.refused_snapshots.is_empty(), "{recovery:?}");
+    for n in 0..4 {
+        let key = format!("k-{n}");
+        assert!(matches!(reopened.outcome(&key), Ok(Some(_))), "{key}");
+    }
+}
+
+#[test]
+fn a_run_just_written_is_pinned_before_it_commits_so_no_prune_takes_it_before_it_is_read() {
+    // Guards against a prune by another worker, between a run's commit and
+    // its writer's first read, deleting the chunks of a run no snapshot
+    // names yet but the writer's state is about to hold.
+    let url = database!();
+    drop(payonce_postgres::init(&url, config()).unwrap());
+    let writer = PgSnapshots::connect(&url, "api-1").unwrap();
+    let pruner = PgSnapshots::connect(&url, "api-2").unwrap();
+    let mut out = writer.create_run().unwrap();
+    out.append(&[7u8; 100]).unwrap();
+    let number = out.finish().unwrap();
+    pruner.remove_run(number).unwrap();
+    assert_eq!(pruner.list_runs().unwrap(), vec![number], "the chunks stay");
+    let source = writer.open_run(number).unwrap();
+    let mut read = Vec::new();
+    source.read_at(0, 100, &mut read).unwrap();
+    assert_eq!(read, vec![7u8; 100]);
+    // Once its reader lets go, the next prune removes it.
+    drop(source);
+    pruner.remove_run(number).unwrap();
+    assert_eq!(pruner.list_runs().unwrap(), Vec::<u64>::new());
 }
