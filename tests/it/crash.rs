@@ -98,8 +98,8 @@ fn run_kills(backend: Backend, kills_var: &str, default_kills: u64, window: Dura
     };
     eprintln!(
         "crash test ({}): {} kills in {:.1} s on {} ledgers ({} threads each child); {} sends, {} \
-         acknowledged; open took at most {} ms; {} kills cut a snapshot's write, {} reopenings \
-         started from a snapshot\n{}",
+         acknowledged; open took at most {} ms; {} kills cut a snapshot's write, {} a run's, {} \
+         reopenings started from a snapshot\n{}",
         backend.name(),
         report.table.total(),
         report.elapsed.as_secs_f64(),
@@ -109,6 +109,7 @@ fn run_kills(backend: Backend, kills_var: &str, default_kills: u64, window: Dura
         report.acks,
         report.open_max.as_millis(),
         report.snapshot_writes_cut,
+        report.run_writes_cut,
         report.opens_from_snapshot,
         report.table
     );
@@ -116,9 +117,13 @@ fn run_kills(backend: Backend, kills_var: &str, default_kills: u64, window: Dura
         // The run must have reached what it claims to check: a child takes
         // snapshots every few dozen events, and some kills land inside one.
         assert!(
-            report.snapshot_writes_cut > 0 && report.opens_from_snapshot > 0,
-            "seed {seed}: {} kills cut a snapshot's write, {} reopenings started from one",
+            report.snapshot_writes_cut > 0
+                && report.run_writes_cut > 0
+                && report.opens_from_snapshot > 0,
+            "seed {seed}: {} kills cut a snapshot's write, {} a run's, {} reopenings started \
+             from one",
             report.snapshot_writes_cut,
+            report.run_writes_cut,
             report.opens_from_snapshot
         );
     }

@@ -28,7 +28,7 @@ fn report(stats: &SimStats, seconds: f64) {
          losses: {} ({} dropping, {} keeping a prefix, {} garbling unsynced \
          bytes, {} by page; {} inside an operation); faults: {} armed, {} fired, {} failed opens, {} \
          restarts; {} clean reopens, {} backup restores refused; snapshots: {} taken, {} \
-         restored, {} opens from one, {} refused",
+         restored, {} opens from one, {} refused; runs: {} merges, {} cut by a fault",
         stats.seeds,
         stats.events,
         w.steps,
@@ -64,6 +64,8 @@ fn report(stats: &SimStats, seconds: f64) {
         w.snapshots_restored,
         w.opens_from_snapshot,
         w.snapshots_refused,
+        w.runs_merged,
+        w.merges_cut,
     );
 }
 
@@ -97,6 +99,7 @@ fn simulated_services_never_send_twice_nor_lose_what_they_acknowledged() {
     assert!(w.crashes_mid_operation > 0 && w.faults_fired > 0 && stats.restarts > 0);
     assert!(w.snapshots_taken > 0 && w.snapshots_restored > 0);
     assert!(w.opens_from_snapshot > 0 && w.snapshots_refused > 0);
+    assert!(w.runs_merged > 0 && w.merges_cut > 0);
 }
 
 #[test]

@@ -125,14 +125,22 @@ fn child_config() -> Config {
 /// `location`: its temporary file is there, which only a finished write
 /// renames.
 pub(super) fn snapshot_write_cut(backend: Backend, location: &Path) -> bool {
+    left_behind(backend, location, ".snapshot.tmp")
+}
+
+/// Whether a kill cut a run's write short (a snapshot's new run, or a
+/// merge's) in the file ledger at `location`: its temporary file is there.
+pub(super) fn run_write_cut(backend: Backend, location: &Path) -> bool {
+    left_behind(backend, location, ".run.tmp")
+}
+
+/// Whether the snapshots' directory of the file ledger at `location` holds
+/// a file whose name ends with `suffix`.
+fn left_behind(backend: Backend, location: &Path, suffix: &str) -> bool {
     backend == Backend::File
         && std::fs::read_dir(location.join(payonce::SNAPSHOTS_DIR)).is_ok_and(|entries| {
-            entries.filter_map(Result::ok).any(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".snapshot.tmp")
-            })
+            (entries.filter_map(Result::ok))
+                .any(|entry| entry.file_name().to_string_lossy().ends_with(suffix))
         })
 }
 

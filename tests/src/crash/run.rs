@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::backend::{Backend, snapshot_write_cut};
+use super::backend::{Backend, run_write_cut, snapshot_write_cut};
 use super::check::{Seen, check_after_kill};
 use super::child::{ChildArgs, READY, to_args};
 use super::point::{KillPoint, KillTable};
@@ -51,6 +51,9 @@ pub struct CrashReport {
     pub open_max: Duration,
     /// Kills that cut a snapshot's write short (its temporary file left).
     pub snapshot_writes_cut: u64,
+    /// Kills that cut a run's write short, a snapshot's or a merge's (its
+    /// temporary file left).
+    pub run_writes_cut: u64,
     /// Reopenings after a kill that started from a snapshot.
     pub opens_from_snapshot: u64,
     /// How long the run took.
@@ -99,6 +102,7 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
         acks: 0,
         open_max: Duration::ZERO,
         snapshot_writes_cut: 0,
+        run_writes_cut: 0,
         opens_from_snapshot: 0,
         elapsed: Duration::ZERO,
     };
@@ -136,6 +140,7 @@ pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailur
         let checked = kill_and_check(config, life, round, child_seed, &timing);
         if let Ok((_, snapshots)) = &checked {
             report.snapshot_writes_cut += u64::from(snapshots.write_cut);
+            report.run_writes_cut += u64::from(snapshots.run_cut);
             report.opens_from_snapshot += u64::from(snapshots.opened_from);
         }
         match checked.map(|(killed, _)| killed) {
@@ -224,6 +229,9 @@ enum Killed {
 struct RoundSnapshots {
     /// The kill cut a snapshot's write short.
     write_cut: bool,
+    /// The kill cut a run's write short: a snapshot's new run, or a
+    /// merge's.
+    run_cut: bool,
     /// The reopening after it started from a snapshot.
     opened_from: bool,
 }
@@ -285,6 +293,7 @@ fn kill_and_check(
         .collect::<Result<_, _>>()?;
     life.seen.take(&trails)?;
     let write_cut = snapshot_write_cut(config.backend, &life.ledger());
+    let run_cut = run_write_cut(config.backend, &life.ledger());
     let (points, opened_from) =
         check_after_kill(config.backend, &life.ledger(), ready, &trails, &life.seen)?;
     let killed = match ready {
@@ -295,6 +304,7 @@ fn kill_and_check(
         killed,
         RoundSnapshots {
             write_cut,
+            run_cut,
             opened_from,
         },
     ))

@@ -113,6 +113,10 @@ pub struct Stats {
     pub opens_from_snapshot: u64,
     /// Snapshots an opening refused and set aside.
     pub snapshots_refused: u64,
+    /// Merges of runs of settled pairs made.
+    pub runs_merged: u64,
+    /// Merges the disk lost power or failed during.
+    pub merges_cut: u64,
     /// Faults armed on the storage.
     pub faults_armed: u64,
     /// Faults the storage injected.
@@ -155,6 +159,8 @@ impl Stats {
         self.snapshots_restored += other.snapshots_restored;
         self.opens_from_snapshot += other.opens_from_snapshot;
         self.snapshots_refused += other.snapshots_refused;
+        self.runs_merged += other.runs_merged;
+        self.merges_cut += other.merges_cut;
         self.faults_armed += other.faults_armed;
         self.faults_fired += other.faults_fired;
         self.failed_opens += other.failed_opens;
@@ -399,6 +405,8 @@ impl World {
             },
             memory_budget: payonce::MEMORY_BUDGET,
             set_apart_settled: self.config.set_apart_settled,
+            // Runs written and merged on the simulation's own steps.
+            settle_in_background: false,
         }
     }
 
@@ -1073,6 +1081,33 @@ impl World {
                     "{}: taking a snapshot failed with no fault injected: {error}",
                     world.context
                 ),
+            }
+        });
+    }
+
+    /// Merges the ledger's newest runs while they want it, as its settling
+    /// thread would; the disk may lose power or fail while the merged run
+    /// is written, which leaves the log and the runs before as they were.
+    pub fn merge_runs(&mut self) {
+        self.step("merge runs".to_owned(), |world, faults_before| {
+            loop {
+                match world.ledger().merge_runs() {
+                    Ok(Some(_)) if !world.disk.dead() => world.stats.runs_merged += 1,
+                    Ok(Some(_)) | Ok(None) => break,
+                    Err(error) => {
+                        assert!(
+                            world.disk.dead() || world.disk.faults_fired() > faults_before,
+                            "{}: merging runs failed with no fault injected: {error}",
+                            world.context
+                        );
+                        break;
+                    }
+                }
+            }
+            // What the merge wrote after the plug was pulled never reached
+            // the disk: the reopening finds the runs as they were before.
+            if world.disk.dead() || world.disk.faults_fired() > faults_before {
+                world.stats.merges_cut += 1;
             }
         });
     }

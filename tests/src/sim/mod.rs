@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use payonce_log::{CrashMode, Fault};
 use payonce_model::WithdrawalRequest;
+use payonce_runs::MERGE_TRIGGER;
 
 use crate::harness::{
     Answer, CrashPlan, Later, SendKind, SlotId, Stats, World, WorldConfig, later,
@@ -418,6 +419,9 @@ impl Sim {
                 if !self.world.poisoned() {
                     self.world.take_snapshot();
                 }
+                if !self.world.poisoned() {
+                    self.merge_runs();
+                }
                 let after = self.snapshot_rng.below(SNAPSHOT_EVERY_MS * 2);
                 self.schedule(after, Event::Snapshot);
             }
@@ -429,6 +433,24 @@ impl Sim {
                 self.schedule(after, Event::RestoreSnapshot);
             }
         }
+    }
+
+    /// Merges the ledger's runs as its settling thread would; now and then,
+    /// with the power planned to fail within the merge's first writes.
+    fn merge_runs(&mut self) {
+        let wanted =
+            (self.world.ledger().memory()).is_ok_and(|memory| memory.runs >= MERGE_TRIGGER);
+        if wanted && self.snapshot_rng.percent(30) {
+            let mode = [
+                CrashMode::DropUnsynced,
+                CrashMode::KeepPrefix,
+                CrashMode::Garble,
+                CrashMode::Pages,
+            ][self.snapshot_rng.below(4) as usize];
+            let (after, seed) = (self.snapshot_rng.below(6), self.snapshot_rng.next_u64());
+            self.world.plan_crash(CrashPlan { after, mode, seed });
+        }
+        self.world.merge_runs();
     }
 
     fn create(&mut self) {

@@ -67,6 +67,13 @@ pub struct Config {
     /// when only [`Config::memory_budget`] makes them leave. Every answer
     /// is the same either way.
     pub set_apart_settled: bool,
+    /// Whether a thread of the ledger's own writes the settled pairs the
+    /// budget asks out of memory into runs, and merges runs (the
+    /// default). Off, those pairs are written on the thread of the
+    /// decision that found them crowding the budget, and runs are merged
+    /// only by [`Ledger::merge_runs`](crate::Ledger::merge_runs): what a
+    /// deterministic simulation needs.
+    pub settle_in_background: bool,
 }
 
 /// Default for [`Config::memory_budget`]: 256 MiB.
@@ -95,6 +102,7 @@ impl Default for Config {
             snapshot_store: None,
             memory_budget: MEMORY_BUDGET,
             set_apart_settled: false,
+            settle_in_background: true,
         }
     }
 }

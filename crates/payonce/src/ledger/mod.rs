@@ -418,7 +418,9 @@ impl Ledger {
             handles: AtomicUsize::new(1),
         });
         Snapshots::start(&inner);
-        settler::Settler::start(&inner);
+        if inner.config.settle_in_background {
+            settler::Settler::start(&inner);
+        }
         let ledger = Ledger { inner, held: true };
         if set_apart {
             ledger.flush_settled()?;
