@@ -32,6 +32,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod counting;
 mod error;
 mod open;
 mod payonce_store;
@@ -43,6 +44,7 @@ mod sqlite_store;
 mod store;
 mod workload;
 
+pub use crate::counting::CountingStorage;
 pub use crate::error::BenchError;
 pub use crate::open::open_store;
 pub use crate::report::{Comparison, share_of_sync_limit};

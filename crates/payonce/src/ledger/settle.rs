@@ -131,6 +131,9 @@ pub struct MemoryUse {
     pub live_keys: u64,
     /// Bytes of blocks the cache holds.
     pub cache_bytes: u64,
+    /// Blocks read from the runs since the ledger opened (the cache's
+    /// misses): lookups of names out of memory, merges and checks.
+    pub blocks_read: u64,
     /// Bytes the runs' filters take.
     pub filter_bytes: u64,
     /// Runs the state holds.
@@ -196,6 +199,7 @@ impl Ledger {
             live_bytes: state.live_bytes(),
             live_keys: state.live_keys() as u64,
             cache_bytes: self.inner.settle.cache.used_bytes(),
+            blocks_read: self.inner.settle.cache.stats().misses,
             filter_bytes: settled.map_or(0, |settled| settled.runs.filter_bytes()),
             runs: settled.map_or(0, |settled| settled.runs.runs().len()),
             filters_ignored: settled.map_or(0, |settled| {
