@@ -34,7 +34,7 @@ pub enum SnapshotError {
         /// What there is.
         found: u64,
     },
-    /// A snapshot larger than [`super::SNAPSHOT_LEN_MAX`], refused before
+    /// A snapshot larger than `SNAPSHOT_LEN_MAX`, refused before
     /// it is read.
     TooLong {
         /// Its length.
