@@ -68,6 +68,24 @@ enum Child {
     Snapshot { url: String },
     /// Verifies the ledger at URL; prints seconds and events.
     Verify { url: String },
+    /// Opens the ledger at URL from its snapshot, decides MORE withdrawals
+    /// at 64 threads, then takes a snapshot: prints the WAL bytes it
+    /// wrote, its own bytes, and the WAL bytes of the whole ledger's
+    /// tables for comparison.
+    SnapshotCost {
+        url: String,
+        #[arg(long, default_value_t = 30_000)]
+        more: u64,
+    },
+    /// Drops the page cache, opens the ledger at URL from its snapshot and
+    /// retries COUNT random old keys one at a time (`req-N`, as `build`
+    /// names them, N below WITHDRAWALS): prints their latencies.
+    Cold {
+        url: String,
+        withdrawals: u64,
+        #[arg(long, default_value_t = 2_000)]
+        count: u64,
+    },
     /// Builds a ledger of WITHDRAWALS sent withdrawals into the migrated,
     /// empty database at URL.
     Build {
@@ -107,6 +125,12 @@ fn run_child(child: Child) -> anyhow::Result<()> {
                 .context("a new worker's state is newer than any snapshot")?;
             Ok(taken.len)
         }),
+        Child::SnapshotCost { url, more } => snapshot_cost(&url, more),
+        Child::Cold {
+            url,
+            withdrawals,
+            count,
+        } => cold(&url, withdrawals, count),
         Child::Verify { url } => timed(|| {
             let (report, _) = payonce_postgres::verify(&url)?;
             if !report.divergences.is_empty() {
@@ -186,6 +210,91 @@ fn kept(url: &str) -> anyhow::Result<()> {
     println!("{first} {whole} {decisions} {resident}");
     drop(ledger);
     Ok(())
+}
+
+/// The database's WAL position, in bytes.
+fn wal_lsn(client: &mut postgres::Client) -> anyhow::Result<i64> {
+    let row = client.query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])?;
+    Ok(row.try_get(0)?)
+}
+
+/// [`Child::SnapshotCost`].
+fn snapshot_cost(url: &str, more: u64) -> anyhow::Result<()> {
+    let ledger = payonce_postgres::open(url, "snapshot-cost", never())?;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..64)
+            .map(|thread| {
+                let ledger = &ledger;
+                scope.spawn(move || -> anyhow::Result<()> {
+                    for _ in (thread..more).step_by(64) {
+                        decide(ledger, &format!("more-{thread}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|worker| worker.join().unwrap_or_else(|_| bail!("a worker panicked")))
+    })?;
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let before = wal_lsn(&mut client)?;
+    let taken = ledger.snapshot()?.context("no snapshot taken")?;
+    let wal = wal_lsn(&mut client)? - before;
+    let tables: i64 = client
+        .query_one(
+            "SELECT (SELECT coalesce(sum(length(bytes)), 0) FROM payonce.run_chunks) \
+             + (SELECT coalesce(sum(length(bytes)), 0) FROM payonce.snapshot_chunks)",
+            &[],
+        )?
+        .try_get::<_, i64>(0)?;
+    println!(
+        "wal_bytes={wal} snapshot_len={} stored_bytes={tables} seconds={:.2}",
+        taken.len,
+        taken.took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// [`Child::Cold`].
+fn cold(url: &str, withdrawals: u64, count: u64) -> anyhow::Result<()> {
+    let ledger = payonce_postgres::open(url, "cold", never())?;
+    if std::process::Command::new("sync").status()?.success() {
+        std::fs::write("/proc/sys/vm/drop_caches", "3").context("dropping the page cache")?;
+    }
+    let mut state = withdrawals;
+    let mut micros = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let key = format!("req-{:010}", (state >> 33) % withdrawals);
+        let begun = Instant::now();
+        let outcome = ledger
+            .outcome(&key)?
+            .with_context(|| format!("{key} has no outcome"))?;
+        ledger.submit(&key, &outcome, |_| bail_send(&key))?;
+        micros.push(begun.elapsed().as_micros() as u64);
+    }
+    micros.sort_unstable();
+    let at = |share: f64| {
+        micros[((micros.len() as f64 * share) as usize).min(micros.len() - 1)] as f64 / 1000.0
+    };
+    println!(
+        "retries={count} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} blocks_read={}",
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        ledger.memory()?.blocks_read
+    );
+    Ok(())
+}
+
+/// A send for a key that was settled long ago: never made.
+fn bail_send(key: &str) -> Result<payonce_model::WithdrawalRequest, payonce::SendFailure> {
+    Err(payonce::SendFailure::failed(format!(
+        "{key} was settled: a retry sends nothing"
+    )))
 }
 
 /// Builds a ledger into the database at `url`; returns its events.
