@@ -6,7 +6,7 @@
 //! the live slots (the rest). After a decision, settled pairs a run holds
 //! as they are leave memory, oldest first, while the live slots pass their
 //! share. Settled pairs no run holds yet cannot leave: once they take half
-//! the live share, the snapshot thread is asked to write them into a new
+//! the live share, the settling thread is asked to write them into a new
 //! run ([`Ledger::flush_settled`]), which frees them in turn. Keys in
 //! flight, holds and running sends never leave memory.
 
@@ -237,7 +237,7 @@ impl Ledger {
     pub(super) fn flush_wanted(&self) {
         let settle = &self.inner.settle;
         if settle.settler.is_running() {
-            settle.settler.wake();
+            settle.settler.wake_to_flush();
             return;
         }
         if settle.taking.try_lock().is_err() {

@@ -15,8 +15,17 @@ use super::{Inner, Ledger};
 /// What the thread is asked to do.
 #[derive(Default)]
 struct Signal {
-    woken: bool,
+    /// Settled pairs no run holds crowd the budget: write them.
+    flush: bool,
+    /// The runs changed: merge while the set wants it.
+    merge: bool,
     closing: bool,
+}
+
+/// What one round of the thread does.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    flush: bool,
 }
 
 /// How the thread is woken: shared with it, so that it waits holding no
@@ -70,8 +79,14 @@ impl Settler {
 
     /// Asks the thread to write the settled pairs no run holds, and to
     /// merge; it does once, however many ask meanwhile.
-    pub(super) fn wake(&self) {
-        self.wakeup.change(|signal| signal.woken = true);
+    pub(super) fn wake_to_flush(&self) {
+        self.wakeup.change(|signal| signal.flush = true);
+    }
+
+    /// Asks the thread to merge the runs while the set wants it, and to
+    /// write no run of its own: a run was just taken.
+    pub(super) fn wake_to_merge(&self) {
+        self.wakeup.change(|signal| signal.merge = true);
     }
 
     /// Stops the thread: what dropping the ledger's last handle does. Its
@@ -95,37 +110,42 @@ impl Wakeup {
         }
     }
 
-    /// Waits to be woken: `false` once closing (or the lock is poisoned).
-    fn wait(&self) -> bool {
-        let Ok(signal) = self.signal.lock() else {
-            return false;
-        };
-        let Ok(mut signal) = self
+    /// Waits to be woken: what to do, `None` once closing (or the lock is
+    /// poisoned).
+    fn wait(&self) -> Option<Round> {
+        let signal = self.signal.lock().ok()?;
+        let mut signal = self
             .wake
-            .wait_while(signal, |signal| !signal.woken && !signal.closing)
-        else {
-            return false;
+            .wait_while(signal, |signal| {
+                !signal.flush && !signal.merge && !signal.closing
+            })
+            .ok()?;
+        let round = Round {
+            flush: signal.flush,
         };
-        signal.woken = false;
-        !signal.closing
+        (signal.flush, signal.merge) = (false, false);
+        (!signal.closing).then_some(round)
     }
 }
 
 /// The thread: each time it is woken, a run of the settled pairs no run
-/// holds, then merges while the runs want them.
+/// holds if asked, then merges while the runs want them.
 fn run(wakeup: &Wakeup, weak: &Weak<Inner>) {
-    while wakeup.wait() {
+    while let Some(round) = wakeup.wait() {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        Ledger::internal(inner).settle_once();
+        Ledger::internal(inner).settle_once(round);
     }
 }
 
 impl Ledger {
-    /// One round of the settling thread's work.
-    fn settle_once(&self) {
-        if let Err(error) = self.flush_settled() {
+    /// One round of the settling thread's work: a run of the settled
+    /// pairs no run holds when they crowd the budget, then merges.
+    fn settle_once(&self, round: Round) {
+        if round.flush
+            && let Err(error) = self.flush_settled()
+        {
             warn!(%error, "could not write a run of settled pairs; they stay in memory");
         }
         loop {
@@ -138,5 +158,29 @@ impl Ledger {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_taken_by_a_snapshot_asks_for_merges_and_never_for_a_run_of_its_own() {
+        // Guards against a settling thread that, woken because a snapshot
+        // took a run, writes the pairs settled meanwhile into a run the
+        // budget never asked for.
+        let settler = Settler::default();
+        settler.wake_to_merge();
+        assert!(matches!(
+            settler.wakeup.wait(),
+            Some(Round { flush: false })
+        ));
+        settler.wake_to_merge();
+        settler.wake_to_flush();
+        assert!(matches!(settler.wakeup.wait(), Some(Round { flush: true })));
+        settler.wake_to_flush();
+        settler.stop();
+        assert!(settler.wakeup.wait().is_none());
     }
 }

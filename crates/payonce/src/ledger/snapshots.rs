@@ -452,7 +452,7 @@ impl Ledger {
                 adopt_run(&mut round.state, run, &slots, seq, settle)?;
                 settle.keep_under(&mut round.state);
                 // One more run: the set may want a merge.
-                settle.settler.wake();
+                settle.settler.wake_to_merge();
             }
             Ok(runs_of(&round.state))
         };
