@@ -128,6 +128,14 @@ impl RunStore for DirSnapshots {
         Ok(Arc::new(bytes))
     }
 
+    /// Checking every block before the first decision would make an
+    /// opening read every settled pair ever written: its time would grow
+    /// with the history. Each block is checked whenever a name reads it,
+    /// and a run the pass finds damaged is set aside ([`Self::refuser`]).
+    fn checked_in_background(&self) -> bool {
+        true
+    }
+
     fn list_runs(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut numbers: Vec<u64> = self
             .names()?
