@@ -1116,6 +1116,8 @@ fn panic_message(panic: &Box<dyn Any + Send>) -> String {
 }
 
 #[cfg(test)]
+mod tests_budget;
+#[cfg(test)]
 mod tests_merge;
 #[cfg(test)]
 mod tests_runs;

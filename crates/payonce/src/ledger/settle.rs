@@ -3,7 +3,9 @@
 //!
 //! The budget is split three ways: the cache of blocks read from the runs
 //! of settled pairs (a quarter), those runs' filters (what they take), and
-//! the live slots (the rest). After a decision, settled pairs a run holds
+//! the live slots (half the rest, the other half kept for the copies a
+//! snapshot or a new run makes of the slots decisions change while it is
+//! written). After a decision, settled pairs a run holds
 //! as they are leave memory, oldest first, while the live slots pass their
 //! share. Settled pairs no run holds yet cannot leave: once they take half
 //! the live share, the settling thread is asked to write them into a new
@@ -25,7 +27,7 @@ use crate::state::{Settled, State};
 
 /// Bytes a settled pair takes in memory, about: its two slots, its text
 /// and its place in the two indexes.
-const PAIR_BYTES: u64 = 256;
+pub(super) const PAIR_BYTES: u64 = 256;
 
 /// How a ledger's memory budget is split, in bytes.
 #[derive(Debug, Clone, Copy)]
@@ -47,12 +49,16 @@ impl Budget {
     }
 
     /// The live slots' share, once the cache and `filters` bytes of
-    /// filters are counted.
+    /// filters are counted: half of what is left, the other half kept for
+    /// the copies a snapshot or a new run makes of the slots decisions
+    /// change while it is written (the state is copied on write).
     pub(crate) fn live(&self, filters: u64) -> u64 {
-        self.total
+        (self
+            .total
             .saturating_sub(self.cache)
             .saturating_sub(filters)
-            .max(MEMORY_BUDGET_MIN / 2)
+            / 2)
+        .max(MEMORY_BUDGET_MIN / 4)
     }
 }
 

@@ -168,7 +168,7 @@ pub(crate) fn write_new_run(
     if new_run.is_empty() {
         return Ok(None);
     }
-    let run = write_run(runs, |sink| new_run.write(hash_key, sink).map(drop))?;
+    let run = write_run(runs, |sink| new_run.write(state, hash_key, sink).map(drop))?;
     Ok(Some((run, new_run.slots)))
 }
 

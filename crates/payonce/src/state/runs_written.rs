@@ -11,12 +11,11 @@ use super::State;
 use super::layout::Persisted;
 use crate::snapshot_format::error::SnapshotError;
 
-/// The pairs a snapshot's new run holds, encoded, and the key slots they
-/// were read from.
+/// The pairs a snapshot's new run holds: the key slots they are read
+/// from, in the order the run holds them. Each pair is encoded only as it
+/// is written, so a run costs its slots' order in memory, not its bytes.
 #[derive(Debug, Default)]
 pub(crate) struct NewRun {
-    /// (key, withdrawal id, payload), in the order the run holds them.
-    records: Vec<(Box<str>, Box<str>, Vec<u8>)>,
     /// The key slot of each pair written, in the state it was copied from.
     pub(crate) slots: Vec<u32>,
 }
@@ -24,37 +23,41 @@ pub(crate) struct NewRun {
 impl NewRun {
     /// Whether it holds no pair: no run is written.
     pub(crate) fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.slots.is_empty()
     }
 
-    /// Writes its pairs as a run under `hash_key` into `sink`.
+    /// Writes its pairs, read from `state` (the state it was placed in),
+    /// as a run under `hash_key` into `sink`.
     pub(crate) fn write<S: RunSink>(
         &self,
+        state: &State,
         hash_key: HashKey,
         sink: S,
     ) -> Result<RunSummary, SnapshotError> {
         let failed = |error| SnapshotError::Run { run: 0, error };
-        let mut writer =
-            RunWriter::new(sink, hash_key, self.records.len() as u64).map_err(failed)?;
-        for (key, id, payload) in &self.records {
+        let mut writer = RunWriter::new(sink, hash_key, self.slots.len() as u64).map_err(failed)?;
+        for &slot in &self.slots {
+            let pair = state.settled_view(slot);
             writer
                 .push_record(Record {
-                    primary: key.as_bytes(),
-                    secondary: id.as_bytes(),
-                    payload,
+                    primary: pair.key.as_bytes(),
+                    secondary: pair.id.as_bytes(),
+                    payload: &pair.payload(),
                 })
                 .map_err(failed)?;
         }
-        let records: Vec<Record<'_>> = self
-            .records
-            .iter()
-            .map(|(key, id, payload)| Record {
-                primary: key.as_bytes(),
-                secondary: id.as_bytes(),
-                payload,
+        // The entries name records by their hashes alone: no payload.
+        let names: Vec<Record<'_>> = (self.slots.iter())
+            .map(|&slot| {
+                let pair = state.settled_view(slot);
+                Record {
+                    primary: pair.key.as_bytes(),
+                    secondary: pair.id.as_bytes(),
+                    payload: &[],
+                }
             })
             .collect();
-        for entry in payonce_runs::secondary_entries(hash_key, &records).map_err(failed)? {
+        for entry in payonce_runs::secondary_entries(hash_key, &names).map_err(failed)? {
             writer.push_entry(entry).map_err(failed)?;
         }
         writer.finish().map_err(failed)
@@ -79,14 +82,9 @@ impl State {
             let key = |slot: u32| self.texts.get(self.keys[slot].key);
             a.0.cmp(&b.0).then_with(|| key(a.1).cmp(key(b.1)))
         });
-        let mut run = NewRun::default();
-        for (_, slot) in placed {
-            let pair = self.settled_view(slot);
-            run.records
-                .push((pair.key.into(), pair.id.into(), pair.payload()));
-            run.slots.push(slot);
+        NewRun {
+            slots: placed.into_iter().map(|(_, slot)| slot).collect(),
         }
-        run
     }
 
     /// Takes `runs` (the runs before, a new one first) as the runs holding
