@@ -4,7 +4,7 @@
 
 use crate::bytes::Le;
 use crate::error::{RunError, Section};
-use crate::filter::{BITS_PER_NAME, FILTER_BLOCK_LEN};
+use crate::filter::{BITS_PER_NAME_MIN, FILTER_BLOCK_LEN};
 use crate::hash::HashKey;
 
 /// The trailer's first bytes.
@@ -240,11 +240,12 @@ impl Trailer {
 }
 
 /// Whether a filter section of `len` bytes is whole filter blocks and a
-/// checksum, at least as many as `names` names need (a writer sizes its
-/// filters for at least the names it writes), at most 2^32.
+/// checksum, at least as many as `names` names need at the fewest bits a
+/// name a writer ever used (it sizes its filters for at least the names it
+/// writes), at most 2^32.
 fn filter_len_fits(len: u64, names: u64) -> bool {
     let block = FILTER_BLOCK_LEN as u64;
-    let needed = (names.saturating_mul(BITS_PER_NAME))
+    let needed = (names.saturating_mul(BITS_PER_NAME_MIN))
         .div_ceil(block * 8)
         .max(1);
     len.checked_sub(4).is_some_and(|bits| {
@@ -302,4 +303,24 @@ pub(crate) fn read_fences(
         return Err(RunError::corrupt(run, Section::Fences, at, expected, found));
     }
     Ok(fences)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::BITS_PER_NAME;
+
+    #[test]
+    fn a_filter_written_at_the_fewest_bits_a_name_ever_used_still_fits() {
+        // Guards against runs written before BITS_PER_NAME rose being
+        // refused: their filters are smaller than a writer's today.
+        let block = FILTER_BLOCK_LEN as u64;
+        let sized = |bits: u64, names: u64| (names * bits).div_ceil(block * 8) * block + 4;
+        assert!(filter_len_fits(sized(BITS_PER_NAME, 10_000), 10_000));
+        assert!(filter_len_fits(sized(BITS_PER_NAME_MIN, 10_000), 10_000));
+        assert!(!filter_len_fits(
+            sized(BITS_PER_NAME_MIN - 1, 10_000),
+            10_000
+        ));
+    }
 }

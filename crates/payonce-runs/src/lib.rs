@@ -101,7 +101,7 @@ pub use crate::checked::RecordRef;
 pub use crate::cursor::{Records, SecondaryEntries};
 pub use crate::error::{RunError, Section};
 pub use crate::fetch::Prefetched;
-pub use crate::filter::{BITS_PER_NAME, FALSE_POSITIVE_PER_MILLION, PROBES};
+pub use crate::filter::{BITS_PER_NAME, BITS_PER_NAME_MIN, FALSE_POSITIVE_PER_MILLION, PROBES};
 pub use crate::format::{
     BLOCK_LEN_MAX, BLOCK_TARGET_LEN, FORMAT_VERSION, MAGIC, NAME_LEN_MAX, PAYLOAD_LEN_MAX,
     RECORD_LEN_MAX, RECORDS_MAX, SECONDARY_PER_BLOCK, TRAILER_LEN,

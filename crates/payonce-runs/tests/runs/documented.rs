@@ -105,6 +105,7 @@ fn the_documented_constants_are_the_codes() {
             payonce_runs::SECONDARY_PER_BLOCK as u64,
         ),
         ("BITS_PER_NAME", payonce_runs::BITS_PER_NAME),
+        ("BITS_PER_NAME_MIN", payonce_runs::BITS_PER_NAME_MIN),
         ("PROBES", u64::from(payonce_runs::PROBES)),
         (
             "FALSE_POSITIVE_PER_MILLION",

@@ -23,7 +23,7 @@ fn the_measured_false_positive_rate_is_within_the_designed_one() {
     let secondary = (absent.iter())
         .filter(|r| run.might_hold_secondary(&r.secondary))
         .count() as u64;
-    // Generous: twice the designed rate (0.086%) on 100,000 names.
+    // Generous: twice the designed rate (0.024%) on 100,000 names.
     let bound = FALSE_POSITIVE_PER_MILLION * 2 / 10;
     assert!(
         primary <= bound,

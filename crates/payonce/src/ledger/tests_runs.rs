@@ -142,8 +142,8 @@ fn a_new_key_is_judged_without_reading_the_runs_when_their_filters_place_it_in_n
             other => panic!("{key}: {other:?}"),
         }
     }
-    // At 16 bits a name, a false positive is about 1 in 1,000: five of
-    // 64 would happen about once in a billion runs.
+    // A false positive is about 1 in 4,000 names: five of 64 would
+    // happen far less than once in a billion runs.
     assert!(
         waiting.len() < 5,
         "{} new keys waited on the runs",
