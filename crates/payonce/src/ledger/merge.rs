@@ -3,8 +3,10 @@
 //! holding the newest record of each pair, which takes their place. The
 //! inputs are read through the cache a block at a time, each checked, so
 //! the merged run's filters are built from verified blocks alone. The
-//! lock is held only to take the merged run; the inputs stay in the store
-//! until no kept snapshot names them (`crate::snapshot::prune_runs`).
+//! ledger's lock, and the one runs are taken under, are held only to take
+//! the merged run, so flushes and snapshots go on while it is written; the
+//! inputs stay in the store until no kept snapshot names them
+//! (`crate::snapshot::prune_runs`).
 
 use std::sync::Arc;
 
@@ -19,11 +21,13 @@ use crate::snapshot_format::SnapshotError;
 impl Ledger {
     /// Merges the newest runs the state holds into one, if the set wants
     /// a merge: the merged run's number, `None` if it wants none, or if
-    /// the state's runs changed while it was written (a shared ledger's
-    /// state rebuilt), when it is left for a prune to remove.
+    /// the state's runs changed other than by newer runs while it was
+    /// written (a shared ledger's state rebuilt), when it is left for a
+    /// prune to remove. Runs written meanwhile (a flush, a snapshot) stay
+    /// before it: they hold newer pairs.
     pub fn merge_runs(&self) -> Result<Option<u64>, LedgerError> {
         let settle = &self.inner.settle;
-        let _one_at_a_time = settle.taking.lock().map_err(|_| LedgerError::Poisoned)?;
+        let _one_merge = settle.merging.lock().map_err(|_| LedgerError::Poisoned)?;
         let runs = {
             let round = self.lock_state()?;
             round
@@ -42,15 +46,14 @@ impl Ledger {
         let inputs: Vec<&Run> = runs.runs()[..merged].iter().map(|run| &**run).collect();
         let run = write_merged_run(&inputs, &settle.cache, &*settle.runs)?;
         let number = run.number();
+        let _taking = settle.taking.lock().map_err(|_| LedgerError::Poisoned)?;
         let mut round = self.lock_state()?;
         let Some(settled) = round.state.settled_mut() else {
             return Ok(None);
         };
-        if !Arc::ptr_eq(&settled.runs, &runs) {
+        let Some(set) = spliced(&settled.runs, &runs, merged, run) else {
             return Ok(None);
-        }
-        let mut set = vec![run];
-        set.extend(runs.runs()[merged..].iter().cloned());
+        };
         settled.runs =
             Arc::new(RunSet::new(set).map_err(|error| {
                 LedgerError::Snapshot(SnapshotError::Run { run: number, error })
@@ -69,4 +72,23 @@ impl Ledger {
         );
         Ok(Some(number))
     }
+}
+
+/// The runs of `now` with the `merged` newest of `then` (the set a merge
+/// began from) replaced by `run`: `None` unless `now` is `then` after
+/// runs taken since, which stay first.
+fn spliced(now: &RunSet, then: &RunSet, merged: usize, run: Arc<Run>) -> Option<Vec<Arc<Run>>> {
+    let (now, then) = (now.runs(), then.runs());
+    let newer = now.len().checked_sub(then.len())?;
+    let same = now[newer..]
+        .iter()
+        .zip(then)
+        .all(|(a, b)| Arc::ptr_eq(a, b));
+    if !same {
+        return None;
+    }
+    let mut set = now[..newer].to_vec();
+    set.push(run);
+    set.extend(then[merged..].iter().cloned());
+    Some(set)
 }

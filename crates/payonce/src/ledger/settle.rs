@@ -75,6 +75,11 @@ pub(crate) struct Settle {
     /// merge), so runs are taken in the order of the states they were
     /// written from: a newer run is always before an older one.
     pub(crate) taking: std::sync::Mutex<()>,
+    /// Held while runs are merged, one merge at a time. A merge holds
+    /// [`Settle::taking`] only to take its run, so flushes and snapshots
+    /// go on meanwhile; a prune waits for no merge, and removes nothing
+    /// while one runs, whose new run no snapshot names yet.
+    pub(crate) merging: std::sync::Mutex<()>,
     /// The runs the state holds, for prefetches to read without the
     /// ledger's lock (`super::prefetch`).
     pub(crate) published: std::sync::Mutex<Arc<RunSet>>,
@@ -99,6 +104,7 @@ impl Settle {
             budget: Budget::of(config.memory_budget),
             eager: config.set_apart_settled,
             taking: std::sync::Mutex::new(()),
+            merging: std::sync::Mutex::new(()),
             published: std::sync::Mutex::new(Arc::new(RunSet::default())),
             reads_under_lock: std::sync::atomic::AtomicU64::new(0),
             settler: Settler::default(),

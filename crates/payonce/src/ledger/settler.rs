@@ -1,9 +1,11 @@
-//! The thread that keeps a ledger's runs, off the decisions' path: woken
-//! when settled pairs no run holds crowd the memory budget, it writes them
-//! into a new run ([`Ledger::flush_settled`]); woken then, or when a
-//! snapshot wrote a run, it merges the newest runs while the set wants it
-//! ([`Ledger::merge_runs`]). It holds no handle of the ledger while it
-//! waits, and stops when the last handle goes.
+//! The threads that keep a ledger's runs, off the decisions' path. One
+//! writes settled pairs into a new run ([`Ledger::flush_settled`]) when
+//! those no run holds crowd the memory budget; the other merges the newest
+//! runs while the set wants it ([`Ledger::merge_runs`]), woken when a run
+//! was written. They are apart so that a long merge never keeps a flush
+//! waiting: settled pairs would pile up in memory past the budget
+//! meanwhile. Neither holds a handle of the ledger while it waits, and
+//! both stop when the last handle goes.
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::{self, JoinHandle, ThreadId};
@@ -12,23 +14,14 @@ use tracing::warn;
 
 use super::{Inner, Ledger};
 
-/// What the thread is asked to do.
+/// What a thread is asked to do.
 #[derive(Default)]
 struct Signal {
-    /// Settled pairs no run holds crowd the budget: write them.
-    flush: bool,
-    /// The runs changed: merge while the set wants it.
-    merge: bool,
+    woken: bool,
     closing: bool,
 }
 
-/// What one round of the thread does.
-#[derive(Debug, Clone, Copy)]
-struct Round {
-    flush: bool,
-}
-
-/// How the thread is woken: shared with it, so that it waits holding no
+/// How a thread is woken: shared with it, so that it waits holding no
 /// handle of the ledger, which could then never close.
 #[derive(Default)]
 struct Wakeup {
@@ -36,11 +29,18 @@ struct Wakeup {
     wake: Condvar,
 }
 
-/// A ledger's settling thread, and how it is woken.
+/// One thread, and how it is woken.
 #[derive(Default)]
-pub(crate) struct Settler {
+struct Worker {
     wakeup: Arc<Wakeup>,
     thread: Mutex<Option<(JoinHandle<()>, ThreadId)>>,
+}
+
+/// A ledger's flushing and merging threads.
+#[derive(Default)]
+pub(crate) struct Settler {
+    flusher: Worker,
+    merger: Worker,
 }
 
 impl std::fmt::Debug for Settler {
@@ -50,15 +50,51 @@ impl std::fmt::Debug for Settler {
 }
 
 impl Settler {
-    /// Starts the thread for `inner`'s ledger.
+    /// Starts both threads for `inner`'s ledger.
     pub(super) fn start(inner: &Arc<Inner>) {
-        let weak = Arc::downgrade(inner);
         let settler = &inner.settle.settler;
-        let wakeup = Arc::clone(&settler.wakeup);
+        settler
+            .flusher
+            .start(inner, "payonce-settle", Ledger::flush_once);
+        settler
+            .merger
+            .start(inner, "payonce-merge", Ledger::merge_while_wanted);
+    }
+
+    /// Whether the flushing thread runs.
+    pub(super) fn is_running(&self) -> bool {
+        self.flusher.is_running()
+    }
+
+    /// Asks for the settled pairs no run holds to be written into a run;
+    /// done once, however many ask meanwhile.
+    pub(super) fn wake_to_flush(&self) {
+        self.flusher.wakeup.change(|signal| signal.woken = true);
+    }
+
+    /// Asks for the runs to be merged while the set wants it: a run was
+    /// just taken.
+    pub(super) fn wake_to_merge(&self) {
+        self.merger.wakeup.change(|signal| signal.woken = true);
+    }
+
+    /// Stops both threads: what dropping the ledger's last handle does.
+    /// Their work under way ends first.
+    pub(super) fn stop(&self) {
+        self.flusher.stop();
+        self.merger.stop();
+    }
+}
+
+impl Worker {
+    /// Starts the thread, named `name`, doing `job` each time it is woken.
+    fn start(&self, inner: &Arc<Inner>, name: &str, job: fn(&Ledger)) {
+        let weak = Arc::downgrade(inner);
+        let wakeup = Arc::clone(&self.wakeup);
         let spawned = thread::Builder::new()
-            .name("payonce-settle".to_owned())
-            .spawn(move || run(&wakeup, &weak));
-        match (spawned, settler.thread.lock()) {
+            .name(name.to_owned())
+            .spawn(move || run(&wakeup, &weak, job));
+        match (spawned, self.thread.lock()) {
             (Ok(handle), Ok(mut thread)) => {
                 let id = handle.thread().id();
                 *thread = Some((handle, id));
@@ -66,32 +102,18 @@ impl Settler {
             (Ok(_), Err(_)) => {}
             (Err(error), _) => warn!(
                 %error,
-                "could not start the thread that keeps the runs; runs are written on the \
+                thread = name,
+                "could not start a thread that keeps the runs; runs are written on the \
                  decisions' threads, and never merged, until reopened"
             ),
         }
     }
 
-    /// Whether the thread runs.
-    pub(super) fn is_running(&self) -> bool {
+    fn is_running(&self) -> bool {
         self.thread.lock().is_ok_and(|thread| thread.is_some())
     }
 
-    /// Asks the thread to write the settled pairs no run holds, and to
-    /// merge; it does once, however many ask meanwhile.
-    pub(super) fn wake_to_flush(&self) {
-        self.wakeup.change(|signal| signal.flush = true);
-    }
-
-    /// Asks the thread to merge the runs while the set wants it, and to
-    /// write no run of its own: a run was just taken.
-    pub(super) fn wake_to_merge(&self) {
-        self.wakeup.change(|signal| signal.merge = true);
-    }
-
-    /// Stops the thread: what dropping the ledger's last handle does. Its
-    /// work under way ends first.
-    pub(super) fn stop(&self) {
+    fn stop(&self) {
         self.wakeup.change(|signal| signal.closing = true);
         let thread = self.thread.lock().ok().and_then(|mut thread| thread.take());
         if let Some((handle, id)) = thread
@@ -110,44 +132,47 @@ impl Wakeup {
         }
     }
 
-    /// Waits to be woken: what to do, `None` once closing (or the lock is
-    /// poisoned).
-    fn wait(&self) -> Option<Round> {
-        let signal = self.signal.lock().ok()?;
-        let mut signal = self
-            .wake
-            .wait_while(signal, |signal| {
-                !signal.flush && !signal.merge && !signal.closing
-            })
-            .ok()?;
-        let round = Round {
-            flush: signal.flush,
+    /// Waits to be woken: `false` once closing (or the lock is poisoned).
+    fn wait(&self) -> bool {
+        let Ok(signal) = self.signal.lock() else {
+            return false;
         };
-        (signal.flush, signal.merge) = (false, false);
-        (!signal.closing).then_some(round)
+        let Ok(mut signal) = self
+            .wake
+            .wait_while(signal, |signal| !signal.woken && !signal.closing)
+        else {
+            return false;
+        };
+        signal.woken = false;
+        !signal.closing
     }
 }
 
-/// The thread: each time it is woken, a run of the settled pairs no run
-/// holds if asked, then merges while the runs want them.
-fn run(wakeup: &Wakeup, weak: &Weak<Inner>) {
-    while let Some(round) = wakeup.wait() {
+/// A thread: `job` each time it is woken, until the ledger closes.
+fn run(wakeup: &Wakeup, weak: &Weak<Inner>, job: fn(&Ledger)) {
+    while wakeup.wait() {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        Ledger::internal(inner).settle_once(round);
+        job(&Ledger::internal(inner));
     }
 }
 
 impl Ledger {
-    /// One round of the settling thread's work: a run of the settled
-    /// pairs no run holds when they crowd the budget, then merges.
-    fn settle_once(&self, round: Round) {
-        if round.flush
-            && let Err(error) = self.flush_settled()
-        {
-            warn!(%error, "could not write a run of settled pairs; they stay in memory");
+    /// The flushing thread's work: a run of the settled pairs no run
+    /// holds; the merging thread is woken once it is taken.
+    fn flush_once(&self) {
+        match self.flush_settled() {
+            Ok(Some(_)) => self.inner.settle.settler.wake_to_merge(),
+            Ok(None) => {}
+            Err(error) => {
+                warn!(%error, "could not write a run of settled pairs; they stay in memory");
+            }
         }
+    }
+
+    /// The merging thread's work: merges while the runs want them.
+    fn merge_while_wanted(&self) {
         loop {
             match self.merge_runs() {
                 Ok(Some(_)) => continue,
@@ -165,22 +190,28 @@ impl Ledger {
 mod tests {
     use super::*;
 
+    fn woken(worker: &Worker) -> bool {
+        worker.wakeup.signal.lock().is_ok_and(|signal| signal.woken)
+    }
+
     #[test]
-    fn a_run_taken_by_a_snapshot_asks_for_merges_and_never_for_a_run_of_its_own() {
+    fn a_run_taken_asks_for_merges_alone_and_a_flush_never_waits_for_a_merge() {
         // Guards against a settling thread that, woken because a snapshot
         // took a run, writes the pairs settled meanwhile into a run the
-        // budget never asked for.
+        // budget never asked for; and against flushes and merges sharing
+        // one thread, where a long merge lets settled pairs pile up.
         let settler = Settler::default();
         settler.wake_to_merge();
-        assert!(matches!(
-            settler.wakeup.wait(),
-            Some(Round { flush: false })
+        assert!(woken(&settler.merger) && !woken(&settler.flusher));
+        assert!(settler.merger.wakeup.wait());
+        settler.wake_to_flush();
+        assert!(woken(&settler.flusher) && !woken(&settler.merger));
+        assert!(!Arc::ptr_eq(
+            &settler.flusher.wakeup,
+            &settler.merger.wakeup
         ));
-        settler.wake_to_merge();
-        settler.wake_to_flush();
-        assert!(matches!(settler.wakeup.wait(), Some(Round { flush: true })));
-        settler.wake_to_flush();
         settler.stop();
-        assert!(settler.wakeup.wait().is_none());
+        assert!(!settler.flusher.wakeup.wait());
+        assert!(!settler.merger.wakeup.wait());
     }
 }

@@ -30,7 +30,7 @@ use crate::state::State;
 /// What taking a snapshot does with the run it wrote, once the snapshot is
 /// stored: the live state takes it, if it goes on; then the numbers of
 /// every run the live state holds, which a prune keeps.
-type Adopt<'a> = dyn FnOnce(Option<WrittenRun>, u64) -> Result<Vec<u64>, LedgerError> + 'a;
+type Adopt<'a> = dyn FnOnce(Option<WrittenRun>, u64) -> Result<Option<Vec<u64>>, LedgerError> + 'a;
 
 /// A ledger's snapshots: where they go, when, and the thread that takes
 /// them.
@@ -181,7 +181,8 @@ impl Snapshots {
             let adopt = |new_run: Option<WrittenRun>, _| {
                 let mut in_use = runs_of(state);
                 in_use.extend(new_run.map(|(run, _)| run.number()));
-                Ok(in_use)
+                // The merging thread has stopped: no merge writes a run.
+                Ok(Some(in_use))
             };
             let copy = || Ok(state.copy_for_snapshot());
             if let Err(error) = self.take(store, copy, state.last_seq(), Box::new(adopt)) {
@@ -227,7 +228,12 @@ impl Snapshots {
             drop(state);
             let stored = self.store.write(seq, &taken.bytes)?;
             let in_use = adopt(taken.new_run, seq)?;
-            Ok((head, taken.bytes.len(), stored, self.prune(&in_use)))
+            Ok((
+                head,
+                taken.bytes.len(),
+                stored,
+                self.prune(in_use.as_deref()),
+            ))
         });
         let took = started.elapsed();
         last.stats.lock_held_max = last.stats.lock_held_max.max(lock_held);
@@ -267,14 +273,17 @@ impl Snapshots {
 impl Snapshots {
     /// Removes the snapshots older than the newest [`SNAPSHOTS_KEPT`], then
     /// the runs none of those kept names and the live state (`in_use`) does
-    /// not hold. The snapshot is kept whether or not older ones can go (a
-    /// database role without DELETE keeps their bytes).
-    fn prune(&self, in_use: &[u64]) -> Vec<StoredSnapshot> {
+    /// not hold; no run with `in_use` `None` (a merge is writing one no
+    /// snapshot names yet). The snapshot is kept whether or not older ones
+    /// can go (a database role without DELETE keeps their bytes).
+    fn prune(&self, in_use: Option<&[u64]>) -> Vec<StoredSnapshot> {
         let pruned = self.store.prune(SNAPSHOTS_KEPT).unwrap_or_else(|error| {
             warn!(%error, "could not prune older snapshots");
             Vec::new()
         });
-        if let Err(error) = prune_runs(&*self.store, in_use) {
+        if let Some(in_use) = in_use
+            && let Err(error) = prune_runs(&*self.store, in_use)
+        {
             warn!(%error, "could not prune the runs no snapshot names");
         }
         pruned
@@ -454,7 +463,10 @@ impl Ledger {
                 // One more run: the set may want a merge.
                 settle.settler.wake_to_merge();
             }
-            Ok(runs_of(&round.state))
+            // A merge under way writes a run no snapshot names yet: the
+            // runs are pruned by a later snapshot.
+            let no_merge = settle.merging.try_lock().is_ok();
+            Ok(no_merge.then(|| runs_of(&round.state)))
         };
         snapshots.take(
             &self.inner.store,

@@ -184,3 +184,71 @@ fn a_decision_on_a_settled_key_reads_its_run_before_the_lock() {
     let memory = ledger.memory().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(memory.reads_under_lock, 0, "{memory:?}");
 }
+
+#[test]
+fn a_run_written_during_a_merge_is_taken_at_once_and_stays_before_the_merged_one() {
+    // Guards against a merge that keeps every flush and snapshot waiting
+    // while it writes (settled pairs then pile up in memory past the
+    // budget), and against a merged run taken before the newer run
+    // written meanwhile, which would shadow its pairs.
+    use std::sync::mpsc;
+    let (started, merge_started) = mpsc::channel::<()>();
+    let (go, release) = mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(Some((started, release)));
+    let store = Arc::new(Hooked {
+        store: DirSnapshots::on(Arc::new(MemStorage::new())),
+        hook: Arc::new(move || {
+            if std::thread::current().name() == Some("test-merge")
+                && let Some((started, release)) = gate.lock().ok().and_then(|mut g| g.take())
+            {
+                let _ = started.send(());
+                let _ = release.recv();
+            }
+            false
+        }),
+    });
+    let config = Config {
+        snapshots: SnapshotPolicy::never(),
+        snapshot_store: Some(store),
+        settle_in_background: false,
+        ..Config::default()
+    };
+    let ledger = Arc::new(
+        Ledger::init_on(Arc::new(MemStorage::new()), config).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let mut sent_ones = settle_one_run_each(&ledger, 0..4);
+    let merging = Arc::clone(&ledger);
+    let merge = std::thread::Builder::new()
+        .name("test-merge".to_owned())
+        .spawn(move || merging.merge_runs())
+        .unwrap_or_else(|e| panic!("{e}"));
+    merge_started
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("the merge never read: {e}"));
+    // The merge is stopped in its first read: a flush is taken now.
+    let (flushed, done) = mpsc::channel();
+    let flushing = Arc::clone(&ledger);
+    let flush = std::thread::spawn(move || {
+        let sent = settle_one_run_each(&flushing, 4..5);
+        let _ = flushed.send(());
+        sent
+    });
+    let waited = done.recv_timeout(std::time::Duration::from_secs(30));
+    let _ = go.send(());
+    assert!(waited.is_ok(), "the flush waited for the merge");
+    sent_ones.extend(
+        flush
+            .join()
+            .unwrap_or_else(|_| panic!("the flush panicked")),
+    );
+    let merged = merge
+        .join()
+        .unwrap_or_else(|_| panic!("the merge panicked"));
+    assert!(matches!(merged, Ok(Some(_))), "{merged:?}");
+    let memory = ledger.memory().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        memory.runs, 2,
+        "the flush's run, then the merged one: {memory:?}"
+    );
+    assert_every_pair_answers(&ledger, &sent_ones);
+}
