@@ -77,8 +77,9 @@ enum Child {
         #[arg(long, default_value_t = 30_000)]
         more: u64,
     },
-    /// Drops the page cache, opens the ledger at URL from its snapshot and
-    /// retries COUNT random old keys one at a time (`req-N`, as `build`
+    /// Opens the ledger at URL from its snapshot, waits for its runs'
+    /// check, drops the page cache and retries COUNT random old keys one
+    /// at a time (`req-N`, as `build`
     /// names them, N below WITHDRAWALS): prints their latencies.
     Cold {
         url: String,
@@ -259,6 +260,18 @@ fn snapshot_cost(url: &str, more: u64) -> anyhow::Result<()> {
 /// [`Child::Cold`].
 fn cold(url: &str, withdrawals: u64, count: u64) -> anyhow::Result<()> {
     let ledger = payonce_postgres::open(url, "cold", never())?;
+    // Retries of a worker that serves, not one whose pass still reads
+    // every block after its opening.
+    let begun = Instant::now();
+    loop {
+        match ledger.runs_checked() {
+            Some(Ok(())) => break,
+            Some(Err(damage)) => bail!("the runs failed their check: {damage}"),
+            None if ledger.memory()?.runs == 0 => break,
+            None => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+    println!("runs checked in {:.1} s", begun.elapsed().as_secs_f64());
     if std::process::Command::new("sync").status()?.success() {
         std::fs::write("/proc/sys/vm/drop_caches", "3").context("dropping the page cache")?;
     }
