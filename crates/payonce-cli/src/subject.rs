@@ -4,7 +4,9 @@
 //! An event is about the request keys it touches and the withdrawal it is
 //! attributed to. Which withdrawal that is, the event says, or for an
 //! event of schema 1 about a key alone, the ledger's state before it
-//! (`crate::attribution`); this module only compares.
+//! (`crate::attribution`); this module only compares. The keys an event
+//! touches are the library's own answer (`EventKind::keys_touched`), which
+//! a PostgreSQL ledger indexes too.
 
 use payonce::EventKind;
 use payonce_model::{RequestKey, WithdrawalId};

@@ -3,6 +3,12 @@
 //! every verified record, [`Opening::plan`] classifies how the log ends into
 //! a [`RecoveryPlan`] without changing anything, and
 //! [`RecoveryPlan::execute`] makes its repairs and returns the writer.
+//!
+//! A reader that already holds what the records up to some seq mean (the
+//! ledger, from a snapshot) asks the log for the head of the batch ending
+//! there (`Opening::head_at`), and starts the walk at the segment holding
+//! the lowest seq it must check (`Opening::start_after`; the late start
+//! itself is `scan.rs`'s).
 
 use std::convert::Infallible;
 use std::sync::Arc;

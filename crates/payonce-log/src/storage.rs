@@ -1,6 +1,8 @@
 //! Where the bytes go: one [`Storage`] is one log directory. The log only
 //! appends, syncs, renames and reads whole files or ranges, so the trait is
 //! small enough to implement in memory with faults ([`crate::MemStorage`]).
+//! `sync_rate` measures a storage's own limit, synced appends per second:
+//! the disk's limit, which the benchmarks print beside their figures.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};

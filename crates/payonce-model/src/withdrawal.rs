@@ -1,4 +1,10 @@
 //! The withdrawal request and its state machine.
+//!
+//! Deserialising a request checks the same invariants as the transitions
+//! (a reference exactly in the states that carry one, a reason exactly in
+//! rejected and failed, replaced references only beside a current one), so
+//! a value read from JSON or bincode is one the state machine could have
+//! produced.
 
 use std::fmt;
 

@@ -1,7 +1,11 @@
 //! Following the chain of a log's batches as its events are read: each
 //! batch's digest is recomputed from the head before it and compared with
 //! the one the database holds, so an event rewritten, added or taken away
-//! is found, with its place.
+//! is found, with its place. Each batch's digest is hashed as its events
+//! stream by (`payonce_log::BatchHasher`). The follower also keeps the
+//! furthest head this process read or committed (`Follower::reached`): a
+//! log that ends before it was rewound under the process (a failover that
+//! lost commits) and is refused, saying how far.
 
 use std::ops::ControlFlow;
 

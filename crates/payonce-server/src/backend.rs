@@ -7,6 +7,12 @@
 //! type (`WithdrawalRequest`, `Refusal` inside `LedgerError` and
 //! `SubmitError`), so the service maps refusals to HTTP the same way
 //! whatever the backend.
+//!
+//! `Embedded` runs over `AsyncLedger`, on a file ledger or as a worker of
+//! a PostgreSQL one. A worker's reads first catch up on what the other
+//! workers decided (`Ledger::refresh`), on the blocking pool: its
+//! projection stays locked while a batch waits for the ledger-wide lock,
+//! and no executor thread may wait that long.
 
 use std::sync::Arc;
 use std::time::Instant;

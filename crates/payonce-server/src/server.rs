@@ -1,6 +1,10 @@
 //! The accept loop: one HTTP/1 connection per accepted socket, over TLS
 //! when the service has it, within the service's limits, and a graceful
 //! shutdown that lets running requests and sends finish.
+//!
+//! One deadline, set at the accept, covers a connection's TLS handshake
+//! and its first request's headers (`FirstDeadline`, hyper's timer for the
+//! connection); later requests' headers get the whole header read time.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

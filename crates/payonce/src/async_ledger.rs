@@ -4,8 +4,8 @@
 //! Many callers grow that pool toward its limit (tokio's
 //! `Builder::max_blocking_threads`, 512 by default): a caller's next call
 //! often comes before the thread of its last is idle again. 64 callers
-//! submitting in a loop keep about 500 threads (docs/performance.md, "A
-//! runtime per round"); a service sharing its runtime with other work can
+//! submitting in a loop keep about 500 threads (docs/runs/performance.md,
+//! "A runtime per round"); a service sharing its runtime with other work can
 //! bound the pool there.
 //!
 //! Cancellation keeps the ledger's promises. A future dropped while its

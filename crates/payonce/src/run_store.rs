@@ -2,6 +2,11 @@
 //! through a [`RunOut`] that makes a run durable before giving its number,
 //! read where they lie, and removed only by a prune, once no kept snapshot
 //! names them. [`MemRuns`] holds them in memory.
+//!
+//! It sits below both the state (`crate::state`) and the snapshots
+//! (`crate::snapshot`), which both read runs through it. The other stores
+//! are a `DirSnapshots`' files (`snapshot/dir_runs.rs`) and PostgreSQL's
+//! tables (`payonce-postgres`, `runs.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;

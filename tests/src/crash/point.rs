@@ -175,7 +175,7 @@ fn grouped(n: u64) -> String {
 }
 
 impl fmt::Display for KillTable {
-    /// A Markdown table, ready to paste into `docs/reliability.md`.
+    /// A Markdown table, ready to paste into `docs/runs/reliability.md`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "| kill point | kills | threads |")?;
         writeln!(f, "| --- | ---: | ---: |")?;

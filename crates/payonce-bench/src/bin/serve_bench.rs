@@ -28,7 +28,8 @@
 //!
 //! Each round runs on a ledger and a tokio runtime of its own, the two
 //! sides' order swapped every round, so that no round inherits another
-//! side's threads or place (docs/performance.md).
+//! side's threads or place (docs/runs/performance.md, "A runtime per
+//! round" and "Order").
 //!
 //! The rail is the simulated one with no latency and no rail log, so the
 //! figures are the ledger's and the service's own. Both sides share the

@@ -2,6 +2,9 @@
 //! commands that write. They check everything they can before taking the
 //! writer lock, so a mistake (a bad outcome file, an outcome for another
 //! withdrawal, a key that has no record) leaves the log's bytes untouched.
+//! Each command is decided first with the library's `decide`, on a
+//! read-only replay of the log (every decision re-derived, as opening
+//! does), and the ledger, once opened for writing, decides it again.
 
 mod report;
 

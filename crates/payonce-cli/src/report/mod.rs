@@ -9,6 +9,10 @@
 //! window over [`REPORT_EVENTS_MAX`] write nothing. Damage does not stop
 //! the page: it shows what came before the damage and says where it is,
 //! and the command then exits as `verify` would (4).
+//!
+//! Its other limits: a page larger than `REPORT_BYTES_MAX` is refused
+//! whole, and the timeline draws at most `TIMELINE_LANES_MAX` lanes (the
+//! events of the withdrawals past them are in the table).
 
 mod axis;
 mod holds;

@@ -2,6 +2,7 @@
 //!
 //! Everything payonce stores goes through [`encode`] and [`decode`], so the
 //! binary format can change in one place, under a new [`CODEC_VERSION`].
+//! This module is the only caller of bincode (2.0.1, pinned exactly).
 //! Integers are fixed-width little-endian; decoding refuses more than
 //! [`ENCODED_LEN_MAX`] bytes of claimed allocations and any trailing bytes.
 //!

@@ -18,6 +18,9 @@
 //! URL that names both: [`hosts_url`]), in a network namespace, listening
 //! on a TCP address there, and over TLS ([`ServerTls`]) with `pg_hba.conf`
 //! lines of the caller's ([`Settings::hba`]).
+//!
+//! A test that cannot start a cluster skips, loudly, except under
+//! `CI=true`, where it fails (`required`, `for_tests`).
 
 use std::fmt;
 use std::io::Write;

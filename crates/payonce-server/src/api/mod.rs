@@ -1,6 +1,10 @@
 //! The HTTP API: routes, who may call them, and how a request's parts
 //! become model values. Handlers are thin: parse, ask the backend, answer;
 //! every refusal becomes a problem in `problem.rs`.
+//!
+//! `mod.rs` is the router and the request time limit: a request that takes
+//! longer is answered 503, while a submission's send, in a task of its
+//! own, goes on and records its outcome.
 
 mod extract;
 mod operator;

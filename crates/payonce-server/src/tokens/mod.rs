@@ -13,6 +13,8 @@
 //! A token is written in clear, or as `sha256:` and the 64 lowercase hex
 //! digits of its SHA-256, so that a file of digests holds no secret. Every
 //! entry is kept as a digest: a clear one is hashed when the file is read.
+//! A `sha256:` entry's digits are read with the model's one hex codec
+//! (`payonce_model::hex`).
 //!
 //! A request names itself with `Authorization: Bearer TOKEN`. The token is
 //! hashed once and its digest compared with every entry's, each in

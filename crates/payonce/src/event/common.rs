@@ -6,9 +6,10 @@
 //! would refuse, is left to serde, which says why it refuses, if it does.
 //!
 //! What a reading makes of the kind is its caller's ([`Build`]): a view
-//! for `EventView::decode`, or, for replay's batches, the kind packed
-//! straight into a batch, so that no whole view is made and moved only to
-//! be copied again.
+//! for `EventView::decode` (`Views`, in `view.rs`), or, for replay's
+//! batches, the kind packed straight into a batch (`Packer`, in
+//! `replay/batch.rs`), so that no whole view is made and moved only to be
+//! copied again.
 //!
 //! [`codec::Fields`]: payonce_model::codec::Fields
 

@@ -7,7 +7,8 @@
 //!   and what auditors read.
 //! - [`EventView`] and [`KindView`] (in `view`): the same event with its
 //!   text borrowed from the bytes it was decoded from, what replay reads.
-//! - `legacy`: events of schema 1, read and written in their own layout.
+//! - `legacy`: events of schemas 1 to 3, read and written in their own
+//!   layouts.
 //!
 //! docs/event-format.md gives every kind's bytes, field by field.
 

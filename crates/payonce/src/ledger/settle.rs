@@ -5,12 +5,13 @@
 //! of settled pairs (a quarter), those runs' filters (what they take), and
 //! the live slots (half the rest, the other half kept for the copies a
 //! snapshot or a new run makes of the slots decisions change while it is
-//! written). After a decision, settled pairs a run holds
-//! as they are leave memory, oldest first, while the live slots pass their
-//! share. Settled pairs no run holds yet cannot leave: once they take half
-//! the live share, the settling thread is asked to write them into a new
-//! run ([`Ledger::flush_settled`]), which frees them in turn. Keys in
-//! flight, holds and running sends never leave memory.
+//! written). After a decision (`Settle::keep_under`), settled pairs a run
+//! holds as they are leave memory, oldest first, while the live slots pass
+//! their share. Settled pairs no run holds yet cannot leave: once they take
+//! half the live share, the settling thread is asked to write them into a
+//! new run ([`Ledger::flush_settled`]), which frees them in turn. Keys in
+//! flight, holds and running sends never leave memory. `MemoryUse` says
+//! what each share holds, for monitoring and the benchmarks.
 
 use std::sync::Arc;
 

@@ -12,7 +12,12 @@
 //! therefore committed before its send runs, and a batch that fails gives
 //! nobody an answer from it: its claims are not granted, and the state,
 //! which applied them, is rebuilt from the store before anything more is
-//! decided.
+//! decided (`catch_up_from`, on two threads). A claim of a failed batch
+//! that was committed all the same (its commit's answer was lost) is then
+//! recorded as a send that never ran: no ticket was handed out for it.
+//!
+//! Between its own batches a worker's reads are as of its last batch;
+//! `Ledger::refresh` catches them up on what other workers committed.
 
 use std::fmt;
 use std::sync::{Arc, Condvar, MutexGuard};

@@ -1,5 +1,6 @@
 //! Batches: the events a replay decodes together and applies together, in
-//! a form that crosses threads. A batch keeps its events' text in one
+//! a form that crosses threads: up to 2,048 events (`BATCH_LEN`), fewer
+//! once their records pass 1 MiB. A batch keeps its events' text in one
 //! [`TextArena`] and each event packed beside it; kinds the arena does not
 //! hold (refusals, send results, operator actions, a bumped
 //! withdrawal) are kept whole. Replay alone reads this format.

@@ -4,11 +4,17 @@
 //!
 //! Every replay decodes records into [`Batch`]es and hands each batch to
 //! one function, [`apply_batch`], which re-derives and applies its events
-//! in two phases per event: prefetch, then judge and apply. The drivers
-//! that feed it: opening on one thread, opening on two (one thread scans
-//! and decodes, the other applies), a shared log's scan on one thread or
-//! two (`scan`), and `verify`, which notes divergences instead of stopping
-//! at the first.
+//! in two phases per event: prefetch, then judge and apply. It takes the
+//! events eight at a time and looks up all their names in the state's
+//! tables together (`State::read_ahead`) before judging and applying the
+//! first, so that their cache misses overlap.
+//!
+//! The drivers that feed it: opening on one thread, opening on two (one
+//! thread scans, checks and decodes, the other applies; chosen for a log
+//! of at least `Config::replay_thread_min_len` bytes, 4 MiB by default,
+//! and if the second thread cannot start, the first does it all), a shared
+//! log's scan on one thread or two (`scan`), and `verify`, which notes
+//! divergences instead of stopping at the first.
 
 mod batch;
 mod rederive;

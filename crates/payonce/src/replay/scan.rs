@@ -3,6 +3,11 @@
 //! decodes each event into a batch as it arrives, and the batches are
 //! re-derived and applied on another, as a file log's two-thread open
 //! does, so reading the database and applying overlap.
+//!
+//! On two threads: a shared ledger's open, its rebuild after a failed
+//! batch (`catch_up_from` in `ledger/shared.rs`) and the auditors'
+//! `verify_scan`. On one (`replay_scan_here`): `Ledger::refresh`, whose
+//! catching up on other workers' events is short.
 
 use std::ops::ControlFlow;
 

@@ -14,7 +14,8 @@
 //! picks, and stops at the first group with a bucket never used. Taking an
 //! entry out leaves a tombstone, which lookups pass over and inserts reuse;
 //! growing drops them. At most 7 buckets in 8 are in use, tombstones
-//! included, so every lookup ends.
+//! included, so every lookup ends. Growing puts each entry back from the
+//! hash its bucket keeps, so no name is hashed again.
 
 /// Buckets per group: 8 of 8 bytes, one cache line.
 const GROUP_LEN: usize = 8;

@@ -1,11 +1,14 @@
-//! How the state is laid out in memory, apart from what it means: every
-//! claimed withdrawal of the ledger's life stays in memory, so the layout
-//! is about bytes.
+//! How the state is laid out in memory, apart from what it means: the
+//! live part of the state (keys in flight, holds, running sends, and the
+//! settled pairs a memory budget leaves in memory) is what the budget's
+//! live share holds, so the layout is about bytes.
 //!
 //! - [`Texts`]: every piece of text (keys, ids, destinations, references,
-//!   reasons, requesters) end to end in chunks of 1 MiB; slots refer to it
-//!   by offset and length ([`TextRef`]). An owned string per field would
-//!   cost an allocation header and a pointer each.
+//!   reasons, requesters) end to end in chunks of 1 MiB, a text never
+//!   straddling two; slots refer to it by offset and length ([`TextRef`]).
+//!   An owned string per field would cost an allocation header and a
+//!   pointer each. Text freed by releases is compacted away once it is at
+//!   least 1 MiB (`GARBAGE_MIN`) and at least as much as is still in use.
 //! - [`Slots`]: fixed-size entries of one kind, numbered and reused once
 //!   freed, and an index of the numbers in use (`super::index`) that finds
 //!   an entry by the text it is named by. A map of owned keys would cost a
@@ -14,7 +17,8 @@
 //!   (`super::chunks`), so a snapshot copies the state by its pointers
 //!   under the ledger's lock, and encodes it after.
 //! - [`KeySlot`] and [`WithdrawalSlot`]: the two kinds of entries.
-//! - [`NameHasher`]: how names are hashed.
+//! - [`NameHasher`]: how names are hashed: SipHash under a key drawn by
+//!   each process, so nobody can choose names that collide.
 
 use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroU16;

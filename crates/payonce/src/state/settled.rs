@@ -22,6 +22,20 @@
 //! the slot has it. What reads a state without naming the names first
 //! (the iterations, a comparison, an encoding for an audit) sees the
 //! whole state only through [`State::materialise`].
+//!
+//! What brings a pair back: the ledger, for the names a command looks up,
+//! before judging it (`command_names`, prefetched in `execute_then` and
+//! before a shared ledger's decision is queued; `ledger/prefetch.rs`);
+//! replay's `apply_batch`, for the names an event looks up (a logged
+//! refusal's are its command's, which replay judges again); and the
+//! ledger's queries, for the key or id they ask about
+//! (`Ledger::read_named`). A pair that cannot be read back fails the call
+//! that named it with `LedgerError::Archive` before anything is judged or
+//! appended, and applying an event the ledger has just judged reads
+//! nothing from the runs (`apply_judged`), so nothing can fail once an
+//! event is written. Iterating, comparing and printing a ledger's state
+//! bring every pair back in a copy first (`State::whole`): a state with
+//! pairs set apart never leaves the ledger.
 
 use std::sync::Arc;
 
