@@ -253,7 +253,11 @@ impl Opening {
                 cursor.segments_verified,
             ),
         };
-        let fresh_log_id = new_log_id();
+        let fresh_log_id = new_log_id().map_err(|source| LogError::Io {
+            op: "getrandom",
+            file: self.storage.describe(""),
+            source,
+        })?;
         let repairs = decide(&end, self.config.segment_len_max, fresh_log_id).map_err(
             |SealDoesNotFit {
                  segment,

@@ -2,12 +2,10 @@
 //! group-commits it to the active segment with one write and one fdatasync
 //! per batch, rolling to a new segment when the active one is full.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chain::{BatchHasher, Digest, Head};
 use crate::checkpoint::Checkpointer;
@@ -253,15 +251,10 @@ impl Drop for LeaderGuard<'_> {
     }
 }
 
-/// A random identity for a new log.
-pub(crate) fn new_log_id() -> u64 {
-    let mut hasher = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    hasher.write_u128(nanos);
-    hasher.write_u32(std::process::id());
-    hasher.finish()
+/// A random identity for a new log, from the operating system's random
+/// source.
+pub(crate) fn new_log_id() -> io::Result<u64> {
+    Ok(getrandom::u64()?)
 }
 
 /// What a writer starts from: the segment it appends to, the checkpoint

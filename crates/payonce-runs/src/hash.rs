@@ -2,7 +2,8 @@
 //! runs, so that nobody choosing names can pile them into one block or
 //! aim them at a filter's set bits.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::Hasher;
+use std::io;
 
 use siphasher::sip::SipHasher13;
 
@@ -28,11 +29,13 @@ impl HashKey {
         HashKey { k0, k1 }
     }
 
-    /// A key drawn from the process's random source (the one std's hash
-    /// maps are keyed by).
-    pub fn random() -> HashKey {
-        let random = RandomState::new();
-        HashKey::new(random.hash_one(0u8), random.hash_one(1u8))
+    /// A key drawn from the operating system's random source.
+    ///
+    /// # Errors
+    ///
+    /// When the operating system cannot give random bytes.
+    pub fn random() -> io::Result<HashKey> {
+        Ok(HashKey::new(getrandom::u64()?, getrandom::u64()?))
     }
 
     /// The hash of a primary name: SipHash-1-3 of the byte 0 then the name.

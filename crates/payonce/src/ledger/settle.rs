@@ -182,10 +182,10 @@ impl Ledger {
         let _one_at_a_time = settle.taking.lock().map_err(|_| LedgerError::Poisoned)?;
         let copy = self.settled_copy()?;
         let seq = copy.last_seq();
-        let hash_key = copy
-            .settled()
-            .and_then(|settled| settled.runs.hash_key())
-            .unwrap_or_else(crate::snapshot::runs::drawn_hash_key);
+        let hash_key = match copy.settled().and_then(|settled| settled.runs.hash_key()) {
+            Some(key) => key,
+            None => crate::snapshot::runs::drawn_hash_key().map_err(LedgerError::Snapshot)?,
+        };
         let Some((run, slots)) = write_new_run(&copy, hash_key, &*settle.runs)? else {
             // Pairs read back since may leave all the same.
             settle.keep_under(&mut self.lock_state()?.state);

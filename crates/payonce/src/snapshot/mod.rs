@@ -127,9 +127,10 @@ pub(crate) fn take(
         state.last_seq()
     );
     let settled = state.settled();
-    let hash_key = settled
-        .and_then(|settled| settled.runs.hash_key())
-        .unwrap_or_else(runs::drawn_hash_key);
+    let hash_key = match settled.and_then(|settled| settled.runs.hash_key()) {
+        Some(key) => key,
+        None => runs::drawn_hash_key()?,
+    };
     let new_run = write_new_run(state, hash_key, runs)?;
     let mut entries: Vec<RunEntry> = new_run.iter().map(|(run, _)| entry_of(run)).collect();
     if let Some(settled) = settled {

@@ -30,12 +30,16 @@ pub(crate) fn with_hash_key<T>(key: HashKey, write: impl FnOnce() -> T) -> T {
 
 /// The hash key of a new set of runs: drawn from the process's random
 /// source, so nobody choosing keys or ids can pile them into one block.
-pub(crate) fn drawn_hash_key() -> HashKey {
+pub(crate) fn drawn_hash_key() -> Result<HashKey, SnapshotError> {
     #[cfg(test)]
     if let Some(key) = HASH_KEY.with(std::cell::Cell::get) {
-        return key;
+        return Ok(key);
     }
-    HashKey::random()
+    HashKey::random().map_err(|source| SnapshotError::Io {
+        op: "getrandom",
+        file: "a new set of runs' hash key".to_owned(),
+        source,
+    })
 }
 
 /// The runs `manifest` names, opened from `store`, bound to their entries,
