@@ -4,11 +4,14 @@
 //! can say when something happened. Timestamps are UTC nanoseconds since the
 //! Unix epoch and print as RFC 3339.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ::time::OffsetDateTime;
+use ::time::format_description::well_known::Rfc3339;
 use serde::{Deserialize, Serialize};
 
 /// A moment, in nanoseconds since 1970-01-01T00:00:00Z.
@@ -17,9 +20,6 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(transparent)]
 pub struct Timestamp(u64);
-
-const NANOS_PER_SECOND: u64 = 1_000_000_000;
-const SECONDS_PER_DAY: u64 = 86_400;
 
 impl Timestamp {
     /// The last moment a `Timestamp` holds: 2554-07-21T23:34:33.709551615Z.
@@ -53,63 +53,15 @@ impl Timestamp {
     }
 }
 
-/// Days since 1970-01-01 to a civil date (proleptic Gregorian), after
-/// Howard Hinnant's `civil_from_days`.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    // Ranges: month 1..=12, day 1..=31, by construction.
-    (year, month as u32, day as u32)
-}
-
-/// A civil date to days since 1970-01-01, after Howard Hinnant's
-/// `days_from_civil`.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let month = i64::from(month);
-    let day_of_year =
-        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 impl fmt::Display for Timestamp {
     /// RFC 3339 in UTC, with the fraction of a second only when there is one:
     /// `2026-11-30T12:03:07Z`, `2026-11-30T12:03:07.25Z`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let seconds = self.0 / NANOS_PER_SECOND;
-        let nanos = self.0 % NANOS_PER_SECOND;
-        let days = (seconds / SECONDS_PER_DAY) as i64;
-        let second_of_day = seconds % SECONDS_PER_DAY;
-        let (year, month, day) = civil_from_days(days);
-        let (hour, minute, second) = (
-            second_of_day / 3600,
-            second_of_day / 60 % 60,
-            second_of_day % 60,
-        );
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}"
-        )?;
-        if nanos != 0 {
-            let fraction = format!("{nanos:09}");
-            write!(f, ".{}", fraction.trim_end_matches('0'))?;
-        }
-        f.write_str("Z")
+        // Every u64 of nanoseconds is a moment before the year 2555, which
+        // `time` holds and RFC 3339 prints.
+        let moment = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0))
+            .map_err(|_| fmt::Error)?;
+        f.write_str(&moment.format(&Rfc3339).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -169,75 +121,28 @@ fn bounded(text: &str) -> String {
     text[..end].to_owned()
 }
 
-/// The fields of an RFC 3339 text, each in its range, not yet a moment.
-struct Civil {
-    year: u64,
-    month: u64,
-    day: u64,
-    second_of_day: u64,
-    nanos: u64,
-    offset_seconds: i64,
-}
-
-impl Civil {
-    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `None` when any
-    /// part is malformed or out of its field's range.
-    fn parse(text: &str) -> Option<Civil> {
-        let bytes = text.as_bytes();
-        if bytes.len() < 20 || bytes.len() > 40 || !text.is_ascii() {
-            return None;
-        }
-        let number = |range: std::ops::Range<usize>| -> Option<u64> {
-            let part = &text[range];
-            part.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| part.parse().ok())
-                .flatten()
-        };
-        let separators_ok = bytes[4] == b'-'
-            && bytes[7] == b'-'
-            && matches!(bytes[10], b'T' | b't' | b' ')
-            && bytes[13] == b':'
-            && bytes[16] == b':';
-        if !separators_ok {
-            return None;
-        }
-        let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-        let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-        let (nanos, rest) = fraction(&text[19..])?;
-        let offset_seconds = utc_offset_seconds(rest)?;
-        let days_in_month = match month {
-            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-            4 | 6 | 9 | 11 => 30,
-            2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-            2 => 28,
-            _ => return None,
-        };
-        // A leap second (:60) is read as the last second of the minute.
-        if day == 0 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
-            return None;
-        }
-        let second_of_day = hour * 3600 + minute * 60 + second.min(59);
-        Some(Civil {
-            year,
-            month,
-            day,
-            second_of_day,
-            nanos,
-            offset_seconds,
-        })
+/// `text` as the `time` crate's RFC 3339 parser takes it, when it holds
+/// to the rules that parser leaves open: `T`, `t` or a space between date
+/// and time, at most 9 digits of fraction, and a leap second (`:60`) read
+/// as the last second of its minute.
+fn rfc3339_text(text: &str) -> Option<Cow<'_, str>> {
+    let bytes = text.as_bytes();
+    if bytes.len() < 20 || bytes.len() > 40 || !text.is_ascii() {
+        return None;
     }
-
-    /// The moment, when a `Timestamp` holds it.
-    fn moment(&self) -> Option<Timestamp> {
-        // Ranges: year < 10_000, month 1..=12, day 1..=31, by parse.
-        let days = days_from_civil(self.year as i64, self.month as u32, self.day as u32);
-        let local = days * SECONDS_PER_DAY as i64 + self.second_of_day as i64;
-        let utc = u64::try_from(local - self.offset_seconds).ok()?;
-        utc.checked_mul(NANOS_PER_SECOND)
-            .and_then(|n| n.checked_add(self.nanos))
-            .map(Timestamp)
+    if !matches!(bytes[10], b'T' | b't' | b' ') {
+        return None;
     }
+    let fraction_digits = text[19..].strip_prefix('.').map_or(0, |fraction| {
+        fraction.bytes().take_while(u8::is_ascii_digit).count()
+    });
+    if fraction_digits > 9 {
+        return None;
+    }
+    if &text[17..19] == "60" {
+        return Some(Cow::Owned(format!("{}59{}", &text[..17], &text[19..])));
+    }
+    Some(Cow::Borrowed(text))
 }
 
 impl FromStr for Timestamp {
@@ -247,47 +152,16 @@ impl FromStr for Timestamp {
     /// space between date and time. A well-formed time outside the range a
     /// `Timestamp` holds is told apart from a malformed one.
     fn from_str(text: &str) -> Result<Self, TimestampError> {
-        let civil = Civil::parse(text).ok_or_else(|| TimestampError::Malformed {
-            text: bounded(text),
-        })?;
-        civil.moment().ok_or_else(|| TimestampError::OutOfRange {
-            text: bounded(text),
-        })
-    }
-}
-
-/// The nanoseconds of an optional `.fraction` (1 to 9 digits) at the start
-/// of `rest`, and what follows it.
-fn fraction(rest: &str) -> Option<(u64, &str)> {
-    let Some(fraction) = rest.strip_prefix('.') else {
-        return Some((0, rest));
-    };
-    let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 || digits > 9 {
-        return None;
-    }
-    let nanos = fraction[..digits].parse::<u64>().ok()? * 10u64.pow(9 - digits as u32);
-    Some((nanos, &fraction[digits..]))
-}
-
-/// The offset from UTC `rest` names, `Z` or `±HH:MM`, in seconds.
-fn utc_offset_seconds(rest: &str) -> Option<i64> {
-    match rest.as_bytes() {
-        [b'Z' | b'z'] => Some(0),
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digits = [*h1, *h2, *m1, *m2];
-            if !digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
-            let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
-            if hours > 23 || minutes > 59 {
-                return None;
-            }
-            let magnitude = hours * 3600 + minutes * 60;
-            Some(if *sign == b'+' { magnitude } else { -magnitude })
-        }
-        _ => None,
+        let moment = rfc3339_text(text)
+            .and_then(|text| OffsetDateTime::parse(&text, &Rfc3339).ok())
+            .ok_or_else(|| TimestampError::Malformed {
+                text: bounded(text),
+            })?;
+        u64::try_from(moment.unix_timestamp_nanos())
+            .map(Timestamp)
+            .map_err(|_| TimestampError::OutOfRange {
+                text: bounded(text),
+            })
     }
 }
 
