@@ -1,13 +1,16 @@
-//! Durations as operators type them (`30m`, `2h`, `45s`, `1d`, `1h30m`), and
-//! ages as they read them.
+//! Durations as operators type them (`30m`, `2h`, `45s`, `1d`, `1h30m`,
+//! `2 hours`: humantime's units), and ages as they read them.
 
 use std::time::Duration;
+
+use humantime::DurationError;
 
 /// Longest duration text accepted, in bytes; checked before parsing.
 pub const DURATION_TEXT_LEN_MAX: usize = 32;
 
-/// Parses a duration: one or more `<digits><unit>` parts, unit `s`, `m`,
-/// `h` or `d`, such as `30m`, `2h`, `45s`, `1d` or `1h30m`.
+/// Parses a duration: one or more `<digits><unit>` parts, such as `30m`,
+/// `2h`, `45s`, `1d` or `1h30m`, with humantime's units (`ms`, `min`,
+/// `hours`, `w`, ...).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let refuse = |why: &str| {
         format!(
@@ -15,43 +18,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             text.chars().take(DURATION_TEXT_LEN_MAX).collect::<String>()
         )
     };
-    if text.is_empty() {
-        return Err(refuse("it is empty"));
-    }
     if text.len() > DURATION_TEXT_LEN_MAX {
         return Err(refuse("it is too long"));
     }
-    let mut seconds: u64 = 0;
-    let mut digits = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit: u64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(refuse("unknown unit")),
-        };
-        if digits.is_empty() {
-            return Err(refuse("a unit without a number"));
-        }
-        let part = digits
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(unit))
-            .ok_or_else(|| refuse("it is too large"))?;
-        seconds = seconds
-            .checked_add(part)
-            .ok_or_else(|| refuse("it is too large"))?;
-        digits.clear();
-    }
-    if !digits.is_empty() {
-        return Err(refuse("a number without a unit"));
-    }
-    Ok(Duration::from_secs(seconds))
+    humantime::parse_duration(text).map_err(|error| {
+        refuse(match error {
+            DurationError::Empty => "it is empty",
+            DurationError::NumberExpected(at)
+                if text
+                    .get(at..)
+                    .is_some_and(|rest| rest.starts_with(char::is_alphabetic)) =>
+            {
+                "a unit without a number"
+            }
+            DurationError::UnknownUnit { unit, .. } if unit.is_empty() => "a number without a unit",
+            DurationError::UnknownUnit { .. } => "unknown unit",
+            DurationError::NumberExpected(_) | DurationError::InvalidCharacter(_) => {
+                "unknown unit or character"
+            }
+            DurationError::NumberOverflow => "it is too large",
+        })
+    })
 }
 
 /// An age in the two largest units that matter: `3d 4h`, `2h 5m`, `7m 3s`,
@@ -95,6 +82,9 @@ mod tests {
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("2 hours"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
     }
 
     // Guards against silently accepting a duration that means nothing.
