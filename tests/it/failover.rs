@@ -155,7 +155,7 @@ fn how_far(message: &str) -> (u64, u64, u64) {
 
 #[test]
 fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_the_runbook() {
-    // Guards against workers appending to a promoted standby that lacks commits they saw (a retry would be sent twice), a refusal that does not say how far the log went back, a pinned head that does not report the loss, and a runbook (docs/postgres.md) whose steps do not repair it.
+    // Guards against workers appending to a promoted standby that lacks commits they saw (a retry would be sent twice), a refusal that does not say how far the log went back, an expected head whose loss is not reported, and a runbook (docs/postgres.md) whose steps do not repair it.
     let Some(mut pair) = Pair::start(Replication::Asynchronous) else {
         return;
     };
@@ -173,9 +173,9 @@ fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_
     let shipped = payonce_postgres::head(&url).unwrap();
     fleet.round(&lost);
     told.add(&fleet.finish_round());
-    // An auditor pins the head before the failover.
-    let pinned = payonce_postgres::head(&url).unwrap();
-    assert!(pinned.seq > shipped.seq);
+    // An auditor keeps the head before the failover.
+    let kept = payonce_postgres::head(&url).unwrap();
+    assert!(kept.seq > shipped.seq);
     let sent_before = fleet.sends();
     pair.kill_and_promote();
 
@@ -189,7 +189,7 @@ fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_
     for (key, message) in &refused.rewound {
         let (read, end, short) = how_far(message);
         assert_eq!(end, shipped.seq, "{key}: {message}");
-        assert!(read > end && read <= pinned.seq, "{key}: {message}");
+        assert!(read > end && read <= kept.seq, "{key}: {message}");
         assert_eq!(short, read - end, "{message}");
     }
     assert_eq!(
@@ -198,33 +198,33 @@ fn an_asynchronous_failover_that_loses_commits_is_refused_shown_and_repaired_by_
         "a send while the workers refuse"
     );
     fleet.stop();
-    runbook(&url, &pinned, &shipped, &sent_before, &told, &lost);
+    runbook(&url, &kept, &shipped, &sent_before, &told, &lost);
 }
 
 /// The runbook of docs/postgres.md ("Replication and failover"), step by
 /// step from step 2, after an asynchronous failover that lost the commits
-/// after `shipped`; `pinned` was pinned before it.
+/// after `shipped`; `kept` is the head an auditor kept before it.
 fn runbook(
     url: &str,
-    pinned: &Head,
+    kept: &Head,
     shipped: &Head,
     sent: &[(String, String)],
     told: &Told,
     lost_round: &[WithdrawalRequest],
 ) {
-    // Step 2: `payonce head URL --pinned` reports the pinned head gone,
-    // and `payonce head URL` where the log now ends.
-    let (code, out) = payonce(&["head", url, "--pinned", &pinned.to_string()]);
+    // Step 2: `payonce head URL --expect-head` reports the kept head
+    // gone, and `payonce head URL` where the log now ends.
+    let (code, out) = payonce(&["head", url, "--expect-head", &kept.to_string()]);
     assert_eq!(
         code,
         payonce_cli::EXIT_PROBLEM,
-        "payonce head --pinned: {out}"
+        "payonce head --expect-head: {out}"
     );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.first(), Some(&shipped.to_string().as_str()), "{out}");
-    let expected = format!("no batch of the log ends at event {}", pinned.seq);
+    let expected = format!("no batch of the log ends at event {}", kept.seq);
     assert!(
-        lines[1].starts_with("PINNED HEAD NOT FOUND") && lines[1].contains(&expected),
+        lines[1].starts_with("EXPECTED HEAD NOT FOUND") && lines[1].contains(&expected),
         "{out}"
     );
     let (code, out) = payonce(&["head", url]);
@@ -237,9 +237,9 @@ fn runbook(
     eprintln!(
         "asynchronous failover: {} events lost ({} to {}), {} acknowledged claims whose send \
          ran lost, and as many outcomes told",
-        pinned.seq - shipped.seq,
+        kept.seq - shipped.seq,
         shipped.seq + 1,
-        pinned.seq,
+        kept.seq,
         lost.len(),
     );
     // Step 4: each lost send recorded under its key with the rail's
@@ -251,8 +251,8 @@ fn runbook(
         ops.submit(key, request, recorded).unwrap();
     }
     drop(ops);
-    // Step 5: pin the new head, start the workers again; clients retry.
-    let repinned = payonce_postgres::head(url).unwrap();
+    // Step 5: keep the new head, start the workers again; clients retry.
+    let kept_again = payonce_postgres::head(url).unwrap();
     let mut fleet = Fleet::start(worker_bin(), url, WORKERS, THREADS);
     fleet.round(lost_round);
     let mut again = Told::default();
@@ -271,10 +271,10 @@ fn runbook(
     assert_verify_clean(url);
     let (report, head) = payonce_postgres::verify(url).unwrap();
     assert!(report.is_clean(), "{:?}", report.divergences);
-    fleet::check(&report.state, sent, &again, &[repinned], |seq| {
+    fleet::check(&report.state, sent, &again, &[kept_again], |seq| {
         payonce_postgres::head_through(url, seq).unwrap().1
     });
-    assert!(head.seq > repinned.seq);
+    assert!(head.seq > kept_again.seq);
 }
 
 /// The sends (withdrawal, key) whose claim the log at `url` lost, checked

@@ -97,11 +97,11 @@ pub enum CliCommand {
     ///
     /// Verifies every checksum and the digest chain on the way. Keep the
     /// head somewhere the ledger's disk (or database) cannot reach;
-    /// `--pinned`, or `payonce verify --expect-head` on a directory, later
+    /// `--expect-head`, here or on `payonce verify` for a directory, later
     /// proves the log still holds it, unchanged. Exit code 1 if the log
     /// ends in a torn tail (the head is then the last one before it), or
-    /// if a PostgreSQL ledger no longer passes through the pinned head; 4
-    /// if a directory's log does not hold it.
+    /// if a PostgreSQL ledger no longer passes through the expected head;
+    /// 4 if a directory's log does not hold it.
     #[command(after_help = format!("{AUDIT_NOTE}\n\n{EXIT_CODES}"))]
     Head(HeadArgs),
     /// Every event that touched a request key or a withdrawal, in order,
@@ -301,10 +301,27 @@ pub struct HeadArgs {
     /// A head printed earlier, `SEQ:DIGEST`: check the log still passes
     /// through it (on a directory, as `verify --expect-head` does).
     #[arg(long, value_name = "SEQ:DIGEST")]
+    pub expect_head: Option<Head>,
+    /// The former name of `--expect-head`, deprecated: it still works,
+    /// with a warning.
+    #[arg(
+        long,
+        value_name = "SEQ:DIGEST",
+        hide = true,
+        conflicts_with = "expect_head"
+    )]
     pub pinned: Option<Head>,
     /// Print the head as one JSON object (directories only).
     #[arg(long)]
     pub json: bool,
+}
+
+impl HeadArgs {
+    /// The head to check the log against, under its name or its
+    /// deprecated one.
+    pub fn expected_head(&self) -> Option<Head> {
+        self.expect_head.or(self.pinned)
+    }
 }
 
 /// `payonce history`.

@@ -37,12 +37,19 @@ pub(crate) fn head(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Status, CliError> {
+    if args.pinned.is_some() {
+        writeln!(
+            err,
+            "warning: --pinned is deprecated; it is now --expect-head, the same check"
+        )
+        .map_err(CliError::output)?;
+    }
     if crate::postgres_url::as_url(&args.dir).is_some() {
         return shared::head(args, out);
     }
     let mut log = open_log(&args.dir, env.progress_for(args.json))?;
-    if let Some(pinned) = args.pinned {
-        log.require(pinned)?;
+    if let Some(expected) = args.expected_head() {
+        log.require(expected)?;
     }
     let walked = log.walk(1, |_, _| Ok(ControlFlow::Continue(())))?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;

@@ -184,7 +184,7 @@ impl LogDir {
 
     /// Requires every walk from the first event to pass `head`: the log
     /// must hold it unchanged, or the walk fails as damage. A PostgreSQL
-    /// ledger checks a pinned head with `payonce head URL --pinned`.
+    /// ledger checks an expected head with `payonce head URL --expect-head`.
     pub(crate) fn require(&mut self, head: Head) -> Result<(), CliError> {
         match &mut self.source {
             Source::Files { event_log, .. } => {
@@ -193,8 +193,8 @@ impl LogDir {
             }
             Source::Postgres(_) => Err(CliError::Usage {
                 message: format!(
-                    "{} is a PostgreSQL ledger: check a pinned head with `payonce head URL \
-                     --pinned SEQ:DIGEST`",
+                    "{} is a PostgreSQL ledger: check an expected head with `payonce head \
+                     URL --expect-head SEQ:DIGEST`",
                     self.dir.display()
                 ),
             }),

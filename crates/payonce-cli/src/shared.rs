@@ -1,6 +1,6 @@
 //! The commands only a PostgreSQL ledger has: `migrate`, which applies the
 //! schema, `end-session`, an operator's "this worker is gone", and `head`,
-//! the chain's head to pin outside the database.
+//! the chain's head to keep outside the database.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,35 +79,35 @@ pub(crate) fn end_session(
     Ok(Status::Clean)
 }
 
-/// `payonce head URL [--pinned SEQ:DIGEST]`.
+/// `payonce head URL [--expect-head SEQ:DIGEST]`.
 pub(crate) fn head(args: &HeadArgs, out: &mut dyn Write) -> Result<Status, CliError> {
     let url = args.dir.to_str().unwrap_or_default();
     let shown = url_argument(url)?;
-    let pinned = args.pinned;
+    let expected = args.expected_head();
     let read = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
-    let Some(pinned) = pinned else {
+    let Some(expected) = expected else {
         let head = payonce_postgres::head(url).map_err(read)?;
         writeln!(out, "{head}").map_err(CliError::output)?;
         return Ok(Status::Clean);
     };
-    let (head, found) = payonce_postgres::head_through(url, pinned.seq).map_err(read)?;
+    let (head, found) = payonce_postgres::head_through(url, expected.seq).map_err(read)?;
     writeln!(out, "{head}").map_err(CliError::output)?;
     let line = match found {
-        Some(found) if found == pinned => {
-            format!("the log passes through the pinned head {pinned}")
+        Some(found) if found == expected => {
+            format!("the log passes through the expected head {expected}")
         }
         Some(found) => format!(
-            "PINNED HEAD NOT FOUND: the batch ending at {} has digest {}, not {}: the log was \
-             rewritten",
-            pinned.seq, found.digest, pinned.digest
+            "EXPECTED HEAD NOT FOUND: the batch ending at {} has digest {}, not {}: the log \
+             was rewritten",
+            expected.seq, found.digest, expected.digest
         ),
         None => format!(
-            "PINNED HEAD NOT FOUND: no batch of the log ends at event {}: the log was rewound \
-             or rewritten",
-            pinned.seq
+            "EXPECTED HEAD NOT FOUND: no batch of the log ends at event {}: the log was \
+             rewound or rewritten",
+            expected.seq
         ),
     };
-    info!(%head, %pinned, kept = found == Some(pinned), "head checked against a pin");
+    info!(%head, %expected, kept = found == Some(expected), "head checked against the expected one");
     writeln!(out, "{line}").map_err(CliError::output)?;
-    Ok(Status::problem_if(found != Some(pinned)))
+    Ok(Status::problem_if(found != Some(expected)))
 }

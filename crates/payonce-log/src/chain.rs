@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_malformed_head_is_refused_saying_what_is_wrong() {
-        // Guards against a mistyped pinned head being read as some other head.
+        // Guards against a mistyped expected head being read as some other head.
         let digest = "9f".repeat(32);
         assert_eq!("1042".parse::<Head>(), Err(HeadParseError::NoColon));
         assert_eq!(

@@ -89,7 +89,7 @@ pub enum LogError {
         max: u64,
     },
     /// The log does not reach a head it must contain: its checkpoint's, its
-    /// witness's, or one pinned by the caller. It was cut (records that
+    /// witness's, or one the caller expects. It was cut (records that
     /// were durable are gone), or restored from an older copy. Nothing was
     /// changed.
     MissingHead {
@@ -184,7 +184,7 @@ pub enum HeadSource {
     /// The witness the log was opened with.
     Witness,
     /// The caller, such as `payonce verify --expect-head`.
-    Pinned,
+    Expected,
     /// A snapshot of what the records mean, which a reader of the log
     /// keeps beside it and which names the head it was taken at.
     Snapshot,
@@ -196,7 +196,7 @@ impl HeadSource {
         match self {
             HeadSource::Checkpoint => "its checkpoint's head",
             HeadSource::Witness => "its witness's head",
-            HeadSource::Pinned => "the expected head",
+            HeadSource::Expected => "the expected head",
             HeadSource::Snapshot => "its snapshot's head",
         }
     }
@@ -207,7 +207,7 @@ impl fmt::Display for HeadSource {
         f.write_str(match self {
             HeadSource::Checkpoint => "its checkpoint",
             HeadSource::Witness => "its witness",
-            HeadSource::Pinned => "the expected head",
+            HeadSource::Expected => "the expected head",
             HeadSource::Snapshot => "its snapshot",
         })
     }

@@ -46,7 +46,7 @@ impl LogReader {
         }
     }
 
-    /// Requires every read from the first record to pass `head`, pinned by
+    /// Requires every read from the first record to pass `head`, expected by
     /// the caller (an auditor's copy of an earlier `payonce head`): such a
     /// read refuses a log that ends before it ([`LogError::MissingHead`])
     /// or holds another batch there ([`LogError::HeadMismatch`]), which
@@ -86,7 +86,7 @@ impl LogReader {
         let mut cursor = Cursor::starting_at(self.storage.clone(), &self.config, segments, seq)?;
         if seq <= 1 {
             for &head in &self.required {
-                cursor.require(HeadSource::Pinned, head)?;
+                cursor.require(HeadSource::Expected, head)?;
             }
         }
         Ok(Records {

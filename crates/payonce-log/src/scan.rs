@@ -831,7 +831,7 @@ impl Cursor {
                 ),
             ));
         }
-        // A read from the first record (verify, an audit, a pinned head)
+        // A read from the first record (verify, an audit, an expected head)
         // recomputes every digest. Opening for writing trusts the digest a
         // batch header holds, which its checksum covers against accidents:
         // what it checks, the checkpoint's and a witness's heads, are

@@ -230,8 +230,8 @@ pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
 
 /// The head of the ledger at `url`, and the head of its batch that ends
 /// at event `seq` (`None` if none does), from one read view with
-/// every batch's chain checked: what `payonce head URL --pinned` compares
-/// a head pinned earlier with.
+/// every batch's chain checked: what `payonce head URL --expect-head`
+/// compares a head kept earlier with.
 pub fn head_through(url: &str, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
     ReadView::open(url)?.head_through(seq)
 }
@@ -251,7 +251,7 @@ pub fn head_at(url: &str, seq: u64) -> Result<Option<Head>, StoreError> {
 
 /// The head of the ledger at `url`: the last committed batch's last
 /// sequence number and chain digest, after checking the whole chain. What
-/// `payonce head URL` prints, to pin the log outside the database.
+/// `payonce head URL` prints, to keep outside the database.
 pub fn head(url: &str) -> Result<Head, StoreError> {
     let mut view = ReadView::open(url)?;
     view.walk(|_, _| Ok::<_, StoreError>(ControlFlow::Continue(())))

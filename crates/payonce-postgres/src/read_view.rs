@@ -83,7 +83,7 @@ impl ReadView {
     /// The head of the whole log, every batch's chain checked, and on the
     /// way the head of the batch that ends at event `seq`: `None` if no
     /// batch ends there (the log is shorter, or `seq` is inside a batch).
-    /// What a head pinned earlier is compared with, in one read.
+    /// What a head kept earlier is compared with, in one read.
     pub fn head_through(&mut self, seq: u64) -> Result<(Head, Option<Head>), StoreError> {
         let mut through = None;
         let head = self

@@ -196,7 +196,7 @@ impl EventLog {
         })
     }
 
-    /// Requires every read from the first event to pass `head`, pinned by
+    /// Requires every read from the first event to pass `head`, expected by
     /// an auditor: such a read refuses a log that ends before it or holds
     /// another batch there, which any edit, removal, insertion or
     /// reordering of an event up to it causes, checksums recomputed or not.

@@ -676,7 +676,7 @@ fn tell_audit_commands(
     story.say(&format!("  payonce export {d}"))?;
     if story.url.is_some() {
         return story.say(&format!(
-            "  payonce head {d}    # pin it outside the database"
+            "  payonce head {d}    # keep it outside the database"
         ));
     }
     story.say(&format!(

@@ -53,7 +53,7 @@ fn head_prints_the_ledgers_durable_head_on_its_last_line() {
 
 #[test]
 fn verify_with_the_expected_head_passes_on_the_log_that_holds_it() {
-    // Guards against a pinned head refusing the genuine log, or one it has grown past.
+    // Guards against an expected head refusing the genuine log, or one it has grown past.
     let dir = tempfile::tempdir().unwrap();
     scenario(dir.path());
     let head = last_line(&payonce(&["head", &arg(dir.path())]).stdout).to_owned();

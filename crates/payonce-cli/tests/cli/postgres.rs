@@ -169,8 +169,8 @@ fn the_demo_on_postgres_races_worker_processes_and_leaves_a_clean_ledger() {
 }
 
 #[test]
-fn head_prints_the_chain_head_and_checks_a_pinned_one() {
-    // Guards against a head that does not pin the log: a pin the log no longer passes through must fail.
+fn head_prints_the_chain_head_and_checks_an_expected_one() {
+    // Guards against a head check that passes a log which no longer passes through the expected head.
     let Some(url) = payonce_postgres::cluster::test_database() else {
         return;
     };
@@ -180,35 +180,45 @@ fn head_prints_the_chain_head_and_checks_a_pinned_one() {
     worker.submit("k-1", &paid, |r| Ok(sent(r, "0x1"))).unwrap();
     let head = payonce(&["head", &url]);
     assert_eq!(head.code, 0, "{}", head.stderr);
-    let pinned = head.stdout.trim().to_owned();
-    assert_eq!(pinned, payonce_postgres::head(&url).unwrap().to_string());
-    let (seq, digest) = pinned.split_once(':').unwrap();
+    let kept = head.stdout.trim().to_owned();
+    assert_eq!(kept, payonce_postgres::head(&url).unwrap().to_string());
+    let (seq, digest) = kept.split_once(':').unwrap();
     assert_eq!(digest.len(), 64);
 
-    // More events: the log still passes through the pin.
+    // More events: the log still passes through the expected head.
     let more = new_withdrawal(&worker, "30");
     worker.submit("k-2", &more, |r| Ok(sent(r, "0x2"))).unwrap();
-    let later = payonce(&["head", &url, "--pinned", &pinned]);
+    let later = payonce(&["head", &url, "--expect-head", &kept]);
     assert_eq!(later.code, 0, "{}", later.stdout);
-    assert_ne!(later.stdout.lines().next().unwrap(), pinned);
-    assert!(later.stdout.contains("passes through the pinned head"));
+    assert_ne!(later.stdout.lines().next().unwrap(), kept);
+    assert!(later.stdout.contains("passes through the expected head"));
+    assert!(later.stderr.is_empty(), "{}", later.stderr);
+    // The flag's former name still works, and says it is deprecated.
+    let former = payonce(&["head", &url, "--pinned", &kept]);
+    assert_eq!(former.code, 0, "{}", former.stdout);
+    assert!(former.stdout.contains("passes through the expected head"));
+    assert!(
+        former.stderr.contains("--pinned is deprecated"),
+        "{}",
+        former.stderr
+    );
 
-    // A pin whose digest the log does not have, or at no batch's end.
+    // A head whose digest the log does not have, or at no batch's end.
     let flipped = match digest.as_bytes()[0] {
         b'0' => format!("{seq}:1{}", &digest[1..]),
         _ => format!("{seq}:0{}", &digest[1..]),
     };
     let beyond = format!("{}:{digest}", 1_000_000);
-    for pin in [flipped, beyond] {
-        let checked = payonce(&["head", &url, "--pinned", &pin]);
-        assert_eq!(checked.code, 1, "{pin}: {}", checked.stdout);
+    for wrong in [flipped, beyond] {
+        let checked = payonce(&["head", &url, "--expect-head", &wrong]);
+        assert_eq!(checked.code, 1, "{wrong}: {}", checked.stdout);
         assert!(
-            checked.stdout.contains("PINNED HEAD NOT FOUND"),
+            checked.stdout.contains("EXPECTED HEAD NOT FOUND"),
             "{}",
             checked.stdout
         );
     }
-    let bad = payonce(&["head", &url, "--pinned", "12:zz"]);
+    let bad = payonce(&["head", &url, "--expect-head", "12:zz"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     let dir = tempfile::tempdir().unwrap();
     let not_url = payonce(&["head", dir.path().to_str().unwrap()]);

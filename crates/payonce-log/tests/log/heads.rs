@@ -1,4 +1,4 @@
-//! Heads a log must contain: its checkpoint's, a witness's, and one pinned
+//! Heads a log must contain: its checkpoint's, a witness's, and one expected
 //! by the caller. A log that ends before one is refused naming both heads;
 //! one that holds another batch there (an edit, even with every checksum
 //! recomputed) is refused as a mismatch.
@@ -236,7 +236,7 @@ fn a_torn_batch_after_the_checkpoint_is_cut_and_one_before_it_is_refused() {
 }
 
 #[test]
-fn a_forged_record_with_its_crcs_recomputed_is_detected_against_a_pinned_head() {
+fn a_forged_record_with_its_crcs_recomputed_is_detected_against_an_expected_head() {
     // Guards against an edit of an old record (an amount, a destination) passing an audit because every checksum verifies.
     on_both(|env| {
         let head = closed_log(env, &small_config(), 20);
@@ -253,11 +253,11 @@ fn a_forged_record_with_its_crcs_recomputed_is_detected_against_a_pinned_head() 
             log.append_durable(&bytes).unwrap();
         }
         drop(log);
-        // Unpinned, it verifies clean: CRCs do not detect edits.
+        // With no head expected, it verifies clean: CRCs do not detect edits.
         let (read, scanned) = read_payloads(forged.storage.clone(), &small_config());
         assert!(scanned.is_ok());
         assert_eq!(read.len(), 20);
-        // Pinned to the head the auditor kept, it is refused.
+        // Against the head the auditor kept, it is refused.
         let mut reader = LogReader::open(forged.storage.clone(), small_config()).unwrap();
         reader.require(head);
         let error = reader.scan(|_| Ok::<(), ()>(())).unwrap_err();
@@ -270,9 +270,12 @@ fn a_forged_record_with_its_crcs_recomputed_is_detected_against_a_pinned_head() 
         else {
             panic!("{error:?}");
         };
-        assert_eq!((from, expected, found.seq), (HeadSource::Pinned, head, 20));
+        assert_eq!(
+            (from, expected, found.seq),
+            (HeadSource::Expected, head, 20)
+        );
         assert_ne!(found.digest, head.digest);
-        // The genuine log passes the same pin, and any earlier head of it.
+        // The genuine log passes the same head, and any earlier head of it.
         let mut reader = LogReader::open(env.storage.clone(), small_config()).unwrap();
         reader.require(head);
         reader.require(head_of_single_batches(7));
@@ -281,8 +284,8 @@ fn a_forged_record_with_its_crcs_recomputed_is_detected_against_a_pinned_head() 
 }
 
 #[test]
-fn removing_inserting_or_reordering_records_is_detected_against_a_pinned_head() {
-    // Guards against a rewritten history that keeps the last record's place passing the pin.
+fn removing_inserting_or_reordering_records_is_detected_against_an_expected_head() {
+    // Guards against a rewritten history that keeps the last record's place passing the expected head.
     on_both(|env| {
         let head = closed_log(env, &small_config(), 20);
         let histories: [Vec<Vec<u8>>; 3] = [
@@ -329,7 +332,7 @@ fn removing_inserting_or_reordering_records_is_detected_against_a_pinned_head() 
 }
 
 #[test]
-fn a_pinned_head_the_log_has_not_reached_is_refused() {
+fn an_expected_head_the_log_has_not_reached_is_refused() {
     // Guards against `verify --expect-head` passing a log restored from before the head was taken.
     on_both(|env| {
         let (log, _) = Log::open(env.storage.clone(), small_config()).unwrap();
@@ -347,7 +350,7 @@ fn a_pinned_head_the_log_has_not_reached_is_refused() {
         assert!(matches!(
             reader.scan(|_| Ok::<(), ()>(())),
             Err(OpenError::Log(LogError::MissingHead {
-                from: HeadSource::Pinned,
+                from: HeadSource::Expected,
                 ..
             }))
         ));

@@ -175,8 +175,8 @@ fn a_worker_refuses_a_log_an_asynchronous_failover_rewound_and_says_how_far() {
     let (report, head) = payonce_postgres::verify(&url).unwrap();
     assert_eq!(head.seq, shipped);
     assert_eq!(report.state.claimed_by(lost.id()), None, "the lost claim");
-    let (_, pinned) = payonce_postgres::head_through(&url, seen.seq).unwrap();
-    assert_eq!(pinned, None, "a head pinned before the failover is gone");
+    let (_, kept) = payonce_postgres::head_through(&url, seen.seq).unwrap();
+    assert_eq!(kept, None, "a head kept before the failover is gone");
     // A process started afresh reads the promoted log as it is.
     drop(ledger);
     let fresh = payonce_postgres::open(&url, "api-1", Config::default()).unwrap();

@@ -1018,7 +1018,7 @@ impl Ledger {
     /// and the chain digest of its batch, `SEQ:DIGEST` when printed. An
     /// auditor who keeps it can later check that the log still holds it,
     /// unchanged (`payonce verify --expect-head`, or `payonce head URL
-    /// --pinned`). On a shared log, the head of the last batch this
+    /// --expect-head`). On a shared log, the head of the last batch this
     /// process read or committed.
     pub fn head(&self) -> Result<Head, LedgerError> {
         match &self.inner.store {
