@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 
 use crate::copy::{CopyRows, Fields, int8};
 use crate::error::damaged;
-use crate::session::Session;
+use crate::pipeline::Pipeline;
 use payonce::StoreError;
 use payonce_log::chain::{BatchHasher, Digest, Head};
 
@@ -318,7 +318,7 @@ impl<'a> Row<'a> {
 /// the head of the last whole batch read.
 pub(crate) type VisitHead<'a> = &'a mut dyn FnMut(u64, &[u8], &Head) -> ControlFlow<()>;
 
-/// Reads every event after `follower`'s position on `session`, in one
+/// Reads every event after `follower`'s position on `conn`, in one
 /// streamed statement, following the chain: hands `visit` each event with
 /// the head of the last whole batch read (its own batch's, if it ends
 /// one), until the last or until `visit` breaks, and then refuses a log
@@ -327,13 +327,13 @@ pub(crate) type VisitHead<'a> = &'a mut dyn FnMut(u64, &[u8], &Head) -> ControlF
 /// read: a reader acts on what it was handed only once the scan
 /// succeeded.
 pub(crate) fn scan(
-    session: &mut Session,
+    conn: &mut Pipeline,
     follower: &mut Follower,
     visit: VisitHead<'_>,
 ) -> Result<(), StoreError> {
     let query = events_after(follower.position());
     let mut rows = CopyRows::default();
-    let flow = session.copy_out_each(&query, |message| {
+    let flow = conn.copy_out_each(&query, |message| {
         rows.read(message, &mut |fields| {
             let row = Row::from_fields(fields)?;
             follower.follow(&row)?;

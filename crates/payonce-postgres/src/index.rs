@@ -20,7 +20,7 @@ use postgres::types::Type;
 
 use crate::error::{damaged, failed};
 use crate::follow::{signed, unsigned};
-use crate::session::Session;
+use crate::pipeline::Pipeline;
 
 /// Events the migration reads at a time while it writes their rows.
 const BACKFILL_EVENTS_MAX: i64 = 65_536;
@@ -129,12 +129,12 @@ fn copy_rows(
 }
 
 /// The first `limit` events about `subject` the index lists, in order,
-/// with their bytes: read on `session` (a read view's transaction), each
+/// with their bytes: read on `conn` (a read view's transaction), each
 /// event's whole batch read with it and its chain digest checked from the
 /// digest of the batch before, so every event handed back is one the
 /// chain vouches for.
 pub(crate) fn events_about(
-    session: &mut Session,
+    conn: &mut Pipeline,
     subject: Subject<'_>,
     limit: usize,
 ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
@@ -149,13 +149,13 @@ pub(crate) fn events_about(
         ),
     };
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let listed: Vec<i64> = session
+    let listed: Vec<i64> = conn
         .query(query, &[&name, &limit])
         .map_err(failed)?
         .iter()
         .map(|row| row.get(0))
         .collect();
-    let rows = session.query(BATCHES_OF, &[&listed]).map_err(failed)?;
+    let rows = conn.query(BATCHES_OF, &[&listed]).map_err(failed)?;
     let mut batches = Vec::new();
     for row in &rows {
         let first_seq = unsigned(row.get(0));

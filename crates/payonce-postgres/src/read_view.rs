@@ -10,14 +10,14 @@ use payonce::{StoreError, Visit};
 use crate::error::failed;
 use crate::follow::{Follower, scan};
 use crate::index::{Subject, events_about};
+use crate::pipeline::Pipeline;
 use crate::reach::Target;
-use crate::session::Session;
 use payonce_log::chain::Head;
 
 /// A read view of a ledger's log: one read-only transaction, which sees
 /// one gapless prefix of it however long it stays open.
 pub struct ReadView {
-    session: Session,
+    conn: Pipeline,
 }
 
 /// Why a walk stopped: the store, or the visitor.
@@ -34,13 +34,12 @@ impl ReadView {
     /// database without a payonce schema of this build's version is
     /// refused.
     pub fn open(url: &str) -> Result<ReadView, StoreError> {
-        let mut session = crate::schema::connect(url, Target::AsGiven)?;
-        // Ended when the session goes: a read-only transaction writes
+        let mut conn = crate::schema::connect(url, Target::AsGiven)?;
+        // Ended when the connection goes: a read-only transaction writes
         // nothing to keep or undo.
-        session
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .map_err(failed)?;
-        Ok(ReadView { session })
+        Ok(ReadView { conn })
     }
 
     /// Hands `visit` every event of the read view in order, from the
@@ -50,7 +49,7 @@ impl ReadView {
     /// its events: what was visited counts only if this returns `Ok`.
     pub fn scan(&mut self, visit: Visit<'_>) -> Result<Head, StoreError> {
         let mut follower = Follower::default();
-        scan(&mut self.session, &mut follower, &mut |seq, payload, _| {
+        scan(&mut self.conn, &mut follower, &mut |seq, payload, _| {
             visit(seq, payload)
         })?;
         Ok(follower.head)
@@ -67,7 +66,7 @@ impl ReadView {
         subject: Subject<'_>,
         limit: usize,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        events_about(&mut self.session, subject, limit)
+        events_about(&mut self.conn, subject, limit)
     }
 
     /// Visits every event of the read view in order, each batch's chain
@@ -118,7 +117,7 @@ impl ReadView {
         let mut follower = Follower::default();
         let mut stopped = None;
         scan(
-            &mut self.session,
+            &mut self.conn,
             &mut follower,
             &mut |seq, payload, head| match visit(seq, payload, head) {
                 Ok(flow) => flow,

@@ -37,8 +37,8 @@ use postgres::{Client, Transaction};
 
 use crate::error::{failed, unsafe_store};
 use crate::index;
+use crate::pipeline::Pipeline;
 use crate::reach::Target;
-use crate::session::Session;
 use payonce::StoreError;
 
 /// The version of the schema this build writes and reads.
@@ -381,23 +381,23 @@ fn grant_as_events(transaction: &mut Transaction<'_>, tables: &str) -> Result<()
 }
 
 /// What the checks ask of a connection: the synchronous client, a
-/// transaction on it, or a [`PgLog`](crate::PgLog)'s pipelining session.
-/// A session on the database at `url`, once the server is found safe to
+/// transaction on it, or a [`PgLog`](crate::PgLog)'s pipelined connection.
+/// A pipelined connection to the database at `url`, once the server is found safe to
 /// write (`fsync` and `synchronous_commit` on) and its schema this build's.
-pub(crate) fn connect(url: &str, target: Target) -> Result<Session, StoreError> {
-    let mut session = Session::connect(url, target)?;
-    check_durability(&mut session)?;
-    check(&mut session)?;
-    Ok(session)
+pub(crate) fn connect(url: &str, target: Target) -> Result<Pipeline, StoreError> {
+    let mut conn = Pipeline::connect(url, target)?;
+    check_durability(&mut conn)?;
+    check(&mut conn)?;
+    Ok(conn)
 }
 
-impl Queries for Session {
+impl Queries for Pipeline {
     fn query_one(
         &mut self,
         query: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<postgres::Row, postgres::Error> {
-        Session::query_one(self, query, params)
+        Pipeline::query_one(self, query, params)
     }
 }
 

@@ -6,7 +6,7 @@
 //! this process read last, to find a log rewritten under it), then the
 //! batch's events, its chain digest and its constraint rows in one
 //! statement, and `COMMIT`. The statements are prepared once per
-//! connection and pipelined over tokio-postgres (the `session` module):
+//! connection and pipelined over tokio-postgres (the `pipeline` module):
 //! `BEGIN`, the plan settings, the lock and the catch-up are sent
 //! together, and so are the inserts and `COMMIT`, so a batch costs two
 //! round trips. Sequence order is commit order is visibility order, so
@@ -42,10 +42,10 @@ use crate::backoff::Backoff;
 use crate::error::{damaged, describe, failed, unsafe_store};
 use crate::follow::{Follower, Row, rewound, scan, signed, unsigned};
 use crate::index;
+use crate::pipeline::{Pipeline, Pipelined, Request};
 use crate::pooler::{self, PoolingError};
 use crate::reach::{LOOKUP_PATIENCE, Target};
 use crate::schema::{self, LOCK_CLASS, SCHEMA_VERSION, WORKER_LOCK_CLASS};
-use crate::session::{Pipelined, Request, Session};
 use payonce_log::chain::{Head, batch_digest};
 
 /// How long a worker waits at its start for its lock, which the process
@@ -94,7 +94,7 @@ pub struct PgLog {
 
 struct Connection {
     /// `None` after the connection was lost: made again on the next use.
-    client: Option<Session>,
+    client: Option<Pipeline>,
     /// The statements a batch runs, prepared on `client` when it was made:
     /// a batch then sends no statement's text, and the server plans each
     /// once.
@@ -115,7 +115,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn prepare(client: &mut Session) -> Result<Statements, StoreError> {
+    fn prepare(client: &mut Pipeline) -> Result<Statements, StoreError> {
         Ok(Statements {
             catch_up: client.prepare(CATCH_UP).map_err(failed)?,
             insert_batch: client.prepare(INSERT_BATCH).map_err(failed)?,
@@ -146,7 +146,7 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
 /// Refuses a backend that holds a worker's lock already (another client's
 /// session, handed out by a pooler), and one other than the connection's
 /// setup ran on.
-fn lock_worker(client: &mut Session, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
+fn lock_worker(client: &mut Pipeline, worker: &WorkerName, wait: &str) -> Result<(), StoreError> {
     let held = client
         .query_one(pooler::WORKER_LOCKS_HELD, &[&WORKER_LOCK_CLASS])
         .map_err(failed)?;
@@ -183,7 +183,7 @@ fn lock_worker(client: &mut Session, worker: &WorkerName, wait: &str) -> Result<
 /// the worker's lock taken (waiting at most `wait` for it) and the batch's
 /// statements prepared, every statement of the setup checked to have run
 /// on the backend the session's settings were made on.
-fn set_up(url: &str, role: &Role, wait: &str) -> Result<(Session, Statements), StoreError> {
+fn set_up(url: &str, role: &Role, wait: &str) -> Result<(Pipeline, Statements), StoreError> {
     let mut client = schema::connect(url, Target::Primary)?;
     if let Some(worker) = role.locked() {
         lock_worker(&mut client, worker, wait)?;
@@ -208,10 +208,10 @@ fn set_up(url: &str, role: &Role, wait: &str) -> Result<(Session, Statements), S
 /// Checks that the setup of `client` ran on one backend, which a second
 /// connection to `url` is not handed: while `client` is idle, a pooler
 /// that shares server sessions hands its backend to the next client.
-fn check_unshared(url: &str, client: &mut Session) -> Result<(), StoreError> {
+fn check_unshared(url: &str, client: &mut Pipeline) -> Result<(), StoreError> {
     let ours = client.query_one(pooler::BACKEND, &[]).map_err(failed)?;
     pooler::check_setup(client.backend(), ours.get(0))?;
-    let mut other = Session::connect(url, Target::Primary)?;
+    let mut other = Pipeline::connect(url, Target::Primary)?;
     let theirs = other.query_one(pooler::BACKEND, &[]).map_err(failed)?;
     Ok(pooler::check_unshared(&ours, &theirs)?)
 }
@@ -251,8 +251,8 @@ impl PgLog {
     /// it was lost: at once, then with bounded backoff while attempts
     /// fail, before which this fails at once with the last attempt's
     /// error.
-    fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Session, StoreError> {
-        if connection.client.as_ref().is_none_or(Session::is_closed) {
+    fn client<'a>(&self, connection: &'a mut Connection) -> Result<&'a mut Pipeline, StoreError> {
+        if connection.client.as_ref().is_none_or(Pipeline::is_closed) {
             connection.client = None;
             connection.backoff.due()?;
             match self.reconnect() {
@@ -279,7 +279,7 @@ impl PgLog {
 
     /// A new connection to the host that accepts writes, with the worker's
     /// lock and the batch's statements.
-    fn reconnect(&self) -> Result<(Session, Statements), StoreError> {
+    fn reconnect(&self) -> Result<(Pipeline, Statements), StoreError> {
         set_up(&self.url, &self.role, RELOCK_TIMEOUT).map_err(|error| match error {
             // Its own lost connection may hold it a little longer.
             StoreError::Unsafe { detail } if detail.starts_with(ANOTHER_PROCESS) => {
@@ -434,12 +434,12 @@ impl PgLog {
             batch.iter().map(|event| event.payload.as_slice()),
         );
         let worker = self.worker().map(WorkerName::as_str);
-        let (session, statements) = live(connection)?;
-        let session: &Session = session;
+        let (conn, statements) = live(connection)?;
+        let conn: &Pipeline = conn;
         // One round trip: the inserts and the COMMIT are sent together.
-        let mut requests = vec![insert_batch(session, statements, batch, &digest.0, worker)];
-        requests.extend(insert_releases(session, statements, batch));
-        let pipelined = session.commit_after(requests);
+        let mut requests = vec![insert_batch(conn, statements, batch, &digest.0, worker)];
+        requests.extend(insert_releases(conn, statements, batch));
+        let pipelined = conn.commit_after(requests);
         if let Pipelined::Unsent(error) = pipelined {
             // The COMMIT was not sent (statements before the one that could
             // not be may have been): the transaction is open, and
@@ -533,9 +533,9 @@ impl PgLog {
     }
 }
 
-/// The last event of the log `session` reads, `None` if it cannot tell.
-fn log_end(session: &mut Session) -> Option<u64> {
-    let row = session
+/// The last event of the log `conn` reads, `None` if it cannot tell.
+fn log_end(conn: &mut Pipeline) -> Option<u64> {
+    let row = conn
         .query_one(
             "SELECT coalesce(max(last_seq), 0) FROM payonce.batches",
             &[],
@@ -571,7 +571,7 @@ impl Drop for PgLog {
 
 /// The connection of a batch under way: never made again in the middle of
 /// one, whose transaction a lost connection ended.
-fn live(connection: &mut Connection) -> Result<(&mut Session, &Statements), StoreError> {
+fn live(connection: &mut Connection) -> Result<(&mut Pipeline, &Statements), StoreError> {
     match (connection.client.as_mut(), connection.statements.as_ref()) {
         (Some(client), Some(statements)) if !client.is_closed() => Ok((client, statements)),
         _ => Err(StoreError::Failed {
@@ -700,7 +700,7 @@ VALUES ($1, $2, (SELECT count(*) FROM payonce.releases WHERE key = $2),
 
 /// The batch's [`INSERT_BATCH`], to be sent in the batch's pipeline.
 fn insert_batch<'a>(
-    session: &'a Session,
+    conn: &'a Pipeline,
     statements: &'a Statements,
     batch: &'a [Appended],
     digest: &'a [u8],
@@ -747,8 +747,7 @@ fn insert_batch<'a>(
             &index.withdrawals,
             &index.withdrawal_seqs,
         ];
-        session
-            .client()
+        conn.client()
             .execute(&statements.insert_batch, &params)
             .await
     })
@@ -757,7 +756,7 @@ fn insert_batch<'a>(
 /// An [`INSERT_RELEASE`] for each release of the batch, in its order, to
 /// be sent in the batch's pipeline after [`insert_batch`].
 fn insert_releases<'a>(
-    session: &'a Session,
+    conn: &'a Pipeline,
     statements: &'a Statements,
     batch: &'a [Appended],
 ) -> impl Iterator<Item = Request<'a>> {
@@ -767,8 +766,7 @@ fn insert_releases<'a>(
         };
         let (seq, key, withdrawal) = (signed(event.seq), key.as_str(), withdrawal.as_str());
         let request: Request<'a> = Box::pin(async move {
-            session
-                .client()
+            conn.client()
                 .execute(&statements.insert_release, &[&seq, &key, &withdrawal])
                 .await
         });
@@ -782,16 +780,14 @@ impl SharedLog for PgLog {
         self.follower_at(&mut connection, after)?;
         self.client(&mut connection)?;
         let Connection {
-            client: Some(session),
+            client: Some(conn),
             follower,
             ..
         } = &mut *connection
         else {
             unreachable!("connected just above")
         };
-        scan(session, follower, &mut |seq, payload, _| {
-            visit(seq, payload)
-        })?;
+        scan(conn, follower, &mut |seq, payload, _| visit(seq, payload))?;
         Ok(())
     }
 

@@ -24,7 +24,7 @@ use crate::error::failed;
 use crate::reach::{self, Reach, Target};
 
 /// A connection and the runtime that drives it.
-pub(crate) struct Session {
+pub(crate) struct Pipeline {
     /// Dropped first, which tells the connection to end.
     client: Client,
     runtime: Driver,
@@ -80,12 +80,12 @@ pub(crate) enum Pipelined {
     Unknown(Error),
 }
 
-impl Session {
+impl Pipeline {
     /// Connects to `url` (to its host that accepts writes, for
     /// [`Target::Primary`], with a writer's settings). Whether the server
     /// is safe to write, and its schema this build's, is
     /// `schema::connect`'s to check.
-    pub(crate) fn connect(url: &str, target: Target) -> Result<Session, StoreError> {
+    pub(crate) fn connect(url: &str, target: Target) -> Result<Pipeline, StoreError> {
         let reach = Reach::new(url, target)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -102,7 +102,7 @@ impl Session {
             runtime,
             connection,
         };
-        let mut session = Session {
+        let mut conn = Pipeline {
             client,
             runtime,
             backend: 0,
@@ -115,8 +115,8 @@ impl Session {
             Target::Primary => format!("SET jit = off; {}", reach::WRITER_SETTINGS),
             Target::AsGiven => "SET jit = off".to_owned(),
         };
-        session.backend = session.backend_after(&settings)?;
-        Ok(session)
+        conn.backend = conn.backend_after(&settings)?;
+        Ok(conn)
     }
 
     /// Runs `settings` and reads the backend they ran on, in one query.
@@ -250,13 +250,13 @@ impl Session {
         }
     }
 
-    /// Sends `requests` (built on [`Session::client`]) and then `COMMIT`,
+    /// Sends `requests` (built on [`Pipeline::client`]) and then `COMMIT`,
     /// all before waiting for an answer: one round trip.
     pub(crate) fn commit_after(&self, requests: Vec<Request<'_>>) -> Pipelined {
         self.runtime.block_on(pipeline(&self.client, requests))
     }
 
-    /// The client that [`Session::commit_after`]'s requests are built on.
+    /// The client that [`Pipeline::commit_after`]'s requests are built on.
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }
