@@ -9,7 +9,7 @@
 //!   the request key and the withdrawal atomically and durably before the
 //!   send; record the outcome durably after it; the same refusals. Every
 //!   store answers each submission with an [`Answer`]; for the same workload
-//!   all stores must answer alike, which [`RunReport::digest`] checks.
+//!   all stores must answer alike, which [`RunFigures::digest`] checks.
 //! - [`timed_run`], [`build`] and [`open_and_probe`] measure throughput and
 //!   latency, the state after many submissions, and reopening it;
 //!   [`fdatasync_rate`] measures the disk's limit beside them.
@@ -37,25 +37,25 @@ mod error;
 mod open;
 mod payonce_store;
 pub mod pg;
-mod report;
 mod run;
 mod sled_store;
 mod sqlite_store;
 mod store;
+mod table;
 mod workload;
 
 pub use crate::counting::CountingStorage;
 pub use crate::error::BenchError;
 pub use crate::open::open_store;
-pub use crate::report::{Comparison, share_of_sync_limit};
 pub use crate::run::{
-    BuildReport, DIR_ENTRIES_MAX, OpenReport, RunReport, Tally, build, combine_rounds,
+    BuildFigures, DIR_ENTRIES_MAX, OpenFigures, RunFigures, Tally, build, combine_rounds,
     disagreements, disk_bytes, fdatasync_rate, load_average, open_and_probe,
     overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, prepare, run, sync_files,
     timed_run,
 };
 pub use crate::sqlite_store::SQLITE_FILE;
 pub use crate::store::{Answer, Durability, Rail, RailFailure, Session, Store, StoreKind};
+pub use crate::table::{Comparison, share_of_sync_limit};
 pub use crate::workload::{
     Mix, Op, RailScript, SUBMISSIONS_MAX, THREADS_MAX, Workload, WorkloadSpec,
 };

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use payonce_bench::{
-    BuildReport, Comparison, Mix, OpenReport, RunReport, StoreKind, WorkloadSpec, build,
+    BuildFigures, Comparison, Mix, OpenFigures, RunFigures, StoreKind, WorkloadSpec, build,
     combine_rounds, disagreements, disk_bytes, fdatasync_rate, open_and_probe,
     overwrite_fdatasync_rate, payonce_log_records, peak_resident_bytes, timed_run,
 };
@@ -398,10 +398,10 @@ fn measure_runs(
     comparison: &mut Comparison,
 ) -> anyhow::Result<Vec<String>> {
     let per_thread = (total / threads / plan.rounds).max(1);
-    let mut by_store: Vec<Vec<RunReport>> = vec![Vec::new(); stores.len()];
+    let mut by_store: Vec<Vec<RunFigures>> = vec![Vec::new(); stores.len()];
     for round in 0..plan.rounds {
         let seed = plan.seed.wrapping_add(round as u64);
-        let mut reports: Vec<RunReport> = Vec::new();
+        let mut reports: Vec<RunFigures> = Vec::new();
         // A rotating order, so no store always runs first after a pause.
         for turn in 0..stores.len() {
             let index = (turn + round) % stores.len();
@@ -443,7 +443,7 @@ fn timed_run_in_child(
     threads: usize,
     per_thread: usize,
     round: usize,
-) -> anyhow::Result<RunReport> {
+) -> anyhow::Result<RunFigures> {
     let mut child_args = vec!["run".to_owned()];
     child_args.extend(arg("store", store_arg(store)));
     child_args.extend(arg("dir", dir.display()));
@@ -451,7 +451,7 @@ fn timed_run_in_child(
     child_args.extend(arg("threads", threads));
     child_args.extend(arg("submissions-per-thread", per_thread));
     child_args.extend(arg("mix", "standard"));
-    let report: RunReport = child(&child_args)?;
+    let report: RunFigures = child(&child_args)?;
     eprintln!(
         "{store}, {threads} threads, round {round}: {:.0} submits/s, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs, {:?}",
         report.submits_per_sec,
@@ -512,13 +512,13 @@ fn build_in_child(
     dir: &Path,
     seed: u64,
     submissions: usize,
-) -> anyhow::Result<BuildReport> {
+) -> anyhow::Result<BuildFigures> {
     let mut build_args = vec!["build".to_owned()];
     build_args.extend(arg("store", store_arg(store)));
     build_args.extend(arg("dir", dir.display()));
     build_args.extend(arg("seed", seed));
     build_args.extend(arg("submissions", submissions));
-    let built: BuildReport = child(&build_args)?;
+    let built: BuildFigures = child(&build_args)?;
     ensure!(
         built.disk_bytes == disk_bytes(dir)?,
         "{store}: the files changed after the build closed the store"
@@ -528,12 +528,16 @@ fn build_in_child(
 
 /// Reopens the built state in a child, and checks that it gives the probe
 /// key's outcome as the build recorded it.
-fn open_in_child(store: StoreKind, dir: &Path, built: &BuildReport) -> anyhow::Result<OpenReport> {
+fn open_in_child(
+    store: StoreKind,
+    dir: &Path,
+    built: &BuildFigures,
+) -> anyhow::Result<OpenFigures> {
     let mut open_args = vec!["open".to_owned()];
     open_args.extend(arg("store", store_arg(store)));
     open_args.extend(arg("dir", dir.display()));
     open_args.extend(arg("probe-key", &built.probe_key));
-    let opened: OpenReport = child(&open_args)?;
+    let opened: OpenFigures = child(&open_args)?;
     ensure!(
         opened.probe_reference.as_deref() == Some(built.probe_reference.as_str()),
         "{store}: after reopening, key {} answers {:?}, not {:?}",

@@ -79,7 +79,7 @@ impl Tally {
 
 /// What one timed run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunReport {
+pub struct RunFigures {
     /// The store.
     pub store: StoreKind,
     /// The workload.
@@ -114,9 +114,9 @@ pub struct RunReport {
 /// throughput and median latencies, the sum of the answers, the highest
 /// peak memory. Medians, because a shared machine's bursts of load hit
 /// single rounds.
-pub fn combine_rounds(rounds: &[RunReport]) -> Option<RunReport> {
+pub fn combine_rounds(rounds: &[RunFigures]) -> Option<RunFigures> {
     let first = rounds.first()?;
-    let median = |value: fn(&RunReport) -> f64| {
+    let median = |value: fn(&RunFigures) -> f64| {
         let mut values: Vec<f64> = rounds.iter().map(value).collect();
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
@@ -127,7 +127,7 @@ pub fn combine_rounds(rounds: &[RunReport]) -> Option<RunReport> {
         tally.add(&round.tally);
         round.digest.hash(&mut digest);
     }
-    Some(RunReport {
+    Some(RunFigures {
         store: first.store,
         spec: first.spec,
         submissions: rounds.iter().map(|round| round.submissions).sum(),
@@ -171,7 +171,7 @@ pub fn run(
     store: &dyn Store,
     workload: &Workload,
     requests: &[WithdrawalRequest],
-) -> Result<RunReport, BenchError> {
+) -> Result<RunFigures, BenchError> {
     if requests.len() != workload.withdrawals.len() {
         return Err(BenchError::Setting {
             setting: "requests",
@@ -262,7 +262,7 @@ fn summarise(
     workload: &Workload,
     elapsed_secs: f64,
     results: Vec<Result<ThreadResult, BenchError>>,
-) -> Result<RunReport, BenchError> {
+) -> Result<RunFigures, BenchError> {
     let mut latencies = Vec::with_capacity(workload.submissions());
     let mut tally = Tally::default();
     let mut digest = DefaultHasher::new();
@@ -274,7 +274,7 @@ fn summarise(
     }
     latencies.sort_unstable();
     let submissions = tally.total();
-    Ok(RunReport {
+    Ok(RunFigures {
         store,
         spec: workload.spec,
         submissions,
@@ -308,7 +308,11 @@ pub(crate) fn percentile(sorted: &[u64], percent: f64) -> f64 {
 
 /// Generates the workload, prepares a fresh store of `kind` in `dir`, opens
 /// it with full durability and runs the workload: one timed run.
-pub fn timed_run(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<RunReport, BenchError> {
+pub fn timed_run(
+    kind: StoreKind,
+    dir: &Path,
+    spec: WorkloadSpec,
+) -> Result<RunFigures, BenchError> {
     let workload = Workload::generate(spec)?;
     let requests = prepare(kind, dir, &workload)?;
     let store = open_store(kind, dir, Durability::Full)?;
@@ -319,7 +323,7 @@ pub fn timed_run(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<RunR
 
 /// What building a large state left behind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BuildReport {
+pub struct BuildFigures {
     /// The store.
     pub store: StoreKind,
     /// Submissions made.
@@ -339,7 +343,7 @@ pub struct BuildReport {
 /// Builds the state after `spec`'s submissions in a fresh store in `dir`
 /// with durability relaxed (the same protocol, nothing synced until the
 /// end), then closes the store and fsyncs its files.
-pub fn build(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<BuildReport, BenchError> {
+pub fn build(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<BuildFigures, BenchError> {
     let workload = Workload::generate(spec)?;
     let requests = prepare(kind, dir, &workload)?;
     let store = open_store(kind, dir, Durability::Relaxed)?;
@@ -358,7 +362,7 @@ pub fn build(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<BuildRep
     };
     store.close()?;
     sync_files(dir)?;
-    Ok(BuildReport {
+    Ok(BuildFigures {
         store: kind,
         submissions: report.submissions,
         tally: report.tally,
@@ -371,7 +375,7 @@ pub fn build(kind: StoreKind, dir: &Path, spec: WorkloadSpec) -> Result<BuildRep
 
 /// What opening a built state took.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OpenReport {
+pub struct OpenFigures {
     /// The store.
     pub store: StoreKind,
     /// Seconds from opening with full durability to the first answer (the
@@ -393,13 +397,13 @@ pub fn open_and_probe(
     kind: StoreKind,
     dir: &Path,
     probe_key: &str,
-) -> Result<OpenReport, BenchError> {
+) -> Result<OpenFigures, BenchError> {
     let started = Instant::now();
     let store = open_store(kind, dir, Durability::Full)?;
     let probe_reference = store.outcome_reference(probe_key)?;
     let open_secs = started.elapsed().as_secs_f64();
     store.close()?;
-    Ok(OpenReport {
+    Ok(OpenFigures {
         store: kind,
         open_secs,
         probe_reference,
@@ -524,7 +528,7 @@ pub fn peak_resident_bytes() -> Result<u64, BenchError> {
 
 /// Whether every report answered every submission alike: the stores'
 /// digests and tallies, by store, when they differ.
-pub fn disagreements(reports: &[RunReport]) -> Option<BTreeMap<String, (u64, Tally)>> {
+pub fn disagreements(reports: &[RunFigures]) -> Option<BTreeMap<String, (u64, Tally)>> {
     let first = reports.first()?;
     let agree = reports
         .iter()

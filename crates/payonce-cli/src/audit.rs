@@ -7,7 +7,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use payonce::{Divergence, Head, State, Timestamp, TimestampError, VerifyReport, apply, rederive};
+use payonce::{Divergence, Head, State, Timestamp, TimestampError, Verification, apply, rederive};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -29,7 +29,7 @@ use crate::table::Table;
 /// code disagrees with everywhere would otherwise print itself whole.
 pub const DIVERGENCES_LISTED_MAX: usize = 100;
 
-/// `verify`'s report.
+/// What `verify` found.
 #[derive(Debug, Serialize)]
 struct VerifyJson {
     dir: String,
@@ -85,19 +85,19 @@ pub(crate) fn verify(
         true => Some(SnapshotAudit::of(&log)?),
         false => None,
     };
-    let (mut report, torn_tail) = rederive_all(&log, audit)?;
-    report.expected_head = args.expect_head.map(|head| head.to_string());
-    let status = Status::problem_if(!report.clean);
+    let (mut found, torn_tail) = rederive_all(&log, audit)?;
+    found.expected_head = args.expect_head.map(|head| head.to_string());
+    let status = Status::problem_if(!found.clean);
     if args.json {
-        say!(out, "{}", to_json(&report))?;
+        say!(out, "{}", to_json(&found))?;
         return Ok(status);
     }
-    print_verify(&report, &log, torn_tail.as_ref(), out)?;
+    print_verify(&found, &log, torn_tail.as_ref(), out)?;
     Ok(status)
 }
 
 /// Replays the whole log, re-deriving every recorded decision from the
-/// state before it; returns the report and the torn tail, if any.
+/// state before it; returns what it found and the torn tail, if any.
 fn rederive_all(
     log: &LogDir,
     mut audit: Option<SnapshotAudit>,
@@ -106,7 +106,7 @@ fn rederive_all(
     if audit.is_none()
         && let Some(verified) = log.verify_postgres()
     {
-        return Ok((postgres_report(log, verified?), None));
+        return Ok((postgres_verification(log, verified?), None));
     }
     let segments = log.segment_files()?.len();
     let mut state = State::new();
@@ -128,12 +128,12 @@ fn rederive_all(
     })?;
     let (snapshots, snapshots_clean) = match audit {
         Some(audit) => {
-            let (reports, clean) = audit.finish();
-            (Some(reports), clean)
+            let (verdicts, clean) = audit.finish();
+            (Some(verdicts), clean)
         }
         None => (None, true),
     };
-    let report = VerifyJson {
+    let found = VerifyJson {
         dir: log.dir.display().to_string(),
         clean: divergence_count == 0 && walked.torn_tail.is_none() && snapshots_clean,
         events: walked.events,
@@ -149,23 +149,23 @@ fn rederive_all(
         expected_head: None,
         snapshots,
     };
-    Ok((report, walked.torn_tail))
+    Ok((found, walked.torn_tail))
 }
 
-/// `verify`'s report of a PostgreSQL ledger, replayed by the library
+/// What `verify` found of a PostgreSQL ledger, replayed by the library
 /// from the log's read view (`payonce_postgres::ReadView::scan`).
-fn postgres_report(log: &LogDir, (report, head): (VerifyReport, Head)) -> VerifyJson {
+fn postgres_verification(log: &LogDir, (found, head): (Verification, Head)) -> VerifyJson {
     VerifyJson {
         dir: log.dir.display().to_string(),
-        clean: report.is_clean(),
-        events: report.events,
+        clean: found.is_clean(),
+        events: found.events,
         segments: 0,
-        keys: report.keys,
-        in_flight: report.in_flight,
-        held: held_totals_json(&report.state),
-        refusals: report.refusals,
-        divergence_count: report.divergences.len(),
-        divergences: report
+        keys: found.keys,
+        in_flight: found.in_flight,
+        held: held_totals_json(&found.state),
+        refusals: found.refusals,
+        divergence_count: found.divergences.len(),
+        divergences: found
             .divergences
             .iter()
             .take(DIVERGENCES_LISTED_MAX)
@@ -178,36 +178,36 @@ fn postgres_report(log: &LogDir, (report, head): (VerifyReport, Head)) -> Verify
     }
 }
 
-/// `verify`'s report as text: the summary, then clean or every problem.
+/// What `verify` found as text: the summary, then clean or every problem.
 fn print_verify(
-    report: &VerifyJson,
+    found: &VerifyJson,
     log: &LogDir,
     torn_tail: Option<&TornTail>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    say!(out, "verified {}", EchoPath(Path::new(&report.dir)))?;
-    say!(out, "  events     {}", report.events)?;
-    say!(out, "  segments   {}", report.segments)?;
+    say!(out, "verified {}", EchoPath(Path::new(&found.dir)))?;
+    say!(out, "  events     {}", found.events)?;
+    say!(out, "  segments   {}", found.segments)?;
     say!(
         out,
         "  keys       {} ({} in flight)",
-        report.keys,
-        report.in_flight
+        found.keys,
+        found.in_flight
     )?;
-    say!(out, "  held       {}", Escaped(&held_words(&report.held)))?;
-    say!(out, "  refusals   {}", report.refusals)?;
-    say!(out, "  head       {}", report.head)?;
-    if let Some(expected) = &report.expected_head {
+    say!(out, "  held       {}", Escaped(&held_words(&found.held)))?;
+    say!(out, "  refusals   {}", found.refusals)?;
+    say!(out, "  head       {}", found.head)?;
+    if let Some(expected) = &found.expected_head {
         say!(out, "  expected   {expected}: held, unchanged")?;
     }
-    if let Some(snapshots) = &report.snapshots {
+    if let Some(snapshots) = &found.snapshots {
         say!(out, "  snapshots  {}", snapshots.len())?;
         for snapshot in snapshots {
             print_snapshot(snapshot, out)?;
         }
     }
-    if report.clean {
-        let snapshots = match report.snapshots {
+    if found.clean {
+        let snapshots = match found.snapshots {
             Some(_) => ", and every snapshot's state is the replay's at its seq",
             None => "",
         };
@@ -218,7 +218,7 @@ fn print_verify(
         );
     }
     say!(out, "problems:")?;
-    for divergence in &report.divergences {
+    for divergence in &found.divergences {
         say!(
             out,
             "  divergence at seq {}: {}",
@@ -226,11 +226,11 @@ fn print_verify(
             Escaped(&divergence.message)
         )?;
     }
-    if report.divergence_count > report.divergences.len() {
+    if found.divergence_count > found.divergences.len() {
         say!(
             out,
             "  ... and {} more divergences",
-            report.divergence_count - report.divergences.len()
+            found.divergence_count - found.divergences.len()
         )?;
     }
     if let Some(torn) = torn_tail {
@@ -275,7 +275,7 @@ pub(crate) fn parse_point(argument: &'static str, text: Option<&str>) -> Result<
     })
 }
 
-/// `state`'s report.
+/// What `state` prints as JSON.
 #[derive(Debug, Serialize)]
 struct StateJson {
     dir: String,
@@ -337,7 +337,7 @@ pub(crate) fn state(
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     // Ages are as of the point, not as of now.
     let now = last.map_or(env.now, |applied| applied.at);
-    let report = StateJson {
+    let shown = StateJson {
         dir: log.dir.display().to_string(),
         seq: last.map_or(0, |applied| applied.seq),
         at: last.map(|applied| applied.at.to_string()),
@@ -363,10 +363,10 @@ pub(crate) fn state(
     };
     let status = Status::problem_if(torn);
     if args.json {
-        say!(out, "{}", to_json(&report))?;
+        say!(out, "{}", to_json(&shown))?;
         return Ok(status);
     }
-    print_state(&report, out)?;
+    print_state(&shown, out)?;
     Ok(status)
 }
 
@@ -455,25 +455,25 @@ fn holds_json(state: &State) -> Vec<HoldJson> {
     holds
 }
 
-/// `state`'s report as text: where it stands, then records, claims, keys
+/// What `state` prints as text: where it stands, then records, claims, keys
 /// in flight and holds, each counted and tabled.
-fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> {
-    match (&report.at, report.event) {
+fn print_state(shown: &StateJson, out: &mut dyn Write) -> Result<(), CliError> {
+    match (&shown.at, shown.event) {
         (Some(at), Some(event)) => say!(
             out,
             "state of {} after seq {} ({}, {})",
-            EchoPath(Path::new(&report.dir)),
-            report.seq,
+            EchoPath(Path::new(&shown.dir)),
+            shown.seq,
             at,
             event
         )?,
         _ => say!(
             out,
             "state of {} before any event",
-            EchoPath(Path::new(&report.dir))
+            EchoPath(Path::new(&shown.dir))
         )?,
     }
-    if let Some(asked) = &report.asked_time {
+    if let Some(asked) = &shown.asked_time {
         say!(
             out,
             "every event stamped at or before {asked}; the next event, if any, is stamped later"
@@ -483,43 +483,43 @@ fn print_state(report: &StateJson, out: &mut dyn Write) -> Result<(), CliError> 
     say!(
         out,
         "records: {}, {} in flight",
-        count(report.records.len(), "key"),
-        report.in_flight.len()
+        count(shown.records.len(), "key"),
+        shown.in_flight.len()
     )?;
-    if !report.records.is_empty() {
-        key_records_table(&report.records).write(out, 2)?;
+    if !shown.records.is_empty() {
+        key_records_table(&shown.records).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "claims: {} held by a key",
-        count(report.claims.len(), "withdrawal")
+        count(shown.claims.len(), "withdrawal")
     )?;
-    if !report.claims.is_empty() {
-        claims_table(&report.claims).write(out, 2)?;
+    if !shown.claims.is_empty() {
+        claims_table(&shown.claims).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "in flight: {} with an unknown outcome (ages as of seq {})",
-        count(report.in_flight.len(), "key"),
-        report.seq
+        count(shown.in_flight.len(), "key"),
+        shown.seq
     )?;
-    if !report.in_flight.is_empty() {
-        in_flight_table(&report.in_flight).write(out, 2)?;
+    if !shown.in_flight.is_empty() {
+        in_flight_table(&shown.in_flight).write(out, 2)?;
     }
     say!(out)?;
     say!(
         out,
         "holds: {}; held in total: {}",
-        count(report.holds.len(), "withdrawal"),
-        Escaped(&held_words(&report.held_totals))
+        count(shown.holds.len(), "withdrawal"),
+        Escaped(&held_words(&shown.held_totals))
     )?;
-    if !report.holds.is_empty() {
-        holds_table(&report.holds).write(out, 2)?;
+    if !shown.holds.is_empty() {
+        holds_table(&shown.holds).write(out, 2)?;
     }
     say!(out)?;
-    say!(out, "refusals so far: {}", report.refusals)
+    say!(out, "refusals so far: {}", shown.refusals)
 }
 
 /// The table of request keys' records: key, withdrawal, amount, claim,
@@ -577,7 +577,7 @@ fn holds_table(holds: &[HoldJson]) -> Table {
     table
 }
 
-/// `inflight`'s report.
+/// `inflight`'s shown.
 #[derive(Debug, Serialize)]
 struct InflightJson {
     dir: String,

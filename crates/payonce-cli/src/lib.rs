@@ -93,7 +93,7 @@ pub use crate::cli::{
     HistoryArgs, IndexArgs, InflightArgs, MigrateArgs, ReleaseArgs, ReportArgs, ResolveArgs,
     StateArgs, VerifyArgs,
 };
-pub use crate::demo::{DemoReport, run_demo, run_demo_postgres};
+pub use crate::demo::{DemoOutcome, run_demo, run_demo_postgres};
 pub use crate::duration::{DURATION_TEXT_LEN_MAX, format_age, parse_duration};
 pub use crate::env::{Env, Status};
 pub use crate::error::{

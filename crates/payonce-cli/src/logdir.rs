@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, Head, LedgerError, State, VerifyReport, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, State, Verification, apply, decode_event};
 use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
 
 use crate::error::CliError;
@@ -395,7 +395,7 @@ impl LogDir {
     /// view: every batch's chain checked and every decision re-derived by
     /// the library, reading and applying on two threads. `None` for a
     /// directory.
-    pub(crate) fn verify_postgres(&self) -> Option<Result<(VerifyReport, Head), CliError>> {
+    pub(crate) fn verify_postgres(&self) -> Option<Result<(Verification, Head), CliError>> {
         let Source::Postgres(view) = &self.source else {
             return None;
         };

@@ -49,7 +49,7 @@ mod tls_identity;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use payonce::{Config, Ledger, LedgerError, StoreError, VerifyReport};
+use payonce::{Config, Ledger, LedgerError, StoreError, Verification};
 use payonce_model::WorkerName;
 
 pub use crate::conninfo::{CONNINFO_LEN_MAX, Conninfo, ConninfoError};
@@ -218,7 +218,7 @@ pub fn end_session(url: &str, worker: &str, note: &str, by: &str) -> Result<(), 
 /// chain digest, and every recorded decision re-derived from the state
 /// before it. Divergences are collected; damage stops it with its place.
 /// Returns the report and the head of the log read.
-pub fn verify(url: &str) -> Result<(VerifyReport, Head), LedgerError> {
+pub fn verify(url: &str) -> Result<(Verification, Head), LedgerError> {
     let mut view = ReadView::open(url)?;
     let mut head = Head::default();
     let report = payonce::verify_scan(|visit| {

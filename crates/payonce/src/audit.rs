@@ -19,7 +19,7 @@ use crate::state::State;
 
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifyReport {
+pub struct Verification {
     /// Events replayed.
     pub events: u64,
     /// Segment files read.
@@ -41,7 +41,7 @@ pub struct VerifyReport {
     pub state: State,
 }
 
-impl VerifyReport {
+impl Verification {
     /// Whether the log holds no problem: no divergence and no torn tail.
     pub fn is_clean(&self) -> bool {
         self.divergences.is_empty() && self.torn_tail.is_none()
@@ -52,7 +52,7 @@ impl VerifyReport {
 /// recorded decision re-derived from the state before it. Divergences are
 /// collected, not fatal; damage that is not a torn tail, or a record that is
 /// not an event, stops the verification with an error naming its place.
-pub fn verify(dir: impl AsRef<Path>) -> Result<VerifyReport, LedgerError> {
+pub fn verify(dir: impl AsRef<Path>) -> Result<Verification, LedgerError> {
     verify_on(Arc::new(FsStorage::new(dir.as_ref())), LogConfig::default())
 }
 
@@ -60,7 +60,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<VerifyReport, LedgerError> {
 pub fn verify_on(
     storage: Arc<dyn Storage>,
     config: LogConfig,
-) -> Result<VerifyReport, LedgerError> {
+) -> Result<Verification, LedgerError> {
     verify_at(storage, config, &[], |_| {})
 }
 
@@ -72,7 +72,7 @@ pub fn verify_at(
     config: LogConfig,
     seqs: &[u64],
     mut visit: impl FnMut(&State),
-) -> Result<VerifyReport, LedgerError> {
+) -> Result<Verification, LedgerError> {
     assert!(seqs.is_sorted(), "states are visited in log order");
     let reader = LogReader::open(storage, config)?;
     let mut state = State::new();
@@ -99,7 +99,7 @@ pub fn verify_at(
             OpenError::Visit(error) => error,
         })?;
     apply_batch(&mut state, &batch, &mut divergences)?;
-    Ok(VerifyReport {
+    Ok(Verification {
         events: recovery.records,
         segments: recovery.segments,
         keys: state.key_count(),
@@ -120,9 +120,9 @@ pub fn verify_at(
 /// error of the scan, stop it.
 pub fn verify_scan(
     scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
-) -> Result<VerifyReport, LedgerError> {
+) -> Result<Verification, LedgerError> {
     let (state, divergences) = replay_scan(State::new(), Vec::new(), scan)?;
-    Ok(VerifyReport {
+    Ok(Verification {
         events: state.last_seq(),
         segments: 0,
         keys: state.key_count(),

@@ -82,7 +82,7 @@ mod time;
 #[cfg(feature = "tokio")]
 pub use crate::async_ledger::{AsyncLedger, Submission};
 pub use crate::audit::{
-    EventLog, Events, SCHEMA_NAMING_HELD, VerifyReport, needs_state, verify, verify_at, verify_on,
+    EventLog, Events, SCHEMA_NAMING_HELD, Verification, needs_state, verify, verify_at, verify_on,
     verify_scan, withdrawal_of,
 };
 pub use crate::command::{Command, FailureCause, SendResult};

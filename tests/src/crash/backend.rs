@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use payonce::{Config, Ledger, LedgerError, SnapshotPolicy, VerifyReport};
+use payonce::{Config, Ledger, LedgerError, SnapshotPolicy, Verification};
 
 /// The worker every child of a PostgreSQL ledger runs as: a restarted
 /// service keeps its name, so its start ends the sends of the one killed.
@@ -96,7 +96,7 @@ impl Backend {
 
     /// Replays the ledger at `location` read-only, re-deriving every
     /// recorded decision.
-    pub fn verify(self, location: &Path) -> Result<VerifyReport, LedgerError> {
+    pub fn verify(self, location: &Path) -> Result<Verification, LedgerError> {
         match self {
             Backend::File => Ledger::verify(location),
             Backend::Postgres => payonce_postgres::verify(url(location)).map(|(report, _)| report),

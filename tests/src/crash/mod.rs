@@ -31,4 +31,4 @@ pub mod trail;
 pub use self::backend::Backend;
 pub use self::check::{Seen, check_after_kill};
 pub use self::point::{KillPoint, KillTable, classify};
-pub use self::run::{CrashConfig, CrashFailure, CrashReport, run};
+pub use self::run::{CrashConfig, CrashFailure, CrashOutcome, run};

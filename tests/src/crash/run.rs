@@ -38,7 +38,7 @@ pub struct CrashConfig {
 
 /// What a crash run found.
 #[derive(Debug, Clone)]
-pub struct CrashReport {
+pub struct CrashOutcome {
     /// Where the kills landed.
     pub table: KillTable,
     /// Ledgers started fresh.
@@ -92,10 +92,10 @@ impl Life {
 /// Every `rounds_per_ledger` rounds the next round starts on a fresh
 /// ledger, so the log a child replays stays as short in the last round as
 /// in the first, and each kill tests the same mix of phases.
-pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashReport, CrashFailure> {
+pub fn run(config: &CrashConfig, root: &Path) -> Result<CrashOutcome, CrashFailure> {
     let started = Instant::now();
     let mut rng = Rng::new(config.seed);
-    let mut report = CrashReport {
+    let mut report = CrashOutcome {
         table: KillTable::default(),
         ledgers: 0,
         sends: 0,

@@ -18,7 +18,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, bail, ensure};
 use clap::{Args, Parser, Subcommand};
-use payonce_bench::pg::{self, Measured, Side, WorkerReport};
+use payonce_bench::pg::{self, Measured, Side, WorkerFigures};
 use payonce_postgres::cluster::Cluster;
 
 /// What a worker writes once it is connected.
@@ -207,7 +207,7 @@ fn measure_at(
 fn collect(
     children: &mut [Child],
     outputs: Vec<BufReader<ChildStdout>>,
-) -> anyhow::Result<Vec<WorkerReport>> {
+) -> anyhow::Result<Vec<WorkerFigures>> {
     let mut reports = Vec::new();
     for (child, output) in children.iter_mut().zip(outputs) {
         let mut last = String::new();

@@ -121,7 +121,7 @@ pub fn prepare(cluster: &Cluster, side: Side) -> Result<String, BenchError> {
 
 /// What one worker process measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct WorkerReport {
+pub struct WorkerFigures {
     /// Units of work done: submissions, or raw inserts.
     pub units: u64,
     /// Seconds from the word to its last thread's end.
@@ -153,7 +153,7 @@ pub struct Measured {
 
 impl Measured {
     /// The figures of `side` from its workers' reports.
-    pub fn combine(side: Side, threads: usize, reports: &[WorkerReport]) -> Measured {
+    pub fn combine(side: Side, threads: usize, reports: &[WorkerFigures]) -> Measured {
         let units: u64 = reports.iter().map(|report| report.units).sum();
         let elapsed = reports
             .iter()

@@ -10,7 +10,7 @@ use postgres::Client;
 use crate::error::BenchError;
 use crate::pg::plain::{self, PlainAnswer};
 use crate::pg::{
-    PG_SECS_MAX, PG_THREADS_MAX, Side, WorkerReport, connect, payonce_config, pg_error,
+    PG_SECS_MAX, PG_THREADS_MAX, Side, WorkerFigures, connect, payonce_config, pg_error,
 };
 
 /// What each thread of a side holds while it runs.
@@ -38,7 +38,7 @@ pub fn run_worker(
     threads: usize,
     secs: f64,
     ready: impl FnOnce() -> Result<(), BenchError>,
-) -> Result<WorkerReport, BenchError> {
+) -> Result<WorkerFigures, BenchError> {
     if threads == 0 || threads > PG_THREADS_MAX {
         return Err(setting("threads", threads, "1 to PG_THREADS_MAX (256)"));
     }
@@ -84,7 +84,7 @@ pub fn run_worker(
     for result in results {
         latencies_us.extend(result?);
     }
-    Ok(WorkerReport {
+    Ok(WorkerFigures {
         units: latencies_us.len() as u64,
         elapsed_secs,
         latencies_us,

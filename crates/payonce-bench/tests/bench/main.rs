@@ -13,7 +13,7 @@ mod pg;
 use std::process::Command;
 
 use payonce_bench::{
-    BuildReport, Mix, OpenReport, RunReport, StoreKind, Tally, WorkloadSpec, disagreements,
+    BuildFigures, Mix, OpenFigures, RunFigures, StoreKind, Tally, WorkloadSpec, disagreements,
     timed_run,
 };
 
@@ -44,7 +44,7 @@ fn every_store_answers_every_submission_of_a_seeded_workload_alike() {
         submissions_per_thread: 150,
         mix: Mix::EVERY_ANSWER,
     };
-    let reports: Vec<RunReport> = STORES
+    let reports: Vec<RunFigures> = STORES
         .iter()
         .map(|&store| {
             let dir = tempfile::tempdir().unwrap();
@@ -120,7 +120,7 @@ fn a_built_state_answers_the_same_after_reopening() {
         let name = store.name().to_ascii_lowercase();
         let dir_arg = dir.path().display().to_string();
         let seed_arg = seed.to_string();
-        let built: BuildReport = in_child(&[
+        let built: BuildFigures = in_child(&[
             "build",
             "--store",
             &name,
@@ -138,7 +138,7 @@ fn a_built_state_answers_the_same_after_reopening() {
             "{store}: the probe key has no outcome; {}",
             replay_hint(seed)
         );
-        let opened: OpenReport = in_child(&[
+        let opened: OpenFigures = in_child(&[
             "open",
             "--store",
             &name,

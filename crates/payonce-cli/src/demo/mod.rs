@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use payonce::{
     Claim, Clock, Config, Ledger, LedgerError, ManualClock, SubmitError, SystemClock, Timestamp,
-    VerifyReport,
+    Verification,
 };
 use payonce_model::WithdrawalRequest;
 
@@ -30,7 +30,7 @@ const DIRECTORY_ATTEMPTS_MAX: u32 = 100;
 
 /// What the demo did, for the caller to check.
 #[derive(Debug)]
-pub struct DemoReport {
+pub struct DemoOutcome {
     /// The ledger's directory, left behind for auditing.
     pub dir: PathBuf,
     /// Transfers the simulated rail carried out, per withdrawal id.
@@ -48,7 +48,7 @@ pub struct DemoReport {
     /// Events replayed by the reopening.
     pub replayed_events: u64,
     /// `payonce::verify` on the directory afterwards.
-    pub verify: VerifyReport,
+    pub verify: Verification,
 }
 
 /// `250 USDC`.
@@ -127,7 +127,7 @@ pub(crate) fn demo_command(
 
 /// Where the demo writes the report of its ledger: in its directory, or
 /// for a PostgreSQL ledger under the system's temporary directory.
-fn report_path(args: &DemoArgs, report: &DemoReport) -> PathBuf {
+fn report_path(args: &DemoArgs, report: &DemoOutcome) -> PathBuf {
     match &args.postgres {
         Some(_) => {
             std::env::temp_dir().join(format!("payonce-demo-report-{}.html", std::process::id()))
@@ -140,7 +140,7 @@ fn report_path(args: &DemoArgs, report: &DemoReport) -> PathBuf {
 /// and where the page is.
 fn write_report(
     args: &DemoArgs,
-    report: &DemoReport,
+    report: &DemoOutcome,
     env: &Env,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -172,7 +172,7 @@ fn write_report(
 }
 
 /// Plays the demo in `dir` (new or empty), printing the story to `out`.
-pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoReport, CliError> {
+pub fn run_demo(dir: &Path, out: &mut dyn Write) -> Result<DemoOutcome, CliError> {
     if dir.exists() && !dir.is_dir() {
         return Err(CliError::NotADirectory {
             path: dir.to_owned(),
@@ -219,7 +219,7 @@ pub fn run_demo_postgres(
     url: &str,
     exe: &Path,
     out: &mut dyn Write,
-) -> Result<DemoReport, CliError> {
+) -> Result<DemoOutcome, CliError> {
     let shown = crate::postgres_url::checked(url)?;
     let store = |error: payonce::StoreError| CliError::from_ledger(&shown, error.into());
     payonce_postgres::migrate(url).map_err(store)?;
@@ -236,7 +236,7 @@ pub fn run_demo_postgres(
 
 /// The whole demo: the incidents one after another, then the checks that
 /// each withdrawal left custody once.
-fn play(story: &mut Story<'_>, race: Option<&Path>) -> Result<DemoReport, CliError> {
+fn play(story: &mut Story<'_>, race: Option<&Path>) -> Result<DemoOutcome, CliError> {
     introduce(story)?;
     let w1 = retry_without_answer(story)?;
     let w2 = two_devices_one_withdrawal(story)?;
@@ -260,7 +260,7 @@ fn play(story: &mut Story<'_>, race: Option<&Path>) -> Result<DemoReport, CliErr
     tell_transfers(story, &withdrawals, &sends, &calls)?;
     let verify = tell_verify(story)?;
     tell_audit_commands(story, &w5, in_flight_at)?;
-    Ok(DemoReport {
+    Ok(DemoOutcome {
         dir: story.dir.clone(),
         sends,
         calls,
@@ -611,7 +611,7 @@ fn tell_transfers(
 }
 
 /// `payonce::verify` on what the story left behind, in one line.
-fn tell_verify(story: &mut Story<'_>) -> Result<VerifyReport, CliError> {
+fn tell_verify(story: &mut Story<'_>) -> Result<Verification, CliError> {
     let verify = match &story.url {
         Some(url) => payonce_postgres::verify(url).map(|(report, _)| report),
         None => payonce::verify(&story.dir),

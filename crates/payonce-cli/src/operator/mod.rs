@@ -6,7 +6,7 @@
 //! read-only replay of the log (every decision re-derived, as opening
 //! does), and the ledger, once opened for writing, decides it again.
 
-mod report;
+mod receipt;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -20,7 +20,7 @@ use payonce_log::{FsStorage, Storage};
 use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
 use tracing::info;
 
-use self::report::{exit_json, print_exit};
+use self::receipt::{exit_json, print_exit};
 use crate::cli::{CorrectArgs, ReleaseArgs, ResolveArgs};
 use crate::env::{Env, Status};
 use crate::error::{CliError, WriteStep};
@@ -309,12 +309,12 @@ fn state_outcome(
     let command = stated.command(stating);
     let (before, decision) = preflight(&log, &command, args.accept_foreign_ids, env, err)?;
     if decision == Decision::Unchanged {
-        let report = exit_json(&log, &before, key, &withdrawal, "unchanged");
+        let receipt = exit_json(&log, &before, key, &withdrawal, "unchanged");
         let headline = format!(
             "request key {} already has this outcome; nothing was written",
             Echo(key)
         );
-        print_exit(&report, &headline, args.json, out)?;
+        print_exit(&receipt, &headline, args.json, out)?;
         return Ok(Status::Clean);
     }
     let ledger = open_ledger(&log, args.dir, args.accept_foreign_ids, err)?;
@@ -337,7 +337,7 @@ fn state_outcome(
     Ok(Status::Clean)
 }
 
-/// What an outcome exit did, as its report's action and headline; `before`
+/// What an outcome exit did, as its receipt's action and headline; `before`
 /// is the state before it, for the outcome a correction replaced.
 fn stated_headline(
     stating: Stating,
@@ -410,7 +410,7 @@ pub(crate) fn release(
         .map_err(|error| CliError::from_ledger(log.dir.clone(), error))?;
     drop(ledger);
     info!(key = %key, withdrawal = %withdrawal, by = %by, seq = state.last_seq(), "released by an operator");
-    let report = exit_json(&log, &state, &key, &withdrawal, "released");
+    let receipt = exit_json(&log, &state, &key, &withdrawal, "released");
     let headline = format!(
         "released request key {} by {}: nothing was sent for withdrawal {} (event {})",
         Echo(&key),
@@ -418,6 +418,6 @@ pub(crate) fn release(
         Echo(&withdrawal),
         state.last_seq()
     );
-    print_exit(&report, &headline, args.json, out)?;
+    print_exit(&receipt, &headline, args.json, out)?;
     Ok(Status::Clean)
 }

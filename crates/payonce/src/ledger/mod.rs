@@ -1078,7 +1078,7 @@ impl Ledger {
     }
 
     /// Verifies the ledger in `dir` read-only: see [`crate::verify`].
-    pub fn verify(dir: impl AsRef<Path>) -> Result<crate::VerifyReport, LedgerError> {
+    pub fn verify(dir: impl AsRef<Path>) -> Result<crate::Verification, LedgerError> {
         crate::audit::verify(dir)
     }
 

@@ -9,7 +9,7 @@ use payonce_log::{LogConfig, LogReader, Storage};
 
 use super::store::{SnapshotStore, StoredSnapshot};
 use super::{SnapshotInfo, checked, info};
-use crate::audit::{VerifyReport, verify_at};
+use crate::audit::{Verification, verify_at};
 use crate::error::LedgerError;
 use crate::snapshot_format::SnapshotError;
 use crate::state::{State, StateDifference};
@@ -46,7 +46,7 @@ pub fn verify_snapshots(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     store: &dyn SnapshotStore,
-) -> Result<(VerifyReport, Vec<SnapshotCheck>), LedgerError> {
+) -> Result<(Verification, Vec<SnapshotCheck>), LedgerError> {
     let reader = LogReader::open(storage.clone(), config.clone())?;
     let mut checks = Vec::new();
     let mut loaded: Vec<(usize, State)> = Vec::new();

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::run::{BuildReport, OpenReport, RunReport};
+use crate::run::{BuildFigures, OpenFigures, RunFigures};
 use crate::store::StoreKind;
 
 /// Everything one comparison measured.
@@ -18,9 +18,9 @@ pub struct Comparison {
     /// space (SQLite's WAL) pays per sync.
     pub overwrite_fdatasync_rates: Vec<f64>,
     /// Every timed run.
-    pub runs: Vec<RunReport>,
+    pub runs: Vec<RunFigures>,
     /// Every large state built, and its reopening.
-    pub opens: Vec<(BuildReport, OpenReport)>,
+    pub opens: Vec<(BuildFigures, OpenFigures)>,
 }
 
 impl Default for Comparison {
@@ -49,13 +49,13 @@ impl Comparison {
         median(&self.fdatasync_rates)
     }
 
-    fn run(&self, store: StoreKind, threads: usize) -> Option<&RunReport> {
+    fn run(&self, store: StoreKind, threads: usize) -> Option<&RunFigures> {
         self.runs
             .iter()
             .find(|run| run.store == store && run.spec.threads == threads)
     }
 
-    fn open(&self, store: StoreKind) -> Option<&(BuildReport, OpenReport)> {
+    fn open(&self, store: StoreKind) -> Option<&(BuildFigures, OpenFigures)> {
         self.opens.iter().find(|(build, _)| build.store == store)
     }
 
@@ -103,7 +103,7 @@ impl Comparison {
     fn run_rows(&self, threads: usize) -> [Row; 5] {
         let plural = if threads == 1 { "thread" } else { "threads" };
         let sync_rate = self.fdatasync_rate();
-        let figure = |value: &dyn Fn(&RunReport) -> Option<f64>| {
+        let figure = |value: &dyn Fn(&RunFigures) -> Option<f64>| {
             self.per_store(|store| self.run(store, threads).and_then(value))
         };
         [
@@ -370,8 +370,8 @@ mod tests {
     use crate::run::Tally;
     use crate::workload::{Mix, WorkloadSpec};
 
-    fn run(store: StoreKind, threads: usize, submits_per_sec: f64) -> RunReport {
-        RunReport {
+    fn run(store: StoreKind, threads: usize, submits_per_sec: f64) -> RunFigures {
+        RunFigures {
             store,
             spec: WorkloadSpec {
                 seed: 7,
@@ -393,7 +393,7 @@ mod tests {
     }
 
     /// The targets judged of payonce against SQLite alone, over `runs`.
-    fn targets(runs: Vec<RunReport>) -> String {
+    fn targets(runs: Vec<RunFigures>) -> String {
         Comparison {
             stores: vec![StoreKind::Payonce, StoreKind::Sqlite],
             fdatasync_rates: vec![1000.0],

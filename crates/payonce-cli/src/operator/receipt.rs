@@ -1,5 +1,6 @@
-//! What an operator exit prints: the key's record, its withdrawal's claim
-//! and funds afterwards, as JSON or as a few lines of text.
+//! What an operator exit prints, its receipt: the key's record, its
+//! withdrawal's claim and funds afterwards, as JSON or as a few lines of
+//! text.
 
 use std::io::Write;
 
@@ -33,7 +34,7 @@ pub(super) struct ExitJson {
     captured: Option<String>,
 }
 
-/// The report of an operator exit on `key`, whose claim was (or is) on
+/// The receipt of an operator exit on `key`, whose claim was (or is) on
 /// `withdrawal`, from the state afterwards.
 pub(super) fn exit_json(
     log: &LogDir,
@@ -91,10 +92,10 @@ fn key_record_words(record: &KeyRecordJson) -> String {
     )
 }
 
-/// Prints `report` as one JSON object, or as its headline and a line each
+/// Prints `receipt` as one JSON object, or as its headline and a line each
 /// about the key and its withdrawal.
 pub(super) fn print_exit(
-    report: &ExitJson,
+    receipt: &ExitJson,
     headline: &str,
     json: bool,
     out: &mut dyn Write,
@@ -103,30 +104,30 @@ pub(super) fn print_exit(
         writeln!(out, "{}", Escaped(text)).map_err(CliError::output)
     };
     if json {
-        return writeln!(out, "{}", to_json(report)).map_err(CliError::output);
+        return writeln!(out, "{}", to_json(receipt)).map_err(CliError::output);
     }
     say(out, headline)?;
-    match &report.record {
+    match &receipt.record {
         Some(record) => say(out, &key_record_words(record))?,
-        None => say(out, &format!("request key {} has no record", report.key))?,
+        None => say(out, &format!("request key {} has no record", receipt.key))?,
     }
     say(
         out,
         &format!(
             "withdrawal {}: {}; {}",
-            report.withdrawal,
-            report.claimed_by.as_ref().map_or_else(
+            receipt.withdrawal,
+            receipt.claimed_by.as_ref().map_or_else(
                 || "claimed by no key (it may be submitted again)".to_owned(),
                 |key| format!("claimed by request key {key}")
             ),
-            funds_words(report)
+            funds_words(receipt)
         ),
     )
 }
 
-/// What the ledger holds or counts as gone for the report's withdrawal.
-fn funds_words(report: &ExitJson) -> String {
-    match (&report.held, &report.captured) {
+/// What the ledger holds or counts as gone for the receipt's withdrawal.
+fn funds_words(receipt: &ExitJson) -> String {
+    match (&receipt.held, &receipt.captured) {
         (Some(held), _) => format!("{held} held for it"),
         (None, Some(captured)) => format!("no funds held for it; {captured} left custody"),
         (None, None) => "no funds held for it".to_owned(),
