@@ -24,8 +24,9 @@ use crate::index;
 use crate::json::{EventJson, TornTailJson, to_json};
 use crate::logdir::{LogDir, open_log};
 use crate::output::{count, warn_torn_tail};
-use crate::subject::{HISTORY_EVENTS_MAX, Subject, touches};
+use crate::subject::{HISTORY_EVENTS_MAX, unknown};
 use crate::table::Table;
+use payonce::Subject;
 
 /// Reads `--key` or `--withdrawal` through the model's rules, so a value
 /// with a control character is refused before anything is read.
@@ -112,7 +113,7 @@ fn scan(log: &LogDir, subject: &Subject) -> Result<Found, CliError> {
     let mut events = Vec::new();
     let walked = log.walk(1, |event, _| {
         let withdrawal = attributor.attribute(log, event)?;
-        if touches(subject, &event.kind, withdrawal.as_ref()) {
+        if subject.touched_by(&event.kind, withdrawal.as_ref()) {
             events.push(Attributed {
                 event: event.clone(),
                 withdrawal,
@@ -146,13 +147,9 @@ fn from_database(log: &LogDir, subject: &Subject) -> Result<Option<Found>, CliEr
             true => withdrawal_of(&log.state_before(event.seq)?, &event.kind),
             false => event.kind.withdrawal().cloned(),
         };
-        if !touches(subject, &event.kind, withdrawal.as_ref()) {
-            let under = match subject {
-                Subject::Key(key) => format!("request key {key}"),
-                Subject::Withdrawal(id) => format!("withdrawal {id}"),
-            };
+        if !subject.touched_by(&event.kind, withdrawal.as_ref()) {
             let detail = format!(
-                "the database's index lists event {} under {under}, which it is not about",
+                "the database's index lists event {} under {subject}, which it is not about",
                 event.seq
             );
             let damaged = StoreError::Damaged {
@@ -215,7 +212,7 @@ pub(crate) fn history(
         answered,
     } = found;
     if events.is_empty() {
-        return Err(subject.unknown());
+        return Err(unknown(&subject));
     }
     let truncated = keep_listed_max(&mut events, err)?;
     let listed: Vec<EventJson> = events

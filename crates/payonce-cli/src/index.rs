@@ -67,7 +67,8 @@ use crate::error::CliError;
 use crate::escape::{EchoPath, Escaped};
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::warn_torn_tail;
-use crate::subject::{HISTORY_EVENTS_MAX, Subject, keys_touched};
+use crate::subject::HISTORY_EVENTS_MAX;
+use payonce::Subject;
 use payonce::needs_state;
 
 /// The index's directory inside the log's directory. The log only reads
@@ -634,7 +635,7 @@ impl Pending {
         if let Some(withdrawal) = withdrawal {
             self.post(KIND_WITHDRAWAL, withdrawal, entry);
         }
-        for key in keys_touched(&event.kind) {
+        for key in event.kind.keys_touched() {
             self.post(KIND_KEY, key, entry);
         }
         let at = event.at.unix_nanos();
@@ -697,7 +698,7 @@ impl<'a> About<'a> {
     /// Whether `event`, the next listed, is about the subject.
     fn check(&mut self, event: &Event) -> bool {
         let id = match self.subject {
-            Subject::Key(key) => return keys_touched(&event.kind).contains(&key),
+            Subject::Key(key) => return event.kind.keys_touched().contains(&key),
             Subject::Withdrawal(id) => id,
         };
         match event.kind.withdrawal() {

@@ -18,7 +18,7 @@ use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, T
 
 use crate::error::CliError;
 use crate::escape::EchoPath;
-use crate::subject::Subject;
+use payonce::Subject;
 
 /// How many events pass between two updates of the progress bar: often
 /// enough to move smoothly, rarely enough to cost nothing.
@@ -426,11 +426,7 @@ impl LogDir {
             return None;
         };
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
-        let about = match subject {
-            Subject::Key(key) => payonce_postgres::Subject::Key(key.as_str()),
-            Subject::Withdrawal(id) => payonce_postgres::Subject::Withdrawal(id.as_str()),
-        };
-        let found = view.borrow_mut().events_about(about, limit);
+        let found = view.borrow_mut().events_about(subject, limit);
         Some(match found {
             Ok(found) => found
                 .iter()

@@ -11,7 +11,7 @@
 //! each event touches, and the withdrawal it is about.
 
 use payonce::{
-    Appended, Event, State, StoreError, apply, decode_event, needs_state, withdrawal_of,
+    Appended, Event, State, StoreError, Subject, apply, decode_event, needs_state, withdrawal_of,
 };
 use payonce_log::chain::{Digest, batch_digest};
 use postgres::Transaction;
@@ -24,15 +24,6 @@ use crate::pipeline::Pipeline;
 
 /// Events the migration reads at a time while it writes their rows.
 const BACKFILL_EVENTS_MAX: i64 = 65_536;
-
-/// What an audit follows through the index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subject<'a> {
-    /// The events that touch this request key.
-    Key(&'a str),
-    /// The events about this withdrawal.
-    Withdrawal(&'a str),
-}
 
 /// The index rows of some events: `(key, seq)` and `(withdrawal, seq)`.
 #[derive(Debug, Default)]
@@ -135,19 +126,18 @@ fn copy_rows(
 /// chain vouches for.
 pub(crate) fn events_about(
     conn: &mut Pipeline,
-    subject: Subject<'_>,
+    subject: &Subject,
     limit: usize,
 ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-    let (query, name) = match subject {
-        Subject::Key(key) => (
-            "SELECT seq FROM payonce.key_events WHERE key = $1 ORDER BY seq LIMIT $2",
-            key,
-        ),
-        Subject::Withdrawal(withdrawal) => (
-            "SELECT seq FROM payonce.withdrawal_events WHERE withdrawal = $1 ORDER BY seq LIMIT $2",
-            withdrawal,
-        ),
+    let query = match subject {
+        Subject::Key(_) => {
+            "SELECT seq FROM payonce.key_events WHERE key = $1 ORDER BY seq LIMIT $2"
+        }
+        Subject::Withdrawal(_) => {
+            "SELECT seq FROM payonce.withdrawal_events WHERE withdrawal = $1 ORDER BY seq LIMIT $2"
+        }
     };
+    let name = subject.as_str();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let listed: Vec<i64> = conn
         .query(query, &[&name, &limit])

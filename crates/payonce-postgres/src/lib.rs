@@ -53,7 +53,6 @@ use payonce::{Config, Ledger, LedgerError, StoreError, Verification};
 use payonce_model::WorkerName;
 
 pub use crate::conninfo::{CONNINFO_LEN_MAX, Conninfo, ConninfoError};
-pub use crate::index::Subject;
 pub use crate::passfile::PASSFILE_LEN_MAX;
 pub use crate::pooler::{PoolingError, PoolingStep};
 pub use crate::reach::{

@@ -9,7 +9,7 @@ use payonce::{StoreError, Visit};
 
 use crate::error::failed;
 use crate::follow::{Follower, scan};
-use crate::index::{Subject, events_about};
+use crate::index::events_about;
 use crate::pipeline::Pipeline;
 use crate::reach::Target;
 use payonce_log::chain::Head;
@@ -63,7 +63,7 @@ impl ReadView {
     /// in no batch, or a batch that does not chain, is damage.
     pub fn events_about(
         &mut self,
-        subject: Subject<'_>,
+        subject: &payonce::Subject,
         limit: usize,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         events_about(&mut self.conn, subject, limit)

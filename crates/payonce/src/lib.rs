@@ -77,6 +77,7 @@ mod run_store;
 mod snapshot;
 mod snapshot_format;
 mod state;
+mod subject;
 mod time;
 
 #[cfg(feature = "tokio")]
@@ -117,6 +118,7 @@ pub use crate::state::{
     ClaimChange, HELD_TOTAL_MAX, Hold, InFlight, KeyRecord, SLOTS_MAX, State, StateDifference,
     apply,
 };
+pub use crate::subject::Subject;
 pub use crate::time::{
     Clock, ManualClock, SystemClock, TIMESTAMP_TEXT_MAX, Timestamp, TimestampError,
 };

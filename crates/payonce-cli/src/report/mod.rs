@@ -42,7 +42,7 @@ use page::{Header, Page, Verdict, head_words};
 use replay::Replayed;
 use summary::Summary;
 use timeline::Timeline;
-use window::{Ask, Bound, subject_words};
+use window::{Ask, Bound};
 
 /// Most events one report shows. The page for this many stays under
 /// [`REPORT_BYTES_MAX`] with events of the usual size (2.1 MB) and opens
@@ -72,7 +72,7 @@ fn check_subjects_in_index(log: &LogDir, ask: &Ask, err: &mut dyn Write) -> Resu
             if let Some(listed) = log.events_about_postgres(subject, 1)
                 && listed?.is_empty()
             {
-                return Err(subject.unknown());
+                return Err(crate::subject::unknown(subject));
             }
         }
         return Ok(());
@@ -82,7 +82,7 @@ fn check_subjects_in_index(log: &LogDir, ask: &Ask, err: &mut dyn Write) -> Resu
     };
     for subject in &ask.subjects {
         if let Ok(false) = index.mentions(subject) {
-            return Err(subject.unknown());
+            return Err(crate::subject::unknown(subject));
         }
     }
     Ok(())
@@ -97,7 +97,7 @@ fn check(found: &Replayed, ask: &Ask) -> Result<(), CliError> {
             ask.check_within(first, last)?;
         }
         if let Some(i) = found.mentioned.iter().position(|mentioned| !mentioned) {
-            return Err(ask.subjects[i].unknown());
+            return Err(crate::subject::unknown(&ask.subjects[i]));
         }
     }
     if found.shown_count > REPORT_EVENTS_MAX {
@@ -195,7 +195,7 @@ fn header(log: &LogDir, ask: &Ask, found: &Replayed, env: &Env) -> Header {
         false => crate::escape::escape(
             &ask.subjects
                 .iter()
-                .map(subject_words)
+                .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", "),
         )
@@ -304,7 +304,7 @@ pub(crate) fn report(
         };
         say!(out, "{}", crate::json::to_json(&written))?;
     } else {
-        let about: Vec<String> = ask.subjects.iter().map(subject_words).collect();
+        let about: Vec<String> = ask.subjects.iter().map(ToString::to_string).collect();
         let about = match about.is_empty() {
             true => String::new(),
             false => format!(" about {}", about.join(", ")),

@@ -153,7 +153,7 @@ impl Walk<'_> {
             divergence.to_string()
         });
         for (mentioned, subject) in self.found.mentioned.iter_mut().zip(&self.ask.subjects) {
-            *mentioned |= crate::subject::touches(subject, &event.kind, withdrawal.as_ref());
+            *mentioned |= subject.touched_by(&event.kind, withdrawal.as_ref());
         }
         self.found.log_first.get_or_insert((event.seq, event.at));
         self.found.log_last = Some((event.seq, event.at));

@@ -145,8 +145,8 @@ fn in_flight(end: &Edge, ask: &Ask, now: Timestamp) -> Vec<InFlightRow> {
         .filter(|entry| {
             ask.subjects.is_empty()
                 || ask.subjects.iter().any(|subject| match subject {
-                    crate::subject::Subject::Key(key) => *key == entry.key,
-                    crate::subject::Subject::Withdrawal(id) => *id == entry.withdrawal,
+                    payonce::Subject::Key(key) => *key == entry.key,
+                    payonce::Subject::Withdrawal(id) => *id == entry.withdrawal,
                 })
         })
         .map(|entry| InFlightRow {

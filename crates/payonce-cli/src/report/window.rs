@@ -8,7 +8,7 @@ use payonce_model::{RequestKey, WithdrawalId};
 use crate::audit::{Point, parse_point};
 use crate::cli::ReportArgs;
 use crate::error::CliError;
-use crate::subject::{Subject, touches};
+use payonce::Subject;
 
 /// One end of the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl Ask {
             || self
                 .subjects
                 .iter()
-                .any(|subject| touches(subject, &event.kind, withdrawal))
+                .any(|subject| subject.touched_by(&event.kind, withdrawal))
     }
 
     /// Refuses a window outside the log, whose first and last events are
@@ -149,13 +149,5 @@ impl Ask {
             end(self.from, "the first event"),
             end(self.to, "the end of the log")
         )
-    }
-}
-
-/// The subjects in words: `request key k, withdrawal w`.
-pub(super) fn subject_words(subject: &Subject) -> String {
-    match subject {
-        Subject::Key(key) => format!("request key {key}"),
-        Subject::Withdrawal(id) => format!("withdrawal {id}"),
     }
 }
