@@ -223,7 +223,7 @@ fn take(args: &SnapshotArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
 /// set aside; says which one it opened from.
 pub(crate) fn warn_recovery(ledger: &Ledger, err: &mut dyn Write) -> Result<(), CliError> {
     let recovery = ledger.recovery();
-    for refused in &recovery.refused_snapshots {
+    for refused in &recovery.snapshots_set_aside {
         let aside = refused.set_aside_as.as_deref().unwrap_or("left in place");
         writeln!(
             err,

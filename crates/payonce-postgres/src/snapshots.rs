@@ -303,7 +303,7 @@ impl RunStore for PgSnapshots {
         true
     }
 
-    fn refuser(&self, number: u64) -> Option<payonce::RefuseRun> {
+    fn aside_hook(&self, number: u64) -> Option<payonce::SetRunAside> {
         let (url, writer) = (self.url.clone(), self.writer.clone());
         Some(Arc::new(move |error: &SnapshotError| {
             crate::runs::refuse(&url, &writer, number, error);

@@ -63,7 +63,7 @@ pub enum LedgerError {
     Store(StoreError),
     /// A snapshot of the projections could not be taken (encoded, written,
     /// pruned). Opening never fails for a snapshot: it sets a bad one
-    /// aside and falls back ([`crate::Recovery::refused_snapshots`]).
+    /// aside and falls back ([`crate::Recovery::snapshots_set_aside`]).
     Snapshot(SnapshotError),
     /// A settled pair set apart ([`crate::Config::set_apart_settled`])
     /// could not be read back from the archive holding it, so the call

@@ -98,14 +98,15 @@ pub use crate::ledger::{
     NewWithdrawal, REPLAY_THREAD_MIN_LEN, SharedLog, SharedRecord, SnapshotStats, SnapshotTaken,
     Ticket,
 };
-pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotRefused};
+pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotSetAside};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
 pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
 pub use crate::snapshot::{
-    DirSnapshots, MemRuns, RefuseRun, RunOut, RunStore, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION,
+    DirSnapshots, MemRuns, RunOut, RunStore, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION,
     SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL, SNAPSHOT_LEN_MAX, SNAPSHOT_READ_LEN,
-    SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotCheck, SnapshotError, SnapshotFile,
-    SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict, StoredSnapshot, verify_snapshots,
+    SNAPSHOT_SHARE_MAX, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SetRunAside, SnapshotCheck, SnapshotError,
+    SnapshotFile, SnapshotInfo, SnapshotPolicy, SnapshotStore, SnapshotVerdict, StoredSnapshot,
+    verify_snapshots,
 };
 /// A state to a snapshot's bytes and back (docs/snapshot-format.md).
 pub mod snapshots {

@@ -20,8 +20,8 @@ pub struct Recovery {
     /// The snapshot the projections were loaded from; `None` when every
     /// event was replayed.
     pub snapshot: Option<SnapshotLoaded>,
-    /// The snapshots refused on the way, newest first, each set aside.
-    pub refused_snapshots: Vec<SnapshotRefused>,
+    /// The snapshots set aside on the way, newest first.
+    pub snapshots_set_aside: Vec<SnapshotSetAside>,
     /// Events replayed from the log: those after the snapshot, or all.
     pub replayed: u64,
 }
@@ -39,9 +39,9 @@ pub struct SnapshotLoaded {
     pub len: u64,
 }
 
-/// A snapshot an opening refused.
+/// A snapshot an opening set aside: it failed a check.
 #[derive(Debug, Clone)]
-pub struct SnapshotRefused {
+pub struct SnapshotSetAside {
     /// Where it was, for a person.
     pub name: String,
     /// Where it was set aside (renamed, never deleted); `None` if it could
@@ -49,6 +49,6 @@ pub struct SnapshotRefused {
     /// ([`SnapshotError::needs_a_newer_build`]), or setting it aside
     /// failed too.
     pub set_aside_as: Option<String>,
-    /// Why it was refused.
+    /// Why it was set aside.
     pub error: Arc<SnapshotError>,
 }

@@ -38,17 +38,17 @@ pub trait RunStore: Send + Sync + fmt::Debug {
         false
     }
     /// A way to set run `number` aside once a read finds it damaged after
-    /// an opening believed it, so that the next opening refuses every
+    /// an opening believed it, so that the next opening sets aside every
     /// snapshot naming it and falls back: `None` (the default) where the
     /// store has none.
-    fn refuser(&self, number: u64) -> Option<RefuseRun> {
+    fn aside_hook(&self, number: u64) -> Option<SetRunAside> {
         let _ = number;
         None
     }
 }
 
 /// Sets a run aside, told what damage was found in it.
-pub type RefuseRun = Arc<dyn Fn(&SnapshotError) + Send + Sync>;
+pub type SetRunAside = Arc<dyn Fn(&SnapshotError) + Send + Sync>;
 
 /// A run being written: appended to, then made durable whole.
 pub trait RunOut: Send {

@@ -1373,7 +1373,7 @@ impl World {
         self.assert_storage_failed_only_where_armed();
         let recovery = self.ledger().recovery().clone();
         self.stats.opens_from_snapshot += u64::from(recovery.snapshot.is_some());
-        self.stats.snapshots_refused += recovery.refused_snapshots.len() as u64;
+        self.stats.snapshots_refused += recovery.snapshots_set_aside.len() as u64;
         let state = self.ledger_state();
         let shadow = self.assert_replays_agree(&state);
         assert_invariants(&state, &context);

@@ -164,7 +164,7 @@ fn first_decision(url: &str) -> anyhow::Result<(payonce::Ledger, u64)> {
     if ledger.recovery().snapshot.is_none() {
         bail!(
             "no snapshot was loaded: {:?}",
-            ledger.recovery().refused_snapshots
+            ledger.recovery().snapshots_set_aside
         );
     }
     decide(&ledger, "first")?;

@@ -107,14 +107,14 @@ fn a_forged_snapshot_is_set_aside_by_a_row_and_the_worker_falls_back() {
     let forged_seq = insert_snapshot(&url, &[7u8; 32], 1, &[0xEEu8; 200], "mallory");
     let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
     let recovery = reopened.recovery().clone();
-    assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+    assert_eq!(recovery.snapshots_set_aside.len(), 1, "{recovery:?}");
     assert!(
         matches!(
-            &*recovery.refused_snapshots[0].error,
+            &*recovery.snapshots_set_aside[0].error,
             SnapshotError::Invalid { field: "magic", .. }
         ),
         "{:?}",
-        recovery.refused_snapshots[0].error
+        recovery.snapshots_set_aside[0].error
     );
     assert_eq!(recovery.snapshot.map(|s| s.seq), Some(good.stored.seq));
     let refused: i64 = client(&url)
@@ -151,8 +151,8 @@ fn a_snapshot_of_a_newer_format_gets_no_refusal_row_and_stays_for_a_newer_worker
     for _ in 0..2 {
         let reopened = payonce_postgres::open(&url, "api-1", config()).unwrap();
         let recovery = reopened.recovery().clone();
-        assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
-        let refused = &recovery.refused_snapshots[0];
+        assert_eq!(recovery.snapshots_set_aside.len(), 1, "{recovery:?}");
+        let refused = &recovery.snapshots_set_aside[0];
         assert!(
             matches!(&*refused.error, SnapshotError::Version { found, .. } if *found == newer),
             "{:?}",
@@ -530,7 +530,7 @@ fn a_run_found_damaged_after_opening_answers_nothing_for_its_pairs() {
     let reopened = payonce_postgres::open(&url, "api-2", config()).unwrap();
     let recovery = reopened.recovery();
     assert!(recovery.snapshot.is_none(), "{recovery:?}");
-    assert!(!recovery.refused_snapshots.is_empty(), "{recovery:?}");
+    assert!(!recovery.snapshots_set_aside.is_empty(), "{recovery:?}");
     for n in 0..4 {
         let key = format!("k-{n}");
         assert!(matches!(reopened.outcome(&key), Ok(Some(_))), "{key}");

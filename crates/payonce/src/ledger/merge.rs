@@ -58,7 +58,7 @@ impl Ledger {
             Arc::new(RunSet::new(set).map_err(|error| {
                 LedgerError::Snapshot(SnapshotError::Run { run: number, error })
             })?);
-        settled.refusers.add(&*settle.runs, number);
+        settled.aside_hooks.add(&*settle.runs, number);
         settle.publish(&round.state);
         drop(round);
         for input in &inputs {

@@ -244,7 +244,7 @@ impl Ledger {
             events = state.last_seq(),
             replayed = recovery.replayed,
             snapshot = recovery.snapshot.as_ref().map(|snapshot| snapshot.name.as_str()),
-            refused_snapshots = recovery.refused_snapshots.len(),
+            snapshots_set_aside = recovery.snapshots_set_aside.len(),
             keys = state.key_count(),
             threads,
             torn_tail = ?recovery.log.torn_tail,
@@ -308,7 +308,7 @@ impl Ledger {
                 .snapshot
                 .as_ref()
                 .map(|snapshot| snapshot.name.as_str()),
-            refused_snapshots = recovery.refused_snapshots.len(),
+            snapshots_set_aside = recovery.snapshots_set_aside.len(),
             keys = state.key_count(),
             "replayed"
         );

@@ -289,11 +289,11 @@ pub(crate) fn adopt_run(
             cache: Arc::clone(&settle.cache),
             pairs: 0,
             check: None,
-            refusers: crate::state::Refusers::default(),
+            aside_hooks: crate::state::AsideHooks::default(),
         });
     }
     if let Some(settled) = state.settled() {
-        settled.refusers.add(&*settle.runs, number);
+        settled.aside_hooks.add(&*settle.runs, number);
     }
     state.adopt_run(Arc::new(set), slots, seq);
     settle.publish(state);

@@ -234,7 +234,7 @@ pub(super) fn rebuild_from_snapshot(
         log: payonce_log::Recovery::default(),
         replayed: state.last_seq() - first,
         snapshot,
-        refused_snapshots: loaded.refused,
+        snapshots_set_aside: loaded.set_aside,
     };
     Ok((state, recovery))
 }

@@ -202,7 +202,7 @@ pub(crate) fn replay_log(
     if let Some(witness) = witness {
         opening.witness(witness)?;
     }
-    let Loaded { state, refused } = match snapshots {
+    let Loaded { state, set_aside } = match snapshots {
         Some((store, cache)) => load_newest(store, &opening, cache)?,
         None => Loaded::default(),
     };
@@ -228,7 +228,7 @@ pub(crate) fn replay_log(
     let recovery = Recovery {
         log: log_recovery,
         snapshot,
-        refused_snapshots: refused,
+        snapshots_set_aside: set_aside,
         replayed: state.last_seq() - first,
     };
     Ok(Replayed {

@@ -20,8 +20,8 @@ use crate::state::{State, StateDifference};
 pub enum SnapshotVerdict {
     /// Every answer of its state is the replay's at its seq.
     Matches,
-    /// An opening would refuse it, and why.
-    Refused(SnapshotError),
+    /// An opening would set it aside, and why.
+    SetAside(SnapshotError),
     /// An opening would accept it, but its state is not the one the log
     /// rebuilds: the first answer that differs (the snapshot's on the left).
     Differs(StateDifference),
@@ -56,7 +56,7 @@ pub fn verify_snapshots(
                 loaded.push((checks.len(), state));
                 (Some(info), SnapshotVerdict::PastTheLog)
             }
-            Err((info, error)) => (info, SnapshotVerdict::Refused(error)),
+            Err((info, error)) => (info, SnapshotVerdict::SetAside(error)),
         };
         checks.push(SnapshotCheck {
             snapshot,

@@ -131,7 +131,7 @@ impl RunStore for DirSnapshots {
     /// Checking every block before the first decision would make an
     /// opening read every settled pair ever written: its time would grow
     /// with the history. Each block is checked whenever a name reads it,
-    /// and a run the pass finds damaged is set aside ([`Self::refuser`]).
+    /// and a run the pass finds damaged is set aside ([`Self::aside_hook`]).
     fn checked_in_background(&self) -> bool {
         true
     }
@@ -147,7 +147,7 @@ impl RunStore for DirSnapshots {
         Ok(numbers)
     }
 
-    fn refuser(&self, number: u64) -> Option<super::RefuseRun> {
+    fn aside_hook(&self, number: u64) -> Option<super::SetRunAside> {
         let storage = Arc::clone(&self.storage);
         Some(Arc::new(move |error: &SnapshotError| {
             let name = file_name(number);

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::store::{SnapshotStore, StoredSnapshot};
 use super::{SnapshotInfo, checked_file_into, checked_into};
 use crate::error::LedgerError;
-use crate::recovery::{SnapshotLoaded, SnapshotRefused};
+use crate::recovery::{SnapshotLoaded, SnapshotSetAside};
 use crate::snapshot_format::SnapshotError;
 use crate::state::State;
 
@@ -24,8 +24,8 @@ use crate::state::State;
 pub(crate) struct Loaded {
     /// The state of the snapshot loaded, and what it says of itself.
     pub(crate) state: Option<(State, SnapshotLoaded)>,
-    /// Those refused on the way, newest first.
-    pub(crate) refused: Vec<SnapshotRefused>,
+    /// Those set aside on the way, newest first.
+    pub(crate) set_aside: Vec<SnapshotSetAside>,
 }
 
 /// Loads the newest snapshot in `store` that the log `opening` is opening
@@ -93,7 +93,7 @@ pub(crate) fn load_newest_of(
                 loaded.state = Some((state, snapshot));
                 return Ok(loaded);
             }
-            Err(error) => loaded.refused.push(refuse(store, candidate, error)),
+            Err(error) => loaded.set_aside.push(set_aside(store, candidate, error)),
         }
     }
     Ok(loaded)
@@ -121,20 +121,20 @@ fn try_load(
     }
 }
 
-/// Sets a refused snapshot aside and says so; one that could not be read,
-/// or that a newer build wrote, stays where it is.
-fn refuse(
+/// Sets a snapshot that failed a check aside and says so; one that could
+/// not be read, or that a newer build wrote, stays where it is.
+fn set_aside(
     store: &dyn SnapshotStore,
     candidate: StoredSnapshot,
     error: SnapshotError,
-) -> SnapshotRefused {
+) -> SnapshotSetAside {
     let set_aside_as = match error {
         SnapshotError::Io { .. } => None,
         _ if error.needs_a_newer_build() => None,
         _ => match store.set_aside(&candidate) {
             Ok(aside) => Some(aside),
             Err(aside_error) => {
-                warn!(snapshot = %candidate.name, error = %aside_error, "could not set a refused snapshot aside");
+                warn!(snapshot = %candidate.name, error = %aside_error, "could not set a snapshot aside");
                 None
             }
         },
@@ -143,9 +143,9 @@ fn refuse(
         snapshot = %candidate.name,
         %error,
         set_aside_as = set_aside_as.as_deref().unwrap_or("(left in place)"),
-        "refused a snapshot; opening falls back to an older one or a full replay"
+        "set a snapshot aside; opening falls back to an older one or a full replay"
     );
-    SnapshotRefused {
+    SnapshotSetAside {
         name: candidate.name,
         set_aside_as,
         error: Arc::new(error),

@@ -51,7 +51,7 @@ pub(crate) use self::runs::WrittenRun;
 use self::runs::{entry_of, write_new_run};
 pub use self::store::{DirSnapshots, SNAPSHOTS_DIR, SNAPSHOTS_KEPT, SnapshotStore, StoredSnapshot};
 use crate::event::SCHEMA_VERSION;
-pub use crate::run_store::{MemRuns, RefuseRun, RunOut, RunStore};
+pub use crate::run_store::{MemRuns, RunOut, RunStore, SetRunAside};
 pub use crate::snapshot_format::SnapshotError;
 use crate::snapshot_format::header::Header;
 pub use crate::snapshot_format::{KEYS_PART_LEN, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN};

@@ -10,7 +10,7 @@ use payonce_runs::{BlockCache, HashKey, Run, RunSet};
 
 use crate::run_store::{OutSink, RunStore, run_error};
 use crate::snapshot_format::{Manifest, RunEntry, SnapshotError};
-use crate::state::{Refusers, Settled, State};
+use crate::state::{AsideHooks, Settled, State};
 
 #[cfg(test)]
 thread_local! {
@@ -60,20 +60,20 @@ pub(crate) fn open_manifest(
         }
         runs.push(Arc::new(run));
     }
-    let refusers = Refusers::default();
+    let aside_hooks = AsideHooks::default();
     for run in &runs {
-        refusers.add(store, run.number());
+        aside_hooks.add(store, run.number());
     }
     let check = store
         .checked_in_background()
-        .then(|| check_in_background(runs.clone(), refusers.clone()));
+        .then(|| check_in_background(runs.clone(), aside_hooks.clone()));
     let runs = RunSet::new(runs).map_err(|error| run_error(0, error))?;
     Ok(Settled {
         runs: Arc::new(runs),
         cache,
         pairs,
         check,
-        refusers,
+        aside_hooks,
     })
 }
 
@@ -81,7 +81,10 @@ pub(crate) fn open_manifest(
 /// leaves to the background where the store says so. Damage it finds is
 /// told (a block is checked whenever it is read, so nothing is judged from
 /// it meanwhile); a failure to read is retried by the reads that need it.
-fn check_in_background(runs: Vec<Arc<Run>>, refusers: Refusers) -> Arc<crate::state::RunsCheck> {
+fn check_in_background(
+    runs: Vec<Arc<Run>>,
+    aside_hooks: AsideHooks,
+) -> Arc<crate::state::RunsCheck> {
     let check = Arc::new(crate::state::RunsCheck::default());
     let told = Arc::clone(&check);
     let spawned = std::thread::Builder::new()
@@ -91,7 +94,7 @@ fn check_in_background(runs: Vec<Arc<Run>>, refusers: Refusers) -> Arc<crate::st
                 if let Err(error) = run.check_blocks() {
                     let error = run_error(run.number(), error);
                     tracing::error!(run = run.number(), %error, "a run failed its check");
-                    refusers.refuse(&error);
+                    aside_hooks.set_aside(&error);
                     if let Ok(mut damage) = told.damage.lock() {
                         *damage = Some(format!("run {}: {error}", run.number()));
                     }

@@ -55,7 +55,7 @@ pub use self::compare::StateDifference;
 pub use self::layout::SLOTS_MAX;
 use self::layout::{Funds, KeySlot, NO_HOLDER, NameHasher, Slots, Texts, WithdrawalSlot, stored};
 pub(crate) use self::reading::{Reading, is_not_prefetched};
-pub(crate) use self::run_damage::{Refusers, RunsCheck};
+pub(crate) use self::run_damage::{AsideHooks, RunsCheck};
 use self::sessions::Sessions;
 pub(crate) use self::settled::Settled;
 use crate::event::{EventKind, KindView, command_names};

@@ -45,7 +45,7 @@ use payonce_runs::{BlockCache, RunSet};
 use super::layout::{Funds, KeySlot, NO_HOLDER, Persisted, WithdrawalSlot};
 use super::pair::{PairView, SettledPair, read_pair};
 use super::reading::{Reading, run_error};
-use super::run_damage::{Refusers, RunsCheck};
+use super::run_damage::{AsideHooks, RunsCheck};
 use super::{Names, State};
 use crate::snapshot_format::error::SnapshotError;
 
@@ -61,7 +61,7 @@ pub(crate) struct Settled {
     /// them, where their store leaves that to the background.
     pub(crate) check: Option<Arc<RunsCheck>>,
     /// How each run is set aside once found damaged.
-    pub(crate) refusers: Refusers,
+    pub(crate) aside_hooks: AsideHooks,
 }
 
 impl State {
@@ -197,9 +197,9 @@ impl State {
         let Some(settled) = &self.settled else {
             return Ok(());
         };
-        let refusers = settled.refusers.clone();
+        let aside_hooks = settled.aside_hooks.clone();
         self.fault_in_from(key, id, reading)
-            .inspect_err(|error| refusers.refuse(error))
+            .inspect_err(|error| aside_hooks.set_aside(error))
     }
 
     /// [`State::fault_in_with`], its damage not told yet.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use payonce::NewWithdrawal;
 use payonce::{
     Config, DirSnapshots, Ledger, LedgerError, RunOut, RunStore, SCHEMA_VERSION,
-    SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotRefused,
+    SNAPSHOT_FORMAT_VERSION, SNAPSHOT_HEADER_LEN, SnapshotError, SnapshotPolicy, SnapshotSetAside,
     SnapshotStore, SnapshotVerdict, State, StoredSnapshot,
 };
 use payonce_log::{CrashMode, LogConfig, MemStorage, Storage};
@@ -141,7 +141,7 @@ struct EditedNewest {
     name: String,
     seq: u64,
     bytes: Vec<u8>,
-    refused: SnapshotRefused,
+    refused: SnapshotSetAside,
 }
 
 /// Opens after the newest of two snapshots was edited by `edit`: that one
@@ -156,7 +156,7 @@ fn open_with_newest_edited(edit: impl FnOnce(&mut Vec<u8>)) -> EditedNewest {
     setup.put(&name, &bytes);
     let ledger = setup.open().unwrap();
     let recovery = ledger.recovery().clone();
-    assert_eq!(recovery.refused_snapshots.len(), 1, "{recovery:?}");
+    assert_eq!(recovery.snapshots_set_aside.len(), 1, "{recovery:?}");
     assert_eq!(
         recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
         Some(older)
@@ -164,7 +164,7 @@ fn open_with_newest_edited(edit: impl FnOnce(&mut Vec<u8>)) -> EditedNewest {
     let state = ledger.state().unwrap();
     drop(ledger);
     assert_eq!(state.difference(&setup.replayed()), None);
-    let refused = recovery.refused_snapshots[0].clone();
+    let refused = recovery.snapshots_set_aside[0].clone();
     EditedNewest {
         setup,
         name,
@@ -208,7 +208,7 @@ fn opening_from_a_snapshot_replays_only_the_events_after_it() {
         recovery.snapshot.as_ref().map(|snapshot| snapshot.seq),
         Some(newer)
     );
-    assert!(recovery.refused_snapshots.is_empty());
+    assert!(recovery.snapshots_set_aside.is_empty());
     assert_eq!(
         recovery.replayed,
         ledger.last_seq() - 1 - newer,
@@ -278,8 +278,8 @@ fn a_run_whose_fences_were_damaged_is_refused_at_opening_naming_the_run_and_the_
     let ledger = setup.open().unwrap();
     let recovery = ledger.recovery().clone();
     assert_eq!(recovery.snapshot, None, "{recovery:?}");
-    assert_eq!(recovery.refused_snapshots.len(), 2, "both name the run");
-    for refused in &recovery.refused_snapshots {
+    assert_eq!(recovery.snapshots_set_aside.len(), 2, "both name the run");
+    for refused in &recovery.snapshots_set_aside {
         assert!(
             matches!(&*refused.error, SnapshotError::Run { run: 1, error: payonce_runs::RunError::Corrupt { offset, .. } }
                 if *offset < len),
@@ -312,7 +312,7 @@ fn a_run_whose_filter_was_damaged_is_read_without_it_and_answers_as_before() {
     let ledger = setup.open().unwrap();
     let recovery = ledger.recovery().clone();
     assert!(recovery.snapshot.is_some(), "{recovery:?}");
-    assert!(recovery.refused_snapshots.is_empty(), "{recovery:?}");
+    assert!(recovery.snapshots_set_aside.is_empty(), "{recovery:?}");
     let memory = ledger.memory().unwrap();
     assert_eq!(memory.filters_ignored, 1, "{memory:?}");
     assert_eq!(ledger.state().unwrap().difference(&setup.replayed()), None);
@@ -495,7 +495,7 @@ fn with_every_snapshot_refused_opening_replays_every_event() {
         setup.put(&name, &bytes);
     }
     let ledger = setup.open().unwrap();
-    assert_eq!(ledger.recovery().refused_snapshots.len(), 2);
+    assert_eq!(ledger.recovery().snapshots_set_aside.len(), 2);
     assert!(ledger.recovery().snapshot.is_none());
     assert_eq!(ledger.recovery().replayed, ledger.last_seq() - 1);
     assert!(setup.held().is_empty(), "both set aside");
@@ -521,11 +521,11 @@ fn a_snapshot_past_a_log_restored_from_an_older_copy_is_refused_and_the_log_repl
     let ledger = restored.open().unwrap();
     let recovery = ledger.recovery().clone();
     assert!(recovery.snapshot.is_none());
-    assert_eq!(recovery.refused_snapshots.len(), 1);
+    assert_eq!(recovery.snapshots_set_aside.len(), 1);
     assert!(
-        matches!(&*recovery.refused_snapshots[0].error, SnapshotError::HeadNotInLog { head, found: None } if *head == taken.head),
+        matches!(&*recovery.snapshots_set_aside[0].error, SnapshotError::HeadNotInLog { head, found: None } if *head == taken.head),
         "{:?}",
-        recovery.refused_snapshots[0].error
+        recovery.snapshots_set_aside[0].error
     );
     assert!(ledger.last_seq() < taken.stored.seq);
 }
@@ -699,8 +699,8 @@ fn a_snapshot_that_cannot_be_read_for_now_is_left_in_place_and_used_once_it_can(
     let ledger = Ledger::open_on(Arc::new(setup.log.clone()), config).unwrap();
     let recovery = ledger.recovery().clone();
     assert_eq!(recovery.snapshot.as_ref().map(|s| s.seq), None);
-    assert_eq!(recovery.refused_snapshots.len(), 2, "{recovery:?}");
-    for refused in &recovery.refused_snapshots {
+    assert_eq!(recovery.snapshots_set_aside.len(), 2, "{recovery:?}");
+    for refused in &recovery.snapshots_set_aside {
         assert!(matches!(*refused.error, SnapshotError::Io { .. }));
         assert_eq!(refused.set_aside_as, None, "{refused:?}");
     }
