@@ -81,29 +81,9 @@ impl Storage for CountingStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.inner.len(name)
-    }
-    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-        self.inner.read(name, len_max)
-    }
+    /// The inner storage's own: a file system's reuses the scan's buffer.
     fn read_into(&self, name: &str, len_max: u64, into: &mut Vec<u8>) -> io::Result<()> {
         self.inner.read_into(name, len_max, into)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_range(name, offset, len)
-    }
-    fn read_range_into(
-        &self,
-        name: &str,
-        offset: u64,
-        len: usize,
-        into: &mut Vec<u8>,
-    ) -> io::Result<()> {
-        self.inner.read_range_into(name, offset, len, into)
-    }
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
-        self.inner.open_read(name)
     }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         Ok(self.counted(self.inner.create_new(name)?))
@@ -122,5 +102,8 @@ impl Storage for CountingStorage {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
         self.inner.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
+        self.inner.open_read(name)
     }
 }

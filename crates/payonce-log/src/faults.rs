@@ -296,21 +296,6 @@ impl Storage for FaultyStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.inner.len(name)
-    }
-    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-        self.inner.read(name, len_max)
-    }
-    fn read_into(&self, name: &str, len_max: u64, into: &mut Vec<u8>) -> io::Result<()> {
-        self.inner.read_into(name, len_max, into)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_range(name, offset, len)
-    }
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
-        self.inner.open_read(name)
-    }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         self.faults.on_create()?;
         let inner = self.inner.create_new(name)?;
@@ -339,6 +324,9 @@ impl Storage for FaultyStorage {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
         self.inner.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
+        self.inner.open_read(name)
     }
 }
 

@@ -313,18 +313,18 @@ impl Storage for MemStorage {
         Ok(range_of(&state, *ino, offset, len).to_vec())
     }
 
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
         let state = self.state();
         let ino = *state.names.get(name).ok_or_else(|| Self::not_found(name))?;
         let len = state
             .inodes
             .get(&ino)
             .map_or(0, |inode| inode.data.len() as u64);
-        Ok(Some(Box::new(MemRead {
+        Ok(Box::new(MemRead {
             storage: self.clone(),
             ino,
             len,
-        })))
+        }))
     }
 
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {

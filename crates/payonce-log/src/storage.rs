@@ -107,6 +107,13 @@ fn probe_syncs(
 
 /// One log directory. Names are plain file names inside it, never paths.
 ///
+/// Nine methods are required: naming, listing, opening a file to read or
+/// to write, renaming, removing, syncing the directory and its lock. The
+/// whole-file and ranged reads have defaults through [`Storage::open_read`],
+/// which a storage overrides where it has a faster way; a wrapper that
+/// changes reads overrides [`Storage::read`] or [`Storage::read_range`],
+/// which the `_into` forms go through.
+///
 /// Implementations must make [`Storage::rename`] atomic and let it replace
 /// an existing target, like POSIX `rename`.
 pub trait Storage: Send + Sync + fmt::Debug {
@@ -116,43 +123,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The names of the files in the directory, in no particular order.
     /// A missing directory is an error of kind `NotFound`.
     fn list(&self) -> io::Result<Vec<String>>;
-    /// The current length of a file.
-    fn len(&self, name: &str) -> io::Result<u64>;
-    /// The whole file, or its first `len_max` bytes if it is longer.
-    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>>;
-    /// The same as [`Storage::read`], into `into`, replacing what it held.
-    /// A scan reads segment after segment into one buffer: a fresh 64 MiB
-    /// buffer per segment costs a page fault per 4 KiB, which on a virtual
-    /// machine took a fifth of an open's time. On error `into` holds
-    /// anything.
-    fn read_into(&self, name: &str, len_max: u64, into: &mut Vec<u8>) -> io::Result<()> {
-        *into = self.read(name, len_max)?;
-        Ok(())
-    }
-    /// Up to `len` bytes from `offset`; fewer at the end of the file.
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>>;
-    /// The same as [`Storage::read_range`], appended to `into`: a file
-    /// read a piece at a time reuses one buffer. On error `into` holds
-    /// anything.
-    fn read_range_into(
-        &self,
-        name: &str,
-        offset: u64,
-        len: usize,
-        into: &mut Vec<u8>,
-    ) -> io::Result<()> {
-        into.extend_from_slice(&self.read_range(name, offset, len)?);
-        Ok(())
-    }
     /// Opens `name` for positioned reads that go on reaching the same
     /// bytes after the name is renamed or removed, as an open file
     /// descriptor does: what keeps a file read lazily readable while
-    /// newer files replace it. `None` (the default): this storage has no
-    /// such handles, and a reader reads by name.
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
-        let _ = name;
-        Ok(None)
-    }
+    /// newer files replace it.
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>>;
     /// Creates a new, empty file for appending; fails if it exists.
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>>;
     /// Opens an existing file for appending.
@@ -167,6 +142,50 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// it does not exist. `Ok(None)` means another writer holds it. The lock
     /// is held until the returned guard is dropped.
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>>;
+
+    /// The current length of a file.
+    fn len(&self, name: &str) -> io::Result<u64> {
+        Ok(self.open_read(name)?.byte_len())
+    }
+    /// The whole file, or its first `len_max` bytes if it is longer.
+    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
+        let handle = self.open_read(name)?;
+        let len = handle.byte_len().min(len_max);
+        let mut bytes = Vec::new();
+        handle.read_at(0, usize::try_from(len).unwrap_or(usize::MAX), &mut bytes)?;
+        Ok(bytes)
+    }
+    /// The same as [`Storage::read`], into `into`, replacing what it held.
+    /// A scan reads segment after segment into one buffer: a fresh 64 MiB
+    /// buffer per segment costs a page fault per 4 KiB, which on a virtual
+    /// machine took a fifth of an open's time. On error `into` holds
+    /// anything.
+    fn read_into(&self, name: &str, len_max: u64, into: &mut Vec<u8>) -> io::Result<()> {
+        *into = self.read(name, len_max)?;
+        Ok(())
+    }
+    /// Up to `len` bytes from `offset`; fewer at the end of the file.
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let handle = self.open_read(name)?;
+        let left = handle.byte_len().saturating_sub(offset);
+        let len = len.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let mut bytes = Vec::new();
+        handle.read_at(offset, len, &mut bytes)?;
+        Ok(bytes)
+    }
+    /// The same as [`Storage::read_range`], appended to `into`: a file
+    /// read a piece at a time reuses one buffer. On error `into` holds
+    /// anything.
+    fn read_range_into(
+        &self,
+        name: &str,
+        offset: u64,
+        len: usize,
+        into: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        into.extend_from_slice(&self.read_range(name, offset, len)?);
+        Ok(())
+    }
 }
 
 /// A file open for writing.
@@ -279,10 +298,10 @@ impl Storage for FsStorage {
         Ok(())
     }
 
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
         let file = File::open(self.path(name))?;
         let len = file.metadata()?.len();
-        Ok(Some(Box::new(FsRead { file, len })))
+        Ok(Box::new(FsRead { file, len }))
     }
 
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
@@ -435,7 +454,7 @@ mod tests {
         let mut file = storage.create_new("a").unwrap();
         file.append(b"0123456789").unwrap();
         drop(file);
-        let handle = storage.open_read("a").unwrap().unwrap();
+        let handle = storage.open_read("a").unwrap();
         let mut other = storage.create_new("b").unwrap();
         other.append(b"other").unwrap();
         drop(other);

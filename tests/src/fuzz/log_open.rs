@@ -29,7 +29,7 @@ use std::sync::Arc;
 use payonce_log::{
     BATCH_HEADER_LEN, CHECKPOINT_FILE, CHECKPOINT_LEN, Durability, Log, LogConfig, LogError,
     LogReader, MemStorage, OwnedRecord, SEAL_LEN, SEGMENT_HEADER_LEN, Storage, StorageFile,
-    StorageLock,
+    StorageLock, StorageRead,
 };
 
 use self::encode::{
@@ -114,9 +114,6 @@ impl Storage for Limited {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.inner.len(name)
-    }
     fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
         self.check(len_max, "read");
         self.inner.read(name, len_max)
@@ -147,6 +144,9 @@ impl Storage for Limited {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
         self.inner.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
+        self.inner.open_read(name)
     }
 }
 

@@ -157,18 +157,6 @@ impl Storage for Disk {
     fn list(&self) -> io::Result<Vec<String>> {
         self.shared.mem.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.shared.mem.len(name)
-    }
-    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-        self.shared.mem.read(name, len_max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.shared.mem.read_range(name, offset, len)
-    }
-    fn open_read(&self, name: &str) -> io::Result<Option<Box<dyn StorageRead>>> {
-        self.shared.mem.open_read(name)
-    }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         let inner = self.after_op(self.shared.mem.create_new(name))?;
         Ok(Box::new(DiskFile {
@@ -194,6 +182,9 @@ impl Storage for Disk {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
         self.shared.mem.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn StorageRead>> {
+        self.shared.mem.open_read(name)
     }
 }
 

@@ -344,15 +344,6 @@ mod stress {
         fn list(&self) -> io::Result<Vec<String>> {
             self.0.list()
         }
-        fn len(&self, name: &str) -> io::Result<u64> {
-            self.0.len(name)
-        }
-        fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-            self.0.read(name, len_max)
-        }
-        fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-            self.0.read_range(name, offset, len)
-        }
         fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
             Ok(Box::new(SlowFile(self.0.create_new(name)?)))
         }
@@ -370,6 +361,9 @@ mod stress {
         }
         fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
             self.0.try_lock()
+        }
+        fn open_read(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageRead>> {
+            self.0.open_read(name)
         }
     }
 

@@ -459,15 +459,6 @@ impl Storage for CountingRemovals {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.inner.len(name)
-    }
-    fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-        self.inner.read(name, len_max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_range(name, offset, len)
-    }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageFile>> {
         self.inner.create_new(name)
     }
@@ -490,6 +481,9 @@ impl Storage for CountingRemovals {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn payonce_log::StorageLock>>> {
         self.inner.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageRead>> {
+        self.inner.open_read(name)
     }
 }
 

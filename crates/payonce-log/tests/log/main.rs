@@ -13,6 +13,7 @@ mod heads;
 mod late;
 mod reader;
 mod recovery;
+mod required;
 mod roundtrip;
 mod support;
 mod tamper;

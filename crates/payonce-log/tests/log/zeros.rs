@@ -232,9 +232,6 @@ impl Storage for TornRead {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
     }
-    fn len(&self, name: &str) -> io::Result<u64> {
-        self.inner.len(name)
-    }
     fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
         if name == self.name
             && let Some(stale) = self.stale.lock().unwrap().take()
@@ -242,9 +239,6 @@ impl Storage for TornRead {
             return Ok(stale);
         }
         self.inner.read(name, len_max)
-    }
-    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_range(name, offset, len)
     }
     fn create_new(&self, name: &str) -> io::Result<Box<dyn StorageFile>> {
         self.inner.create_new(name)
@@ -263,6 +257,9 @@ impl Storage for TornRead {
     }
     fn try_lock(&self) -> io::Result<Option<Box<dyn StorageLock>>> {
         self.inner.try_lock()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn payonce_log::StorageRead>> {
+        self.inner.open_read(name)
     }
 }
 

@@ -107,25 +107,11 @@ impl RunStore for DirSnapshots {
 
     fn open_run(&self, number: u64) -> Result<Arc<dyn RunSource>, SnapshotError> {
         let name = file_name(number);
-        let held = match self.storage.open_read(&name) {
-            Ok(held) => held,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(missing(number));
-            }
-            Err(error) => return Err(self.io("open", &name, error)),
-        };
-        if let Some(handle) = held {
-            return Ok(Arc::new(HeldRun { handle }));
+        match self.storage.open_read(&name) {
+            Ok(handle) => Ok(Arc::new(HeldRun { handle })),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(missing(number)),
+            Err(error) => Err(self.io("open", &name, error)),
         }
-        // A storage that holds no file open: the run is read into memory.
-        let bytes =
-            self.storage
-                .read(&name, super::SNAPSHOT_LEN_MAX)
-                .map_err(|error| match error.kind() {
-                    std::io::ErrorKind::NotFound => missing(number),
-                    _ => self.io("read", &name, error),
-                })?;
-        Ok(Arc::new(bytes))
     }
 
     /// Checking every block before the first decision would make an

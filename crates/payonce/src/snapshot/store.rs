@@ -186,23 +186,12 @@ impl SnapshotStore for DirSnapshots {
         &self,
         snapshot: &StoredSnapshot,
     ) -> Result<Option<Box<dyn SnapshotFile + '_>>, SnapshotError> {
-        let held = (self.storage)
+        let handle = (self.storage)
             .open_read(&snapshot.name)
             .map_err(|error| self.io("open", &snapshot.name, error))?;
-        if let Some(handle) = held {
-            return Ok(Some(Box::new(HeldFile {
-                handle: Arc::from(handle),
-                file: self.storage.describe(&snapshot.name),
-            })));
-        }
-        let len = self
-            .storage
-            .len(&snapshot.name)
-            .map_err(|error| self.io("stat", &snapshot.name, error))?;
-        Ok(Some(Box::new(StoredFile {
-            store: self,
-            name: snapshot.name.clone(),
-            len,
+        Ok(Some(Box::new(HeldFile {
+            handle: Arc::from(handle),
+            file: self.storage.describe(&snapshot.name),
         })))
     }
 
@@ -295,25 +284,5 @@ impl SnapshotFile for HeldFile {
 
     fn lasting(&self, _from: u64) -> Option<Arc<dyn SnapshotFile>> {
         Some(Arc::new(self.clone()))
-    }
-}
-
-/// A snapshot file of a [`DirSnapshots`] whose storage holds no files
-/// open, read by name a piece at a time.
-struct StoredFile<'a> {
-    store: &'a DirSnapshots,
-    name: String,
-    len: u64,
-}
-
-impl SnapshotFile for StoredFile<'_> {
-    fn byte_len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_at(&self, offset: u64, len: usize, into: &mut Vec<u8>) -> Result<(), SnapshotError> {
-        (self.store.storage)
-            .read_range_into(&self.name, offset, len, into)
-            .map_err(|error| self.store.io("read", &self.name, error))
     }
 }
