@@ -12,7 +12,8 @@ use payonce_model::WithdrawalId;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::logdir::{LogDir, segment_name};
+use crate::logdir::LogDir;
+use payonce_log::segment_name;
 
 /// One event, for `history --json` and `export`.
 #[derive(Debug, Serialize)]

@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use payonce::{Event, EventLog, Head, LedgerError, State, Verification, apply, decode_event};
-use payonce_log::{FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail};
+use payonce_log::{
+    FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail, parse_segment_name,
+    segment_name,
+};
 
 use crate::error::CliError;
 use crate::escape::EchoPath;
@@ -85,21 +88,6 @@ pub(crate) struct Walked {
     pub(crate) torn_tail: Option<TornTail>,
     /// The log's head, for a walk from the first event to the end.
     pub(crate) head: Head,
-}
-
-/// The name of the segment file whose first log record is `first_seq`, as
-/// docs/log-format.md defines it.
-pub(crate) fn segment_name(first_seq: u64) -> String {
-    format!("{first_seq:020}.log")
-}
-
-fn parse_segment_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".log")?;
-    if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
-        digits.parse().ok()
-    } else {
-        None
-    }
 }
 
 /// Refuses a path that is not a directory, telling a missing one from a
@@ -547,17 +535,6 @@ impl Offsets {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // Guards against counting a stray file as a segment, or missing one.
-    #[test]
-    fn only_twenty_digit_log_names_are_segments() {
-        assert_eq!(parse_segment_name("00000000000000000001.log"), Some(1));
-        assert_eq!(segment_name(1), "00000000000000000001.log");
-        assert_eq!(parse_segment_name("00000000000000000001.log.tmp"), None);
-        assert_eq!(parse_segment_name("0001.log"), None);
-        assert_eq!(parse_segment_name("audit-index"), None);
-        assert_eq!(parse_segment_name("LOCK"), None);
-    }
 
     // Guards against a progress bar that jumps back between segments.
     #[test]

@@ -103,8 +103,9 @@ pub(crate) const fn frame_len(payload_len: u32) -> u64 {
     FRAME_HEADER_LEN as u64 + padded
 }
 
-/// The file name of the segment whose first record is `first_seq`.
-pub(crate) fn segment_name(first_seq: u64) -> String {
+/// The file name of the segment whose first record is `first_seq`: twenty
+/// digits, then `.log` (docs/log-format.md).
+pub fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}{SEGMENT_SUFFIX}")
 }
 
@@ -428,6 +429,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    // Guards against counting a stray file as a segment, or missing one.
+    #[test]
+    fn only_twenty_digit_log_names_are_segments() {
+        assert_eq!(parse_segment_name("00000000000000000001.log"), Some(1));
+        assert_eq!(segment_name(1), "00000000000000000001.log");
+        assert_eq!(parse_segment_name(&segment_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_segment_name("00000000000000000001.log.tmp"), None);
+        assert_eq!(parse_segment_name("0001.log"), None);
+        assert_eq!(parse_segment_name("audit-index"), None);
+        assert_eq!(parse_segment_name("LOCK"), None);
+    }
 
     proptest! {
         #[test]

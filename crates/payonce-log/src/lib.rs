@@ -84,7 +84,7 @@ pub use crate::format::{
     BATCH_HEADER_LEN, CHECKPOINT_FILE, CHECKPOINT_LEN, CHECKPOINT_SLOT_LEN, CHECKPOINT_SLOT_STRIDE,
     FORMAT_VERSION, FORMAT_VERSION_V1, FRAME_HEADER_LEN, RECORD_MAX, RECORD_MAX_CEILING, SEAL_LEN,
     SEGMENT_HEADER_LEN, SEGMENT_LEN_MAX, SEGMENT_LEN_MAX_CEILING, is_segment_tmp_name,
-    parse_segment_name,
+    parse_segment_name, segment_name,
 };
 pub use crate::mem::{CRASH_PAGE_LEN, CrashMode, MemStats, MemStorage};
 pub use crate::open::Opening;
