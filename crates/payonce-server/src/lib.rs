@@ -9,10 +9,9 @@
 //! them. The contract, status by status, is `docs/http.md`, and
 //! `docs/openapi.yaml` describes it for machines.
 //!
-//! The service reaches the ledger only through a [`Backend`]: [`Embedded`]
-//! is the payonce library in this process, through `AsyncLedger`, on a
-//! file ledger or as one worker of a PostgreSQL ledger several workers
-//! share. Callers are named by a bearer token from a [`Tokens`] file (each
+//! The service runs on an [`Embedded`] ledger: the payonce library in this
+//! process, through `AsyncLedger`, on a file ledger or as one worker of a
+//! PostgreSQL ledger several workers share. Callers are named by a bearer token from a [`Tokens`] file (each
 //! token in clear or as its SHA-256), as a client or an operator; a
 //! client's key is scoped to it ([`scope`]), so two clients' keys never
 //! name one ledger key. Every refusal is RFC 9457
@@ -56,11 +55,11 @@
 //! let runtime = tokio::runtime::Runtime::new()?;
 //! runtime.block_on(async {
 //!     let metrics = Arc::new(Metrics::default());
-//!     let backend = Arc::new(Embedded::new(ledger, metrics.clone()));
+//!     let ledger = Arc::new(Embedded::new(ledger, metrics.clone()));
 //!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //!     let rail = Arc::new(ScriptedRail::default());
 //!     let limits = Limits::default();
-//!     let server = payonce_server::start(listener, backend, rail, tokens, metrics, limits)?;
+//!     let server = payonce_server::start(listener, ledger, rail, tokens, metrics, limits)?;
 //!     println!("listening on http://{}", server.addr());
 //!     server.shut_down().await; // waits for running requests and sends
 //!     Ok::<_, std::io::Error>(())
@@ -69,7 +68,7 @@
 //! # }
 //! ```
 
-pub mod backend;
+pub mod embedded;
 pub mod metrics;
 pub mod problem;
 pub mod rail;
@@ -86,7 +85,7 @@ mod signals;
 mod swap;
 
 pub use crate::api::{BODY_LEN_MAX, REPLAYED_HEADER};
-pub use crate::backend::{Backend, Embedded};
+pub use crate::embedded::Embedded;
 pub use crate::metrics::{HandshakeFailure, Metrics};
 pub use crate::notices::{NOTICES_WAITING_MAX, Notice};
 pub use crate::rail::Rail;

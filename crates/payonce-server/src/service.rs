@@ -13,7 +13,7 @@ use tokio::runtime::RuntimeFlavor;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, AppState};
-use crate::backend::{Backend, Embedded};
+use crate::embedded::Embedded;
 use crate::metrics::Metrics;
 use crate::notices::{self, Heard, Notice, Unknown};
 use crate::rail::{HttpRailError, Rail};
@@ -119,7 +119,7 @@ fn check_listen(
 /// What a server serves with, beside its listener.
 pub struct Setup {
     /// The ledger.
-    pub backend: Arc<dyn Backend>,
+    pub ledger: Arc<Embedded>,
     /// Where withdrawals leave custody.
     pub rail: Arc<dyn Rail>,
     /// Who may call.
@@ -136,17 +136,17 @@ pub struct Setup {
 }
 
 /// Starts the service on `listener` in plain HTTP: the routes over
-/// `backend` and `rail`, callers from `tokens`, within `limits`.
+/// `ledger` and `rail`, callers from `tokens`, within `limits`.
 pub fn start(
     listener: TcpListener,
-    backend: Arc<dyn Backend>,
+    ledger: Arc<Embedded>,
     rail: Arc<dyn Rail>,
     tokens: Tokens,
     metrics: Arc<Metrics>,
     limits: Limits,
 ) -> std::io::Result<Server> {
     let setup = Setup {
-        backend,
+        ledger,
         rail,
         tokens,
         metrics,
@@ -169,7 +169,7 @@ pub fn start_with(listener: TcpListener, setup: Setup) -> std::io::Result<Server
         one_at_a_time: Arc::default(),
     };
     let state = AppState {
-        backend: setup.backend,
+        ledger: setup.ledger,
         rail: setup.rail,
         tokens,
         metrics: setup.metrics.clone(),
@@ -254,11 +254,11 @@ impl Service {
             .await
             .map_err(io(&format!("listening on {}", self.listen)))?;
         let metrics = Arc::new(Metrics::default());
-        let backend: Arc<dyn Backend> = Arc::new(Embedded::new(ledger, metrics.clone()));
+        let ledger: Arc<Embedded> = Arc::new(Embedded::new(ledger, metrics.clone()));
         let tls = self.tls.is_some();
         let (rail, mut heard) = notices::telling(self.rail);
         let setup = Setup {
-            backend: backend.clone(),
+            ledger: ledger.clone(),
             rail,
             tokens: self.tokens,
             metrics,
@@ -274,7 +274,7 @@ impl Service {
         }
         server.shut_down().await;
         tell_heard(&mut heard, &mut tell);
-        if let Err(error) = backend.sync().await {
+        if let Err(error) = ledger.sync().await {
             tracing::warn!(%error, "the last sync at shutdown failed");
         }
         told.map_err(io("writing the output"))

@@ -317,7 +317,7 @@ impl Pki {
 async fn server_on(ledger: &AsyncLedger, tls: Option<&Pki>) -> anyhow::Result<Server> {
     let metrics = Arc::new(Metrics::default());
     let setup = Setup {
-        backend: Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone())),
+        ledger: Arc::new(Embedded::new(ledger.ledger().clone(), metrics.clone())),
         rail: rail()?,
         tokens: Tokens::parse(
             &format!("[clients]\nbench = \"{TOKEN}\"\n"),

@@ -1,5 +1,5 @@
 //! The HTTP API: routes, who may call them, and how a request's parts
-//! become model values. Handlers are thin: parse, ask the backend, answer;
+//! become model values. Handlers are thin: parse, ask the ledger, answer;
 //! every refusal becomes a problem in `problem.rs`.
 //!
 //! `mod.rs` is the router and the request time limit: a request that takes
@@ -23,12 +23,12 @@ use axum::routing::{get, post};
 use payonce::{Clock, SystemClock};
 use tokio_util::task::TaskTracker;
 
-use super::backend::Backend;
 use super::metrics::{InFlightGauge, Metrics};
 use super::problem::Problem;
 use super::rail::Rail;
 use super::swap::Swap;
 use super::tokens::Tokens;
+use crate::embedded::Embedded;
 
 pub use self::extract::BODY_LEN_MAX;
 
@@ -39,7 +39,7 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 #[derive(Clone)]
 pub(crate) struct AppState {
     /// The ledger.
-    pub backend: Arc<dyn Backend>,
+    pub ledger: Arc<Embedded>,
     /// The rail.
     pub rail: Arc<dyn Rail>,
     /// Who may call, as the tokens file said when last read.
@@ -120,7 +120,7 @@ async fn method_not_allowed() -> Problem {
 /// worker that reaches no database accepting writes), saying why, so a load
 /// balancer sends no submission to a worker that would answer it 503.
 async fn healthz(State(state): State<AppState>) -> Response {
-    match state.backend.reachable().await {
+    match state.ledger.reachable().await {
         Ok(()) => axum::Json(serde_json::json!({"status": "ok"})).into_response(),
         Err(error) => {
             tracing::warn!(%error, "health check: the ledger cannot record");
@@ -141,7 +141,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let gauge = match state.backend.in_flight().await {
+    let gauge = match state.ledger.in_flight().await {
         Ok(in_flight) => {
             let now = SystemClock.now();
             InFlightGauge {
@@ -156,7 +156,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Err(error) => return Problem::unavailable(&error).into_response(),
     };
     // Told whenever the state can say it; the rest answers regardless.
-    let memory = state.backend.memory().ok();
+    let memory = state.ledger.memory().ok();
     let mut response = state.metrics.render(gauge, memory).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

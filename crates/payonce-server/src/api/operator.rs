@@ -36,7 +36,7 @@ pub(super) async fn in_flight(
     OperatorCaller(_): OperatorCaller,
 ) -> Result<Response, Problem> {
     let in_flight = state
-        .backend
+        .ledger
         .in_flight()
         .await
         .map_err(|error| Problem::unavailable(&error))?;
@@ -76,7 +76,7 @@ fn path_key(client: &str, key: &str) -> Result<String, Problem> {
 /// The key's state after an exit, as an operator sees it.
 async fn key_after(state: &AppState, key: &str, viewer: &Principal) -> Result<Response, Problem> {
     let facts = state
-        .backend
+        .ledger
         .key(key)
         .await
         .map_err(|error| Problem::unavailable(&error))?;
@@ -131,16 +131,16 @@ async fn record_outcome(
 ) -> Result<Response, Problem> {
     let key = path_key(client, key)?;
     let viewer = Principal::Operator(operator.clone());
-    let backend = &state.backend;
+    let ledger = &state.ledger;
     let (decided, label) = match recorded {
         Recorded::Resolved => (
-            backend
+            ledger
                 .resolve(&key, body.outcome, &body.note, &operator)
                 .await,
             "resolved",
         ),
         Recorded::Corrected => (
-            backend
+            ledger
                 .correct(&key, body.outcome, &body.note, &operator)
                 .await,
             "corrected",
@@ -162,7 +162,7 @@ pub(super) async fn release(
     // The ledger takes an unknown key's release as nothing to do; an
     // operator who typed a key wrong hears of it.
     let known = state
-        .backend
+        .ledger
         .key(&key)
         .await
         .map_err(|error| Problem::unavailable(&error))?;
@@ -170,7 +170,7 @@ pub(super) async fn release(
         return Err(unknown_key());
     }
     state
-        .backend
+        .ledger
         .release(&key, &body.note, &operator)
         .await
         .map_err(|error| problem::ledger(&error, &viewer))?;

@@ -3,7 +3,7 @@
 use payonce_model::WithdrawalRequest;
 use serde_json::{Value, json};
 
-use crate::backend::{KeyFacts, WithdrawalFacts};
+use crate::embedded::{KeyFacts, WithdrawalFacts};
 use crate::scope::split_ledger_key;
 use crate::tokens::Principal;
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::extract::{Caller, ClientCaller, JsonBody, Segments};
 use super::{AppState, REPLAYED_HEADER, views};
-use crate::backend::WithdrawalFacts;
+use crate::embedded::WithdrawalFacts;
 use crate::problem::{self, Problem};
 use crate::scope::{ScopeError, client_key, ledger_key, parse_sf_string};
 use crate::tokens::Principal;
@@ -47,7 +47,7 @@ pub(super) async fn create(
     };
     let viewer = Principal::Client(client);
     let created = state
-        .backend
+        .ledger
         .create(new)
         .await
         .map_err(|error| problem::ledger(&error, &viewer))?;
@@ -85,7 +85,7 @@ pub(super) async fn submit(
 ) -> Result<Response, Problem> {
     let key = ledger_key(&client, &idempotency_key(&headers)?);
     let fingerprint = state
-        .backend
+        .ledger
         .fingerprint(&id)
         .await
         .map_err(|error| Problem::unavailable(&error))?
@@ -101,10 +101,10 @@ pub(super) async fn submit(
     // The send runs in a task of its own: a client that goes away, or a
     // request that passes its time limit, does not cut it short, and a
     // shutdown waits for it.
-    let (backend, rail) = (state.backend.clone(), state.rail.clone());
+    let (ledger, rail) = (state.ledger.clone(), state.rail.clone());
     let sent = state
         .sends
-        .spawn(async move { backend.submit(&key, request, &*rail).await })
+        .spawn(async move { ledger.submit(&key, request, &*rail).await })
         .await;
     let viewer = Principal::Client(client);
     let answer = match sent {
@@ -146,7 +146,7 @@ fn submitted(
 /// has never minted.
 async fn known_withdrawal(state: &AppState, id: &str) -> Result<WithdrawalFacts, Problem> {
     state
-        .backend
+        .ledger
         .withdrawal(id)
         .await
         .map_err(|error| Problem::unavailable(&error))?
@@ -172,7 +172,7 @@ pub(super) async fn key(
 ) -> Result<Response, Problem> {
     let key = client_key(&key).map_err(|error| Problem::invalid_key(&error))?;
     let facts = state
-        .backend
+        .ledger
         .key(&ledger_key(&client, &key))
         .await
         .map_err(|error| Problem::unavailable(&error))?

@@ -94,7 +94,7 @@ impl TestService {
         let metrics = Arc::new(Metrics::default());
         let rail = Arc::new(ScriptedRail::default());
         let mut setup = Setup {
-            backend: Arc::new(Embedded::new(ledger.clone(), metrics.clone())),
+            ledger: Arc::new(Embedded::new(ledger.clone(), metrics.clone())),
             rail: rail.clone(),
             tokens: Tokens::parse(TOKENS, std::path::Path::new("tokens.toml")).unwrap(),
             metrics,

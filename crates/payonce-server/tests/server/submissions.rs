@@ -501,3 +501,40 @@ async fn other_routes_methods_and_media_types_are_problems() {
     .await;
     assert_eq!(service.ledger.last_seq(), before, "nothing was written");
 }
+
+// Guards against a durable commit timed twice, or not at all: a creation
+// is one commit, a sent submission two (its claim, its outcome), a replay
+// and a refusal one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_durable_commit_is_timed_once() {
+    let service = TestService::start().await;
+    let id = service.create(ALICE).await;
+    assert_eq!(
+        service.submit(ALICE, &id, "k-1").await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        service.submit(ALICE, &id, "k-1").await.status(),
+        StatusCode::OK
+    );
+    problem(
+        service.submit(ALICE, &id, "k-2").await,
+        StatusCode::CONFLICT,
+        "withdrawal-claimed",
+    )
+    .await;
+    assert_eq!(service.rail.calls().len(), 1);
+    let metrics = service
+        .http
+        .get(service.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("payonce_durable_commit_seconds_count 5\n"),
+        "{metrics}"
+    );
+}
