@@ -7,7 +7,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use payonce::{Divergence, Head, State, Timestamp, TimestampError, Verification, apply, rederive};
+use payonce::{Divergence, Head, State, Timestamp, TimestampError, Verification, apply};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -22,6 +22,7 @@ use crate::json::{
 };
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::{count, held_words, say, warn_torn_tail};
+use crate::replay::{ReplayHook, replay};
 use crate::snapshots::{SnapshotAudit, SnapshotJson, print_snapshot};
 use crate::table::Table;
 
@@ -96,11 +97,42 @@ pub(crate) fn verify(
     Ok(status)
 }
 
+/// `verify`'s hook on the replay: the divergences, and the snapshots'
+/// audit at each one's seq.
+struct Verifying {
+    divergences: Vec<DivergenceJson>,
+    divergence_count: usize,
+    audit: Option<SnapshotAudit>,
+}
+
+impl ReplayHook for Verifying {
+    fn before(
+        &mut self,
+        _: &State,
+        _: &payonce::Event,
+        divergence: Option<Divergence>,
+    ) -> Result<ControlFlow<()>, CliError> {
+        if let Some(divergence) = divergence {
+            self.divergence_count += 1;
+            if self.divergences.len() < DIVERGENCES_LISTED_MAX {
+                self.divergences.push(DivergenceJson::new(&divergence));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    fn after(&mut self, state: &State, _: &payonce::Event, _: Option<Head>) {
+        if let Some(audit) = &mut self.audit {
+            audit.pass(state);
+        }
+    }
+}
+
 /// Replays the whole log, re-deriving every recorded decision from the
 /// state before it; returns what it found and the torn tail, if any.
 fn rederive_all(
     log: &LogDir,
-    mut audit: Option<SnapshotAudit>,
+    audit: Option<SnapshotAudit>,
 ) -> Result<(VerifyJson, Option<TornTail>), CliError> {
     // Auditing snapshots needs the state at each one's seq: the walk below.
     if audit.is_none()
@@ -110,22 +142,17 @@ fn rederive_all(
     }
     let segments = log.segment_files()?.len();
     let mut state = State::new();
-    let mut divergences = Vec::new();
-    let mut divergence_count = 0;
-    let walked = log.walk(1, |event, _| {
-        if let Some(divergence) = rederive(&state, event) {
-            divergence_count += 1;
-            if divergences.len() < DIVERGENCES_LISTED_MAX {
-                divergences.push(DivergenceJson::new(&divergence));
-            }
-        }
-        // The log is what happened: keep replaying it as written.
-        apply(&mut state, event);
-        if let Some(audit) = &mut audit {
-            audit.pass(&state);
-        }
-        Ok(ControlFlow::Continue(()))
-    })?;
+    let mut verifying = Verifying {
+        divergences: Vec::new(),
+        divergence_count: 0,
+        audit,
+    };
+    let walked = replay(log, &mut state, &mut verifying)?;
+    let Verifying {
+        divergences,
+        divergence_count,
+        audit,
+    } = verifying;
     let (snapshots, snapshots_clean) = match audit {
         Some(audit) => {
             let (verdicts, clean) = audit.finish();

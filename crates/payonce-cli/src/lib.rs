@@ -76,6 +76,7 @@ mod logdir;
 mod operator;
 mod output;
 mod postgres_url;
+mod replay;
 mod report;
 mod run;
 mod serve;

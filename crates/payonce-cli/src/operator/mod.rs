@@ -13,8 +13,8 @@ use std::io::{Read, Write};
 use std::ops::ControlFlow;
 
 use payonce::{
-    Command, Config, Decision, Event, EventKind, Ledger, LedgerError, SCHEMA_VERSION, State, apply,
-    decide, rederive,
+    Command, Config, Decision, Divergence, Event, EventKind, Ledger, LedgerError, SCHEMA_VERSION,
+    State, apply, decide,
 };
 use payonce_log::{FsStorage, Storage};
 use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
@@ -27,6 +27,7 @@ use crate::error::{CliError, WriteStep};
 use crate::escape::{Echo, EchoPath, Escaped};
 use crate::explain::outcome_words;
 use crate::logdir::{LogDir, open_log};
+use crate::replay::replay;
 
 /// Largest outcome file read, in bytes; checked before reading. A
 /// withdrawal's JSON is well under 8 KiB even with every bump recorded.
@@ -123,16 +124,14 @@ fn preflight(
     err: &mut dyn Write,
 ) -> Result<(State, Decision), CliError> {
     let mut state = State::new();
-    let walked = log.walk(1, |event, _| {
-        if let Some(divergence) = rederive(&state, event) {
-            return Err(CliError::Diverged {
-                dir: log.dir.clone(),
-                divergence: Box::new(divergence),
-            });
-        }
-        apply(&mut state, event);
-        Ok(ControlFlow::Continue(()))
-    })?;
+    let mut diverged = |_: &State, _: &Event, divergence: Option<Divergence>| match divergence {
+        Some(divergence) => Err(CliError::Diverged {
+            dir: log.dir.clone(),
+            divergence: Box::new(divergence),
+        }),
+        None => Ok(ControlFlow::Continue(())),
+    };
+    let walked = replay(log, &mut state, &mut diverged)?;
     let opened = Event {
         schema: SCHEMA_VERSION,
         seq: state.last_seq() + 1,

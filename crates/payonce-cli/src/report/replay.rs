@@ -7,15 +7,14 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use payonce::{
-    Event, Head, InFlight, State, Timestamp, apply, needs_state, rederive, withdrawal_of,
-};
+use payonce::{Divergence, Event, Head, InFlight, State, Timestamp, needs_state, withdrawal_of};
 use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
 
 use crate::audit::DIVERGENCES_LISTED_MAX;
 use crate::error::CliError;
 use crate::logdir::LogDir;
+use crate::replay::{ReplayHook, replay as replay_log};
 
 use super::REPORT_EVENTS_MAX;
 use super::window::Ask;
@@ -119,10 +118,9 @@ pub(super) struct Replayed {
     pub(super) mentioned: Vec<bool>,
 }
 
-/// The replay's state as it walks.
+/// What the report keeps as the replay walks.
 struct Walk<'a> {
     ask: &'a Ask,
-    state: State,
     phase: Phase,
     /// The head of the last whole batch read before the current event.
     head: Option<Head>,
@@ -132,18 +130,32 @@ struct Walk<'a> {
     /// The last event read.
     last_seq: u64,
     last_at: Option<Timestamp>,
+    /// What the event being applied left for after it: its withdrawal,
+    /// its divergence in words, and, inside the window, the funds held
+    /// before it.
+    pending: Option<Pending>,
     found: Replayed,
 }
 
-impl Walk<'_> {
-    /// One event, read and verified, with the head of the last whole batch
-    /// read through it.
-    fn visit(&mut self, event: &Event, head: Option<Head>) -> ControlFlow<()> {
+/// What [`Walk::before`] leaves for [`Walk::after`].
+struct Pending {
+    withdrawal: Option<WithdrawalId>,
+    divergence: Option<String>,
+    held_before: Option<BTreeMap<Currency, Decimal>>,
+}
+
+impl ReplayHook for Walk<'_> {
+    fn before(
+        &mut self,
+        state: &State,
+        event: &Event,
+        divergence: Option<Divergence>,
+    ) -> Result<ControlFlow<()>, CliError> {
         let withdrawal = match needs_state(event) {
-            true => withdrawal_of(&self.state, &event.kind),
+            true => withdrawal_of(state, &event.kind),
             false => event.kind.withdrawal().cloned(),
         };
-        let divergence = rederive(&self.state, event).map(|divergence| {
+        let divergence = divergence.map(|divergence| {
             self.found.divergence_count += 1;
             if self.found.divergences.len() < DIVERGENCES_LISTED_MAX {
                 self.found
@@ -158,43 +170,58 @@ impl Walk<'_> {
         self.found.log_first.get_or_insert((event.seq, event.at));
         self.found.log_last = Some((event.seq, event.at));
         self.last_seq = event.seq;
-        self.move_phase(event);
-        let held_before = (self.phase == Phase::In).then(|| self.state.held_totals());
-        // The log is what happened: keep replaying it as written.
-        apply(&mut self.state, event);
-        self.last_at = Some(event.at);
-        if let Some(before) = held_before {
-            self.in_window(event, withdrawal, divergence, &before);
-        }
-        self.observe(head);
-        ControlFlow::Continue(())
+        self.move_phase(state, event);
+        let held_before = (self.phase == Phase::In).then(|| state.held_totals());
+        self.pending = Some(Pending {
+            withdrawal,
+            divergence,
+            held_before,
+        });
+        Ok(ControlFlow::Continue(()))
     }
 
-    /// Opens or closes the window at `event`, taking the state at the edge
-    /// crossed before `event` is applied.
-    fn move_phase(&mut self, event: &Event) {
+    fn after(&mut self, state: &State, event: &Event, head: Option<Head>) {
+        self.last_at = Some(event.at);
+        if let Some(Pending {
+            withdrawal,
+            divergence,
+            held_before: Some(before),
+        }) = self.pending.take()
+        {
+            self.in_window(state, event, withdrawal, divergence, &before);
+        }
+        self.observe(head);
+    }
+}
+
+impl Walk<'_> {
+    /// Opens or closes the window at `event`, taking `state`, the state at
+    /// the edge crossed before `event` is applied.
+    fn move_phase(&mut self, state: &State, event: &Event) {
         if self.phase == Phase::Before && self.ask.opened_by(event) {
             self.phase = Phase::In;
-            self.found.start = Edge::of(&self.state, self.last_at);
+            self.found.start = Edge::of(state, self.last_at);
             self.found.start_head = self.head;
         }
         if self.phase == Phase::In && self.ask.closed_by(event) {
-            self.close();
+            self.close(state);
         }
     }
 
-    fn close(&mut self) {
+    fn close(&mut self, state: &State) {
         self.phase = Phase::After;
-        self.found.end = Edge::of(&self.state, self.last_at);
+        self.found.end = Edge::of(state, self.last_at);
         if self.found.window_last.is_none() {
             // An empty window: the heads around it are one.
             self.found.end_head = self.found.start_head;
         }
     }
 
-    /// Keeps `event`, an event of the window, and the holds it changed.
+    /// Keeps `event`, an event of the window, and the holds it changed
+    /// (`state` is the state after it).
     fn in_window(
         &mut self,
+        state: &State,
         event: &Event,
         withdrawal: Option<WithdrawalId>,
         divergence: Option<String>,
@@ -202,7 +229,7 @@ impl Walk<'_> {
     ) {
         self.found.window_first.get_or_insert((event.seq, event.at));
         self.found.window_last = Some((event.seq, event.at));
-        let after = self.state.held_totals();
+        let after = state.held_totals();
         let currencies = before.keys().chain(after.keys());
         for currency in currencies.collect::<std::collections::BTreeSet<_>>() {
             let held = after.get(currency).copied().unwrap_or_default();
@@ -253,23 +280,23 @@ impl Walk<'_> {
 pub(super) fn replay(log: &LogDir, ask: &Ask) -> Result<Replayed, CliError> {
     let mut walk = Walk {
         ask,
-        state: State::new(),
         phase: Phase::Before,
         head: None,
         prior_head: None,
         last_seq: 0,
         last_at: None,
+        pending: None,
         found: Replayed {
             mentioned: vec![false; ask.subjects.len()],
             ..Replayed::default()
         },
     };
-    let walked = log.walk_with_heads(1, &mut |event, _, head| Ok(walk.visit(event, head)));
-    match walked {
+    let mut state = State::new();
+    match replay_log(log, &mut state, &mut walk) {
         Ok(walked) => {
             walk.found.torn_tail = walked.torn_tail.as_ref().map(|t| log.describe_torn_tail(t));
             walk.found.log_head = walked.head;
-            finish(&mut walk, Some(walked.head));
+            finish(&mut walk, &state, Some(walked.head));
         }
         Err(error @ CliError::Damaged { .. }) => {
             // A file's records are each verified before they are read, so
@@ -286,23 +313,23 @@ pub(super) fn replay(log: &LogDir, ask: &Ask) -> Result<Replayed, CliError> {
                 error,
                 seq: first_dropped,
             });
-            finish(&mut walk, None);
+            finish(&mut walk, &state, None);
         }
         Err(error) => return Err(error),
     }
     Ok(walk.found)
 }
 
-/// Ends a window still open at the end of the replay; `head` is the log's
-/// final head, when it was read to its end.
-fn finish(walk: &mut Walk<'_>, head: Option<Head>) {
+/// Ends a window still open at the end of the replay, whose state is
+/// `state`; `head` is the log's final head, when it was read to its end.
+fn finish(walk: &mut Walk<'_>, state: &State, head: Option<Head>) {
     if walk.phase == Phase::Before {
         // The window starts after the last event: the caller refuses it.
-        walk.found.start = Edge::of(&walk.state, walk.last_at);
+        walk.found.start = Edge::of(state, walk.last_at);
         walk.found.start_head = walk.head;
     }
     if walk.phase != Phase::After {
-        walk.close();
+        walk.close(state);
     }
     if walk.found.end_head.is_none() {
         walk.observe(head);
