@@ -111,8 +111,8 @@ fn probe_syncs(
 /// to write, renaming, removing, syncing the directory and its lock. The
 /// whole-file and ranged reads have defaults through [`Storage::open_read`],
 /// which a storage overrides where it has a faster way; a wrapper that
-/// changes reads overrides [`Storage::read`] or [`Storage::read_range`],
-/// which the `_into` forms go through.
+/// changes reads overrides [`Storage::read_range`], which the others go
+/// through, or [`Storage::read`] for whole files alone.
 ///
 /// Implementations must make [`Storage::rename`] atomic and let it replace
 /// an existing target, like POSIX `rename`.
@@ -149,11 +149,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     }
     /// The whole file, or its first `len_max` bytes if it is longer.
     fn read(&self, name: &str, len_max: u64) -> io::Result<Vec<u8>> {
-        let handle = self.open_read(name)?;
-        let len = handle.byte_len().min(len_max);
-        let mut bytes = Vec::new();
-        handle.read_at(0, usize::try_from(len).unwrap_or(usize::MAX), &mut bytes)?;
-        Ok(bytes)
+        self.read_range(name, 0, usize::try_from(len_max).unwrap_or(usize::MAX))
     }
     /// The same as [`Storage::read`], into `into`, replacing what it held.
     /// A scan reads segment after segment into one buffer: a fresh 64 MiB

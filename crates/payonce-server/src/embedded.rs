@@ -68,6 +68,13 @@ impl Embedded {
         }
     }
 
+    /// The library's async ledger, for what the service asks of it as it
+    /// is: an operator's resolve, correct and release, and the sync at
+    /// shutdown.
+    pub fn library(&self) -> &AsyncLedger {
+        &self.ledger
+    }
+
     /// What `query` about a key or a withdrawal (`[key, id]`) answers with
     /// every decision any worker acknowledged before the call began: on a
     /// shared ledger, once this worker has caught up on the others'
@@ -108,34 +115,7 @@ impl Embedded {
     fn timed(&self, start: Instant) {
         self.metrics.committed(start.elapsed());
     }
-}
 
-fn key_facts(state: &State, key: &str) -> Option<KeyFacts> {
-    let record = state.record(key)?;
-    let withdrawal = record.withdrawal();
-    Some(KeyFacts {
-        key: record.key().to_string(),
-        claimed_at: record.claimed_at(),
-        outcome: record.outcome(),
-        last_error: record.last_error(),
-        send_running: record.send_running(),
-        held: state.held(&withdrawal).is_some(),
-        withdrawal,
-    })
-}
-
-fn withdrawal_facts(state: &State, id: &str) -> Option<WithdrawalFacts> {
-    let fingerprint = state.fingerprint(id)?;
-    let holder = state
-        .claimed_by(id)
-        .and_then(|holder| key_facts(state, &holder));
-    Some(WithdrawalFacts {
-        fingerprint,
-        holder,
-    })
-}
-
-impl Embedded {
     /// Creates a withdrawal.
     pub async fn create(&self, new: NewWithdrawal) -> Result<WithdrawalRequest, LedgerError> {
         let start = Instant::now();
@@ -217,38 +197,6 @@ impl Embedded {
         self.read_newest([None, None], State::in_flight).await
     }
 
-    /// An operator's resolve.
-    pub async fn resolve(
-        &self,
-        key: &str,
-        outcome: WithdrawalRequest,
-        note: &str,
-        by: &str,
-    ) -> Result<(), LedgerError> {
-        self.ledger.resolve(key, outcome, note, by).await
-    }
-
-    /// An operator's release.
-    pub async fn release(&self, key: &str, note: &str, by: &str) -> Result<(), LedgerError> {
-        self.ledger.release(key, note, by).await
-    }
-
-    /// An operator's correct.
-    pub async fn correct(
-        &self,
-        key: &str,
-        outcome: WithdrawalRequest,
-        note: &str,
-        by: &str,
-    ) -> Result<(), LedgerError> {
-        self.ledger.correct(key, outcome, note, by).await
-    }
-
-    /// Waits until everything decided is on stable storage.
-    pub async fn sync(&self) -> Result<(), LedgerError> {
-        self.ledger.sync().await
-    }
-
     /// Whether the ledger can record a decision now (a worker of a shared
     /// ledger: whether it reaches a database that accepts writes), for the
     /// health check; never waits longer than one attempt to connect.
@@ -260,4 +208,29 @@ impl Embedded {
     pub fn memory(&self) -> Result<MemoryUse, LedgerError> {
         self.ledger.ledger().memory()
     }
+}
+
+fn key_facts(state: &State, key: &str) -> Option<KeyFacts> {
+    let record = state.record(key)?;
+    let withdrawal = record.withdrawal();
+    Some(KeyFacts {
+        key: record.key().to_string(),
+        claimed_at: record.claimed_at(),
+        outcome: record.outcome(),
+        last_error: record.last_error(),
+        send_running: record.send_running(),
+        held: state.held(&withdrawal).is_some(),
+        withdrawal,
+    })
+}
+
+fn withdrawal_facts(state: &State, id: &str) -> Option<WithdrawalFacts> {
+    let fingerprint = state.fingerprint(id)?;
+    let holder = state
+        .claimed_by(id)
+        .and_then(|holder| key_facts(state, &holder));
+    Some(WithdrawalFacts {
+        fingerprint,
+        holder,
+    })
 }

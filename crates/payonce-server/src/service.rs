@@ -274,7 +274,7 @@ impl Service {
         }
         server.shut_down().await;
         tell_heard(&mut heard, &mut tell);
-        if let Err(error) = ledger.sync().await {
+        if let Err(error) = ledger.library().sync().await {
             tracing::warn!(%error, "the last sync at shutdown failed");
         }
         told.map_err(io("writing the output"))

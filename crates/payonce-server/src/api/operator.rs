@@ -131,7 +131,7 @@ async fn record_outcome(
 ) -> Result<Response, Problem> {
     let key = path_key(client, key)?;
     let viewer = Principal::Operator(operator.clone());
-    let ledger = &state.ledger;
+    let ledger = state.ledger.library();
     let (decided, label) = match recorded {
         Recorded::Resolved => (
             ledger
@@ -171,6 +171,7 @@ pub(super) async fn release(
     }
     state
         .ledger
+        .library()
         .release(&key, &body.note, &operator)
         .await
         .map_err(|error| problem::ledger(&error, &viewer))?;
