@@ -84,18 +84,27 @@ impl State {
     /// ledger never holds.
     pub(crate) fn snapshot_body(&self, part_len: NonZeroU32) -> Result<Vec<u8>, SnapshotError> {
         let settled = self.settled_slots();
+        let archived = self.archived_totals(&settled);
+        self.snapshot_body_but(part_len, &settled, &archived)
+    }
+
+    /// By currency, the funds captured but for those of the withdrawals a
+    /// body keeps, which are all but those the `settled` key slots hold:
+    /// what the runs' pairs captured. A body writes these as they come
+    /// out, so a body read back holds them in exactly this form.
+    fn archived_totals(&self, settled: &[bool]) -> Vec<Decimal> {
         let mut archived = self.captured.clone();
         for (slot, entry) in self.withdrawals.entries.iter().enumerate() {
             let in_body = entry.listed
                 && !(entry.holder != NO_HOLDER
                     && self.keys[entry.holder].withdrawal as usize == slot
-                    && settled[entry.holder as usize]);
+                    && settled.get(entry.holder as usize) == Some(&true));
             if in_body && entry.funds == Funds::Captured {
                 let total = &mut archived[entry.currency as usize];
                 *total = total.saturating_sub(entry.amount.value());
             }
         }
-        self.snapshot_body_but(part_len, &settled, &archived)
+        archived
     }
 
     /// The body of a snapshot of this state that keeps no pair out: all a
@@ -377,6 +386,7 @@ impl State {
         ended(ends, body.bytes.len())?;
         self.check_funds()?;
         self.check_sums(sums, archived)?;
+        self.check_archived_form(archived)?;
         Ok(crc)
     }
 
@@ -520,6 +530,32 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Checks that each archived total is in the form a body is written
+    /// with: the captured total less the body's captured funds, as
+    /// [`State::archived_totals`] gives it. The same value in another form
+    /// (`0` for `0.0000`) is refused, so a body accepted is the one its
+    /// state writes.
+    fn check_archived_form(&self, archived: &[Decimal]) -> Result<(), SnapshotError> {
+        let written = self.archived_totals(&[]);
+        let form = |total: &Decimal| (total.mantissa(), total.scale());
+        match (0..archived.len()).find(|&n| form(&archived[n]) != form(&written[n])) {
+            None => Ok(()),
+            Some(number) => Err(SnapshotError::Invalid {
+                field: "archived total",
+                offset: 0,
+                expected: format!(
+                    "{} {}: the captured total less the body's captured funds, in that form",
+                    written[number], self.currencies[number]
+                ),
+                found: format!(
+                    "{}e-{}",
+                    archived[number].mantissa(),
+                    archived[number].scale()
+                ),
+            }),
+        }
     }
 }
 
