@@ -401,9 +401,9 @@ pub(crate) fn remove(client: &mut Client, number: u64) -> Result<bool, SnapshotE
 }
 
 /// Sets run `number` of the ledger at `url` aside, by a row of
-/// `payonce.run_refusals`: every snapshot naming it is refused from then
-/// on. Told in words where it cannot be written.
-pub(crate) fn refuse(url: &str, writer: &str, number: u64, error: &SnapshotError) {
+/// `payonce.run_refusals`: every snapshot naming it is set aside from
+/// then on. Told in words where it cannot be written.
+pub(crate) fn set_aside(url: &str, writer: &str, number: u64, error: &SnapshotError) {
     let written = signed(number).and_then(|run| {
         let mut client = connect(url)
             .map_err(|error| runs_error("connecting to set a run aside in", error.to_string()))?;

@@ -306,7 +306,7 @@ impl RunStore for PgSnapshots {
     fn aside_hook(&self, number: u64) -> Option<payonce::SetRunAside> {
         let (url, writer) = (self.url.clone(), self.writer.clone());
         Some(Arc::new(move |error: &SnapshotError| {
-            crate::runs::refuse(&url, &writer, number, error);
+            crate::runs::set_aside(&url, &writer, number, error);
         }))
     }
 }

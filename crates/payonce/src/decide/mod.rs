@@ -13,6 +13,7 @@
 //! functions (`crate::replay`).
 
 pub(crate) mod judge;
+pub(crate) mod proposal;
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -27,6 +28,8 @@ use crate::command::{Command, FailureCause, SendResult};
 use crate::event::{EventKind, KindView, SCHEMA_VERSION};
 use crate::refusal::Refusal;
 use crate::state::{Prefetched, State};
+
+pub(crate) use self::proposal::Proposal;
 
 /// What `decide` concluded, when it did not refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub(crate) mod settle;
 mod settler;
 mod shared;
 mod snapshots;
+mod step;
 mod ticket;
 
 use std::any::Any;
@@ -37,16 +38,17 @@ pub use self::shared::{Appended, BATCH_EVENTS_MAX, SharedLog, SharedRecord};
 use self::shared::{Round, Shared};
 use self::snapshots::Snapshots;
 pub use self::snapshots::{SnapshotStats, SnapshotTaken};
+use self::step::LogSink;
 pub use self::ticket::{Claim, Ticket};
-use crate::command::{Command, FailureCause, SendResult};
-use crate::decide::{self, Answer, Returned};
+use crate::command::{FailureCause, SendResult};
+use crate::decide::{Proposal, Returned, proposal};
 use crate::error::{LedgerError, SendFailure, StoreError, SubmitError};
-use crate::event::{Event, EventKind, SCHEMA_VERSION, command_names};
+use crate::event::command_names;
 use crate::recovery::Recovery;
 use crate::refusal::Refusal;
 use crate::replay::{Replayed, Start, replay_log};
 use crate::snapshot::DirSnapshots;
-use crate::state::{Hold, InFlight, State, apply_judged};
+use crate::state::{Hold, InFlight, State};
 
 /// The submission ledger. Cheap to clone; every clone is the same ledger.
 ///
@@ -252,13 +254,7 @@ impl Ledger {
         );
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
         let ledger = Ledger::assemble(Store::File(log), state, config, recovery, cache)?;
-        let command = Command::Open {
-            accept_foreign_ids,
-            epoch,
-        };
-        ledger.execute(&command, move |_| {
-            Ok(decide::open(accept_foreign_ids, epoch))
-        })?;
+        ledger.execute(proposal::open(accept_foreign_ids, epoch))?;
         Ok(ledger)
     }
 
@@ -315,12 +311,7 @@ impl Ledger {
         let epoch = config.epochs.draw();
         let shared = (log, Some(worker.clone()));
         let ledger = Ledger::on_shared(shared, state, config, recovery, cache)?;
-        let command = Command::Start {
-            worker: worker.clone(),
-            epoch,
-        };
-        let started = worker.clone();
-        ledger.execute(&command, move |_| Ok(decide::start(&started, epoch)))?;
+        ledger.execute(proposal::start(worker.clone(), epoch))?;
         ledger.lock_state()?.session = Some(epoch);
         info!(epoch, "started");
         Ok(ledger)
@@ -337,16 +328,7 @@ impl Ledger {
         let (accept_foreign_ids, epoch) = (config.accept_foreign_ids, Some(config.epochs.draw()));
         let cache = settle::cache_for(&config);
         let ledger = Ledger::on_shared((log, None), state, config, Recovery::default(), cache)?;
-        let command = Command::Open {
-            accept_foreign_ids,
-            epoch,
-        };
-        let created = ledger.execute(&command, move |state| {
-            Ok(match state.last_seq() {
-                0 => decide::open(accept_foreign_ids, epoch).map_nothing(),
-                events => Answer::Nothing(events),
-            })
-        })?;
+        let created = ledger.execute(proposal::create_ledger(accept_foreign_ids, epoch))?;
         match created {
             Executed::Appended { .. } => Ok(ledger),
             Executed::Nothing(events) => Err(LedgerError::NotEmpty {
@@ -437,23 +419,18 @@ impl Ledger {
     /// Decides with `decide` under the lock; appends and applies the event
     /// its answer holds, if any; waits until everything the decision saw is
     /// on stable storage. A refusal of `command` is recorded for audit.
-    fn execute<M, N>(
-        &self,
-        command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
-    ) -> Result<Executed<M, N>, LedgerError>
+    fn execute<M, N>(&self, proposal: Proposal<M, N>) -> Result<Executed<M, N>, LedgerError>
     where
         M: Send + 'static,
         N: Send + 'static,
     {
-        self.execute_then(command, decide, Wait::Durable)
+        self.execute_then(proposal, Wait::Durable)
     }
 
     /// [`Ledger::execute`], waiting for stable storage or not.
     fn execute_then<M, N>(
         &self,
-        command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+        proposal: Proposal<M, N>,
         wait: Wait,
     ) -> Result<Executed<M, N>, LedgerError>
     where
@@ -463,22 +440,17 @@ impl Ledger {
         let log = match &self.inner.store {
             Store::File(log) => log,
             // Every answer of a shared ledger waits for its batch's commit.
-            Store::Shared(shared) => return self.execute_shared(shared, command, decide),
+            Store::Shared(shared) => return self.execute_shared(shared, proposal),
         };
         // Nothing is judged before what the command names is read back.
-        let mut round = self.lock_named(command_names(command), || self.lock_state())?;
+        let names = command_names(proposal.command());
+        let mut round = self.lock_named(names, || self.lock_state())?;
         let state = &mut round.state;
         // Fail closed: after a failed write the state may hold events that
         // never reached the disk, so nothing is decided from it.
         log.check()?;
-        let executed = match decide(state) {
-            Ok(Answer::Append { event, meaning }) => Executed::Appended {
-                seq: self.append(log, state, event)?,
-                meaning,
-            },
-            Ok(Answer::Nothing(reason)) => Executed::Nothing(reason),
-            Err(refusal) => return Err(self.refuse(log, state, command, refusal)),
-        };
+        let snapshots = self.inner.snapshots.as_deref();
+        let executed = self.step(state, &mut LogSink { log, snapshots }, &proposal)?;
         let flush = self.inner.settle.keep_under(state);
         // A replayed outcome may have been appended a moment ago by another
         // thread that is still waiting for it to be synced: nothing is
@@ -494,49 +466,6 @@ impl Ledger {
         Ok(executed)
     }
 
-    /// Records the refusal of `command` for audit, if refusals are logged,
-    /// and returns it as the error.
-    fn refuse(
-        &self,
-        log: &Log,
-        state: &mut State,
-        command: &Command,
-        refusal: Refusal,
-    ) -> LedgerError {
-        info!(%refusal, "refused");
-        if self.inner.config.log_refusals {
-            let kind = decide::refused(state, command, &refusal);
-            // The refusal stands whether or not its audit record lands.
-            if let Err(error) = self.append(log, state, kind) {
-                warn!(%error, %refusal, "could not record a refusal in the log");
-            }
-        }
-        LedgerError::Refused(refusal)
-    }
-
-    /// Appends `kind` as the next event and applies it; returns its number.
-    /// Called with the state locked, so the event's number is the log's
-    /// next.
-    fn append(&self, log: &Log, state: &mut State, kind: EventKind) -> Result<u64, LedgerError> {
-        let event = Event {
-            schema: SCHEMA_VERSION,
-            seq: state.last_seq() + 1,
-            at: self.inner.config.clock.now(),
-            kind,
-        };
-        let bytes = event.encode()?;
-        let seq = log.append(&bytes)?;
-        assert_eq!(
-            seq, event.seq,
-            "the log numbered an event differently from the ledger"
-        );
-        apply_judged(state, &event);
-        if let Some(snapshots) = &self.inner.snapshots {
-            snapshots.appended(seq);
-        }
-        Ok(seq)
-    }
-
     /// Mints an id for a new withdrawal and records it. The returned request
     /// (state requested) is the one to submit.
     pub fn create(&self, new: NewWithdrawal) -> Result<WithdrawalRequest, LedgerError> {
@@ -546,22 +475,8 @@ impl Ledger {
             destination,
             requested_by,
         } = new;
-        let command = Command::Create {
-            amount,
-            currency: currency.clone(),
-            destination: destination.clone(),
-            requested_by: requested_by.clone(),
-        };
-        let decided = move |state: &State| {
-            Ok(decide::create(
-                state,
-                amount,
-                &currency,
-                &destination,
-                &requested_by,
-            ))
-        };
-        match self.execute(&command, decided)? {
+        let proposal = proposal::create(amount, currency, destination, requested_by);
+        match self.execute(proposal)? {
             Executed::Appended {
                 meaning: withdrawal,
                 ..
@@ -587,22 +502,13 @@ impl Ledger {
         let request = request.borrow();
         let span = info_span!("claim", key = %key, withdrawal = %request.id());
         let _entered = span.enter();
-        let command = Command::Claim {
-            key: key.clone(),
-            request: request.clone(),
-        };
-        let worker = self.worker().cloned();
-        if self.shared().is_some() && worker.is_none() {
+        if self.shared().is_some() && self.worker().is_none() {
             return Err(LedgerError::Store(StoreError::Unsafe {
                 detail: "a ledger opened for an operator claims nothing: open it as a worker"
                     .to_owned(),
             }));
         }
-        let decided = {
-            let (key, request) = (key.clone(), request.clone());
-            move |state: &State| decide::claim(state, &key, &request, worker.as_ref())
-        };
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::claim(key.clone(), request.clone()))? {
             Executed::Appended { seq, .. } => {
                 info!(seq, "claimed");
                 Ok(Claim::Granted(Ticket {
@@ -645,17 +551,7 @@ impl Ledger {
                     error: text.clone(),
                     cause: FailureCause::Error,
                 };
-                let command = Command::Complete {
-                    key: key.clone(),
-                    result,
-                };
-                let decided = {
-                    let (key, text) = (key.clone(), text.clone());
-                    move |state: &State| {
-                        decide::complete_failed(state, &key, &text, &FailureCause::Error)
-                    }
-                };
-                match self.execute(&command, decided) {
+                match self.execute(proposal::complete(key.clone(), result)) {
                     Ok(_) => warn!(
                         key = %key, withdrawal = %withdrawal, error = %text,
                         "the send's outcome is unknown; the key stays claimed until it is resolved"
@@ -677,15 +573,8 @@ impl Ledger {
         key: RequestKey,
         outcome: WithdrawalRequest,
     ) -> Result<WithdrawalRequest, SubmitError> {
-        let command = Command::Complete {
-            key: key.clone(),
-            result: SendResult::Sent(outcome.clone()),
-        };
-        let decided = {
-            let (key, outcome) = (key.clone(), outcome.clone());
-            move |state: &State| decide::complete_sent(state, &key, &outcome, SCHEMA_VERSION)
-        };
-        let refusal = match self.execute(&command, decided) {
+        let proposal = proposal::complete_sent(key.clone(), outcome.clone());
+        let refusal = match self.execute(proposal) {
             Ok(Executed::Appended {
                 meaning: Returned::Outcome,
                 ..
@@ -735,15 +624,8 @@ impl Ledger {
         withdrawal: WithdrawalId,
         reason: Reason,
     ) -> Result<WithdrawalRequest, SubmitError> {
-        let command = Command::Complete {
-            key: key.clone(),
-            result: SendResult::Rejected(reason.clone()),
-        };
-        let decided = {
-            let (key, reason) = (key.clone(), reason.clone());
-            move |state: &State| decide::complete_rejected(state, &key, &reason)
-        };
-        if let Err(cause) = self.execute(&command, decided) {
+        let result = SendResult::Rejected(reason.clone());
+        if let Err(cause) = self.execute(proposal::complete(key.clone(), result)) {
             // `Rejected` promises a released hold; the release never
             // reached the disk, so the caller hears of the failure.
             warn!(
@@ -810,15 +692,7 @@ impl Ledger {
         let key = RequestKey::new(key)?;
         let span = info_span!("record", key = %key, withdrawal = %request.id());
         let _entered = span.enter();
-        let command = Command::Record {
-            key: key.clone(),
-            request: request.clone(),
-        };
-        let decided = {
-            let (key, request) = (key, request.clone());
-            move |state: &State| decide::record(state, &key, &request)
-        };
-        let outcome = match self.execute(&command, decided)? {
+        let outcome = match self.execute(proposal::record(key, request.clone()))? {
             Executed::Appended { .. } => request,
             Executed::Nothing(outcome) => outcome,
         };
@@ -840,15 +714,7 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("resolve", key = %key, withdrawal = %outcome.id());
         let _entered = span.enter();
-        let command = Command::Resolve {
-            key: key.clone(),
-            outcome: outcome.clone(),
-            note: note.clone(),
-            by: by.clone(),
-        };
-        let decided =
-            move |state: &State| decide::resolve(state, &key, &outcome, &note, &by, SCHEMA_VERSION);
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::resolve(key, outcome, note, by))? {
             Executed::Appended { .. } => info!("resolved"),
             Executed::Nothing(_) => info!("already resolved with this outcome"),
         }
@@ -863,13 +729,7 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("release", key = %key);
         let _entered = span.enter();
-        let command = Command::Release {
-            key: key.clone(),
-            note: note.clone(),
-            by: by.clone(),
-        };
-        let decided = move |state: &State| decide::release(state, &key, &note, &by);
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::release(key, note, by))? {
             Executed::Appended { .. } => info!("released"),
             Executed::Nothing(_) => info!("unknown key; nothing to release"),
         }
@@ -886,15 +746,7 @@ impl Ledger {
         let key = RequestKey::new(key)?;
         let span = info_span!("advance", key = %key, withdrawal = %outcome.id());
         let _entered = span.enter();
-        let command = Command::Advance {
-            key: key.clone(),
-            outcome: outcome.clone(),
-        };
-        let decided = {
-            let moved = outcome.clone();
-            move |state: &State| decide::advance(state, &key, &moved)
-        };
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::advance(key, outcome.clone()))? {
             Executed::Appended { .. } => info!(state = %outcome.state(), "outcome moved on"),
             Executed::Nothing(_) => info!("the outcome is this already"),
         }
@@ -916,17 +768,7 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("correct", key = %key, withdrawal = %outcome.id());
         let _entered = span.enter();
-        let command = Command::Correct {
-            key: key.clone(),
-            outcome: outcome.clone(),
-            note: note.clone(),
-            by: by.clone(),
-        };
-        let decided = {
-            let corrected = outcome.clone();
-            move |state: &State| decide::correct(state, &key, &corrected, &note, &by)
-        };
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::correct(key, outcome.clone(), note, by))? {
             Executed::Appended { .. } => info!(state = %outcome.state(), "outcome corrected"),
             Executed::Nothing(_) => info!("the outcome is this already"),
         }
@@ -1064,13 +906,7 @@ impl Ledger {
         let (note, by) = (Note::new(note)?, Actor::operator(by)?);
         let span = info_span!("end_session", worker = %worker);
         let _entered = span.enter();
-        let command = Command::EndSession {
-            worker: worker.clone(),
-            note: note.clone(),
-            by: by.clone(),
-        };
-        let decided = move |state: &State| decide::end_session(state, &worker, &note, &by);
-        match self.execute(&command, decided)? {
+        match self.execute(proposal::end_session(worker, note, by))? {
             Executed::Appended { .. } => info!("session ended"),
             Executed::Nothing(never) => match never {},
         }
@@ -1121,5 +957,7 @@ mod tests_budget;
 mod tests_merge;
 #[cfg(test)]
 mod tests_runs;
+#[cfg(test)]
+mod tests_step;
 #[cfg(test)]
 mod tests_store;

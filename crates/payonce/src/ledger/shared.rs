@@ -25,19 +25,19 @@ use std::sync::{Arc, Condvar, MutexGuard};
 use payonce_log::Head;
 use payonce_model::{Reason, RequestKey, WithdrawalId, WorkerName};
 use payonce_runs::{BlockCache, Prefetched};
-use tracing::{Span, info, warn};
+use tracing::{Span, warn};
 
 use super::queue::{Queue, Slot, Turn, take};
+use super::step::Sink;
 use super::{Executed, Ledger};
-use crate::command::{Command, FailureCause};
-use crate::decide::{self, Answer};
+use crate::command::FailureCause;
+use crate::decide::{Answer, Proposal, proposal};
 use crate::error::{LedgerError, StoreError};
-use crate::event::{Event, EventKind, SCHEMA_VERSION, command_names};
+use crate::event::{Event, command_names};
 use crate::recovery::Recovery;
-use crate::refusal::Refusal;
 use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
 use crate::snapshot::{Loaded, SnapshotStore, load_newest_of};
-use crate::state::{ClaimChange, State, apply_judged};
+use crate::state::{ClaimChange, State};
 
 /// Events a batch takes before it commits without waiting for more.
 pub const BATCH_EVENTS_MAX: usize = 256;
@@ -160,6 +160,19 @@ pub(super) struct Round {
 
 struct OpenBatch {
     events: Vec<Appended>,
+}
+
+impl Sink for OpenBatch {
+    fn write(&mut self, state: &State, event: &Event) -> Result<(), LedgerError> {
+        self.events.push(Appended {
+            seq: event.seq,
+            payload: event.encode()?,
+            claim: state.claim_change(&event.kind),
+            keys: event.kind.keys_touched().into_iter().cloned().collect(),
+            withdrawal: event.kind.withdrawal().cloned(),
+        });
+        Ok(())
+    }
 }
 
 /// A thread's decision, made into the batch by the thread running it.
@@ -360,8 +373,7 @@ impl Ledger {
     pub(super) fn execute_shared<M, N>(
         &self,
         shared: &Shared,
-        command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+        proposal: Proposal<M, N>,
     ) -> Result<Executed<M, N>, LedgerError>
     where
         M: Send + 'static,
@@ -370,9 +382,9 @@ impl Ledger {
         let slot: Slot<Executed<M, N>> = Slot::default();
         // Read before the batch: under it, nothing is read but what the
         // runs' changes since make stale.
-        let [key, id] = command_names(command);
+        let [key, id] = command_names(proposal.command());
         let prefetched = self.inner.settle.prefetch(key, id).ok();
-        let decision = decision(command.clone(), decide, prefetched, Arc::clone(&slot));
+        let decision = decision(proposal, prefetched, Arc::clone(&slot));
         let id = shared.queue.push(decision);
         loop {
             let running = match shared.queue.wait(&slot)? {
@@ -462,10 +474,13 @@ impl Ledger {
             let error = Reason::lossy(
                 "the claim's commit was lost on the way back; it was not granted and no send ran",
             );
-            let decided =
-                decide::complete_failed(&round.state, &key, &error, &FailureCause::Abandoned);
-            if let Ok(Answer::Append { event, .. }) = decided
-                && let Err(failure) = self.append_shared(round, event)
+            let unsent = proposal::complete_failed(key.clone(), error, FailureCause::Abandoned);
+            let Round { state, open, .. } = &mut *round;
+            let Some(open) = open.as_mut() else {
+                unreachable!("a batch is open while its unsent claims are recorded")
+            };
+            if let Ok(Answer::Append { event, .. }) = unsent.decide(state, self.worker())
+                && let Err(failure) = self.append(state, open, event)
             {
                 warn!(key = %key, %failure, "could not record that a claim's send never ran");
             }
@@ -476,58 +491,17 @@ impl Ledger {
     fn decide_into<M, N>(
         &self,
         round: &mut Round,
-        command: &Command,
-        decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal>,
+        proposal: &Proposal<M, N>,
         prefetched: Option<&Prefetched>,
     ) -> Result<Executed<M, N>, LedgerError> {
         // Nothing is judged before what the command names is read back.
-        let names = command_names(command);
-        (self.inner.settle).fault_in(&mut round.state, names, prefetched)?;
-        match decide(&round.state) {
-            Ok(Answer::Append { event, meaning }) => Ok(Executed::Appended {
-                seq: self.append_shared(round, event)?,
-                meaning,
-            }),
-            Ok(Answer::Nothing(reason)) => Ok(Executed::Nothing(reason)),
-            Err(refusal) => {
-                info!(%refusal, "refused");
-                if self.inner.config.log_refusals {
-                    let kind = decide::refused(&round.state, command, &refusal);
-                    if let Err(error) = self.append_shared(round, kind) {
-                        warn!(%error, %refusal, "could not record a refusal in the log");
-                    }
-                }
-                Err(LedgerError::Refused(refusal))
-            }
-        }
-    }
-
-    /// Appends `kind` to the open batch as the next event and applies it.
-    pub(super) fn append_shared(
-        &self,
-        round: &mut Round,
-        kind: EventKind,
-    ) -> Result<u64, LedgerError> {
-        let event = Event {
-            schema: SCHEMA_VERSION,
-            seq: round.state.last_seq() + 1,
-            at: self.inner.config.clock.now(),
-            kind,
+        let names = command_names(proposal.command());
+        let Round { state, open, .. } = round;
+        (self.inner.settle).fault_in(state, names, prefetched)?;
+        let Some(open) = open.as_mut() else {
+            unreachable!("decisions are made into an open batch")
         };
-        let payload = event.encode()?;
-        let claim = round.state.claim_change(&event.kind);
-        let Some(open) = round.open.as_mut() else {
-            unreachable!("events are appended to an open batch")
-        };
-        open.events.push(Appended {
-            seq: event.seq,
-            payload,
-            claim,
-            keys: event.kind.keys_touched().into_iter().cloned().collect(),
-            withdrawal: event.kind.withdrawal().cloned(),
-        });
-        apply_judged(&mut round.state, &event);
-        Ok(event.seq)
+        self.step(state, open, proposal)
     }
 
     /// Commits the open batch, with `round` let go meanwhile, and says
@@ -583,8 +557,7 @@ fn is_full(open: &OpenBatch) -> bool {
 /// over in `slot` once its batch's commit is known, and is made within
 /// the span of the thread that asked for it, whichever thread makes it.
 fn decision<M, N>(
-    command: Command,
-    decide: impl FnOnce(&State) -> Result<Answer<M, N>, Refusal> + Send + 'static,
+    proposal: Proposal<M, N>,
     prefetched: Option<Prefetched>,
     slot: Slot<Executed<M, N>>,
 ) -> Decide
@@ -594,8 +567,7 @@ where
 {
     let span = Span::current();
     Box::new(move |ledger: &Ledger, round: &mut Round| -> Reply {
-        let decided =
-            span.in_scope(|| ledger.decide_into(round, &command, decide, prefetched.as_ref()));
+        let decided = span.in_scope(|| ledger.decide_into(round, &proposal, prefetched.as_ref()));
         Box::new(move |committed: Result<(), StoreError>| {
             let answer = committed.map_err(LedgerError::from).and(decided);
             if let Ok(mut slot) = slot.lock() {

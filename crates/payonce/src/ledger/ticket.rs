@@ -6,8 +6,8 @@ use payonce_model::{Reason, RequestKey, WithdrawalRequest};
 use tracing::warn;
 
 use super::{Ledger, Wait};
-use crate::command::{Command, FailureCause, SendResult};
-use crate::decide;
+use crate::command::{FailureCause, SendResult};
+use crate::decide::proposal;
 
 /// The answer to [`Ledger::claim`].
 #[derive(Debug)]
@@ -65,14 +65,8 @@ impl Ticket {
             error: Reason::lossy(error),
             cause,
         };
-        let command = Command::Complete {
-            key: self.key.clone(),
-            result: result.clone(),
-        };
-        let key = self.key.clone();
-        let decided =
-            move |state: &_| decide::complete(state, &key, &result, crate::event::SCHEMA_VERSION);
-        if let Err(failure) = self.ledger.execute_then(&command, decided, wait) {
+        let proposal = proposal::complete(self.key.clone(), result);
+        if let Err(failure) = self.ledger.execute_then(proposal, wait) {
             warn!(key = %self.key, %failure, "could not record the unknown outcome; the claim stands");
         }
     }

@@ -45,14 +45,6 @@ pub trait SnapshotFile: Send + Sync {
     fn checked_in_background(&self) -> bool {
         false
     }
-    /// Told that a block of the archive read through this handle failed
-    /// its checks after an opening believed the snapshot: the store sets
-    /// the snapshot aside, so the next opening falls back. The default
-    /// does nothing: an opening that checked every block refuses such a
-    /// snapshot itself.
-    fn refuse(&self, error: &SnapshotError) {
-        let _ = error;
-    }
 }
 
 /// Where a body's bytes are.
