@@ -115,7 +115,7 @@ impl State {
         part_len: NonZeroU32,
     ) -> Result<Vec<u8>, SnapshotError> {
         let none = vec![false; self.keys.entries.len()];
-        self.snapshot_body_but(part_len, &none, &vec![Decimal::ZERO; self.currencies.len()])
+        self.snapshot_body_but(part_len, &none, &self.archived_totals(&none))
     }
 
     /// The body of a snapshot of this state but for the `settled` key
