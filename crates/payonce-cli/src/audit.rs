@@ -7,7 +7,10 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use payonce::{Divergence, Head, State, Timestamp, TimestampError, Verification, apply};
+use payonce::{
+    Divergence, Head, LedgerError, ReplayHook, Replaying, State, Timestamp, TimestampError,
+    Verification,
+};
 use payonce_log::TornTail;
 use serde::Serialize;
 
@@ -22,7 +25,7 @@ use crate::json::{
 };
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::{count, held_words, say, warn_torn_tail};
-use crate::replay::{ReplayHook, replay};
+use crate::replay::UpTo;
 use crate::snapshots::{SnapshotAudit, SnapshotJson, print_snapshot};
 use crate::table::Table;
 
@@ -109,9 +112,9 @@ impl ReplayHook for Verifying {
     fn before(
         &mut self,
         _: &State,
-        _: &payonce::Event,
+        _: &Replaying<'_>,
         divergence: Option<Divergence>,
-    ) -> Result<ControlFlow<()>, CliError> {
+    ) -> Result<ControlFlow<()>, LedgerError> {
         if let Some(divergence) = divergence {
             self.divergence_count += 1;
             if self.divergences.len() < DIVERGENCES_LISTED_MAX {
@@ -121,7 +124,7 @@ impl ReplayHook for Verifying {
         Ok(ControlFlow::Continue(()))
     }
 
-    fn after(&mut self, state: &State, _: &payonce::Event, _: Option<Head>) {
+    fn after(&mut self, state: &State, _: &Replaying<'_>) {
         if let Some(audit) = &mut self.audit {
             audit.pass(state);
         }
@@ -147,7 +150,7 @@ fn rederive_all(
         divergence_count: 0,
         audit,
     };
-    let walked = replay(log, &mut state, &mut verifying)?;
+    let walked = log.replay(&mut state, &mut verifying)?;
     let Verifying {
         divergences,
         divergence_count,
@@ -406,24 +409,13 @@ fn replay_to(
     bound: Option<u64>,
 ) -> Result<(State, Option<Applied>, Walked), CliError> {
     let mut state = State::new();
-    let mut last = None;
-    let walked = log.walk(1, |event, _| {
-        let past = match point {
-            Point::Seq(seq) => event.seq > seq,
-            Point::Time(time) => event.at > time || bound.is_some_and(|b| event.seq >= b),
-            Point::End => false,
-        };
-        if past {
-            return Ok(ControlFlow::Break(()));
-        }
-        apply(&mut state, event);
-        last = Some(Applied {
-            seq: event.seq,
-            at: event.at,
-            event: event.kind.name(),
-        });
-        Ok(ControlFlow::Continue(()))
-    })?;
+    let mut to = ToPoint {
+        point,
+        bound,
+        last: None,
+    };
+    let walked = log.replay(&mut state, &mut to)?;
+    let last = to.last;
     if let Point::Seq(seq) = point
         && seq > walked.last_seq
     {
@@ -434,6 +426,46 @@ fn replay_to(
         });
     }
     Ok((state, last, walked))
+}
+
+/// [`replay_to`]'s hook: every event up to the point applied as written,
+/// the last one noted.
+struct ToPoint {
+    point: Point,
+    bound: Option<u64>,
+    last: Option<Applied>,
+}
+
+impl ReplayHook for ToPoint {
+    fn before(
+        &mut self,
+        _: &State,
+        event: &Replaying<'_>,
+        _: Option<Divergence>,
+    ) -> Result<ControlFlow<()>, LedgerError> {
+        let (seq, at) = (event.seq(), event.at());
+        let past = match self.point {
+            Point::Seq(point) => seq > point,
+            Point::Time(time) => at > time || self.bound.is_some_and(|bound| seq >= bound),
+            Point::End => false,
+        };
+        Ok(match past {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        })
+    }
+
+    fn after(&mut self, _: &State, event: &Replaying<'_>) {
+        self.last = Some(Applied {
+            seq: event.seq(),
+            at: event.at(),
+            event: event.kind_name(),
+        });
+    }
+
+    fn rederives(&self) -> bool {
+        false
+    }
 }
 
 /// The sequence number at which `key` claimed what it holds, so claims and
@@ -623,10 +655,8 @@ pub(crate) fn inflight(
 ) -> Result<Status, CliError> {
     let log = open_log(&args.dir, env.progress_for(args.json))?;
     let mut state = State::new();
-    let walked = log.walk(1, |event, _| {
-        apply(&mut state, event);
-        Ok(ControlFlow::Continue(()))
-    })?;
+    // Never ends before the end.
+    let walked = log.replay(&mut state, &mut UpTo { seq: u64::MAX })?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     let keys: Vec<InFlightKeyJson> = state
         .in_flight()

@@ -10,10 +10,11 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, Head, LedgerError, State, Verification, apply, decode_event};
+use payonce::{Event, EventLog, Head, LedgerError, ReplayHook, State, Verification, decode_event};
 use payonce_log::{
     FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail, parse_segment_name,
     segment_name,
@@ -21,6 +22,7 @@ use payonce_log::{
 
 use crate::error::CliError;
 use crate::escape::EchoPath;
+use crate::replay::UpTo;
 use payonce::Subject;
 
 /// How many events pass between two updates of the progress bar: often
@@ -77,18 +79,8 @@ impl std::fmt::Debug for Source {
 type Visit<'a> =
     dyn FnMut(&Event, Position, Option<Head>) -> Result<ControlFlow<()>, CliError> + 'a;
 
-/// What a walk over the events found.
-#[derive(Debug, Default)]
-pub(crate) struct Walked {
-    /// Events visited.
-    pub(crate) events: u64,
-    /// The last sequence number visited; 0 if none.
-    pub(crate) last_seq: u64,
-    /// A torn tail met at the end; `None` if the walk stopped early.
-    pub(crate) torn_tail: Option<TornTail>,
-    /// The log's head, for a walk from the first event to the end.
-    pub(crate) head: Head,
-}
+/// What a walk over the events found: what the library's replay finds.
+pub(crate) use payonce::Walked;
 
 /// Refuses a path that is not a directory, telling a missing one from a
 /// file (or anything else) given in its place: every command that takes a
@@ -306,44 +298,69 @@ impl LogDir {
     }
 
     /// The state just before event `seq`: every event before it applied in
-    /// order. No progress bar of its own: it runs inside a walk, whose bar
-    /// stands still meanwhile.
+    /// order, as written. No progress bar of its own: it runs inside a
+    /// walk, whose bar stands still meanwhile.
     pub(crate) fn state_before(&self, seq: u64) -> Result<State, CliError> {
         let mut state = State::new();
-        let walk = |event: &Event| {
-            if event.seq >= seq {
-                return ControlFlow::Break(());
-            }
-            apply(&mut state, event);
-            ControlFlow::Continue(())
-        };
-        self.walk_quietly(1, walk)?;
+        self.replay_showing(&mut state, &mut UpTo { seq }, false)?;
         Ok(state)
     }
 
-    /// Every event from `from` on, without a progress bar, until `visit`
-    /// breaks.
-    fn walk_quietly(
+    /// Replays the log from its first event into `state`, which starts
+    /// empty, telling `hook` of each: the library's replay
+    /// ([`EventLog::replay`], or [`payonce::replay_scan_with`] over a
+    /// PostgreSQL read view), batched, each event verified as it is read,
+    /// with a progress bar on a terminal. On an error (damage included)
+    /// `state` holds every event applied before it.
+    pub(crate) fn replay(
         &self,
-        from: u64,
-        mut visit: impl FnMut(&Event) -> ControlFlow<()>,
-    ) -> Result<(), CliError> {
+        state: &mut State,
+        hook: &mut dyn ReplayHook,
+    ) -> Result<Walked, CliError> {
+        self.replay_showing(state, hook, self.progress)
+    }
+
+    fn replay_showing(
+        &self,
+        state: &mut State,
+        hook: &mut dyn ReplayHook,
+        progress: bool,
+    ) -> Result<Walked, CliError> {
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);
         let event_log = match &self.source {
             Source::Files { event_log, .. } => event_log,
-            Source::Postgres(_) => {
-                return self
-                    .walk_postgres(from, &mut |event, _, _| Ok(visit(event)))
-                    .map(|_| ());
+            Source::Postgres(view) => {
+                let mut view = view.borrow_mut();
+                let replayed = payonce::replay_scan_with(state, hook, |visit| {
+                    let walked = view.walk_with_heads(|seq, payload, head| {
+                        Ok::<_, Infallible>(visit(seq, payload, Some(*head)))
+                    });
+                    walked.map_err(|error| match error {
+                        payonce_postgres::WalkError::Store(error) => error,
+                        payonce_postgres::WalkError::Visit(never) => match never {},
+                    })
+                });
+                return replayed.map_err(ledger_error);
             }
         };
-        let mut events = event_log.events_from(from).map_err(ledger_error)?;
-        while let Some((event, _)) = events.next_event().map_err(ledger_error)? {
-            if visit(&event).is_break() {
-                break;
+        let bar = match progress {
+            true => self.progress_bar()?,
+            false => None,
+        };
+        let mut records = 0u64;
+        let mut read = |position| {
+            records += 1;
+            if let Some((bar, offsets)) = &bar
+                && records.is_multiple_of(PROGRESS_EVERY)
+            {
+                bar.set_position(offsets.bytes_before(position));
             }
+        };
+        let replayed = event_log.replay(state, hook, &mut read);
+        if let Some((bar, _)) = bar {
+            bar.finish_and_clear();
         }
-        Ok(())
+        replayed.map_err(ledger_error)
     }
 
     /// [`LogDir::walk`] on a PostgreSQL ledger: its read view, every

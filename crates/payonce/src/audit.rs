@@ -3,18 +3,19 @@
 //! safe beside a running service and on a copy of a production directory.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
-use payonce_log::{
-    FsStorage, Head, LogConfig, LogReader, OpenError, Position, Records, Storage, TornTail,
-};
+use payonce_log::{FsStorage, Head, LogConfig, LogReader, Position, Records, Storage, TornTail};
 use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
 
 use crate::error::{Divergence, LedgerError, StoreError};
 use crate::event::{Event, EventKind};
-use crate::replay::{Batch, Visit, apply_batch, decode_event, replay_scan};
+use crate::replay::{
+    ReplayHook, Replaying, Visit, Walked, decode_event, replay_records, replay_scan,
+};
 use crate::state::State;
 
 /// What [`verify`] found.
@@ -71,45 +72,54 @@ pub fn verify_at(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     seqs: &[u64],
-    mut visit: impl FnMut(&State),
+    visit: impl FnMut(&State),
 ) -> Result<Verification, LedgerError> {
     assert!(seqs.is_sorted(), "states are visited in log order");
     let reader = LogReader::open(storage, config)?;
     let mut state = State::new();
-    let mut divergences = Vec::new();
-    let mut batch = Batch::new();
-    let mut wanted = seqs.iter().copied().peekable();
-    let recovery = reader
-        .scan(|record| {
-            batch.push(record.seq, record.payload)?;
-            let visit_now = wanted.next_if_eq(&record.seq).is_some();
-            if batch.is_full() || visit_now {
-                // The log is what happened: keep replaying it as written.
-                apply_batch(&mut state, &batch, &mut divergences)?;
-                batch.clear();
-            }
-            if visit_now {
-                visit(&state);
-                while wanted.next_if_eq(&record.seq).is_some() {}
-            }
-            Ok(())
-        })
-        .map_err(|error| match error {
-            OpenError::Log(error) => LedgerError::Log(error),
-            OpenError::Visit(error) => error,
-        })?;
-    apply_batch(&mut state, &batch, &mut divergences)?;
+    let mut at = AtSeqs {
+        divergences: Vec::new(),
+        wanted: seqs.iter().copied().peekable(),
+        visit,
+    };
+    let walked = replay_records(&reader, &mut state, &mut at, &mut |_| {})?;
     Ok(Verification {
-        events: recovery.records,
-        segments: recovery.segments,
+        events: walked.events,
+        segments: walked.segments,
         keys: state.key_count(),
         in_flight: state.in_flight().len(),
         held: state.held_totals(),
         refusals: state.refusal_count(),
-        divergences,
-        torn_tail: recovery.torn_tail,
+        divergences: at.divergences,
+        torn_tail: walked.torn_tail,
         state,
     })
+}
+
+/// [`verify_at`]'s hook: every divergence noted, the log replayed as
+/// written, and `visit` handed the state just after each wanted seq.
+struct AtSeqs<I: Iterator<Item = u64>, F> {
+    divergences: Vec<Divergence>,
+    wanted: std::iter::Peekable<I>,
+    visit: F,
+}
+
+impl<I: Iterator<Item = u64>, F: FnMut(&State)> ReplayHook for AtSeqs<I, F> {
+    fn before(
+        &mut self,
+        state: &State,
+        event: &Replaying<'_>,
+        divergence: Option<Divergence>,
+    ) -> Result<ControlFlow<()>, LedgerError> {
+        self.divergences.before(state, event, divergence)
+    }
+
+    fn after(&mut self, state: &State, event: &Replaying<'_>) {
+        if self.wanted.next_if_eq(&event.seq()).is_some() {
+            (self.visit)(state);
+            while self.wanted.next_if_eq(&event.seq()).is_some() {}
+        }
+    }
 }
 
 /// [`verify`] for a log that hands its events over in one scan from the
@@ -209,6 +219,24 @@ impl EventLog {
         Ok(Events {
             records: self.reader.records_from(seq)?,
         })
+    }
+
+    /// Replays every event from the first into `state`, which starts
+    /// empty, telling `hook` of each: each recorded decision re-derived
+    /// from the state before it (unless the hook only applies), in the
+    /// batches an opening replays in, on this thread, each event handed
+    /// over with the head read through it, until the end or until the
+    /// hook ends it. A head [`EventLog::require`]s is checked on the way.
+    /// On an error (damage included) `state` holds every event before it.
+    /// `read` is told where each record lies as it is read, ahead of its
+    /// event's turn: for a progress bar.
+    pub fn replay(
+        &self,
+        state: &mut State,
+        hook: &mut dyn ReplayHook,
+        read: &mut dyn FnMut(Position),
+    ) -> Result<Walked, LedgerError> {
+        replay_records(&self.reader, state, hook, read)
     }
 
     /// The one event `seq` at `position` (as an earlier read reported it),

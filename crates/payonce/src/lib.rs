@@ -100,7 +100,10 @@ pub use crate::ledger::{
 };
 pub use crate::recovery::{Recovery, SnapshotLoaded, SnapshotSetAside};
 pub use crate::refusal::{HolderState, Refusal, RefusalKind};
-pub use crate::replay::{FOUND_LISTED_MAX, Visit, decode_event, rederive};
+pub use crate::replay::{
+    FOUND_LISTED_MAX, HeadVisit, ReplayHook, Replaying, StopAtDivergence, Visit, Walked,
+    decode_event, rederive, replay_scan_with,
+};
 pub use crate::snapshot::{
     DirSnapshots, MemRuns, RunOut, RunStore, SNAPSHOT_EVENTS, SNAPSHOT_FORMAT_VERSION,
     SNAPSHOT_HEADER_LEN, SNAPSHOT_INTERVAL, SNAPSHOT_LEN_MAX, SNAPSHOT_READ_LEN,

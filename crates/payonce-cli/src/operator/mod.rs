@@ -10,11 +10,10 @@ mod receipt;
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::ops::ControlFlow;
 
 use payonce::{
-    Command, Config, Decision, Divergence, Event, EventKind, Ledger, LedgerError, SCHEMA_VERSION,
-    State, apply, decide,
+    Command, Config, Decision, Event, EventKind, Ledger, LedgerError, SCHEMA_VERSION, State,
+    StopAtDivergence, apply, decide,
 };
 use payonce_log::{FsStorage, Storage};
 use payonce_model::{Actor, Note, RequestKey, WithdrawalRequest};
@@ -27,7 +26,6 @@ use crate::error::{CliError, WriteStep};
 use crate::escape::{Echo, EchoPath, Escaped};
 use crate::explain::outcome_words;
 use crate::logdir::{LogDir, open_log};
-use crate::replay::replay;
 
 /// Largest outcome file read, in bytes; checked before reading. A
 /// withdrawal's JSON is well under 8 KiB even with every bump recorded.
@@ -124,14 +122,7 @@ fn preflight(
     err: &mut dyn Write,
 ) -> Result<(State, Decision), CliError> {
     let mut state = State::new();
-    let mut diverged = |_: &State, _: &Event, divergence: Option<Divergence>| match divergence {
-        Some(divergence) => Err(CliError::Diverged {
-            dir: log.dir.clone(),
-            divergence: Box::new(divergence),
-        }),
-        None => Ok(ControlFlow::Continue(())),
-    };
-    let walked = replay(log, &mut state, &mut diverged)?;
+    let walked = log.replay(&mut state, &mut StopAtDivergence)?;
     let opened = Event {
         schema: SCHEMA_VERSION,
         seq: state.last_seq() + 1,

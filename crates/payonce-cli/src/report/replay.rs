@@ -7,14 +7,16 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use payonce::{Divergence, Event, Head, InFlight, State, Timestamp, needs_state, withdrawal_of};
+use payonce::{
+    Divergence, Event, Head, InFlight, LedgerError, ReplayHook, Replaying, State, Timestamp,
+    needs_state, withdrawal_of,
+};
 use payonce_model::{Currency, WithdrawalId};
 use rust_decimal::Decimal;
 
 use crate::audit::DIVERGENCES_LISTED_MAX;
 use crate::error::CliError;
 use crate::logdir::LogDir;
-use crate::replay::{ReplayHook, replay as replay_log};
 
 use super::REPORT_EVENTS_MAX;
 use super::window::Ask;
@@ -139,6 +141,7 @@ struct Walk<'a> {
 
 /// What [`Walk::before`] leaves for [`Walk::after`].
 struct Pending {
+    event: Event,
     withdrawal: Option<WithdrawalId>,
     divergence: Option<String>,
     held_before: Option<BTreeMap<Currency, Decimal>>,
@@ -148,9 +151,11 @@ impl ReplayHook for Walk<'_> {
     fn before(
         &mut self,
         state: &State,
-        event: &Event,
+        replaying: &Replaying<'_>,
         divergence: Option<Divergence>,
-    ) -> Result<ControlFlow<()>, CliError> {
+    ) -> Result<ControlFlow<()>, LedgerError> {
+        let owned = replaying.to_event();
+        let event = &owned;
         let withdrawal = match needs_state(event) {
             true => withdrawal_of(state, &event.kind),
             false => event.kind.withdrawal().cloned(),
@@ -173,6 +178,7 @@ impl ReplayHook for Walk<'_> {
         self.move_phase(state, event);
         let held_before = (self.phase == Phase::In).then(|| state.held_totals());
         self.pending = Some(Pending {
+            event: owned,
             withdrawal,
             divergence,
             held_before,
@@ -180,9 +186,10 @@ impl ReplayHook for Walk<'_> {
         Ok(ControlFlow::Continue(()))
     }
 
-    fn after(&mut self, state: &State, event: &Event, head: Option<Head>) {
-        self.last_at = Some(event.at);
+    fn after(&mut self, state: &State, replaying: &Replaying<'_>) {
+        self.last_at = Some(replaying.at());
         if let Some(Pending {
+            event,
             withdrawal,
             divergence,
             held_before: Some(before),
@@ -190,7 +197,7 @@ impl ReplayHook for Walk<'_> {
         {
             self.in_window(state, event, withdrawal, divergence, &before);
         }
-        self.observe(head);
+        self.observe(replaying.head());
     }
 }
 
@@ -222,7 +229,7 @@ impl Walk<'_> {
     fn in_window(
         &mut self,
         state: &State,
-        event: &Event,
+        event: Event,
         withdrawal: Option<WithdrawalId>,
         divergence: Option<String>,
         before: &BTreeMap<Currency, Decimal>,
@@ -242,13 +249,13 @@ impl Walk<'_> {
                 });
             }
         }
-        if !self.ask.follows(event, withdrawal.as_ref()) {
+        if !self.ask.follows(&event, withdrawal.as_ref()) {
             return;
         }
         self.found.shown_count += 1;
         if self.found.shown.len() < REPORT_EVENTS_MAX {
             self.found.shown.push(Shown {
-                event: event.clone(),
+                event,
                 withdrawal,
                 divergence,
             });
@@ -292,7 +299,7 @@ pub(super) fn replay(log: &LogDir, ask: &Ask) -> Result<Replayed, CliError> {
         },
     };
     let mut state = State::new();
-    match replay_log(log, &mut state, &mut walk) {
+    match log.replay(&mut state, &mut walk) {
         Ok(walked) => {
             walk.found.torn_tail = walked.torn_tail.as_ref().map(|t| log.describe_torn_tail(t));
             walk.found.log_head = walked.head;

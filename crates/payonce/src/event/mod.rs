@@ -320,22 +320,7 @@ impl EventKind {
 
     /// A short name for the kind, as used in exports and history.
     pub fn name(&self) -> &'static str {
-        match self {
-            EventKind::Opened { .. } => "opened",
-            EventKind::Created { .. } => "created",
-            EventKind::Claimed { .. } => "claimed",
-            EventKind::Recorded { .. } => "recorded",
-            EventKind::Completed { .. } => "completed",
-            EventKind::SendRejected { .. } => "send_rejected",
-            EventKind::SendFailed { .. } => "send_failed",
-            EventKind::Resolved { .. } => "resolved",
-            EventKind::Released { .. } => "released",
-            EventKind::Refused { .. } => "refused",
-            EventKind::Advanced { .. } => "advanced",
-            EventKind::Corrected { .. } => "corrected",
-            EventKind::Started { .. } => "started",
-            EventKind::SessionEnded { .. } => "session_ended",
-        }
+        self.view().name()
     }
 }
 

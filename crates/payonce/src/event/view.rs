@@ -391,6 +391,26 @@ macro_rules! convert_kind {
 }
 
 impl KindView<'_> {
+    /// A short name for the kind ([`EventKind::name`]).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            KindView::Opened { .. } => "opened",
+            KindView::Created { .. } => "created",
+            KindView::Claimed { .. } => "claimed",
+            KindView::Recorded { .. } => "recorded",
+            KindView::Completed { .. } => "completed",
+            KindView::SendRejected { .. } => "send_rejected",
+            KindView::SendFailed { .. } => "send_failed",
+            KindView::Resolved { .. } => "resolved",
+            KindView::Released { .. } => "released",
+            KindView::Refused { .. } => "refused",
+            KindView::Advanced { .. } => "advanced",
+            KindView::Corrected { .. } => "corrected",
+            KindView::Started { .. } => "started",
+            KindView::SessionEnded { .. } => "session_ended",
+        }
+    }
+
     /// The owned event.
     pub(crate) fn to_value(&self) -> EventKind {
         with_every_kind!(convert_kind!(self, KindView => EventKind, Owned::owned))

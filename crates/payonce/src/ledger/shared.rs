@@ -35,7 +35,7 @@ use crate::decide::{Answer, Proposal, proposal};
 use crate::error::{LedgerError, StoreError};
 use crate::event::{Event, command_names};
 use crate::recovery::Recovery;
-use crate::replay::{Batch, Refuse, Visit, apply_batch, replay_scan, replay_scan_here};
+use crate::replay::{Batch, StopAtDivergence, Visit, apply_batch, replay_scan, replay_scan_here};
 use crate::snapshot::{Loaded, SnapshotStore, load_newest_of};
 use crate::state::{ClaimChange, State};
 
@@ -60,10 +60,10 @@ pub struct Appended {
     pub payload: Vec<u8>,
     /// What it does to the claims, for the store's own constraint rows.
     pub claim: Option<ClaimChange>,
-    /// The request keys it touches ([`EventKind::keys_touched`]), for the
+    /// The request keys it touches ([`crate::EventKind::keys_touched`]), for the
     /// store's index of the events about each key.
     pub keys: Vec<RequestKey>,
-    /// The withdrawal it is about ([`EventKind::withdrawal`]: an event of
+    /// The withdrawal it is about ([`crate::EventKind::withdrawal`]: an event of
     /// this build's schema names it), for the store's index of the events
     /// about each withdrawal.
     pub withdrawal: Option<WithdrawalId>,
@@ -258,7 +258,8 @@ pub(super) fn rebuild_from_snapshot(
 /// the tail after a state loaded from elsewhere, is long).
 pub(super) fn catch_up_from(log: &dyn SharedLog, state: State) -> Result<State, LedgerError> {
     let after = state.last_seq();
-    let (state, Refuse) = replay_scan(state, Refuse, |visit| log.scan(after, visit))?;
+    let (state, StopAtDivergence) =
+        replay_scan(state, StopAtDivergence, |visit| log.scan(after, visit))?;
     Ok(state)
 }
 
@@ -277,11 +278,12 @@ fn catch_up(state: &mut State, records: &[SharedRecord]) -> Result<(), LedgerErr
         }
         batch.push(record.seq, &record.payload)?;
         if batch.is_full() {
-            apply_batch(state, &batch, &mut Refuse)?;
+            // Refusing ends a replay only with an error.
+            let _ = apply_batch(state, &batch, &mut StopAtDivergence)?;
             batch.clear();
         }
     }
-    apply_batch(state, &batch, &mut Refuse)
+    apply_batch(state, &batch, &mut StopAtDivergence).map(drop)
 }
 
 impl Ledger {
@@ -355,7 +357,7 @@ impl Ledger {
         // last batch is short, and a thread to apply it would cost more
         // than it saves.
         let after = round.state.last_seq();
-        let scanned = replay_scan_here(&mut round.state, &mut Refuse, |visit| {
+        let scanned = replay_scan_here(&mut round.state, &mut StopAtDivergence, |visit| {
             shared.log.scan(after, visit)
         });
         if scanned.is_err() {

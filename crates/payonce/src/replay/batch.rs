@@ -5,6 +5,7 @@
 //! hold (refusals, send results, operator actions, a bumped
 //! withdrawal) are kept whole. Replay alone reads this format.
 
+use payonce_log::Head;
 use payonce_model::handover::{ArenaRequest, ArenaText, TextArena};
 use payonce_model::{RequestKey, TextView, WithdrawalView, WorkerName};
 
@@ -26,6 +27,9 @@ pub(crate) const BATCH_BYTES_MAX: usize = 1 << 20;
 pub(crate) struct Batch {
     pub(super) text: TextArena,
     pub(super) events: Vec<PackedEvent>,
+    /// For a replay that follows the log's heads, the head of the last
+    /// whole batch of the log read through each event; empty otherwise.
+    pub(super) heads: Vec<Option<Head>>,
     /// Encoded bytes of the events.
     bytes: usize,
 }
@@ -71,6 +75,7 @@ impl Batch {
         Batch {
             text: TextArena::with_capacity(BATCH_LEN * 256),
             events: Vec::with_capacity(BATCH_LEN),
+            heads: Vec::new(),
             bytes: 0,
         }
     }
@@ -79,7 +84,19 @@ impl Batch {
     pub(crate) fn clear(&mut self) {
         self.text.clear();
         self.events.clear();
+        self.heads.clear();
         self.bytes = 0;
+    }
+
+    /// Notes `head` as the head of the log read through the event pushed
+    /// last, for a replay that follows the heads.
+    pub(crate) fn push_head(&mut self, head: Option<Head>) {
+        assert_eq!(
+            self.heads.len() + 1,
+            self.events.len(),
+            "a head is noted once per event, after it"
+        );
+        self.heads.push(head);
     }
 
     /// Whether the batch should be applied before another event is added.

@@ -17,9 +17,12 @@
 //! divergences instead of stopping at the first.
 
 mod batch;
+mod hook;
 mod rederive;
 mod scan;
+mod walk;
 
+use std::ops::ControlFlow;
 use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -35,11 +38,14 @@ use tracing::{Dispatch, Span, warn};
 
 pub(crate) use self::batch::Batch;
 pub use self::batch::decode_event;
+pub use self::hook::{ReplayHook, Replaying, StopAtDivergence};
 pub use self::rederive::rederive;
 use self::rederive::rederive_prefetched;
 pub use self::scan::Visit;
 pub(crate) use self::scan::{replay_scan, replay_scan_here};
-use crate::error::{Divergence, LedgerError};
+pub(crate) use self::walk::replay_records;
+pub use self::walk::{HeadVisit, Walked, replay_scan_with};
+use crate::error::LedgerError;
 use crate::recovery::Recovery;
 use crate::snapshot::{Loaded, SnapshotStore, load_newest};
 use crate::state::{Names, State};
@@ -65,39 +71,17 @@ const BATCHES: usize = BATCHES_AHEAD_MAX + 2;
 /// them at once rather than one after another.
 const READ_AHEAD_GROUP: usize = 8;
 
-/// What a replay does with a recorded decision the code would not make
-/// again.
-pub(crate) trait OnDivergence {
-    /// `Err` stops the replay; `Ok` applies the event as recorded.
-    fn diverged(&mut self, divergence: Divergence) -> Result<(), LedgerError>;
-}
-
-/// Opening: a divergence refuses the open.
-pub(crate) struct Refuse;
-
-impl OnDivergence for Refuse {
-    fn diverged(&mut self, divergence: Divergence) -> Result<(), LedgerError> {
-        Err(LedgerError::Divergence(Box::new(divergence)))
-    }
-}
-
-/// Verifying: every divergence is noted, and the log replayed as written.
-impl OnDivergence for Vec<Divergence> {
-    fn diverged(&mut self, divergence: Divergence) -> Result<(), LedgerError> {
-        self.push(divergence);
-        Ok(())
-    }
-}
-
-/// Re-derives and applies every event of `batch` in order: the one path
-/// every replay takes.
-pub(crate) fn apply_batch(
+/// Re-derives and applies every event of `batch` in order, telling `hook`
+/// of each: the one path every replay takes. `Break` when the hook ended
+/// the replay, with the event it ended at not applied.
+pub(crate) fn apply_batch<H: ReplayHook + ?Sized>(
     state: &mut State,
     batch: &Batch,
-    on_divergence: &mut impl OnDivergence,
-) -> Result<(), LedgerError> {
+    hook: &mut H,
+) -> Result<ControlFlow<()>, LedgerError> {
+    let rederives = hook.rederives();
     let mut views = Vec::with_capacity(READ_AHEAD_GROUP);
-    for group in batch.events.chunks(READ_AHEAD_GROUP) {
+    for (number, group) in batch.events.chunks(READ_AHEAD_GROUP).enumerate() {
         views.clear();
         views.extend(group.iter().map(|event| event.view(&batch.text)));
         let mut names = [Names::default(); READ_AHEAD_GROUP];
@@ -108,16 +92,26 @@ pub(crate) fn apply_batch(
         for names in &names[..views.len()] {
             state.read_ahead(names);
         }
-        for (view, names) in views.iter().zip(&names) {
+        for (at, (view, names)) in views.iter().zip(&names).enumerate() {
             state.fault_in_names(names).map_err(LedgerError::Archive)?;
             let found = state.prefetch(names);
-            if let Some(divergence) = rederive_prefetched(state, view, &found) {
-                on_divergence.diverged(divergence)?;
+            let divergence = match rederives {
+                true => rederive_prefetched(state, view, &found),
+                false => None,
+            };
+            let head = batch.heads.get(number * READ_AHEAD_GROUP + at);
+            let event = Replaying {
+                view,
+                head: head.copied().flatten(),
+            };
+            if hook.before(state, &event, divergence)?.is_break() {
+                return Ok(ControlFlow::Break(()));
             }
             state.apply_prefetched(view, &found);
+            hook.after(state, &event);
         }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 /// Whether opening starts a new ledger or continues one: creating a
@@ -216,12 +210,12 @@ pub(crate) fn replay_log(
     };
     let first = initial.last_seq();
     let feed = |batch: &mut Batch, full: Full<'_>| read_records(&mut opening, batch, full);
-    let (state, Refuse, threads) = match two_threads {
-        true => replay_on_two_threads(initial, Refuse, feed)?,
+    let (state, StopAtDivergence, threads) = match two_threads {
+        true => replay_on_two_threads(initial, StopAtDivergence, feed)?,
         false => {
             let mut state = initial;
-            replay_on_this_thread(&mut state, &mut Refuse, feed)?;
-            (state, Refuse, 1)
+            replay_on_this_thread(&mut state, &mut StopAtDivergence, feed)?;
+            (state, StopAtDivergence, 1)
         }
     };
     let (log, log_recovery) = opening.plan()?.execute()?;
@@ -241,7 +235,8 @@ pub(crate) fn replay_log(
 
 /// What a feed hands each batch that fills: applied or handed over, it
 /// comes back empty.
-pub(crate) type Full<'a> = &'a mut dyn FnMut(&mut Batch) -> Result<(), LedgerError>;
+/// `Break` when the replay was ended, and nothing more is to be read.
+pub(crate) type Full<'a> = &'a mut dyn FnMut(&mut Batch) -> Result<ControlFlow<()>, LedgerError>;
 
 /// Reads every record of `opening` into `batch`, handing `full` each batch
 /// that fills. Stops at the first record that does not decode, or damage.
@@ -252,8 +247,8 @@ fn read_records(
 ) -> Result<(), LedgerError> {
     while let Some(record) = opening.next_record()? {
         batch.push(record.seq, record.payload)?;
-        if batch.is_full() {
-            full(batch)?;
+        if batch.is_full() && full(batch)?.is_break() {
+            break;
         }
     }
     Ok(())
@@ -262,20 +257,27 @@ fn read_records(
 /// The one-thread driver: `feed` decodes a batch, which is applied to
 /// `state`, and so on. After an error `state` holds the events applied
 /// before it.
-pub(crate) fn replay_on_this_thread<D: OnDivergence>(
+pub(crate) fn replay_on_this_thread<H: ReplayHook + ?Sized>(
     state: &mut State,
-    on_divergence: &mut D,
+    hook: &mut H,
     feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
 ) -> Result<(), LedgerError> {
     let mut batch = Batch::new();
+    let mut ended = false;
     let read = feed(&mut batch, &mut |batch| {
-        apply_batch(state, batch, on_divergence)?;
+        // Emptied whatever it came to: what it applied is not applied
+        // again below.
+        let applied = apply_batch(state, batch, hook);
         batch.clear();
-        Ok(())
+        ended = applied.as_ref().is_ok_and(|flow| flow.is_break());
+        applied
     });
     // The events read before a record that stopped the scan may hold an
     // earlier error.
-    apply_batch(state, &batch, on_divergence)?;
+    if !ended {
+        // What the hook says here is the end anyway.
+        let _ = apply_batch(state, &batch, hook)?;
+    }
     read
 }
 
@@ -312,18 +314,20 @@ impl Handoff {
 /// batch it receives to `state`, and gives each back. After an error it
 /// only gives batches back, so the scanning side never waits on it, and
 /// answers with the first error.
-fn apply_received<D: OnDivergence>(
+fn apply_received<H: ReplayHook>(
     mut state: State,
-    mut on_divergence: D,
+    mut hook: H,
     received: Receiver<Batch>,
     returned: SyncSender<Batch>,
-) -> Applied<D> {
+) -> Applied<H> {
     let mut failed = None;
+    let mut ended = false;
     for batch in received {
-        if failed.is_none()
-            && let Err(error) = apply_batch(&mut state, &batch, &mut on_divergence)
-        {
-            failed = Some(error);
+        if failed.is_none() && !ended {
+            match apply_batch(&mut state, &batch, &mut hook) {
+                Ok(applied) => ended = applied.is_break(),
+                Err(error) => failed = Some(error),
+            }
         }
         // The channel has room for every batch: this fails only once the
         // scanning side has stopped, and the batch is dropped.
@@ -331,12 +335,12 @@ fn apply_received<D: OnDivergence>(
     }
     match failed {
         Some(error) => Err(error),
-        None => Ok((state, on_divergence)),
+        None => Ok((state, hook)),
     }
 }
 
 /// What the applying thread returns.
-type Applied<D> = Result<(State, D), LedgerError>;
+type Applied<H> = Result<(State, H), LedgerError>;
 
 /// The two-thread driver. On this thread `feed` reads the log, verifies
 /// it and decodes each event into a batch; a second re-derives and applies
@@ -344,15 +348,15 @@ type Applied<D> = Result<(State, D), LedgerError>;
 /// always at an earlier event than the scanning side's, is the one
 /// reported. Returns the threads that did it: 2, or 1 if the second
 /// could not start.
-pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
+pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
     state: State,
-    on_divergence: D,
+    hook: H,
     feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
-) -> Result<(State, D, u8), LedgerError> {
+) -> Result<(State, H, u8), LedgerError> {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     // Taken by the applier, or back by this thread if it cannot start.
-    let start = Mutex::new(Some((state, on_divergence)));
+    let start = Mutex::new(Some((state, hook)));
     thread::scope(|scope| {
         let (batches, received) = sync_channel::<Batch>(BATCHES_AHEAD_MAX);
         // Room for every batch alive at once, so applied batches are
@@ -363,10 +367,10 @@ pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
             let _entered = span.enter();
-            let Some((state, on_divergence)) = handed.lock().ok().and_then(|mut s| s.take()) else {
+            let Some((state, hook)) = handed.lock().ok().and_then(|mut s| s.take()) else {
                 unreachable!("the applier starts once, with the state")
             };
-            apply_received(state, on_divergence, received, returned)
+            apply_received(state, hook, received, returned)
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -376,13 +380,12 @@ pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
             Err(error) => {
                 // Nothing is read yet: one thread does it all.
                 warn!(%error, "could not start a thread to replay the log; replaying on one");
-                let Some((mut state, mut on_divergence)) =
-                    start.lock().ok().and_then(|mut s| s.take())
+                let Some((mut state, mut hook)) = start.lock().ok().and_then(|mut s| s.take())
                 else {
                     unreachable!("a thread that did not start took nothing")
                 };
-                replay_on_this_thread(&mut state, &mut on_divergence, feed)?;
-                return Ok((state, on_divergence, 1));
+                replay_on_this_thread(&mut state, &mut hook, feed)?;
+                return Ok((state, hook, 1));
             }
         };
         let mut handoff = Handoff {
@@ -391,9 +394,11 @@ pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
             applied,
         };
         let mut batch = Batch::new();
+        // An end the hook asks for is the applier's to keep: it applies
+        // nothing after it, and this side reads on to the end.
         let read = feed(&mut batch, &mut |batch| {
             handoff.hand_over(batch);
-            Ok(())
+            Ok(ControlFlow::Continue(()))
         });
         // What was read before a record that stopped the scan is applied
         // too: it may hold an earlier error.
@@ -401,11 +406,11 @@ pub(crate) fn replay_on_two_threads<D: OnDivergence + Send>(
             handoff.hand_over(&mut batch);
         }
         drop(handoff);
-        let (state, on_divergence) = match applier.join() {
+        let (state, hook) = match applier.join() {
             Ok(applied) => applied?,
             Err(panic) => resume_unwind(panic),
         };
         read?;
-        Ok((state, on_divergence, 2))
+        Ok((state, hook, 2))
     })
 }

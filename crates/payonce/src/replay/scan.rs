@@ -11,7 +11,7 @@
 
 use std::ops::ControlFlow;
 
-use super::{Batch, Full, OnDivergence, replay_on_this_thread, replay_on_two_threads};
+use super::{Batch, Full, ReplayHook, replay_on_this_thread, replay_on_two_threads};
 use crate::error::{LedgerError, StoreError};
 use crate::state::State;
 
@@ -24,25 +24,24 @@ pub type Visit<'a> = &'a mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>;
 /// if a second cannot be started). An event that does not decode, or does
 /// not follow, stops the scan, and is the error reported, before any error
 /// of the scan's after it.
-pub(crate) fn replay_scan<D: OnDivergence + Send>(
+pub(crate) fn replay_scan<H: ReplayHook + Send>(
     state: State,
-    on_divergence: D,
+    hook: H,
     scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
-) -> Result<(State, D), LedgerError> {
+) -> Result<(State, H), LedgerError> {
     let after = state.last_seq();
-    replay_on_two_threads(state, on_divergence, feed(after, scan))
-        .map(|(state, on_divergence, _)| (state, on_divergence))
+    replay_on_two_threads(state, hook, feed(after, scan)).map(|(state, hook, _)| (state, hook))
 }
 
 /// [`replay_scan`] on this thread alone, into `state` in place: after an
 /// error it holds the events applied before it.
-pub(crate) fn replay_scan_here<D: OnDivergence>(
+pub(crate) fn replay_scan_here<H: ReplayHook + ?Sized>(
     state: &mut State,
-    on_divergence: &mut D,
+    hook: &mut H,
     scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
 ) -> Result<(), LedgerError> {
     let after = state.last_seq();
-    replay_on_this_thread(state, on_divergence, feed(after, scan))
+    replay_on_this_thread(state, hook, feed(after, scan))
 }
 
 /// The feed of a replay: decodes each event `scan` hands over, the first
@@ -60,7 +59,7 @@ fn feed(
                     .push(seq, payload)
                     .and_then(|()| match batch.is_full() {
                         true => full(batch),
-                        false => Ok(()),
+                        false => Ok(ControlFlow::Continue(())),
                     }),
                 false => Err(LedgerError::Store(StoreError::Damaged {
                     seq: expected,
@@ -69,7 +68,7 @@ fn feed(
             };
             expected += 1;
             match pushed {
-                Ok(()) => ControlFlow::Continue(()),
+                Ok(flow) => flow,
                 Err(error) => {
                     stopped = Some(error);
                     ControlFlow::Break(())

@@ -280,6 +280,32 @@ fn a_recorded_decision_the_code_would_not_make_is_a_divergence() {
 }
 
 #[test]
+fn a_divergence_in_a_batch_that_fills_is_reported_at_its_own_seq() {
+    // Guards against a replay on one thread applying a full batch again
+    // after an error inside it (which panicked, an event applied twice).
+    let filler = (0..2100).map(|_| EventKind::Opened {
+        accept_foreign_ids: false,
+        epoch: None,
+    });
+    let (storage, config, divergent) = log_with_a_divergent_claim(filler.collect());
+    // From the first event, so the batch holding the divergence applies
+    // events before it.
+    let from_the_start = Config {
+        snapshot_store: None,
+        ..config
+    };
+
+    for config in both_replays(&from_the_start) {
+        let error = Ledger::open_on(Arc::new(storage.clone()), config).unwrap_err();
+
+        assert!(
+            matches!(&error, LedgerError::Divergence(divergence) if divergence.seq == divergent),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn a_divergence_before_an_undecodable_record_is_the_error_reported() {
     // Guards against replay reporting what the scan reached first instead of the first fault in log order.
     let (storage, config, divergent) = log_with_a_divergent_claim(Vec::new());

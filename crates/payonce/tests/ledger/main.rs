@@ -19,5 +19,6 @@ mod scenarios;
 mod schemas;
 mod snapshots;
 mod times;
+mod walks;
 
 pub use fixture::*;

@@ -1,0 +1,160 @@
+//! An auditor's replay of a whole log, from the first event, with a
+//! [`ReplayHook`] told of each: the batched replay an opening does, on the
+//! caller's thread, following the log's heads, and ending where the hook
+//! asks. A file log's ([`crate::EventLog::replay`]) and a shared log's
+//! scan ([`replay_scan_with`]).
+
+use std::ops::ControlFlow;
+
+use payonce_log::{Head, LogReader, Position, TornTail};
+
+use super::{Batch, ReplayHook, apply_batch};
+use crate::error::{LedgerError, StoreError};
+use crate::state::State;
+
+/// What a replay of a whole log found.
+#[derive(Debug, Default, Clone)]
+#[non_exhaustive]
+pub struct Walked {
+    /// Events handed to the hook, the one it ended the replay at included.
+    pub events: u64,
+    /// The last of them; 0 if none.
+    pub last_seq: u64,
+    /// Segments read, for a file log.
+    pub segments: u64,
+    /// A torn tail met at the end; `None` if the hook ended the replay.
+    pub torn_tail: Option<TornTail>,
+    /// The log's head, for a replay to the end.
+    pub head: Head,
+}
+
+/// What a scan hands each event to, in order: its sequence number, its
+/// bytes, and the head of the last whole batch of the log read through
+/// it. `Break` asks the scan to stop.
+pub type HeadVisit<'a> = &'a mut dyn FnMut(u64, &[u8], Option<Head>) -> ControlFlow<()>;
+
+/// Replays every event `reader` reads, from the first, into `state`,
+/// which starts empty, telling `read` where each record lies as it is
+/// read. On an error (damage included) `state` holds every event before
+/// it.
+pub(crate) fn replay_records(
+    reader: &LogReader,
+    state: &mut State,
+    hook: &mut dyn ReplayHook,
+    read: &mut dyn FnMut(Position),
+) -> Result<Walked, LedgerError> {
+    assert_eq!(state.last_seq(), 0, "a replay starts from the empty state");
+    let mut records = reader.records_from(1)?;
+    let mut batch = Batch::new();
+    let mut read_all = || -> Result<ControlFlow<()>, LedgerError> {
+        while let Some(record) = records.next_record()? {
+            read(record.position);
+            batch.push(record.seq, record.payload)?;
+            batch.push_head(records.last_head());
+            if batch.is_full() {
+                // Emptied whatever it came to: what it applied is not
+                // applied again.
+                let applied = apply_batch(state, &batch, hook);
+                batch.clear();
+                if applied?.is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    };
+    let read_all = read_all();
+    // The events read before a record that stopped the walk may hold an
+    // earlier error.
+    if matches!(read_all, Ok(ControlFlow::Break(())))
+        || apply_batch(state, &batch, hook)?.is_break()
+    {
+        return Ok(ended_at(state));
+    }
+    // A replay the hook ended has returned above.
+    let _ = read_all?;
+    let recovery = records.recovery();
+    Ok(Walked {
+        segments: recovery.segments,
+        torn_tail: recovery.torn_tail,
+        head: records.head(),
+        ..to_the_end(state)
+    })
+}
+
+/// What a replay from the first event found when the hook ended it at
+/// the event after `state`'s last.
+fn ended_at(state: &State) -> Walked {
+    let seq = state.last_seq() + 1;
+    Walked {
+        events: seq,
+        last_seq: seq,
+        ..Walked::default()
+    }
+}
+
+/// What a replay from the first event found once it applied every event
+/// `state` holds.
+fn to_the_end(state: &State) -> Walked {
+    Walked {
+        events: state.last_seq(),
+        last_seq: state.last_seq(),
+        ..Walked::default()
+    }
+}
+
+/// Replays every event `scan` hands over, from the first, into `state`,
+/// which starts empty, telling `hook` of each: an auditor's replay of a
+/// shared log's read view, where `scan` answers the log's head. An event
+/// that does not decode, or does not follow, stops the scan, and is the
+/// error reported, before any error of the scan's after it. On an error
+/// `state` holds every event before it.
+pub fn replay_scan_with(
+    state: &mut State,
+    hook: &mut dyn ReplayHook,
+    scan: impl FnOnce(HeadVisit<'_>) -> Result<Head, StoreError>,
+) -> Result<Walked, LedgerError> {
+    assert_eq!(state.last_seq(), 0, "a replay starts from the empty state");
+    let mut batch = Batch::new();
+    let mut expected = 1;
+    let mut stopped = None;
+    let mut ended = false;
+    let scanned = scan(&mut |seq, payload, head| {
+        let pushed = match seq == expected {
+            true => batch.push(seq, payload).and_then(|()| {
+                batch.push_head(head);
+                if !batch.is_full() {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let applied = apply_batch(state, &batch, hook);
+                batch.clear();
+                applied
+            }),
+            false => Err(LedgerError::Store(StoreError::Damaged {
+                seq: expected,
+                detail: format!("event {seq} follows where {expected} belongs"),
+            })),
+        };
+        expected += 1;
+        match pushed {
+            Ok(flow) => {
+                ended = flow.is_break();
+                flow
+            }
+            Err(error) => {
+                stopped = Some(error);
+                ControlFlow::Break(())
+            }
+        }
+    });
+    if ended || apply_batch(state, &batch, hook)?.is_break() {
+        return Ok(ended_at(state));
+    }
+    if let Some(error) = stopped {
+        return Err(error);
+    }
+    Ok(Walked {
+        head: scanned?,
+        ..to_the_end(state)
+    })
+}
