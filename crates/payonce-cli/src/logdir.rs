@@ -315,7 +315,7 @@ impl LogDir {
     pub(crate) fn replay(
         &self,
         state: &mut State,
-        hook: &mut dyn ReplayHook,
+        hook: &mut (dyn ReplayHook + Send),
     ) -> Result<Walked, CliError> {
         self.replay_showing(state, hook, self.progress)
     }
@@ -323,7 +323,7 @@ impl LogDir {
     fn replay_showing(
         &self,
         state: &mut State,
-        hook: &mut dyn ReplayHook,
+        hook: &mut (dyn ReplayHook + Send),
         progress: bool,
     ) -> Result<Walked, CliError> {
         let ledger_error = |error| CliError::from_ledger(&self.dir, error);

@@ -72,7 +72,7 @@ pub fn verify_at(
     storage: Arc<dyn Storage>,
     config: LogConfig,
     seqs: &[u64],
-    visit: impl FnMut(&State),
+    visit: impl FnMut(&State) + Send,
 ) -> Result<Verification, LedgerError> {
     assert!(seqs.is_sorted(), "states are visited in log order");
     let reader = LogReader::open(storage, config)?;
@@ -224,7 +224,8 @@ impl EventLog {
     /// Replays every event from the first into `state`, which starts
     /// empty, telling `hook` of each: each recorded decision re-derived
     /// from the state before it (unless the hook only applies), in the
-    /// batches an opening replays in, on this thread, each event handed
+    /// batches an opening replays in (read on this thread, applied on a
+    /// second, as an opening does), each event handed
     /// over with the head read through it, until the end or until the
     /// hook ends it. A head [`EventLog::require`]s is checked on the way.
     /// On an error (damage included) `state` holds every event before it.
@@ -233,7 +234,7 @@ impl EventLog {
     pub fn replay(
         &self,
         state: &mut State,
-        hook: &mut dyn ReplayHook,
+        hook: &mut (dyn ReplayHook + Send),
         read: &mut dyn FnMut(Position),
     ) -> Result<Walked, LedgerError> {
         replay_records(&self.reader, state, hook, read)

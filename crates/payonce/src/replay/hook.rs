@@ -40,6 +40,26 @@ pub trait ReplayHook {
     }
 }
 
+/// A hook lent: the replay tells the lender.
+impl<H: ReplayHook + ?Sized> ReplayHook for &mut H {
+    fn before(
+        &mut self,
+        state: &State,
+        event: &Replaying<'_>,
+        divergence: Option<Divergence>,
+    ) -> Result<ControlFlow<()>, LedgerError> {
+        (**self).before(state, event, divergence)
+    }
+
+    fn after(&mut self, state: &State, event: &Replaying<'_>) {
+        (**self).after(state, event);
+    }
+
+    fn rederives(&self) -> bool {
+        (**self).rederives()
+    }
+}
+
 /// An event as a replay hands it to a [`ReplayHook`]: read in place from
 /// the replay's batch; [`Replaying::to_event`] makes it whole.
 #[derive(Debug)]

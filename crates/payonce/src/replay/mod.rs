@@ -9,12 +9,17 @@
 //! tables together (`State::read_ahead`) before judging and applying the
 //! first, so that their cache misses overlap.
 //!
+//! Each event goes to a [`ReplayHook`], told of the state before it, the
+//! event and its divergence, then of the state after: an opening's stops
+//! at a divergence, a verification's notes each, and an auditor's brings
+//! its own (`walk`).
+//!
 //! The drivers that feed it: opening on one thread, opening on two (one
 //! thread scans, checks and decodes, the other applies; chosen for a log
 //! of at least `Config::replay_thread_min_len` bytes, 4 MiB by default,
 //! and if the second thread cannot start, the first does it all), a shared
-//! log's scan on one thread or two (`scan`), and `verify`, which notes
-//! divergences instead of stopping at the first.
+//! log's scan on one thread or two (`scan`), and an auditor's replay of a
+//! whole log (`walk`), on two.
 
 mod batch;
 mod hook;
@@ -24,9 +29,9 @@ mod walk;
 
 use std::ops::ControlFlow;
 use std::panic::resume_unwind;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 use payonce_log::{
@@ -319,13 +324,13 @@ fn apply_received<H: ReplayHook>(
     mut hook: H,
     received: Receiver<Batch>,
     returned: SyncSender<Batch>,
+    ended: &AtomicBool,
 ) -> Applied<H> {
     let mut failed = None;
-    let mut ended = false;
     for batch in received {
-        if failed.is_none() && !ended {
+        if failed.is_none() && !ended.load(Ordering::Relaxed) {
             match apply_batch(&mut state, &batch, &mut hook) {
-                Ok(applied) => ended = applied.is_break(),
+                Ok(applied) => ended.store(applied.is_break(), Ordering::Relaxed),
                 Err(error) => failed = Some(error),
             }
         }
@@ -333,14 +338,12 @@ fn apply_received<H: ReplayHook>(
         // scanning side has stopped, and the batch is dropped.
         let _ = returned.try_send(batch);
     }
-    match failed {
-        Some(error) => Err(error),
-        None => Ok((state, hook)),
-    }
+    (state, hook, failed)
 }
 
-/// What the applying thread returns.
-type Applied<H> = Result<(State, H), LedgerError>;
+/// What the applying thread returns: the state and the hook, and the
+/// error that stopped it, if one did.
+type Applied<H> = (State, H, Option<LedgerError>);
 
 /// The two-thread driver. On this thread `feed` reads the log, verifies
 /// it and decodes each event into a batch; a second re-derives and applies
@@ -353,16 +356,29 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
     hook: H,
     feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
 ) -> Result<(State, H, u8), LedgerError> {
+    let (state, hook, replayed) = replay_on_two_threads_keeping(state, hook, feed);
+    replayed.map(|threads| (state, hook, threads))
+}
+
+/// [`replay_on_two_threads`], answering the state and the hook whatever
+/// the outcome: after an error the state holds every event applied before
+/// it. The hook's end stops the reading soon after.
+pub(crate) fn replay_on_two_threads_keeping<H: ReplayHook + Send>(
+    state: State,
+    hook: H,
+    feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
+) -> (State, H, Result<u8, LedgerError>) {
     let span = Span::current();
     let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
     // Taken by the applier, or back by this thread if it cannot start.
     let start = Mutex::new(Some((state, hook)));
+    let ended = AtomicBool::new(false);
     thread::scope(|scope| {
         let (batches, received) = sync_channel::<Batch>(BATCHES_AHEAD_MAX);
         // Room for every batch alive at once, so applied batches are
         // returned to be filled again.
         let (returned, applied) = sync_channel::<Batch>(BATCHES);
-        let handed = &start;
+        let (handed, ended) = (&start, &ended);
         let apply_all = move || {
             // Events logged while applying reach the caller's subscriber.
             let _dispatch = tracing::dispatcher::set_default(&dispatch);
@@ -370,7 +386,7 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
             let Some((state, hook)) = handed.lock().ok().and_then(|mut s| s.take()) else {
                 unreachable!("the applier starts once, with the state")
             };
-            apply_received(state, hook, received, returned)
+            apply_received(state, hook, received, returned, ended)
         };
         let applier = match thread::Builder::new()
             .name("payonce-replay".to_owned())
@@ -384,8 +400,8 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
                 else {
                     unreachable!("a thread that did not start took nothing")
                 };
-                replay_on_this_thread(&mut state, &mut hook, feed)?;
-                return Ok((state, hook, 1));
+                let replayed = replay_on_this_thread(&mut state, &mut hook, feed);
+                return (state, hook, replayed.map(|()| 1));
             }
         };
         let mut handoff = Handoff {
@@ -395,10 +411,13 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
         };
         let mut batch = Batch::new();
         // An end the hook asks for is the applier's to keep: it applies
-        // nothing after it, and this side reads on to the end.
+        // nothing after it, and this side stops reading once it sees it.
         let read = feed(&mut batch, &mut |batch| {
             handoff.hand_over(batch);
-            Ok(ControlFlow::Continue(()))
+            Ok(match ended.load(Ordering::Relaxed) {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            })
         });
         // What was read before a record that stopped the scan is applied
         // too: it may hold an earlier error.
@@ -406,11 +425,14 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
             handoff.hand_over(&mut batch);
         }
         drop(handoff);
-        let (state, hook) = match applier.join() {
-            Ok(applied) => applied?,
+        let (state, hook, failed) = match applier.join() {
+            Ok(applied) => applied,
             Err(panic) => resume_unwind(panic),
         };
-        read?;
-        Ok((state, hook, 2))
+        let replayed = match failed {
+            Some(error) => Err(error),
+            None => read.map(|()| 2),
+        };
+        (state, hook, replayed)
     })
 }

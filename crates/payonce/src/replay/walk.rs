@@ -1,14 +1,15 @@
 //! An auditor's replay of a whole log, from the first event, with a
-//! [`ReplayHook`] told of each: the batched replay an opening does, on the
-//! caller's thread, following the log's heads, and ending where the hook
-//! asks. A file log's ([`crate::EventLog::replay`]) and a shared log's
-//! scan ([`replay_scan_with`]).
+//! [`ReplayHook`] told of each: the batched replay an opening does,
+//! following the log's heads, and ending where the hook asks. A file
+//! log's ([`crate::EventLog::replay`]) reads on the caller's thread and
+//! applies on a second, as an opening does; a shared log's scan
+//! ([`replay_scan_with`]) does both on the caller's.
 
 use std::ops::ControlFlow;
 
 use payonce_log::{Head, LogReader, Position, TornTail};
 
-use super::{Batch, ReplayHook, apply_batch};
+use super::{Batch, Full, ReplayHook, apply_batch, replay_on_two_threads_keeping};
 use crate::error::{LedgerError, StoreError};
 use crate::state::State;
 
@@ -35,44 +36,38 @@ pub type HeadVisit<'a> = &'a mut dyn FnMut(u64, &[u8], Option<Head>) -> ControlF
 
 /// Replays every event `reader` reads, from the first, into `state`,
 /// which starts empty, telling `read` where each record lies as it is
-/// read. On an error (damage included) `state` holds every event before
-/// it.
+/// read: reading and decoding on this thread, applying on another (or
+/// on this one if it cannot start), as an opening does. On an error
+/// (damage included) `state` holds every event before it.
 pub(crate) fn replay_records(
     reader: &LogReader,
     state: &mut State,
-    hook: &mut dyn ReplayHook,
+    hook: &mut (dyn ReplayHook + Send),
     read: &mut dyn FnMut(Position),
 ) -> Result<Walked, LedgerError> {
     assert_eq!(state.last_seq(), 0, "a replay starts from the empty state");
     let mut records = reader.records_from(1)?;
-    let mut batch = Batch::new();
-    let mut read_all = || -> Result<ControlFlow<()>, LedgerError> {
+    let mut last_read = 0;
+    let feed = |batch: &mut Batch, full: Full<'_>| {
         while let Some(record) = records.next_record()? {
             read(record.position);
+            last_read = record.seq;
             batch.push(record.seq, record.payload)?;
             batch.push_head(records.last_head());
-            if batch.is_full() {
-                // Emptied whatever it came to: what it applied is not
-                // applied again.
-                let applied = apply_batch(state, &batch, hook);
-                batch.clear();
-                if applied?.is_break() {
-                    return Ok(ControlFlow::Break(()));
-                }
+            if batch.is_full() && full(batch)?.is_break() {
+                break;
             }
         }
-        Ok(ControlFlow::Continue(()))
+        Ok(())
     };
-    let read_all = read_all();
-    // The events read before a record that stopped the walk may hold an
-    // earlier error.
-    if matches!(read_all, Ok(ControlFlow::Break(())))
-        || apply_batch(state, &batch, hook)?.is_break()
-    {
+    let (replayed, _, outcome) = replay_on_two_threads_keeping(std::mem::take(state), hook, feed);
+    *state = replayed;
+    outcome?;
+    // The hook ended the replay at an event it was handed and that was
+    // not applied: the one after the state's last.
+    if state.last_seq() < last_read {
         return Ok(ended_at(state));
     }
-    // A replay the hook ended has returned above.
-    let _ = read_all?;
     let recovery = records.recovery();
     Ok(Walked {
         segments: recovery.segments,

@@ -68,7 +68,10 @@ fn log_of(submits: usize) -> MemStorage {
 
 /// Replays `storage`'s log with `hook`; answers the state, what the
 /// replay found, and the positions of the records read, in order.
-fn replay_read(storage: &MemStorage, hook: &mut dyn ReplayHook) -> (State, Walked, Vec<Position>) {
+fn replay_read(
+    storage: &MemStorage,
+    hook: &mut (dyn ReplayHook + Send),
+) -> (State, Walked, Vec<Position>) {
     let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
     let mut state = State::new();
     let mut read = Vec::new();
@@ -78,7 +81,7 @@ fn replay_read(storage: &MemStorage, hook: &mut dyn ReplayHook) -> (State, Walke
     (state, walked, read)
 }
 
-fn replay(storage: &MemStorage, hook: &mut dyn ReplayHook) -> (State, Walked) {
+fn replay(storage: &MemStorage, hook: &mut (dyn ReplayHook + Send)) -> (State, Walked) {
     let (state, walked, _) = replay_read(storage, hook);
     (state, walked)
 }
