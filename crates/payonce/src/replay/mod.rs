@@ -360,6 +360,31 @@ pub(crate) fn replay_on_two_threads<H: ReplayHook + Send>(
     replayed.map(|threads| (state, hook, threads))
 }
 
+/// The scanning side of a two-thread replay: `feed` reads into batches
+/// handed over through `handoff`, until the end, an error, or the end the
+/// hook asked for (`ended`, which the applier keeps: it applies nothing
+/// after it).
+fn read_into(
+    mut handoff: Handoff,
+    ended: &AtomicBool,
+    feed: impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError>,
+) -> Result<(), LedgerError> {
+    let mut batch = Batch::new();
+    let read = feed(&mut batch, &mut |batch| {
+        handoff.hand_over(batch);
+        Ok(match ended.load(Ordering::Relaxed) {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        })
+    });
+    // What was read before a record that stopped the scan is applied too:
+    // it may hold an earlier error.
+    if !batch.is_empty() {
+        handoff.hand_over(&mut batch);
+    }
+    read
+}
+
 /// [`replay_on_two_threads`], answering the state and the hook whatever
 /// the outcome: after an error the state holds every event applied before
 /// it. The hook's end stops the reading soon after.
@@ -404,27 +429,12 @@ pub(crate) fn replay_on_two_threads_keeping<H: ReplayHook + Send>(
                 return (state, hook, replayed.map(|()| 1));
             }
         };
-        let mut handoff = Handoff {
+        let handoff = Handoff {
             batches,
             spare: (1..BATCHES).map(|_| Batch::new()).collect(),
             applied,
         };
-        let mut batch = Batch::new();
-        // An end the hook asks for is the applier's to keep: it applies
-        // nothing after it, and this side stops reading once it sees it.
-        let read = feed(&mut batch, &mut |batch| {
-            handoff.hand_over(batch);
-            Ok(match ended.load(Ordering::Relaxed) {
-                true => ControlFlow::Break(()),
-                false => ControlFlow::Continue(()),
-            })
-        });
-        // What was read before a record that stopped the scan is applied
-        // too: it may hold an earlier error.
-        if !batch.is_empty() {
-            handoff.hand_over(&mut batch);
-        }
-        drop(handoff);
+        let read = read_into(handoff, ended, feed);
         let (state, hook, failed) = match applier.join() {
             Ok(applied) => applied,
             Err(panic) => resume_unwind(panic),
