@@ -25,7 +25,7 @@ use crate::json::{
 };
 use crate::logdir::{LogDir, Walked, open_log};
 use crate::output::{count, held_words, say, warn_torn_tail};
-use crate::replay::UpTo;
+use crate::replay::{Applied, Until};
 use crate::snapshots::{SnapshotAudit, SnapshotJson, print_snapshot};
 use crate::table::Table;
 
@@ -337,14 +337,6 @@ struct HoldJson {
     currency: String,
 }
 
-/// The last event a replay applied.
-#[derive(Debug, Clone, Copy)]
-struct Applied {
-    seq: u64,
-    at: Timestamp,
-    event: &'static str,
-}
-
 /// `payonce state DIR [--at SEQ|TIME]`: replays up to the point and shows
 /// what the ledger believed then.
 pub(crate) fn state(
@@ -409,11 +401,14 @@ fn replay_to(
     bound: Option<u64>,
 ) -> Result<(State, Option<Applied>, Walked), CliError> {
     let mut state = State::new();
-    let mut to = ToPoint {
-        point,
-        bound,
-        last: None,
-    };
+    let mut to = Until::new(|event: &Replaying<'_>| {
+        let (seq, at) = (event.seq(), event.at());
+        match point {
+            Point::Seq(point) => seq > point,
+            Point::Time(time) => at > time || bound.is_some_and(|bound| seq >= bound),
+            Point::End => false,
+        }
+    });
     let walked = log.replay(&mut state, &mut to)?;
     let last = to.last;
     if let Point::Seq(seq) = point
@@ -426,46 +421,6 @@ fn replay_to(
         });
     }
     Ok((state, last, walked))
-}
-
-/// [`replay_to`]'s hook: every event up to the point applied as written,
-/// the last one noted.
-struct ToPoint {
-    point: Point,
-    bound: Option<u64>,
-    last: Option<Applied>,
-}
-
-impl ReplayHook for ToPoint {
-    fn before(
-        &mut self,
-        _: &State,
-        event: &Replaying<'_>,
-        _: Option<Divergence>,
-    ) -> Result<ControlFlow<()>, LedgerError> {
-        let (seq, at) = (event.seq(), event.at());
-        let past = match self.point {
-            Point::Seq(point) => seq > point,
-            Point::Time(time) => at > time || self.bound.is_some_and(|bound| seq >= bound),
-            Point::End => false,
-        };
-        Ok(match past {
-            true => ControlFlow::Break(()),
-            false => ControlFlow::Continue(()),
-        })
-    }
-
-    fn after(&mut self, _: &State, event: &Replaying<'_>) {
-        self.last = Some(Applied {
-            seq: event.seq(),
-            at: event.at(),
-            event: event.kind_name(),
-        });
-    }
-
-    fn rederives(&self) -> bool {
-        false
-    }
 }
 
 /// The sequence number at which `key` claimed what it holds, so claims and
@@ -656,7 +611,7 @@ pub(crate) fn inflight(
     let log = open_log(&args.dir, env.progress_for(args.json))?;
     let mut state = State::new();
     // Never ends before the end.
-    let walked = log.replay(&mut state, &mut UpTo { seq: u64::MAX })?;
+    let walked = log.replay(&mut state, &mut Until::new(|_: &Replaying<'_>| false))?;
     let torn = warn_torn_tail(&log, walked.torn_tail.as_ref(), err)?;
     let keys: Vec<InFlightKeyJson> = state
         .in_flight()

@@ -14,7 +14,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use payonce::{Event, EventLog, Head, LedgerError, ReplayHook, State, Verification, decode_event};
+use payonce::{
+    Event, EventLog, Head, LedgerError, ReplayHook, Replaying, State, Verification, decode_event,
+};
 use payonce_log::{
     FRAME_HEADER_LEN, FsStorage, LogConfig, LogReader, Position, TornTail, parse_segment_name,
     segment_name,
@@ -22,7 +24,7 @@ use payonce_log::{
 
 use crate::error::CliError;
 use crate::escape::EchoPath;
-use crate::replay::UpTo;
+use crate::replay::Until;
 use payonce::Subject;
 
 /// How many events pass between two updates of the progress bar: often
@@ -302,7 +304,8 @@ impl LogDir {
     /// walk, whose bar stands still meanwhile.
     pub(crate) fn state_before(&self, seq: u64) -> Result<State, CliError> {
         let mut state = State::new();
-        self.replay_showing(&mut state, &mut UpTo { seq }, false)?;
+        let mut before = Until::new(|event: &Replaying<'_>| event.seq() >= seq);
+        self.replay_showing(&mut state, &mut before, false)?;
         Ok(state)
     }
 

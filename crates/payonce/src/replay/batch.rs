@@ -89,14 +89,15 @@ impl Batch {
     }
 
     /// Notes `head` as the head of the log read through the event pushed
-    /// last, for a replay that follows the heads.
-    pub(crate) fn push_head(&mut self, head: Option<Head>) {
-        assert_eq!(
-            self.heads.len() + 1,
-            self.events.len(),
+    /// last, for a replay that follows the heads: the events before it
+    /// that none was noted for have none.
+    pub(crate) fn push_head(&mut self, head: Head) {
+        assert!(
+            self.heads.len() < self.events.len(),
             "a head is noted once per event, after it"
         );
-        self.heads.push(head);
+        self.heads.resize(self.events.len() - 1, None);
+        self.heads.push(Some(head));
     }
 
     /// Whether the batch should be applied before another event is added.

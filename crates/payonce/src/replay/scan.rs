@@ -11,6 +11,8 @@
 
 use std::ops::ControlFlow;
 
+use payonce_log::Head;
+
 use super::{Batch, Full, ReplayHook, replay_on_this_thread, replay_on_two_threads};
 use crate::error::{LedgerError, StoreError};
 use crate::state::State;
@@ -18,6 +20,11 @@ use crate::state::State;
 /// What a scan hands each event to, in order: its sequence number and its
 /// bytes. `Break` asks the scan to stop.
 pub type Visit<'a> = &'a mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>;
+
+/// What a scan hands each event to, in order: its sequence number, its
+/// bytes, and the head of the last whole batch of the log read through
+/// it. `Break` asks the scan to stop.
+pub type HeadVisit<'a> = &'a mut dyn FnMut(u64, &[u8], Option<Head>) -> ControlFlow<()>;
 
 /// Replays into `state` every event `scan` hands over, which must follow
 /// `state`'s last without a gap, re-deriving each, on two threads (or one
@@ -30,6 +37,7 @@ pub(crate) fn replay_scan<H: ReplayHook + Send>(
     scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
 ) -> Result<(State, H), LedgerError> {
     let after = state.last_seq();
+    let scan = |visit: HeadVisit<'_>| scan(&mut |seq, payload| visit(seq, payload, None));
     replay_on_two_threads(state, hook, feed(after, scan)).map(|(state, hook, _)| (state, hook))
 }
 
@@ -41,26 +49,31 @@ pub(crate) fn replay_scan_here<H: ReplayHook + ?Sized>(
     scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
 ) -> Result<(), LedgerError> {
     let after = state.last_seq();
+    let scan = |visit: HeadVisit<'_>| scan(&mut |seq, payload| visit(seq, payload, None));
     replay_on_this_thread(state, hook, feed(after, scan))
 }
 
 /// The feed of a replay: decodes each event `scan` hands over, the first
-/// after `after`, into the batch, and hands over each batch that fills.
-fn feed(
+/// after `after`, into the batch, with the head read through it if the
+/// scan follows the heads, and hands over each batch that fills.
+pub(super) fn feed(
     after: u64,
-    scan: impl FnOnce(Visit<'_>) -> Result<(), StoreError>,
+    scan: impl FnOnce(HeadVisit<'_>) -> Result<(), StoreError>,
 ) -> impl FnOnce(&mut Batch, Full<'_>) -> Result<(), LedgerError> {
     move |batch: &mut Batch, full: Full<'_>| {
         let mut expected = after + 1;
         let mut stopped = None;
-        let scanned = scan(&mut |seq, payload| {
+        let scanned = scan(&mut |seq, payload, head| {
             let pushed = match seq == expected {
-                true => batch
-                    .push(seq, payload)
-                    .and_then(|()| match batch.is_full() {
+                true => batch.push(seq, payload).and_then(|()| {
+                    if let Some(head) = head {
+                        batch.push_head(head);
+                    }
+                    match batch.is_full() {
                         true => full(batch),
                         false => Ok(ControlFlow::Continue(())),
-                    }),
+                    }
+                }),
                 false => Err(LedgerError::Store(StoreError::Damaged {
                     seq: expected,
                     detail: format!("event {seq} follows where {expected} belongs"),

@@ -5,11 +5,10 @@
 //! applies on a second, as an opening does; a shared log's scan
 //! ([`replay_scan_with`]) does both on the caller's.
 
-use std::ops::ControlFlow;
-
 use payonce_log::{Head, LogReader, Position, TornTail};
 
-use super::{Batch, Full, ReplayHook, apply_batch, replay_on_two_threads_keeping};
+use super::scan::{HeadVisit, feed};
+use super::{Batch, Full, ReplayHook, replay_on_this_thread, replay_on_two_threads_keeping};
 use crate::error::{LedgerError, StoreError};
 use crate::state::State;
 
@@ -28,11 +27,6 @@ pub struct Walked {
     /// The log's head, for a replay to the end.
     pub head: Head,
 }
-
-/// What a scan hands each event to, in order: its sequence number, its
-/// bytes, and the head of the last whole batch of the log read through
-/// it. `Break` asks the scan to stop.
-pub type HeadVisit<'a> = &'a mut dyn FnMut(u64, &[u8], Option<Head>) -> ControlFlow<()>;
 
 /// Replays every event `reader` reads, from the first, into `state`,
 /// which starts empty, telling `read` where each record lies as it is
@@ -53,7 +47,9 @@ pub(crate) fn replay_records(
             read(record.position);
             last_read = record.seq;
             batch.push(record.seq, record.payload)?;
-            batch.push_head(records.last_head());
+            if let Some(head) = records.last_head() {
+                batch.push_head(head);
+            }
             if batch.is_full() && full(batch)?.is_break() {
                 break;
             }
@@ -110,46 +106,22 @@ pub fn replay_scan_with(
     scan: impl FnOnce(HeadVisit<'_>) -> Result<Head, StoreError>,
 ) -> Result<Walked, LedgerError> {
     assert_eq!(state.last_seq(), 0, "a replay starts from the empty state");
-    let mut batch = Batch::new();
-    let mut expected = 1;
-    let mut stopped = None;
-    let mut ended = false;
-    let scanned = scan(&mut |seq, payload, head| {
-        let pushed = match seq == expected {
-            true => batch.push(seq, payload).and_then(|()| {
-                batch.push_head(head);
-                if !batch.is_full() {
-                    return Ok(ControlFlow::Continue(()));
-                }
-                let applied = apply_batch(state, &batch, hook);
-                batch.clear();
-                applied
-            }),
-            false => Err(LedgerError::Store(StoreError::Damaged {
-                seq: expected,
-                detail: format!("event {seq} follows where {expected} belongs"),
-            })),
-        };
-        expected += 1;
-        match pushed {
-            Ok(flow) => {
-                ended = flow.is_break();
-                flow
-            }
-            Err(error) => {
-                stopped = Some(error);
-                ControlFlow::Break(())
-            }
-        }
-    });
-    if ended || apply_batch(state, &batch, hook)?.is_break() {
+    let (mut head, mut last_read) = (Head::default(), 0);
+    let scan = |visit: HeadVisit<'_>| {
+        head = scan(&mut |seq, payload, head| {
+            last_read = seq;
+            visit(seq, payload, head)
+        })?;
+        Ok(())
+    };
+    replay_on_this_thread(state, hook, feed(0, scan))?;
+    // The hook ended the replay at an event it was handed and that was
+    // not applied: the one after the state's last.
+    if state.last_seq() < last_read {
         return Ok(ended_at(state));
     }
-    if let Some(error) = stopped {
-        return Err(error);
-    }
     Ok(Walked {
-        head: scanned?,
+        head,
         ..to_the_end(state)
     })
 }
