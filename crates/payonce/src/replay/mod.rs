@@ -280,10 +280,13 @@ pub(crate) fn replay_on_this_thread<H: ReplayHook + ?Sized>(
     // The events read before a record that stopped the scan may hold an
     // earlier error.
     if !ended {
-        // What the hook says here is the end anyway.
-        let _ = apply_batch(state, &batch, hook)?;
+        ended = apply_batch(state, &batch, hook)?.is_break();
     }
-    read
+    // Whatever stopped the reading lies past the end the hook asked for.
+    match ended {
+        true => Ok(()),
+        false => read,
+    }
 }
 
 /// Hands batches from the scanning thread to the applying one, and takes
@@ -441,6 +444,9 @@ pub(crate) fn replay_on_two_threads_keeping<H: ReplayHook + Send>(
         };
         let replayed = match failed {
             Some(error) => Err(error),
+            // Whatever stopped the reading lies past the end the hook
+            // asked for.
+            None if ended.load(Ordering::Relaxed) => Ok(2),
             None => read.map(|()| 2),
         };
         (state, hook, replayed)

@@ -227,3 +227,28 @@ fn a_scan_replays_as_the_file_log_does_and_refuses_an_event_out_of_place() {
         "every event before the one out of place"
     );
 }
+
+#[test]
+fn damage_past_the_end_a_hook_asks_for_is_not_the_replays_error() {
+    // Guards against the reading side, ahead of the applying one, making
+    // damage it met after the hook's end the outcome of the replay.
+    let storage = log_of(800);
+    let segment = "00000000000000000001.log";
+    let mut bytes = storage.file(segment).unwrap();
+    let at = crate::records_end(Arc::new(storage.clone())) * 3 / 4;
+    bytes[at] ^= 0xff;
+    storage.put_file(segment, &bytes);
+    let log = EventLog::open_on(Arc::new(storage.clone()), LogConfig::default()).unwrap();
+
+    let mut whole = State::new();
+    let damaged = log.replay(&mut whole, &mut Seen::default(), &mut |_| {});
+    assert!(damaged.is_err(), "the damage is met reading to the end");
+    assert!(whole.last_seq() > 2, "the events before it are applied");
+
+    let mut stopped = Seen {
+        stop_at: Some(2),
+        ..Seen::default()
+    };
+    let (state, walked) = replay(&storage, &mut stopped);
+    assert_eq!((state.last_seq(), walked.last_seq), (1, 2));
+}
